@@ -1,0 +1,14 @@
+// Fill and copy, in the storage dtype.
+
+// x[i] = value for i < n.
+__kernel void mpcl_fill(__global storage_t *x, float value, uint n) {
+    uint i = get_global_id(0);
+    if (i < n) STORE(x, i, value);
+}
+
+// dst[i] = src[i] for i < n, four floats per item (f32 buffers only; used to
+// measure device copy bandwidth).
+__kernel void mpcl_copy_f32x4(__global float4 *dst, __global const float4 *src, uint n4) {
+    uint i = get_global_id(0);
+    if (i < n4) dst[i] = src[i];
+}

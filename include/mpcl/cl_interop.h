@@ -1,0 +1,24 @@
+/* OpenCL handles behind an mpcl context, for code that mixes its own OpenCL
+ * with mpcl. Kept apart so that the other headers need no OpenCL include. */
+#ifndef MPCL_CL_INTEROP_H
+#define MPCL_CL_INTEROP_H
+
+#ifndef CL_TARGET_OPENCL_VERSION
+#define CL_TARGET_OPENCL_VERSION 120
+#endif
+#include <CL/cl.h>
+
+#include "mpcl/context.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+cl_context mpcl_context_cl_context(const mpcl_context *ctx);
+cl_device_id mpcl_context_cl_device(const mpcl_context *ctx);
+cl_command_queue mpcl_context_cl_queue(const mpcl_context *ctx);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,13 @@
+/* mpcl: mixed-precision neural-network training on any OpenCL device. */
+#ifndef MPCL_MPCL_H
+#define MPCL_MPCL_H
+
+#include "mpcl/status.h"
+#include "mpcl/device.h"
+#include "mpcl/plan.h"
+#include "mpcl/context.h"
+#include "mpcl/half.h"
+#include "mpcl/quickbench.h"
+#include "mpcl/version.h"
+
+#endif

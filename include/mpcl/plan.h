@@ -1,0 +1,80 @@
+/* The precision plan: what a policy resolves to on one device, and why.
+ * A pure function of the device's capability record and the user's overrides,
+ * so that every rule is written once and can be tested on synthetic devices. */
+#ifndef MPCL_PLAN_H
+#define MPCL_PLAN_H
+
+#include <stdbool.h>
+
+#include "mpcl/device.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum mpcl_dtype {
+    MPCL_DTYPE_F32,
+    MPCL_DTYPE_F16,
+    MPCL_DTYPE_I32,
+    MPCL_DTYPE_COUNT,
+} mpcl_dtype;
+
+typedef enum mpcl_policy {
+    MPCL_POLICY_AUTO,
+    MPCL_POLICY_MIXED_FLOAT16,
+    MPCL_POLICY_FLOAT32,
+    MPCL_POLICY_COUNT,
+} mpcl_policy;
+
+typedef enum mpcl_gemm_path {
+    MPCL_GEMM_CLBLAST_SGEMM, /* f32 in, out and accumulation */
+    MPCL_GEMM_CLBLAST_HGEMM, /* f16 in and out, accumulates in f16: needs fp16 math */
+    MPCL_GEMM_MPCL_F32,      /* mpcl's register-tiled kernel, f32 storage */
+    MPCL_GEMM_MPCL_MIXED,    /* the same kernel, f16 storage, f32 accumulation */
+    MPCL_GEMM_PATH_COUNT,
+} mpcl_gemm_path;
+
+/* MPCL_FP16: how much to trust the device's half arithmetic. */
+typedef enum mpcl_fp16_override {
+    MPCL_FP16_DEFAULT, /* use half arithmetic only where declared and verified */
+    MPCL_FP16_FORCE,   /* also where it works without being declared */
+    MPCL_FP16_OFF,     /* never use half arithmetic (f16 storage is still allowed) */
+} mpcl_fp16_override;
+
+typedef struct mpcl_plan_overrides {
+    mpcl_fp16_override fp16;
+    bool gemm_set; /* MPCL_GEMM was given */
+    mpcl_gemm_path gemm;
+} mpcl_plan_overrides;
+
+typedef struct mpcl_plan {
+    mpcl_policy policy;   /* what was asked for */
+    mpcl_policy resolved; /* MPCL_POLICY_FLOAT32 or MPCL_POLICY_MIXED_FLOAT16 */
+    mpcl_dtype storage;   /* activations, gradients and the working copy of weights */
+    mpcl_gemm_path gemm;
+    bool loss_scaling;
+    bool usable; /* false when an override asks for what the device cannot do */
+    char reason[256];
+} mpcl_plan;
+
+/* Reads MPCL_FP16 (force|off) and MPCL_GEMM (a path name). An unknown value
+ * is MPCL_ERR_INVALID_ARG, with the accepted values in mpcl_errmsg(). */
+mpcl_status mpcl_plan_overrides_from_env(mpcl_plan_overrides *out);
+
+mpcl_plan mpcl_plan_resolve(const mpcl_device_info *device, mpcl_policy policy,
+                            const mpcl_plan_overrides *overrides);
+
+/* Whether the device may run half arithmetic under the override. */
+bool mpcl_plan_fp16_math_usable(const mpcl_device_info *device, mpcl_fp16_override fp16);
+
+const char *mpcl_policy_name(mpcl_policy policy);
+const char *mpcl_dtype_name(mpcl_dtype dtype);
+const char *mpcl_gemm_path_name(mpcl_gemm_path path);
+/* Name to value; false for an unknown name. */
+bool mpcl_policy_parse(const char *name, mpcl_policy *out);
+bool mpcl_gemm_path_parse(const char *name, mpcl_gemm_path *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

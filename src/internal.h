@@ -1,0 +1,136 @@
+/* Internal declarations shared by the library's files: error recording, the
+ * context's insides, the kernels area. Nothing here is installed. */
+#ifndef MPCL_INTERNAL_H
+#define MPCL_INTERNAL_H
+
+#ifndef CL_TARGET_OPENCL_VERSION
+#define CL_TARGET_OPENCL_VERSION 120
+#endif
+#include <CL/cl.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include "mpcl/mpcl.h"
+#include "mpcl/cl_interop.h"
+
+#if defined(__GNUC__)
+#define MPCL_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define MPCL_PRINTF(f, a)
+#endif
+
+/* ---- status ---- */
+
+/* Records "file:line: message" as the detail of the failure on this thread
+ * (and on ctx when given) and returns status, so callers can write
+ * `return mpcl__error(...)`. */
+mpcl_status mpcl__error(mpcl_context *ctx, mpcl_status status, const char *file, int line,
+                        const char *fmt, ...) MPCL_PRINTF(5, 6);
+#define MPCL_ERROR(ctx, status, ...) mpcl__error((ctx), (status), __FILE__, __LINE__, __VA_ARGS__)
+
+/* Maps an OpenCL error to an mpcl status and records the call and its name. */
+mpcl_status mpcl__cl_error(mpcl_context *ctx, cl_int err, const char *call, const char *file,
+                           int line);
+mpcl_status mpcl__cl_status(cl_int err);
+
+/* Needs `mpcl_status st` and a `cleanup:` label in the calling function. */
+#define CHECK_CL(ctx, call)                                                       \
+    do {                                                                          \
+        cl_int check_cl_err_ = (call);                                            \
+        if (check_cl_err_ != CL_SUCCESS) {                                        \
+            st = mpcl__cl_error((ctx), check_cl_err_, #call, __FILE__, __LINE__); \
+            goto cleanup;                                                         \
+        }                                                                         \
+    } while (0)
+
+/* Appends to the message just recorded (for build logs, device lists). */
+void mpcl__error_append(mpcl_context *ctx, const char *text);
+
+/* ---- device ---- */
+
+/* Fills info for one device; the fp16 fields are left UNTESTED. */
+mpcl_status mpcl__device_query(cl_platform_id platform, cl_device_id device,
+                               mpcl_device_info *info);
+/* The fp16 verification kernels on an existing context and queue. */
+void mpcl__fp16_verify(cl_context cl, cl_device_id device, cl_command_queue queue,
+                       mpcl_device_info *info);
+/* The cl ids behind a list entry. */
+void mpcl__device_list_ids(const mpcl_device_list *list, size_t index, cl_platform_id *platform,
+                           cl_device_id *device);
+
+/* ---- kernels ---- */
+
+typedef struct mpcl__cl_source {
+    const char *name; /* file name in cl/ */
+    const unsigned char *data;
+    size_t size;
+} mpcl__cl_source;
+
+/* Generated at build time from the files in cl/ by cl/embed.py. */
+extern const mpcl__cl_source mpcl__cl_sources[];
+extern const size_t mpcl__cl_source_count;
+
+/* One embedded file by name (or from $MPCL_CL_DIR when set, for development).
+ * The returned text is malloc'ed and NUL-terminated; the caller frees it. */
+char *mpcl__cl_source_load(const char *name, size_t *size);
+
+/* The library's program for one storage dtype, built on first use. */
+mpcl_status mpcl__program(mpcl_context *ctx, mpcl_dtype storage, cl_program *out);
+/* A kernel from that program, created once and kept by the context. */
+mpcl_status mpcl__kernel(mpcl_context *ctx, mpcl_dtype storage, const char *name, cl_kernel *out);
+
+/* Builds `source` with `options` through the binary cache. The build log of a
+ * failure is in the error message. Exposed for tests. */
+mpcl_status mpcl__program_build(mpcl_context *ctx, const char *source, const char *options,
+                                cl_program *out);
+
+/* What the last mpcl__program_build did with the cache; for tests and bench. */
+typedef enum mpcl__cache_outcome {
+    MPCL__CACHE_OFF,
+    MPCL__CACHE_HIT,
+    MPCL__CACHE_MISS,     /* no entry: built and stored */
+    MPCL__CACHE_REJECTED, /* an entry was there but corrupt or foreign: rebuilt */
+} mpcl__cache_outcome;
+mpcl__cache_outcome mpcl__cache_last_outcome(const mpcl_context *ctx);
+
+/* ---- cache ---- */
+
+/* The cache folder (without trailing slash) into buf; false when caching is off
+ * (MPCL_CACHE=0) or no folder can be named. */
+int mpcl__cache_dir(char *buf, size_t size);
+typedef struct mpcl__cache_key {
+    unsigned long long a, b; /* two independent 64-bit hashes of the key material */
+} mpcl__cache_key;
+mpcl__cache_key mpcl__cache_key_make(const char *const parts[], size_t count);
+/* The binary stored under key, malloc'ed; NULL when absent. *rejected is set
+ * when an entry existed but failed validation. */
+unsigned char *mpcl__cache_read(const char *dir, mpcl__cache_key key, size_t *size, int *rejected);
+/* Atomic: temp file in the same folder, then rename. Failure is silent by
+ * design: a cache that cannot be written only costs time. */
+void mpcl__cache_write(const char *dir, mpcl__cache_key key, const unsigned char *data,
+                       size_t size);
+
+/* ---- context ---- */
+
+#define MPCL__MAX_KERNELS 64
+
+struct mpcl_context {
+    cl_platform_id platform;
+    cl_device_id device;
+    cl_context cl;
+    cl_command_queue queue;
+    mpcl_device_info info;
+    mpcl_plan_overrides overrides;
+    cl_program programs[MPCL_DTYPE_COUNT];
+    struct {
+        mpcl_dtype storage;
+        const char *name; /* points into static strings of the callers */
+        cl_kernel kernel;
+    } kernels[MPCL__MAX_KERNELS];
+    int kernel_count;
+    mpcl__cache_outcome cache_outcome;
+    size_t bytes_now, bytes_peak;
+    char *errmsg; /* owned; never NULL after create */
+};
+
+#endif

@@ -1,0 +1,221 @@
+/* The kernels area: embedded cl/ sources, one program per (context, storage
+ * dtype), kernels created once, and program builds through the binary cache. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* Never -cl-fast-relaxed-math or -cl-finite-math-only: the non-finite check
+ * of loss scaling relies on real inf and NaN. */
+static const char *const storage_options[MPCL_DTYPE_COUNT] = {
+    [MPCL_DTYPE_F32] = "-cl-std=CL1.2 -DMPCL_STORAGE_F32=1",
+    [MPCL_DTYPE_F16] = "-cl-std=CL1.2 -DMPCL_STORAGE_F16=1",
+};
+
+static char *read_file(const char *path, size_t *size) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = NULL;
+    if (fseek(f, 0, SEEK_END) == 0) {
+        long n = ftell(f);
+        if (n >= 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)n + 1)) != NULL) {
+            if (fread(buf, 1, (size_t)n, f) == (size_t)n) {
+                buf[n] = '\0';
+                if (size) *size = (size_t)n;
+            } else {
+                free(buf);
+                buf = NULL;
+            }
+        }
+    }
+    fclose(f);
+    return buf;
+}
+
+char *mpcl__cl_source_load(const char *name, size_t *size) {
+    /* Development: edit cl/ and rerun without rebuilding the library. */
+    const char *dir = getenv("MPCL_CL_DIR");
+    if (dir && *dir) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, name);
+        char *text = read_file(path, size);
+        if (text) return text;
+    }
+    for (size_t i = 0; i < mpcl__cl_source_count; i++) {
+        if (strcmp(mpcl__cl_sources[i].name, name) != 0) continue;
+        char *text = malloc(mpcl__cl_sources[i].size + 1);
+        if (!text) return NULL;
+        memcpy(text, mpcl__cl_sources[i].data, mpcl__cl_sources[i].size + 1);
+        if (size) *size = mpcl__cl_sources[i].size;
+        return text;
+    }
+    return NULL;
+}
+
+/* The library program: every embedded file except the fp16 probe, in the
+ * order meson lists them (common.cl first). */
+static char *library_source(void) {
+    size_t total = 1, used = 0;
+    for (size_t i = 0; i < mpcl__cl_source_count; i++) total += mpcl__cl_sources[i].size + 1;
+    char *all = malloc(total);
+    if (!all) return NULL;
+    for (size_t i = 0; i < mpcl__cl_source_count; i++) {
+        const char *name = mpcl__cl_sources[i].name;
+        if (strcmp(name, "fp16_probe.cl") == 0) continue;
+        size_t n = 0;
+        char *text = mpcl__cl_source_load(name, &n);
+        if (!text) {
+            free(all);
+            return NULL;
+        }
+        if (used + n + 2 > total) { /* a file from MPCL_CL_DIR grew */
+            total = used + n + 2;
+            char *grown = realloc(all, total);
+            if (!grown) {
+                free(text);
+                free(all);
+                return NULL;
+            }
+            all = grown;
+        }
+        memcpy(all + used, text, n);
+        used += n;
+        all[used++] = '\n';
+        free(text);
+    }
+    all[used] = '\0';
+    return all;
+}
+
+static mpcl_status build_log_error(mpcl_context *ctx, cl_program p, cl_int err) {
+    mpcl_status st = MPCL_ERROR(ctx, MPCL_ERR_BUILD, "clBuildProgram returned %s (%d) on %s",
+                                mpcl_cl_error_name(err), (int)err, ctx->info.name);
+    size_t n = 0;
+    if (clGetProgramBuildInfo(p, ctx->device, CL_PROGRAM_BUILD_LOG, 0, NULL, &n) == CL_SUCCESS &&
+        n > 0) {
+        char *log = malloc(n + 1);
+        if (log && clGetProgramBuildInfo(p, ctx->device, CL_PROGRAM_BUILD_LOG, n, log, NULL) ==
+                       CL_SUCCESS) {
+            log[n] = '\0';
+            mpcl__error_append(ctx, "\nbuild log:\n");
+            mpcl__error_append(ctx, log);
+        }
+        free(log);
+    }
+    return st;
+}
+
+static cl_program from_binary(mpcl_context *ctx, const unsigned char *bin, size_t size) {
+    cl_int err, bin_status;
+    cl_program p =
+        clCreateProgramWithBinary(ctx->cl, 1, &ctx->device, &size, &bin, &bin_status, &err);
+    if (err != CL_SUCCESS || bin_status != CL_SUCCESS) {
+        if (p) clReleaseProgram(p);
+        return NULL;
+    }
+    if (clBuildProgram(p, 1, &ctx->device, NULL, NULL, NULL) != CL_SUCCESS) {
+        clReleaseProgram(p);
+        return NULL;
+    }
+    return p;
+}
+
+static void store_binary(cl_program p, const char *dir, mpcl__cache_key key) {
+    size_t size = 0;
+    if (clGetProgramInfo(p, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, NULL) != CL_SUCCESS ||
+        size == 0)
+        return;
+    unsigned char *bin = malloc(size);
+    if (bin && clGetProgramInfo(p, CL_PROGRAM_BINARIES, sizeof bin, &bin, NULL) == CL_SUCCESS)
+        mpcl__cache_write(dir, key, bin, size);
+    free(bin);
+}
+
+mpcl_status mpcl__program_build(mpcl_context *ctx, const char *source, const char *options,
+                                cl_program *out) {
+    *out = NULL;
+    char dir[4096];
+    const char *parts[] = {
+        source,      options, ctx->info.name, ctx->info.driver_version, ctx->info.platform_version,
+        MPCL_VERSION};
+    mpcl__cache_key key = mpcl__cache_key_make(parts, sizeof parts / sizeof parts[0]);
+    bool cached = mpcl__cache_dir(dir, sizeof dir);
+    ctx->cache_outcome = cached ? MPCL__CACHE_MISS : MPCL__CACHE_OFF;
+    if (cached) {
+        size_t size = 0;
+        int rejected = 0;
+        unsigned char *bin = mpcl__cache_read(dir, key, &size, &rejected);
+        cl_program p = bin ? from_binary(ctx, bin, size) : NULL;
+        free(bin);
+        if (p) {
+            ctx->cache_outcome = MPCL__CACHE_HIT;
+            *out = p;
+            return MPCL_OK;
+        }
+        /* An entry that reads back but does not load is as bad as a corrupt one. */
+        if (rejected || bin) ctx->cache_outcome = MPCL__CACHE_REJECTED;
+    }
+
+    cl_int err;
+    size_t len = strlen(source);
+    cl_program p = clCreateProgramWithSource(ctx->cl, 1, &source, &len, &err);
+    if (err != CL_SUCCESS)
+        return mpcl__cl_error(ctx, err, "clCreateProgramWithSource", __FILE__, __LINE__);
+    err = clBuildProgram(p, 1, &ctx->device, options, NULL, NULL);
+    if (err != CL_SUCCESS) {
+        mpcl_status st = build_log_error(ctx, p, err);
+        clReleaseProgram(p);
+        return st;
+    }
+    if (cached) store_binary(p, dir, key);
+    *out = p;
+    return MPCL_OK;
+}
+
+mpcl__cache_outcome mpcl__cache_last_outcome(const mpcl_context *ctx) {
+    return ctx->cache_outcome;
+}
+
+mpcl_status mpcl__program(mpcl_context *ctx, mpcl_dtype storage, cl_program *out) {
+    if (storage != MPCL_DTYPE_F32 && storage != MPCL_DTYPE_F16)
+        return MPCL_ERROR(ctx, MPCL_ERR_DTYPE, "no program for storage dtype %s",
+                          mpcl_dtype_name(storage));
+    if (!ctx->programs[storage]) {
+        char *source = library_source();
+        if (!source) return MPCL_ERROR(ctx, MPCL_ERR_OUT_OF_MEMORY, "assembling kernel sources");
+        mpcl_status st =
+            mpcl__program_build(ctx, source, storage_options[storage], &ctx->programs[storage]);
+        free(source);
+        if (st != MPCL_OK) return st;
+    }
+    *out = ctx->programs[storage];
+    return MPCL_OK;
+}
+
+mpcl_status mpcl__kernel(mpcl_context *ctx, mpcl_dtype storage, const char *name, cl_kernel *out) {
+    for (int i = 0; i < ctx->kernel_count; i++) {
+        if (ctx->kernels[i].storage == storage && strcmp(ctx->kernels[i].name, name) == 0) {
+            *out = ctx->kernels[i].kernel;
+            return MPCL_OK;
+        }
+    }
+    if (ctx->kernel_count == MPCL__MAX_KERNELS)
+        return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG,
+                          "more than %d kernels; raise MPCL__MAX_KERNELS", MPCL__MAX_KERNELS);
+    cl_program p;
+    mpcl_status st = mpcl__program(ctx, storage, &p);
+    if (st != MPCL_OK) return st;
+    cl_int err;
+    cl_kernel k = clCreateKernel(p, name, &err);
+    if (err != CL_SUCCESS) {
+        return MPCL_ERROR(ctx, mpcl__cl_status(err), "clCreateKernel(\"%s\") returned %s (%d)",
+                          name, mpcl_cl_error_name(err), (int)err);
+    }
+    ctx->kernels[ctx->kernel_count].storage = storage;
+    ctx->kernels[ctx->kernel_count].name = name;
+    ctx->kernels[ctx->kernel_count].kernel = k;
+    ctx->kernel_count++;
+    *out = k;
+    return MPCL_OK;
+}

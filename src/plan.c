@@ -1,0 +1,192 @@
+/* The precision plan: the one place where a policy becomes storage dtypes, a
+ * GEMM path and loss scaling on a given device. Pure: no OpenCL, no globals
+ * (the environment is read only by mpcl_plan_overrides_from_env). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+static const char *const policy_names[MPCL_POLICY_COUNT] = {"auto", "mixed_float16", "float32"};
+static const char *const gemm_names[MPCL_GEMM_PATH_COUNT] = {"clblast-sgemm", "clblast-hgemm",
+                                                             "mpcl-f32", "mpcl-mixed"};
+
+const char *mpcl_policy_name(mpcl_policy policy) {
+    return (unsigned)policy < MPCL_POLICY_COUNT ? policy_names[policy] : "unknown";
+}
+
+const char *mpcl_gemm_path_name(mpcl_gemm_path path) {
+    return (unsigned)path < MPCL_GEMM_PATH_COUNT ? gemm_names[path] : "unknown";
+}
+
+const char *mpcl_dtype_name(mpcl_dtype dtype) {
+    switch (dtype) {
+    case MPCL_DTYPE_F32: return "f32";
+    case MPCL_DTYPE_F16: return "f16";
+    case MPCL_DTYPE_I32: return "i32";
+    default: return "unknown";
+    }
+}
+
+bool mpcl_policy_parse(const char *name, mpcl_policy *out) {
+    for (int i = 0; i < MPCL_POLICY_COUNT; i++) {
+        if (name && strcmp(name, policy_names[i]) == 0) {
+            *out = (mpcl_policy)i;
+            return true;
+        }
+    }
+    return false;
+}
+
+bool mpcl_gemm_path_parse(const char *name, mpcl_gemm_path *out) {
+    for (int i = 0; i < MPCL_GEMM_PATH_COUNT; i++) {
+        if (name && strcmp(name, gemm_names[i]) == 0) {
+            *out = (mpcl_gemm_path)i;
+            return true;
+        }
+    }
+    return false;
+}
+
+mpcl_status mpcl_plan_overrides_from_env(mpcl_plan_overrides *out) {
+    memset(out, 0, sizeof *out);
+    const char *fp16 = getenv("MPCL_FP16");
+    if (fp16 && *fp16) {
+        if (strcmp(fp16, "force") == 0)
+            out->fp16 = MPCL_FP16_FORCE;
+        else if (strcmp(fp16, "off") == 0)
+            out->fp16 = MPCL_FP16_OFF;
+        else
+            return MPCL_ERROR(NULL, MPCL_ERR_INVALID_ARG,
+                              "MPCL_FP16='%s' is not one of: force, off (or unset)", fp16);
+    }
+    const char *gemm = getenv("MPCL_GEMM");
+    if (gemm && *gemm) {
+        if (!mpcl_gemm_path_parse(gemm, &out->gemm))
+            return MPCL_ERROR(NULL, MPCL_ERR_INVALID_ARG,
+                              "MPCL_GEMM='%s' is not one of: clblast-sgemm, clblast-hgemm, "
+                              "mpcl-f32, mpcl-mixed (or unset)",
+                              gemm);
+        out->gemm_set = true;
+    }
+    return MPCL_OK;
+}
+
+bool mpcl_plan_fp16_math_usable(const mpcl_device_info *d, mpcl_fp16_override fp16) {
+    if (fp16 == MPCL_FP16_OFF) return false;
+    if (d->fp16_math == MPCL_FP16_MATH_VERIFIED) return true;
+    return fp16 == MPCL_FP16_FORCE && d->fp16_math == MPCL_FP16_MATH_UNDECLARED_BUT_WORKS;
+}
+
+/* Why half arithmetic is off the table, in words a user can act on. */
+static const char *why_no_fp16_math(const mpcl_device_info *d, mpcl_fp16_override fp16) {
+    if (fp16 == MPCL_FP16_OFF) return "MPCL_FP16=off";
+    switch (d->fp16_math) {
+    case MPCL_FP16_MATH_DECLARED_BUT_BROKEN:
+        return "device declares cl_khr_fp16 but its half arithmetic failed verification";
+    case MPCL_FP16_MATH_UNDECLARED_BUT_WORKS:
+        return "half arithmetic works but cl_khr_fp16 is not declared (MPCL_FP16=force opts in)";
+    case MPCL_FP16_MATH_UNTESTED: return "half arithmetic was not verified";
+    default: return "device lacks cl_khr_fp16";
+    }
+}
+
+/* The GEMM rule, in one place. f32: on CPUs mpcl's register-tiled kernel
+ * (PoCL, 128x128x784: ~250-330 GFLOP/s against ~19 for untuned CLBlast), on
+ * GPUs CLBlast's tuned SGEMM. f16 storage: CLBlast HGEMM where half arithmetic
+ * is usable, else mpcl-mixed (f16 in, f32 accumulation), which runs on every
+ * OpenCL 1.2 device. */
+static mpcl_gemm_path default_gemm(const mpcl_device_info *d, mpcl_dtype storage, bool fp16_math) {
+    if (storage == MPCL_DTYPE_F16)
+        return fp16_math ? MPCL_GEMM_CLBLAST_HGEMM : MPCL_GEMM_MPCL_MIXED;
+    return d->type == MPCL_DEVICE_TYPE_CPU ? MPCL_GEMM_MPCL_F32 : MPCL_GEMM_CLBLAST_SGEMM;
+}
+
+static void set_float32(mpcl_plan *p, const mpcl_device_info *d) {
+    p->resolved = MPCL_POLICY_FLOAT32;
+    p->storage = MPCL_DTYPE_F32;
+    p->gemm = default_gemm(d, MPCL_DTYPE_F32, false);
+    p->loss_scaling = false;
+}
+
+/* MPCL_GEMM: honoured when the storage and the device allow it, else the plan
+ * is marked unusable with the reason. */
+static void apply_gemm_override(mpcl_plan *p, bool fp16_math, const mpcl_gemm_path *gemm) {
+    if (!gemm) return;
+    bool wants_f16 = *gemm == MPCL_GEMM_CLBLAST_HGEMM || *gemm == MPCL_GEMM_MPCL_MIXED;
+    if (wants_f16 != (p->storage == MPCL_DTYPE_F16)) {
+        p->usable = false;
+        snprintf(p->reason, sizeof p->reason, "MPCL_GEMM=%s needs %s storage, but %s stores %s",
+                 mpcl_gemm_path_name(*gemm), wants_f16 ? "f16" : "f32",
+                 mpcl_policy_name(p->resolved), mpcl_dtype_name(p->storage));
+        return;
+    }
+    if (*gemm == MPCL_GEMM_CLBLAST_HGEMM && !fp16_math) {
+        p->usable = false;
+        snprintf(p->reason, sizeof p->reason,
+                 "MPCL_GEMM=clblast-hgemm needs half arithmetic, which this device cannot use");
+        return;
+    }
+    p->gemm = *gemm;
+    size_t n = strlen(p->reason);
+    snprintf(p->reason + n, sizeof p->reason - n, "; GEMM set by MPCL_GEMM");
+}
+
+mpcl_plan mpcl_plan_resolve(const mpcl_device_info *d, mpcl_policy policy,
+                            const mpcl_plan_overrides *overrides) {
+    mpcl_plan_overrides none = {0};
+    if (!overrides) overrides = &none;
+    mpcl_plan p;
+    memset(&p, 0, sizeof p);
+    p.policy = policy;
+    p.usable = true;
+    bool fp16_math = mpcl_plan_fp16_math_usable(d, overrides->fp16);
+    bool f16_storage = d->fp16_storage == MPCL_FP16_STORAGE_VERIFIED;
+
+    switch (policy) {
+    case MPCL_POLICY_FLOAT32:
+        set_float32(&p, d);
+        snprintf(p.reason, sizeof p.reason, "float32 requested: f32 everywhere");
+        break;
+    case MPCL_POLICY_AUTO:
+        if (fp16_math && f16_storage) {
+            p.resolved = MPCL_POLICY_MIXED_FLOAT16;
+            p.storage = MPCL_DTYPE_F16;
+            p.gemm = default_gemm(d, MPCL_DTYPE_F16, true);
+            p.loss_scaling = true;
+            snprintf(p.reason, sizeof p.reason,
+                     "device has verified fp16 math: mixed_float16 with HGEMM");
+        } else {
+            set_float32(&p, d);
+            snprintf(p.reason, sizeof p.reason, "%s: float32",
+                     f16_storage ? why_no_fp16_math(d, overrides->fp16)
+                                 : "f16 storage failed verification");
+        }
+        break;
+    case MPCL_POLICY_MIXED_FLOAT16:
+    default:
+        if (!f16_storage) {
+            set_float32(&p, d);
+            p.policy = policy;
+            p.usable = false;
+            snprintf(p.reason, sizeof p.reason,
+                     "mixed_float16 needs f16 storage, and vload_half/vstore_half_rte failed "
+                     "verification on this device");
+            break;
+        }
+        p.resolved = MPCL_POLICY_MIXED_FLOAT16;
+        p.storage = MPCL_DTYPE_F16;
+        p.gemm = default_gemm(d, MPCL_DTYPE_F16, fp16_math);
+        p.loss_scaling = true;
+        if (fp16_math)
+            snprintf(p.reason, sizeof p.reason,
+                     "device has verified fp16 math: f16 storage, HGEMM");
+        else
+            snprintf(p.reason, sizeof p.reason,
+                     "%s: f16 storage with f32 math, GEMM accumulates in f32",
+                     why_no_fp16_math(d, overrides->fp16));
+        break;
+    }
+    if (p.usable && overrides->gemm_set) apply_gemm_override(&p, fp16_math, &overrides->gemm);
+    return p;
+}
