@@ -133,4 +133,28 @@ struct mpcl_context {
     char *errmsg; /* owned; never NULL after create */
 };
 
+/* ---- tensor ---- */
+
+struct mpcl_tensor {
+    mpcl_context *ctx;
+    cl_mem mem;
+    mpcl_dtype dtype;
+    size_t rows, cols;
+    size_t bytes;
+};
+
+/* Sets the arguments of k from a list of (size, pointer) pairs ended by
+ * MPCL_ARGS_END; a failure names the kernel and the argument index. */
+mpcl_status mpcl__set_args(mpcl_context *ctx, cl_kernel k, const char *name, ...);
+#define MPCL_ARG(x) sizeof(x), (const void *)&(x)
+#define MPCL_ARGS_END (size_t)0
+
+/* Enqueues a 1-D kernel over n items; the global size is rounded up to a
+ * multiple of `local` (0 lets the driver choose the work-group). */
+mpcl_status mpcl__launch_1d(mpcl_context *ctx, cl_kernel k, const char *name, size_t n,
+                            size_t local);
+/* Enqueues a 2-D kernel; with `local`, global sizes are rounded up to it. */
+mpcl_status mpcl__launch_2d(mpcl_context *ctx, cl_kernel k, const char *name, size_t gx, size_t gy,
+                            const size_t *local);
+
 #endif

@@ -9,6 +9,7 @@
 #include <CL/cl.h>
 
 #include "mpcl/context.h"
+#include "mpcl/tensor.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -17,6 +18,8 @@ extern "C" {
 cl_context mpcl_context_cl_context(const mpcl_context *ctx);
 cl_device_id mpcl_context_cl_device(const mpcl_context *ctx);
 cl_command_queue mpcl_context_cl_queue(const mpcl_context *ctx);
+/* The buffer behind a tensor; it stays owned by the tensor. */
+cl_mem mpcl_tensor_cl_mem(const mpcl_tensor *t);
 
 #ifdef __cplusplus
 }

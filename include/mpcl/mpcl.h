@@ -8,6 +8,7 @@
 #include "mpcl/context.h"
 #include "mpcl/half.h"
 #include "mpcl/quickbench.h"
+#include "mpcl/tensor.h"
 #include "mpcl/version.h"
 
 #endif

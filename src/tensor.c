@@ -1,0 +1,225 @@
+/* Tensors, allocation accounting, and the small helpers every launcher uses. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+size_t mpcl_dtype_size(mpcl_dtype dtype) {
+    switch (dtype) {
+    case MPCL_DTYPE_F16: return 2;
+    case MPCL_DTYPE_F32:
+    case MPCL_DTYPE_I32: return 4;
+    default: return 0;
+    }
+}
+
+mpcl_status mpcl_tensor_create(mpcl_context *ctx, mpcl_dtype dtype, size_t rows, size_t cols,
+                               mpcl_tensor **out) {
+    *out = NULL;
+    size_t elem = mpcl_dtype_size(dtype);
+    if (elem == 0) return MPCL_ERROR(ctx, MPCL_ERR_DTYPE, "unknown dtype %d", (int)dtype);
+    if (rows == 0 || cols == 0)
+        return MPCL_ERROR(ctx, MPCL_ERR_SHAPE, "tensor shape %zux%zu has no elements", rows, cols);
+    if (rows > SIZE_MAX / cols || rows * cols > SIZE_MAX / elem ||
+        rows * cols * elem > ctx->info.max_alloc_bytes)
+        return MPCL_ERROR(ctx, MPCL_ERR_OUT_OF_MEMORY,
+                          "a %s tensor of %zux%zu exceeds the device's maximum allocation of "
+                          "%llu bytes",
+                          mpcl_dtype_name(dtype), rows, cols,
+                          (unsigned long long)ctx->info.max_alloc_bytes);
+    mpcl_tensor *t = calloc(1, sizeof *t);
+    if (!t) return MPCL_ERROR(ctx, MPCL_ERR_OUT_OF_MEMORY, "allocating a tensor handle");
+    t->ctx = ctx;
+    t->dtype = dtype;
+    t->rows = rows;
+    t->cols = cols;
+    t->bytes = rows * cols * elem;
+    mpcl_status st = MPCL_OK;
+    cl_int err;
+    t->mem = clCreateBuffer(ctx->cl, CL_MEM_READ_WRITE, t->bytes, NULL, &err);
+    CHECK_CL(ctx, err);
+    /* Zero-fill: a driver that allocates lazily fails here rather than in
+     * some later kernel, and nothing ever reads uninitialized memory. */
+    const cl_uint zero = 0;
+    CHECK_CL(ctx, clEnqueueFillBuffer(ctx->queue, t->mem, &zero, sizeof zero, 0, t->bytes, 0, NULL,
+                                      NULL));
+    ctx->bytes_now += t->bytes;
+    if (ctx->bytes_now > ctx->bytes_peak) ctx->bytes_peak = ctx->bytes_now;
+    *out = t;
+    return MPCL_OK;
+cleanup:
+    if (t->mem) clReleaseMemObject(t->mem);
+    free(t);
+    return st;
+}
+
+void mpcl_tensor_destroy(mpcl_tensor *t) {
+    if (!t) return;
+    t->ctx->bytes_now -= t->bytes;
+    clReleaseMemObject(t->mem);
+    free(t);
+}
+
+mpcl_dtype mpcl_tensor_dtype(const mpcl_tensor *t) {
+    return t->dtype;
+}
+size_t mpcl_tensor_rows(const mpcl_tensor *t) {
+    return t->rows;
+}
+size_t mpcl_tensor_cols(const mpcl_tensor *t) {
+    return t->cols;
+}
+size_t mpcl_tensor_count(const mpcl_tensor *t) {
+    return t->rows * t->cols;
+}
+size_t mpcl_tensor_bytes(const mpcl_tensor *t) {
+    return t->bytes;
+}
+size_t mpcl_context_bytes_now(const mpcl_context *ctx) {
+    return ctx->bytes_now;
+}
+size_t mpcl_context_bytes_peak(const mpcl_context *ctx) {
+    return ctx->bytes_peak;
+}
+
+static mpcl_status check_count(const mpcl_tensor *t, size_t count, const char *what) {
+    if (count != t->rows * t->cols)
+        return MPCL_ERROR(t->ctx, MPCL_ERR_SHAPE, "%s of %zu elements into a %zux%zu tensor", what,
+                          count, t->rows, t->cols);
+    return MPCL_OK;
+}
+
+mpcl_status mpcl_tensor_upload_raw(mpcl_tensor *t, const void *src, size_t bytes) {
+    mpcl_context *ctx = t->ctx;
+    mpcl_status st = MPCL_OK;
+    if (bytes != t->bytes)
+        return MPCL_ERROR(ctx, MPCL_ERR_SHAPE, "upload of %zu bytes into a tensor of %zu bytes",
+                          bytes, t->bytes);
+    CHECK_CL(ctx, clEnqueueWriteBuffer(ctx->queue, t->mem, CL_TRUE, 0, bytes, src, 0, NULL, NULL));
+cleanup:
+    return st;
+}
+
+mpcl_status mpcl_tensor_download_raw(const mpcl_tensor *t, void *dst, size_t bytes) {
+    mpcl_context *ctx = t->ctx;
+    mpcl_status st = MPCL_OK;
+    if (bytes != t->bytes)
+        return MPCL_ERROR(ctx, MPCL_ERR_SHAPE, "download of %zu bytes from a tensor of %zu bytes",
+                          bytes, t->bytes);
+    CHECK_CL(ctx, clEnqueueReadBuffer(ctx->queue, t->mem, CL_TRUE, 0, bytes, dst, 0, NULL, NULL));
+cleanup:
+    return st;
+}
+
+mpcl_status mpcl_tensor_upload_f32(mpcl_tensor *t, const float *src, size_t count) {
+    mpcl_status st = check_count(t, count, "upload");
+    if (st != MPCL_OK) return st;
+    if (t->dtype == MPCL_DTYPE_F32) return mpcl_tensor_upload_raw(t, src, t->bytes);
+    if (t->dtype != MPCL_DTYPE_F16)
+        return MPCL_ERROR(t->ctx, MPCL_ERR_DTYPE, "float upload into a %s tensor",
+                          mpcl_dtype_name(t->dtype));
+    uint16_t *half = malloc(t->bytes);
+    if (!half) return MPCL_ERROR(t->ctx, MPCL_ERR_OUT_OF_MEMORY, "staging an f16 upload");
+    for (size_t i = 0; i < count; i++) half[i] = mpcl_f32_to_f16(src[i]);
+    st = mpcl_tensor_upload_raw(t, half, t->bytes);
+    free(half);
+    return st;
+}
+
+mpcl_status mpcl_tensor_download_f32(const mpcl_tensor *t, float *dst, size_t count) {
+    mpcl_status st = check_count(t, count, "download");
+    if (st != MPCL_OK) return st;
+    if (t->dtype == MPCL_DTYPE_F32) return mpcl_tensor_download_raw(t, dst, t->bytes);
+    if (t->dtype != MPCL_DTYPE_F16)
+        return MPCL_ERROR(t->ctx, MPCL_ERR_DTYPE, "float download from a %s tensor",
+                          mpcl_dtype_name(t->dtype));
+    uint16_t *half = malloc(t->bytes);
+    if (!half) return MPCL_ERROR(t->ctx, MPCL_ERR_OUT_OF_MEMORY, "staging an f16 download");
+    st = mpcl_tensor_download_raw(t, half, t->bytes);
+    if (st == MPCL_OK)
+        for (size_t i = 0; i < count; i++) dst[i] = mpcl_f16_to_f32(half[i]);
+    free(half);
+    return st;
+}
+
+mpcl_status mpcl_tensor_upload_i32(mpcl_tensor *t, const int32_t *src, size_t count) {
+    mpcl_status st = check_count(t, count, "upload");
+    if (st != MPCL_OK) return st;
+    if (t->dtype != MPCL_DTYPE_I32)
+        return MPCL_ERROR(t->ctx, MPCL_ERR_DTYPE, "int32 upload into a %s tensor",
+                          mpcl_dtype_name(t->dtype));
+    return mpcl_tensor_upload_raw(t, src, t->bytes);
+}
+
+mpcl_status mpcl_tensor_download_i32(const mpcl_tensor *t, int32_t *dst, size_t count) {
+    mpcl_status st = check_count(t, count, "download");
+    if (st != MPCL_OK) return st;
+    if (t->dtype != MPCL_DTYPE_I32)
+        return MPCL_ERROR(t->ctx, MPCL_ERR_DTYPE, "int32 download from a %s tensor",
+                          mpcl_dtype_name(t->dtype));
+    return mpcl_tensor_download_raw(t, dst, t->bytes);
+}
+
+mpcl_status mpcl_tensor_fill(mpcl_tensor *t, float value) {
+    mpcl_context *ctx = t->ctx;
+    if (t->dtype != MPCL_DTYPE_F32 && t->dtype != MPCL_DTYPE_F16)
+        return MPCL_ERROR(ctx, MPCL_ERR_DTYPE, "fill of a %s tensor", mpcl_dtype_name(t->dtype));
+    cl_kernel k;
+    mpcl_status st = mpcl__kernel(ctx, t->dtype, "mpcl_fill", &k);
+    if (st != MPCL_OK) return st;
+    cl_uint n = (cl_uint)(t->rows * t->cols);
+    st = mpcl__set_args(ctx, k, "mpcl_fill", MPCL_ARG(t->mem), MPCL_ARG(value), MPCL_ARG(n),
+                        MPCL_ARGS_END);
+    if (st != MPCL_OK) return st;
+    return mpcl__launch_1d(ctx, k, "mpcl_fill", n, 64);
+}
+
+mpcl_status mpcl__set_args(mpcl_context *ctx, cl_kernel k, const char *name, ...) {
+    va_list ap;
+    va_start(ap, name);
+    mpcl_status st = MPCL_OK;
+    for (cl_uint i = 0;; i++) {
+        size_t size = va_arg(ap, size_t);
+        if (size == 0) break;
+        const void *value = va_arg(ap, const void *);
+        cl_int err = clSetKernelArg(k, i, size, value);
+        if (err != CL_SUCCESS) {
+            st = MPCL_ERROR(ctx, mpcl__cl_status(err), "clSetKernelArg(%s, %u) returned %s (%d)",
+                            name, i, mpcl_cl_error_name(err), (int)err);
+            break;
+        }
+    }
+    va_end(ap);
+    return st;
+}
+
+static size_t round_up(size_t n, size_t m) {
+    return m ? (n + m - 1) / m * m : n;
+}
+
+mpcl_status mpcl__launch_1d(mpcl_context *ctx, cl_kernel k, const char *name, size_t n,
+                            size_t local) {
+    size_t global = round_up(n, local);
+    cl_int err = clEnqueueNDRangeKernel(ctx->queue, k, 1, NULL, &global, local ? &local : NULL, 0,
+                                        NULL, NULL);
+    if (err != CL_SUCCESS)
+        return MPCL_ERROR(ctx, mpcl__cl_status(err),
+                          "clEnqueueNDRangeKernel(%s, %zu items) returned %s (%d)", name, global,
+                          mpcl_cl_error_name(err), (int)err);
+    return MPCL_OK;
+}
+
+mpcl_status mpcl__launch_2d(mpcl_context *ctx, cl_kernel k, const char *name, size_t gx, size_t gy,
+                            const size_t *local) {
+    size_t global[2] = {local ? round_up(gx, local[0]) : gx, local ? round_up(gy, local[1]) : gy};
+    cl_int err = clEnqueueNDRangeKernel(ctx->queue, k, 2, NULL, global, local, 0, NULL, NULL);
+    if (err != CL_SUCCESS)
+        return MPCL_ERROR(ctx, mpcl__cl_status(err),
+                          "clEnqueueNDRangeKernel(%s, %zux%zu items) returned %s (%d)", name,
+                          global[0], global[1], mpcl_cl_error_name(err), (int)err);
+    return MPCL_OK;
+}
+
+cl_mem mpcl_tensor_cl_mem(const mpcl_tensor *t) {
+    return t->mem;
+}

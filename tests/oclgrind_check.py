@@ -1,0 +1,38 @@
+#!/usr/bin/env python3
+"""Runs a command under Oclgrind and fails when Oclgrind reports anything.
+
+usage: oclgrind_check.py COMMAND [ARGS...]
+
+Oclgrind reports out-of-bounds accesses, data races and uninitialized reads
+in its log but does not change the exit status, so this wrapper reads the log:
+any report fails the test. One report is expected and allowed: the fp16
+verification runs a `half` arithmetic kernel (probe_half_math) that Oclgrind
+compiles but cannot execute, which is how mpcl learns that fp16 math is absent."""
+import os
+import subprocess
+import sys
+import tempfile
+
+EXPECTED_KERNELS = ("Kernel: probe_half_math",)
+
+
+def main(argv):
+    if len(argv) < 2:
+        sys.exit("usage: oclgrind_check.py COMMAND [ARGS...]")
+    with tempfile.TemporaryDirectory() as tmp:
+        log = os.path.join(tmp, "oclgrind.log")
+        cmd = ["oclgrind", "--check-api", "--data-races", "--uninitialized",
+               "--log", log] + argv[1:]
+        rc = subprocess.call(cmd)
+        text = open(log, errors="replace").read() if os.path.exists(log) else ""
+    blocks = [b.strip() for b in text.split("\n\n") if b.strip()]
+    unexpected = [b for b in blocks if not any(k in b for k in EXPECTED_KERNELS)]
+    if unexpected:
+        sys.stderr.write("oclgrind reported %d problem(s):\n\n" % len(unexpected))
+        sys.stderr.write("\n\n".join(unexpected[:10]) + "\n")
+        return rc or 1
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,80 @@
+#include "testutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+mpcl_context *tu_context(void) {
+    mpcl_context *ctx = NULL;
+    mpcl_status st = mpcl_context_create(NULL, &ctx);
+    if (st != MPCL_OK) fail_msg("mpcl_context_create: %s", mpcl_errmsg());
+    return ctx;
+}
+
+bool tu_slow_device(const mpcl_context *ctx) {
+    const mpcl_device_info *d = mpcl_context_device(ctx);
+    return strstr(d->name, "Oclgrind") != NULL || strstr(d->platform, "rusticl") != NULL;
+}
+
+tu_rng tu_rng_make(uint64_t seed) {
+    tu_rng r = {seed ? seed : 0x9e3779b97f4a7c15ull};
+    return r;
+}
+
+static uint64_t next(tu_rng *r) {
+    r->s ^= r->s >> 12;
+    r->s ^= r->s << 25;
+    r->s ^= r->s >> 27;
+    return r->s * 0x2545f4914f6cdd1dull;
+}
+
+double tu_uniform(tu_rng *r, double lo, double hi) {
+    return lo + (hi - lo) * (double)(next(r) >> 11) * 0x1p-53;
+}
+
+void tu_fill_uniform(tu_rng *r, float *x, size_t n, float lo, float hi) {
+    for (size_t i = 0; i < n; i++) x[i] = (float)tu_uniform(r, lo, hi);
+}
+
+float tu_poison_f32(void) {
+    const uint32_t bits = 0x7fc0dead;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+bool tu_check_close(const char *what, const float *got, const double *want, size_t n, double atol,
+                    double rtol, double norm_tol) {
+    size_t bad = 0;
+    double diff2 = 0, want2 = 0;
+    for (size_t i = 0; i < n; i++) {
+        double g = got[i], w = want[i];
+        bool ok;
+        if (isnan(w))
+            ok = isnan(g);
+        else if (isinf(w))
+            ok = g == w;
+        else if (isnan(g) || isinf(g))
+            ok = false;
+        else {
+            ok = fabs(g - w) <= atol + rtol * fabs(w);
+            diff2 += (g - w) * (g - w);
+            want2 += w * w;
+        }
+        if (!ok && bad++ < 5)
+            fprintf(stderr, "%s: element %zu: got %.9g, want %.9g (|diff| %.3g)\n", what, i, g, w,
+                    fabs(g - w));
+    }
+    if (bad) {
+        fprintf(stderr, "%s: %zu of %zu elements out of tolerance (atol %.3g, rtol %.3g)\n", what,
+                bad, n, atol, rtol);
+        return false;
+    }
+    double norm = sqrt(diff2) / fmax(sqrt(want2), 1e-30);
+    if (norm > norm_tol) {
+        fprintf(stderr, "%s: normalized error %.3g > %.3g\n", what, norm, norm_tol);
+        return false;
+    }
+    return true;
+}

@@ -1,0 +1,50 @@
+/* Shared test helpers: a context on the device the suite runs on, a seeded
+ * RNG, and the three output checks (elementwise abs+rel with the first
+ * mismatches printed, whole-tensor normalized error, NaN/inf policy). */
+#ifndef MPCL_TESTUTIL_H
+#define MPCL_TESTUTIL_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+/* cmocka needs these first. */
+#include <cmocka.h>
+
+#include "mpcl/mpcl.h"
+
+/* A context on $MPCL_DEVICE (the suite sets it per OpenCL implementation);
+ * fails the test with the error detail when none can be made. */
+mpcl_context *tu_context(void);
+
+/* True on slow implementations (Oclgrind, Rusticl): tests may pick smaller cases. */
+bool tu_slow_device(const mpcl_context *ctx);
+
+/* xorshift64*: fresh inputs per test, reproducible from the printed seed. */
+typedef struct tu_rng {
+    uint64_t s;
+} tu_rng;
+tu_rng tu_rng_make(uint64_t seed);
+double tu_uniform(tu_rng *r, double lo, double hi);
+void tu_fill_uniform(tu_rng *r, float *x, size_t n, float lo, float hi);
+
+/* The elementwise check: |got - want| <= atol + rtol * |want| for every
+ * element, and the normalized error ||got - want|| / max(||want||, 1e-30) <=
+ * norm_tol. NaN in got fails unless want is NaN; an expected inf must be the
+ * same inf. Prints the first mismatches with `what`. Returns true on pass. */
+bool tu_check_close(const char *what, const float *got, const double *want, size_t n, double atol,
+                    double rtol, double norm_tol);
+
+/* The float that poisons outputs: a NaN with a payload no kernel produces. */
+float tu_poison_f32(void);
+#define TU_POISON_F16 ((uint16_t)0x7e55)
+
+/* assert_int_equal with the error detail printed when it fails. */
+#define TU_ASSERT_OK(call)                                                 \
+    do {                                                                   \
+        mpcl_status tu_st_ = (call);                                       \
+        if (tu_st_ != MPCL_OK) fail_msg("%s -> %s", #call, mpcl_errmsg()); \
+    } while (0)
+
+#endif
