@@ -40,9 +40,8 @@ mpcl_status mpcl_tensor_create(mpcl_context *ctx, mpcl_dtype dtype, size_t rows,
     CHECK_CL(ctx, err);
     /* Zero-fill: a driver that allocates lazily fails here rather than in
      * some later kernel, and nothing ever reads uninitialized memory. */
-    const cl_uint zero = 0;
-    CHECK_CL(ctx, clEnqueueFillBuffer(ctx->queue, t->mem, &zero, sizeof zero, 0, t->bytes, 0, NULL,
-                                      NULL));
+    const uint32_t zero = 0; /* the pattern is one element: sizes are multiples of it */
+    CHECK_CL(ctx, clEnqueueFillBuffer(ctx->queue, t->mem, &zero, elem, 0, t->bytes, 0, NULL, NULL));
     ctx->bytes_now += t->bytes;
     if (ctx->bytes_now > ctx->bytes_peak) ctx->bytes_peak = ctx->bytes_now;
     *out = t;

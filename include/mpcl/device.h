@@ -48,7 +48,7 @@ typedef struct mpcl_fp_config {
 #define MPCL_EXTENSIONS_STR 16384
 
 typedef struct mpcl_device_info {
-    char id[16]; /* "P:D": platform and device index in enumeration order */
+    char id[24]; /* "P:D": platform and device index in enumeration order */
     unsigned platform_index, device_index;
     char platform[MPCL_INFO_STR];
     char platform_version[MPCL_INFO_STR];
