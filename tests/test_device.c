@@ -1,0 +1,149 @@
+/* Enumeration and selection on the real ICDs, exact extension matching, and
+ * fp16 verification on the device the suite runs on. */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+static void extension_tokens_match_exactly(void **state) {
+    (void)state;
+    const char *ext = "cl_khr_fp16_something cl_khr_fp64  cl_intel_bfloat16_conversions\tcl_x";
+    assert_false(mpcl_has_extension(ext, "cl_khr_fp16"));
+    assert_true(mpcl_has_extension(ext, "cl_khr_fp64"));
+    assert_true(mpcl_has_extension(ext, "cl_intel_bfloat16_conversions"));
+    assert_false(mpcl_has_extension(ext, "cl_intel_bfloat16"));
+    assert_true(mpcl_has_extension(ext, "cl_x"));
+    assert_false(mpcl_has_extension(ext, "khr_fp64"));
+    assert_false(mpcl_has_extension("", "cl_khr_fp16"));
+    assert_true(mpcl_has_extension("cl_khr_fp16", "cl_khr_fp16"));
+}
+
+static void enumeration_lists_devices_with_stable_ids(void **state) {
+    (void)state;
+    mpcl_device_list *list = NULL;
+    TU_ASSERT_OK(mpcl_device_list_create(MPCL_ENUM_DEFAULT, &list));
+    size_t n = mpcl_device_list_count(list);
+    assert_true(n >= 1);
+    for (size_t i = 0; i < n; i++) {
+        const mpcl_device_info *d = mpcl_device_list_get(list, i);
+        char want[16];
+        snprintf(want, sizeof want, "%u:%u", d->platform_index, d->device_index);
+        assert_string_equal(d->id, want);
+        assert_true(strlen(d->name) > 0);
+        assert_true(d->global_mem_bytes > 0 && d->max_alloc_bytes > 0);
+        assert_true(d->compute_units > 0);
+        assert_true(d->single_fp.present);
+        assert_int_equal(d->has_fp16_extension, mpcl_has_extension(d->extensions, "cl_khr_fp16"));
+        /* Without MPCL_ENUM_VERIFY_FP16 nothing is claimed about fp16. */
+        assert_int_equal(d->fp16_math, MPCL_FP16_MATH_UNTESTED);
+        for (size_t j = 0; j < i; j++)
+            assert_string_not_equal(d->id, mpcl_device_list_get(list, j)->id);
+    }
+    for (size_t i = 0; i < mpcl_device_list_skipped_count(list); i++)
+        assert_true(strlen(mpcl_device_list_skipped(list, i)->reason) > 0);
+    assert_null(mpcl_device_list_get(list, n));
+    mpcl_device_list_destroy(list);
+}
+
+static void selection_by_id_type_and_name(void **state) {
+    (void)state;
+    mpcl_device_list *list = NULL;
+    TU_ASSERT_OK(mpcl_device_list_create(MPCL_ENUM_DEFAULT, &list));
+    size_t index = 99;
+    for (size_t i = 0; i < mpcl_device_list_count(list); i++) {
+        const mpcl_device_info *d = mpcl_device_list_get(list, i);
+        TU_ASSERT_OK(mpcl_device_list_select(list, d->id, &index));
+        assert_int_equal(index, i);
+        /* A case-flipped middle part of the name selects a device with that part. */
+        char part[MPCL_INFO_STR];
+        size_t len = strlen(d->name);
+        snprintf(part, sizeof part, "%s", d->name + len / 3);
+        if (len / 3 + 1 < sizeof part) part[len / 3 + 1] = '\0';
+        for (char *p = part; *p; p++)
+            *p = (char)(isupper((unsigned char)*p) ? tolower(*p) : toupper(*p));
+        TU_ASSERT_OK(mpcl_device_list_select(list, part, &index));
+        assert_non_null(mpcl_device_list_get(list, index));
+        /* The type words pick a device of that type. */
+        const char *word = mpcl_device_type_name(d->type);
+        if (strcmp(word, "other") != 0) {
+            TU_ASSERT_OK(mpcl_device_list_select(list, word, &index));
+            assert_int_equal(mpcl_device_list_get(list, index)->type, d->type);
+        }
+    }
+    TU_ASSERT_OK(mpcl_device_list_select(list, NULL, &index));
+    TU_ASSERT_OK(mpcl_device_list_select(list, "", &index));
+    mpcl_device_list_destroy(list);
+}
+
+static void unknown_selector_lists_the_devices(void **state) {
+    (void)state;
+    mpcl_device_list *list = NULL;
+    TU_ASSERT_OK(mpcl_device_list_create(MPCL_ENUM_DEFAULT, &list));
+    size_t index = 99;
+    assert_int_equal(mpcl_device_list_select(list, "no-such-device-zz", &index),
+                     MPCL_ERR_NO_DEVICE);
+    assert_int_equal(index, 99);
+    const char *msg = mpcl_errmsg();
+    assert_non_null(strstr(msg, "'no-such-device-zz'"));
+    for (size_t i = 0; i < mpcl_device_list_count(list); i++) {
+        assert_non_null(strstr(msg, mpcl_device_list_get(list, i)->id));
+        assert_non_null(strstr(msg, mpcl_device_list_get(list, i)->name));
+    }
+    mpcl_device_list_destroy(list);
+
+    mpcl_context_params p = mpcl_context_default_params();
+    p.device = "no-such-device-zz";
+    mpcl_context *ctx = (mpcl_context *)0x1;
+    assert_int_equal(mpcl_context_create(&p, &ctx), MPCL_ERR_NO_DEVICE);
+    assert_null(ctx);
+}
+
+static void bad_fp16_override_is_refused(void **state) {
+    (void)state;
+    setenv("MPCL_FP16", "maybe", 1);
+    mpcl_context *ctx = (mpcl_context *)0x1;
+    assert_int_equal(mpcl_context_create(NULL, &ctx), MPCL_ERR_INVALID_ARG);
+    assert_null(ctx);
+    unsetenv("MPCL_FP16");
+}
+
+/* What DESIGN.md records for the implementations on the CI machine: f16
+ * storage works everywhere; half arithmetic only where cl_khr_fp16 is declared. */
+static void fp16_verification_on_the_suite_device(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    const mpcl_device_info *d = mpcl_context_device(ctx);
+    fprintf(stderr, "device %s (%s): fp16 math %s, storage %s: %s\n", d->name, d->platform,
+            mpcl_fp16_math_name(d->fp16_math), mpcl_fp16_storage_name(d->fp16_storage),
+            d->fp16_detail);
+    assert_int_equal(d->fp16_storage, MPCL_FP16_STORAGE_VERIFIED);
+    bool known_without_fp16 = strstr(d->platform, "Portable Computing Language") ||
+                              strstr(d->platform, "rusticl") || strstr(d->name, "Oclgrind");
+    if (known_without_fp16) assert_int_equal(d->fp16_math, MPCL_FP16_MATH_NONE);
+    if (d->has_fp16_extension) assert_int_equal(d->fp16_math, MPCL_FP16_MATH_VERIFIED);
+    /* The selector in the environment chose this device. */
+    const char *sel = getenv("MPCL_DEVICE");
+    if (sel && *sel) {
+        mpcl_device_list *list = NULL;
+        size_t index;
+        TU_ASSERT_OK(mpcl_device_list_create(MPCL_ENUM_DEFAULT, &list));
+        TU_ASSERT_OK(mpcl_device_list_select(list, sel, &index));
+        assert_string_equal(mpcl_device_list_get(list, index)->id, d->id);
+        mpcl_device_list_destroy(list);
+    }
+    mpcl_context_destroy(ctx);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(extension_tokens_match_exactly),
+        cmocka_unit_test(enumeration_lists_devices_with_stable_ids),
+        cmocka_unit_test(selection_by_id_type_and_name),
+        cmocka_unit_test(unknown_selector_lists_the_devices),
+        cmocka_unit_test(bad_fp16_override_is_refused),
+        cmocka_unit_test(fp16_verification_on_the_suite_device),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

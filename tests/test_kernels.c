@@ -1,0 +1,210 @@
+/* The kernels area: embedded sources, per-dtype programs, build failures
+ * with their log, and the on-disk binary cache (hit, miss, corrupt,
+ * truncated, foreign, off). */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "testutil.h"
+
+static char cache_dir[64];
+
+static int setup(void **state) {
+    (void)state;
+    snprintf(cache_dir, sizeof cache_dir, "/tmp/mpcl-cache-test-XXXXXX");
+    if (!mkdtemp(cache_dir)) return -1;
+    setenv("MPCL_CACHE_DIR", cache_dir, 1);
+    unsetenv("MPCL_CACHE");
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    DIR *d = opendir(cache_dir);
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d)) != NULL) {
+            char path[512];
+            if (e->d_name[0] == '.') continue;
+            snprintf(path, sizeof path, "%s/%s", cache_dir, e->d_name);
+            unlink(path);
+        }
+        closedir(d);
+    }
+    rmdir(cache_dir);
+    return 0;
+}
+
+/* The single entry in the cache folder (asserting there is exactly one and no
+ * temp file was left behind). */
+static void only_entry(char *path, size_t size) {
+    DIR *d = opendir(cache_dir);
+    assert_non_null(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.') continue;
+        assert_null(strstr(e->d_name, ".tmp-"));
+        snprintf(path, size, "%s/%s", cache_dir, e->d_name);
+        n++;
+    }
+    closedir(d);
+    assert_int_equal(n, 1);
+}
+
+static const char *source_a = "__kernel void a(__global float *x) { x[get_global_id(0)] = 1.0f; }";
+
+static mpcl__cache_outcome build(mpcl_context *ctx, const char *src) {
+    cl_program p = NULL;
+    TU_ASSERT_OK(mpcl__program_build(ctx, src, "-cl-std=CL1.2", &p));
+    assert_non_null(p);
+    clReleaseProgram(p);
+    return mpcl__cache_last_outcome(ctx);
+}
+
+static void embedded_sources_are_there(void **state) {
+    (void)state;
+    size_t n = 0;
+    char *common = mpcl__cl_source_load("common.cl", &n);
+    assert_non_null(common);
+    assert_true(n > 100 && strlen(common) == n);
+    assert_non_null(strstr(common, "vstore_half_rte"));
+    free(common);
+    assert_null(mpcl__cl_source_load("no-such-file.cl", NULL));
+}
+
+static void programs_build_for_both_storages(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    TU_ASSERT_OK(mpcl_context_warm_up(ctx));
+    cl_program p;
+    TU_ASSERT_OK(mpcl__program(ctx, MPCL_DTYPE_F32, &p));
+    TU_ASSERT_OK(mpcl__program(ctx, MPCL_DTYPE_F16, &p));
+    assert_int_equal(mpcl__program(ctx, MPCL_DTYPE_I32, &p), MPCL_ERR_DTYPE);
+    cl_kernel k;
+    assert_int_equal(mpcl__kernel(ctx, MPCL_DTYPE_F32, "no_such_kernel", &k), MPCL_ERR_OPENCL);
+    assert_non_null(strstr(mpcl_context_errmsg(ctx), "CL_INVALID_KERNEL_NAME"));
+    mpcl_context_destroy(ctx);
+}
+
+static void a_build_failure_carries_the_build_log(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    cl_program p = (cl_program)0x1;
+    mpcl_status st = mpcl__program_build(
+        ctx, "__kernel void broken(__global float *x) { x[0] = undeclared_name; }", "-cl-std=CL1.2",
+        &p);
+    assert_int_equal(st, MPCL_ERR_BUILD);
+    assert_null(p);
+    const char *msg = mpcl_context_errmsg(ctx);
+    assert_non_null(strstr(msg, "CL_BUILD_PROGRAM_FAILURE"));
+    assert_non_null(strstr(msg, "build log"));
+    assert_non_null(strstr(msg, "undeclared_name"));
+    assert_string_equal(msg, mpcl_errmsg());
+    /* A failed build is never cached. */
+    DIR *d = opendir(cache_dir);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) assert_true(e->d_name[0] == '.');
+    closedir(d);
+    mpcl_context_destroy(ctx);
+}
+
+static void cache_miss_then_hit_across_contexts(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    assert_int_equal(build(ctx, source_a), MPCL__CACHE_MISS);
+    char path[512];
+    only_entry(path, sizeof path);
+    assert_int_equal(build(ctx, source_a), MPCL__CACHE_HIT);
+    mpcl_context_destroy(ctx);
+
+    /* A fresh context loads the library program from the cache and it runs. */
+    ctx = tu_context();
+    TU_ASSERT_OK(mpcl_context_warm_up(ctx));
+    mpcl_context_destroy(ctx);
+    ctx = tu_context();
+    TU_ASSERT_OK(mpcl_context_warm_up(ctx));
+    assert_int_equal(mpcl__cache_last_outcome(ctx), MPCL__CACHE_HIT);
+    mpcl_tensor *t = NULL;
+    TU_ASSERT_OK(mpcl_tensor_create(ctx, MPCL_DTYPE_F32, 3, 5, &t));
+    TU_ASSERT_OK(mpcl_tensor_fill(t, 2.5f));
+    float got[15];
+    TU_ASSERT_OK(mpcl_tensor_download_f32(t, got, 15));
+    for (int i = 0; i < 15; i++) assert_true(got[i] == 2.5f);
+    mpcl_tensor_destroy(t);
+    mpcl_context_destroy(ctx);
+}
+
+static void rewrite_entry(const char *path, long offset, const char *bytes, size_t n,
+                          long truncate_to) {
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    if (n) {
+        fseek(f, offset, SEEK_SET);
+        fwrite(bytes, 1, n, f);
+    }
+    fclose(f);
+    if (truncate_to >= 0) assert_int_equal(truncate(path, truncate_to), 0);
+}
+
+static void corrupt_truncated_and_foreign_entries_are_rebuilt(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    assert_int_equal(build(ctx, source_a), MPCL__CACHE_MISS);
+    char path[512];
+    only_entry(path, sizeof path);
+
+    rewrite_entry(path, 48, "garbage!", 8, -1); /* payload changed: checksum fails */
+    assert_int_equal(build(ctx, source_a), MPCL__CACHE_REJECTED);
+    assert_int_equal(build(ctx, source_a), MPCL__CACHE_HIT); /* rewritten */
+
+    rewrite_entry(path, 0, NULL, 0, 20); /* truncated inside the header */
+    assert_int_equal(build(ctx, source_a), MPCL__CACHE_REJECTED);
+    assert_int_equal(build(ctx, source_a), MPCL__CACHE_HIT);
+
+    rewrite_entry(path, 0, "NOTMPCL!", 8, -1); /* not ours at all */
+    assert_int_equal(build(ctx, source_a), MPCL__CACHE_REJECTED);
+    assert_int_equal(build(ctx, source_a), MPCL__CACHE_HIT);
+
+    /* Foreign: a valid entry for another key under this key's name. */
+    char saved[600];
+    snprintf(saved, sizeof saved, "%s.keep", cache_dir); /* outside the folder */
+    assert_int_equal(rename(path, saved), 0);
+    const char *source_b = "__kernel void b(__global float *x) { x[get_global_id(0)] = 2.0f; }";
+    assert_int_equal(build(ctx, source_b), MPCL__CACHE_MISS);
+    char path_b[512];
+    only_entry(path_b, sizeof path_b);
+    assert_int_equal(rename(saved, path_b), 0); /* a's entry now sits under b's name */
+    assert_int_equal(build(ctx, source_b), MPCL__CACHE_REJECTED);
+    assert_int_equal(build(ctx, source_b), MPCL__CACHE_HIT);
+    mpcl_context_destroy(ctx);
+}
+
+static void cache_can_be_turned_off(void **state) {
+    (void)state;
+    setenv("MPCL_CACHE", "0", 1);
+    mpcl_context *ctx = tu_context();
+    assert_int_equal(build(ctx, source_a), MPCL__CACHE_OFF);
+    mpcl_context_destroy(ctx);
+    unsetenv("MPCL_CACHE");
+    DIR *d = opendir(cache_dir);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) assert_true(e->d_name[0] == '.');
+    closedir(d);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(embedded_sources_are_there),
+        cmocka_unit_test_setup_teardown(programs_build_for_both_storages, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_build_failure_carries_the_build_log, setup, teardown),
+        cmocka_unit_test_setup_teardown(cache_miss_then_hit_across_contexts, setup, teardown),
+        cmocka_unit_test_setup_teardown(corrupt_truncated_and_foreign_entries_are_rebuilt, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(cache_can_be_turned_off, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

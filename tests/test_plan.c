@@ -1,0 +1,185 @@
+/* The precision plan on synthetic capability records: every rule of
+ * DESIGN.md's resolution table, the overrides, and the reasons. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+static mpcl_device_info device(mpcl_device_type type, bool ext, mpcl_fp16_math math,
+                               mpcl_fp16_storage storage) {
+    mpcl_device_info d;
+    memset(&d, 0, sizeof d);
+    d.type = type;
+    d.has_fp16_extension = ext;
+    d.fp16_math = math;
+    d.fp16_storage = storage;
+    return d;
+}
+
+static const mpcl_plan_overrides none = {MPCL_FP16_DEFAULT, false, MPCL_GEMM_CLBLAST_SGEMM};
+
+static void expect(mpcl_plan p, mpcl_policy resolved, mpcl_dtype storage, mpcl_gemm_path gemm,
+                   bool loss_scaling, const char *reason_part) {
+    assert_true(p.usable);
+    assert_int_equal(p.resolved, resolved);
+    assert_int_equal(p.storage, storage);
+    if (p.gemm != gemm)
+        fail_msg("gemm %s, want %s", mpcl_gemm_path_name(p.gemm), mpcl_gemm_path_name(gemm));
+    assert_int_equal(p.loss_scaling, loss_scaling);
+    if (!strstr(p.reason, reason_part)) fail_msg("reason '%s' lacks '%s'", p.reason, reason_part);
+}
+
+static void nvidia_like_gpu(void **state) {
+    (void)state; /* NVIDIA's driver is reported not to declare cl_khr_fp16. */
+    mpcl_device_info d =
+        device(MPCL_DEVICE_TYPE_GPU, false, MPCL_FP16_MATH_NONE, MPCL_FP16_STORAGE_VERIFIED);
+    expect(mpcl_plan_resolve(&d, MPCL_POLICY_AUTO, &none), MPCL_POLICY_FLOAT32, MPCL_DTYPE_F32,
+           MPCL_GEMM_CLBLAST_SGEMM, false, "device lacks cl_khr_fp16: float32");
+    expect(mpcl_plan_resolve(&d, MPCL_POLICY_MIXED_FLOAT16, &none), MPCL_POLICY_MIXED_FLOAT16,
+           MPCL_DTYPE_F16, MPCL_GEMM_MPCL_MIXED, true, "f32 math");
+    expect(mpcl_plan_resolve(&d, MPCL_POLICY_FLOAT32, &none), MPCL_POLICY_FLOAT32, MPCL_DTYPE_F32,
+           MPCL_GEMM_CLBLAST_SGEMM, false, "float32");
+}
+
+static void amd_like_gpu_with_verified_fp16(void **state) {
+    (void)state;
+    mpcl_device_info d =
+        device(MPCL_DEVICE_TYPE_GPU, true, MPCL_FP16_MATH_VERIFIED, MPCL_FP16_STORAGE_VERIFIED);
+    expect(mpcl_plan_resolve(&d, MPCL_POLICY_AUTO, &none), MPCL_POLICY_MIXED_FLOAT16,
+           MPCL_DTYPE_F16, MPCL_GEMM_CLBLAST_HGEMM, true, "verified fp16 math");
+    expect(mpcl_plan_resolve(&d, MPCL_POLICY_MIXED_FLOAT16, &none), MPCL_POLICY_MIXED_FLOAT16,
+           MPCL_DTYPE_F16, MPCL_GEMM_CLBLAST_HGEMM, true, "HGEMM");
+    expect(mpcl_plan_resolve(&d, MPCL_POLICY_FLOAT32, &none), MPCL_POLICY_FLOAT32, MPCL_DTYPE_F32,
+           MPCL_GEMM_CLBLAST_SGEMM, false, "float32");
+    mpcl_plan_overrides off = none;
+    off.fp16 = MPCL_FP16_OFF;
+    expect(mpcl_plan_resolve(&d, MPCL_POLICY_AUTO, &off), MPCL_POLICY_FLOAT32, MPCL_DTYPE_F32,
+           MPCL_GEMM_CLBLAST_SGEMM, false, "MPCL_FP16=off");
+    expect(mpcl_plan_resolve(&d, MPCL_POLICY_MIXED_FLOAT16, &off), MPCL_POLICY_MIXED_FLOAT16,
+           MPCL_DTYPE_F16, MPCL_GEMM_MPCL_MIXED, true, "MPCL_FP16=off");
+}
+
+static void undeclared_but_works_needs_force(void **state) {
+    (void)state;
+    mpcl_device_info d = device(MPCL_DEVICE_TYPE_GPU, false, MPCL_FP16_MATH_UNDECLARED_BUT_WORKS,
+                                MPCL_FP16_STORAGE_VERIFIED);
+    expect(mpcl_plan_resolve(&d, MPCL_POLICY_AUTO, &none), MPCL_POLICY_FLOAT32, MPCL_DTYPE_F32,
+           MPCL_GEMM_CLBLAST_SGEMM, false, "MPCL_FP16=force opts in");
+    expect(mpcl_plan_resolve(&d, MPCL_POLICY_MIXED_FLOAT16, &none), MPCL_POLICY_MIXED_FLOAT16,
+           MPCL_DTYPE_F16, MPCL_GEMM_MPCL_MIXED, true, "not declared");
+    mpcl_plan_overrides force = none;
+    force.fp16 = MPCL_FP16_FORCE;
+    assert_true(mpcl_plan_fp16_math_usable(&d, MPCL_FP16_FORCE));
+    assert_false(mpcl_plan_fp16_math_usable(&d, MPCL_FP16_DEFAULT));
+    expect(mpcl_plan_resolve(&d, MPCL_POLICY_AUTO, &force), MPCL_POLICY_MIXED_FLOAT16,
+           MPCL_DTYPE_F16, MPCL_GEMM_CLBLAST_HGEMM, true, "verified fp16 math");
+}
+
+static void declared_but_broken_falls_back(void **state) {
+    (void)state;
+    mpcl_device_info d = device(MPCL_DEVICE_TYPE_GPU, true, MPCL_FP16_MATH_DECLARED_BUT_BROKEN,
+                                MPCL_FP16_STORAGE_VERIFIED);
+    expect(mpcl_plan_resolve(&d, MPCL_POLICY_AUTO, &none), MPCL_POLICY_FLOAT32, MPCL_DTYPE_F32,
+           MPCL_GEMM_CLBLAST_SGEMM, false, "failed verification");
+    mpcl_plan_overrides force = none;
+    force.fp16 = MPCL_FP16_FORCE; /* force never overrides a failed verification */
+    expect(mpcl_plan_resolve(&d, MPCL_POLICY_MIXED_FLOAT16, &force), MPCL_POLICY_MIXED_FLOAT16,
+           MPCL_DTYPE_F16, MPCL_GEMM_MPCL_MIXED, true, "failed verification");
+}
+
+static void pocl_as_found(void **state) {
+    (void)state; /* PoCL 3.1: CPU, no cl_khr_fp16, vload_half/vstore_half_rte verified. */
+    mpcl_device_info d =
+        device(MPCL_DEVICE_TYPE_CPU, false, MPCL_FP16_MATH_NONE, MPCL_FP16_STORAGE_VERIFIED);
+    expect(mpcl_plan_resolve(&d, MPCL_POLICY_AUTO, &none), MPCL_POLICY_FLOAT32, MPCL_DTYPE_F32,
+           MPCL_GEMM_MPCL_F32, false, "device lacks cl_khr_fp16: float32");
+    expect(mpcl_plan_resolve(&d, MPCL_POLICY_MIXED_FLOAT16, &none), MPCL_POLICY_MIXED_FLOAT16,
+           MPCL_DTYPE_F16, MPCL_GEMM_MPCL_MIXED, true, "f32 math");
+    expect(mpcl_plan_resolve(&d, MPCL_POLICY_FLOAT32, &none), MPCL_POLICY_FLOAT32, MPCL_DTYPE_F32,
+           MPCL_GEMM_MPCL_F32, false, "float32");
+}
+
+static void broken_f16_storage_makes_mixed_unusable(void **state) {
+    (void)state;
+    mpcl_device_info d =
+        device(MPCL_DEVICE_TYPE_GPU, true, MPCL_FP16_MATH_VERIFIED, MPCL_FP16_STORAGE_BROKEN);
+    mpcl_plan p = mpcl_plan_resolve(&d, MPCL_POLICY_MIXED_FLOAT16, &none);
+    assert_false(p.usable);
+    assert_non_null(strstr(p.reason, "vload_half"));
+    expect(mpcl_plan_resolve(&d, MPCL_POLICY_AUTO, &none), MPCL_POLICY_FLOAT32, MPCL_DTYPE_F32,
+           MPCL_GEMM_CLBLAST_SGEMM, false, "f16 storage failed verification");
+}
+
+static void gemm_override(void **state) {
+    (void)state;
+    mpcl_device_info gpu =
+        device(MPCL_DEVICE_TYPE_GPU, false, MPCL_FP16_MATH_NONE, MPCL_FP16_STORAGE_VERIFIED);
+    mpcl_plan_overrides o = none;
+    o.gemm_set = true;
+    o.gemm = MPCL_GEMM_MPCL_F32;
+    expect(mpcl_plan_resolve(&gpu, MPCL_POLICY_FLOAT32, &o), MPCL_POLICY_FLOAT32, MPCL_DTYPE_F32,
+           MPCL_GEMM_MPCL_F32, false, "MPCL_GEMM");
+    o.gemm = MPCL_GEMM_CLBLAST_HGEMM; /* needs half math, which this device lacks */
+    mpcl_plan p = mpcl_plan_resolve(&gpu, MPCL_POLICY_MIXED_FLOAT16, &o);
+    assert_false(p.usable);
+    assert_non_null(strstr(p.reason, "clblast-hgemm needs half arithmetic"));
+    o.gemm = MPCL_GEMM_MPCL_MIXED; /* f16 path under an f32 policy */
+    p = mpcl_plan_resolve(&gpu, MPCL_POLICY_FLOAT32, &o);
+    assert_false(p.usable);
+    assert_non_null(strstr(p.reason, "needs f16 storage"));
+}
+
+static void overrides_from_the_environment(void **state) {
+    (void)state;
+    mpcl_plan_overrides o;
+    setenv("MPCL_FP16", "force", 1);
+    setenv("MPCL_GEMM", "mpcl-mixed", 1);
+    assert_int_equal(mpcl_plan_overrides_from_env(&o), MPCL_OK);
+    assert_int_equal(o.fp16, MPCL_FP16_FORCE);
+    assert_true(o.gemm_set);
+    assert_int_equal(o.gemm, MPCL_GEMM_MPCL_MIXED);
+    setenv("MPCL_FP16", "yes", 1);
+    assert_int_equal(mpcl_plan_overrides_from_env(&o), MPCL_ERR_INVALID_ARG);
+    assert_non_null(strstr(mpcl_errmsg(), "MPCL_FP16='yes'"));
+    setenv("MPCL_FP16", "off", 1);
+    setenv("MPCL_GEMM", "cublas", 1);
+    assert_int_equal(mpcl_plan_overrides_from_env(&o), MPCL_ERR_INVALID_ARG);
+    assert_non_null(strstr(mpcl_errmsg(), "clblast-sgemm, clblast-hgemm, mpcl-f32, mpcl-mixed"));
+    unsetenv("MPCL_FP16");
+    unsetenv("MPCL_GEMM");
+    assert_int_equal(mpcl_plan_overrides_from_env(&o), MPCL_OK);
+    assert_int_equal(o.fp16, MPCL_FP16_DEFAULT);
+    assert_false(o.gemm_set);
+}
+
+static void names_parse_back(void **state) {
+    (void)state;
+    for (int i = 0; i < MPCL_POLICY_COUNT; i++) {
+        mpcl_policy p;
+        assert_true(mpcl_policy_parse(mpcl_policy_name((mpcl_policy)i), &p));
+        assert_int_equal(p, i);
+    }
+    for (int i = 0; i < MPCL_GEMM_PATH_COUNT; i++) {
+        mpcl_gemm_path g;
+        assert_true(mpcl_gemm_path_parse(mpcl_gemm_path_name((mpcl_gemm_path)i), &g));
+        assert_int_equal(g, i);
+    }
+    mpcl_policy p;
+    assert_false(mpcl_policy_parse("float16", &p));
+    assert_false(mpcl_policy_parse(NULL, &p));
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(nvidia_like_gpu),
+        cmocka_unit_test(amd_like_gpu_with_verified_fp16),
+        cmocka_unit_test(undeclared_but_works_needs_force),
+        cmocka_unit_test(declared_but_broken_falls_back),
+        cmocka_unit_test(pocl_as_found),
+        cmocka_unit_test(broken_f16_storage_makes_mixed_unusable),
+        cmocka_unit_test(gemm_override),
+        cmocka_unit_test(overrides_from_the_environment),
+        cmocka_unit_test(names_parse_back),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
