@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it: install what is missing, build with
+# warnings as errors, run the suite on every OpenCL implementation here
+# (PoCL, Rusticl, Intel's CPU runtime; the kernel tests under Oclgrind), then
+# again under AddressSanitizer + UndefinedBehaviorSanitizer on PoCL.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+
+configure() { # DIR OPTIONS...
+    local dir=$1
+    shift
+    if [ -f "$dir/build.ninja" ]; then
+        meson setup --reconfigure "$dir" "$@" >/dev/null
+    else
+        meson setup "$dir" "$@" >/dev/null
+    fi
+}
+
+configure build -Dwerror=true
+meson compile -C build
+
+setups=()
+run() { # SETUP [meson test args...]
+    local setup=$1
+    shift
+    echo "== suite on $setup"
+    setups+=("build:$setup")
+    meson test -C build --setup "$setup" --print-errorlogs "$@" || status=1
+}
+status=0
+run pocl
+run rusticl --no-suite install
+if [ -f .venv-intel/vendors/intel.icd ]; then
+    run intel --suite kernels --suite tools
+else
+    echo "== Intel OpenCL runtime not installed: its run is skipped"
+fi
+run oclgrind --suite kernels
+
+echo "== suite under ASan+UBSan on pocl"
+configure build-asan -Dwerror=true -Dbuildtype=debug -Db_sanitize=address,undefined -Db_lundef=false
+meson compile -C build-asan
+setups+=("build-asan:pocl")
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
+    LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp:print_suppressions=0 \
+    UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+    meson test -C build-asan --setup pocl --print-errorlogs --no-suite install || status=1
+
+python3 scripts/test_summary.py "${setups[@]}" || status=1
+exit $status
