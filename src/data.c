@@ -1,0 +1,451 @@
+/* IDX reader (raw or gzip through zlib's inflate), batches, and the portable shuffle.
+ * Every byte count is checked in 64-bit arithmetic before anything is
+ * allocated, so a corrupt header can neither overflow nor ask for gigabytes. */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <zlib.h>
+
+#include "internal.h"
+#include "mpcl/data.h"
+
+#define IDX_MAGIC_IMAGES 0x00000803u /* u8, 3 dimensions */
+#define IDX_MAGIC_LABELS 0x00000801u /* u8, 1 dimension */
+#define PATH_BYTES 4096
+#define READ_CHUNK (1u << 26) /* avail_out is an unsigned int */
+#define PACKAGE_HINT \
+    "Debian's dataset-fashion-mnist package provides the default folder " MPCL_DATA_DEFAULT_DIR
+
+struct mpcl_dataset {
+    size_t count, rows, cols;
+    int num_classes;
+    uint8_t *pixels; /* count x rows*cols */
+    uint8_t *labels; /* count */
+};
+
+mpcl_idx_params mpcl_idx_default_params(void) {
+    mpcl_idx_params p = {10};
+    return p;
+}
+
+/* One open IDX file. gzip is recognised by its 1f 8b magic, not by the name,
+ * and decoded with inflate directly rather than gzread: gzread does not
+ * notice a member that ends without its CRC trailer when the data happen to
+ * end on a read boundary, and a checkpoint of corrupt data must fail.
+ * `got` counts the (decompressed) bytes delivered so far, which is what a
+ * truncation message reports. */
+typedef struct idx_file {
+    FILE *fp;
+    char path[PATH_BYTES];
+    uint64_t got;
+    int gz;    /* decoding gzip */
+    int zinit; /* zs needs inflateEnd */
+    int zdone; /* the last member ended with a verified trailer, input exhausted */
+    int zcut;  /* the input ended inside a member */
+    z_stream zs;
+    unsigned char in[1 << 16];
+} idx_file;
+
+static int is_file(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+static int has_gz_suffix(const char *path) {
+    size_t n = strlen(path);
+    return n >= 3 && strcmp(path + n - 3, ".gz") == 0;
+}
+
+/* Picks <dir>/<name> when it exists, else <dir>/<name>.gz. */
+static mpcl_status idx_open(idx_file *f, const char *dir, const char *name) {
+    char raw[PATH_BYTES - 3]; /* room for ".gz" in f->path */
+    int n = snprintf(raw, sizeof raw, "%s/%s", dir, name);
+    if (n < 0 || (size_t)n >= sizeof raw)
+        return MPCL_ERROR(NULL, MPCL_ERR_INVALID_ARG, "IDX path '%s/%s' is too long", dir, name);
+    if (is_file(raw)) {
+        memcpy(f->path, raw, (size_t)n + 1);
+    } else {
+        snprintf(f->path, sizeof f->path, "%s.gz", raw);
+        if (!is_file(f->path))
+            return MPCL_ERROR(NULL, MPCL_ERR_IO, "neither '%s' nor '%s' exists (%s)", raw, f->path,
+                              PACKAGE_HINT);
+    }
+    f->fp = fopen(f->path, "rb");
+    if (!f->fp)
+        return MPCL_ERROR(NULL, MPCL_ERR_IO, "cannot open '%s': %s", f->path, strerror(errno));
+    size_t have = fread(f->in, 1, 2, f->fp);
+    if (ferror(f->fp))
+        return MPCL_ERROR(NULL, MPCL_ERR_IO, "reading '%s': %s", f->path, strerror(errno));
+    f->gz = have == 2 && f->in[0] == 0x1f && f->in[1] == 0x8b;
+    if (has_gz_suffix(f->path) && !f->gz)
+        return MPCL_ERROR(NULL, MPCL_ERR_FORMAT,
+                          "'%s': corrupt gzip stream: it does not begin with the gzip magic 1f 8b",
+                          f->path);
+    f->zs.next_in = f->in;
+    f->zs.avail_in = (uInt)have;
+    if (f->gz) {
+        /* 16 + MAX_WBITS: a gzip wrapper, whose CRC-32 and length inflate checks. */
+        if (inflateInit2(&f->zs, 16 + MAX_WBITS) != Z_OK)
+            return MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "'%s': inflateInit2", f->path);
+        f->zinit = 1;
+    }
+    return MPCL_OK;
+}
+
+/* Refills the input buffer; 0 bytes means the end of the file. */
+static mpcl_status fill(idx_file *f) {
+    size_t r = fread(f->in, 1, sizeof f->in, f->fp);
+    if (r == 0 && ferror(f->fp))
+        return MPCL_ERROR(NULL, MPCL_ERR_IO, "reading '%s': %s", f->path, strerror(errno));
+    f->zs.next_in = f->in;
+    f->zs.avail_in = (uInt)r;
+    return MPCL_OK;
+}
+
+static mpcl_status corrupt(const idx_file *f, const char *why) {
+    return MPCL_ERROR(NULL, MPCL_ERR_FORMAT,
+                      "'%s': corrupt gzip stream after %llu decompressed bytes: %s", f->path,
+                      (unsigned long long)f->got, why ? why : "inflate failed");
+}
+
+/* Reads up to n bytes; a read error or a corrupt gzip stream is a failure, a
+ * short count is left to the caller (who knows what was expected). */
+static mpcl_status idx_read(idx_file *f, void *buf, uint64_t n, uint64_t *got) {
+    unsigned char *p = buf;
+    mpcl_status st;
+    *got = 0;
+    while (*got < n) {
+        uint64_t want = n - *got < READ_CHUNK ? n - *got : READ_CHUNK;
+        if (f->zs.avail_in == 0 && (st = fill(f)) != MPCL_OK) return st;
+        if (!f->gz) {
+            /* Raw: hand out the buffered bytes. */
+            if (f->zs.avail_in == 0) break;
+            size_t k = f->zs.avail_in < want ? f->zs.avail_in : (size_t)want;
+            memcpy(p + *got, f->zs.next_in, k);
+            f->zs.next_in += k;
+            f->zs.avail_in -= (uInt)k;
+            *got += k;
+            f->got += k;
+            continue;
+        }
+        if (f->zdone) break;
+        if (f->zs.avail_in == 0) {
+            f->zcut = 1;
+            break;
+        }
+        f->zs.next_out = p + *got;
+        f->zs.avail_out = (uInt)want;
+        int ret = inflate(&f->zs, Z_NO_FLUSH);
+        uint64_t produced = want - f->zs.avail_out;
+        *got += produced;
+        f->got += produced;
+        if (ret == Z_STREAM_END) {
+            /* Another member may follow (gzip allows concatenation); anything
+             * else after the trailer is damage. */
+            if (f->zs.avail_in == 0 && (st = fill(f)) != MPCL_OK) return st;
+            if (f->zs.avail_in == 0) {
+                f->zdone = 1;
+            } else if (f->zs.next_in[0] != 0x1f) {
+                return corrupt(f, "bytes after the end of the gzip stream");
+            } else if (inflateReset(&f->zs) != Z_OK) {
+                return corrupt(f, f->zs.msg);
+            }
+        } else if (ret != Z_OK && ret != Z_BUF_ERROR) {
+            return corrupt(f, f->zs.msg);
+        }
+    }
+    return MPCL_OK;
+}
+
+#define GZ_CUT "corrupt or truncated gzip stream (it ends before its end marker)"
+
+static mpcl_status truncated(const idx_file *f, const char *what, uint64_t expected) {
+    return MPCL_ERROR(NULL, MPCL_ERR_FORMAT,
+                      "'%s': %s: expected %llu bytes (through the %s), got only %llu", f->path,
+                      f->zcut ? GZ_CUT : "truncated file", (unsigned long long)expected, what,
+                      (unsigned long long)f->got);
+}
+
+static uint32_t be32(const unsigned char *p) {
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+
+/* Reads the magic and the ndims dimensions of an IDX header. */
+static mpcl_status idx_header(idx_file *f, uint32_t magic, uint32_t *dims, int ndims) {
+    unsigned char h[16];
+    uint64_t size = 4 + 4 * (uint64_t)ndims, got;
+    mpcl_status st = idx_read(f, h, 4, &got);
+    if (st != MPCL_OK) return st;
+    if (got < 4) return truncated(f, "4-byte magic number", 4);
+    if (be32(h) != magic)
+        return MPCL_ERROR(NULL, MPCL_ERR_FORMAT,
+                          "'%s': magic number 0x%08x, expected 0x%08x (IDX u8 with %d dimension%s)",
+                          f->path, (unsigned)be32(h), (unsigned)magic, ndims,
+                          ndims == 1 ? "" : "s");
+    st = idx_read(f, h + 4, size - 4, &got);
+    if (st != MPCL_OK) return st;
+    if (got < size - 4) return truncated(f, "header", size);
+    for (int i = 0; i < ndims; i++) dims[i] = be32(h + 4 + 4 * i);
+    return MPCL_OK;
+}
+
+/* Reads exactly n data bytes after a header of hdr bytes, then insists on the
+ * end of the file (which also makes zlib check the gzip CRC). */
+static mpcl_status idx_body(idx_file *f, uint8_t *buf, uint64_t n, uint64_t hdr, const char *what) {
+    uint64_t got;
+    mpcl_status st = idx_read(f, buf, n, &got);
+    if (st != MPCL_OK) return st;
+    if (got < n) return truncated(f, what, hdr + n);
+    /* Read to the end, which verifies the gzip trailer; a damaged deflate
+     * stream can also decode into extra bytes before inflate notices, and
+     * then the damage is the better report. */
+    unsigned char extra[4096];
+    uint64_t more = 0;
+    do {
+        st = idx_read(f, extra, sizeof extra, &got);
+        if (st != MPCL_OK) return st;
+        more += got;
+    } while (got == sizeof extra);
+    if (f->zcut)
+        return MPCL_ERROR(NULL, MPCL_ERR_FORMAT, "'%s': %s after %llu decompressed bytes", f->path,
+                          GZ_CUT, (unsigned long long)f->got);
+    if (more != 0)
+        return MPCL_ERROR(NULL, MPCL_ERR_FORMAT,
+                          "'%s': data continues past the %llu bytes its header describes (%llu "
+                          "bytes more)",
+                          f->path, (unsigned long long)(hdr + n), (unsigned long long)more);
+    return MPCL_OK;
+}
+
+static void idx_close(idx_file *f) {
+    if (f->zinit) inflateEnd(&f->zs);
+    if (f->fp) fclose(f->fp);
+    f->zinit = 0;
+    f->fp = NULL;
+}
+
+static mpcl_status load_images(mpcl_dataset *ds, const char *dir, const char *prefix) {
+    char name[256];
+    idx_file f = {0};
+    uint32_t d[3];
+    if (snprintf(name, sizeof name, "%s-images-idx3-ubyte", prefix) >= (int)sizeof name)
+        return MPCL_ERROR(NULL, MPCL_ERR_INVALID_ARG, "IDX prefix '%s' is too long", prefix);
+    mpcl_status st = idx_open(&f, dir, name);
+    if (st != MPCL_OK) return st;
+    st = idx_header(&f, IDX_MAGIC_IMAGES, d, 3);
+    if (st != MPCL_OK) goto cleanup;
+    if (d[0] == 0) {
+        st = MPCL_ERROR(NULL, MPCL_ERR_FORMAT, "'%s': header says zero images", f.path);
+        goto cleanup;
+    }
+    /* Each factor is below 2^32, so the products fit in 64 bits when checked stepwise. */
+    uint64_t pixels = (uint64_t)d[1] * d[2];
+    if (d[1] == 0 || d[2] == 0 || d[0] > INT32_MAX || pixels > MPCL_IDX_MAX_BYTES ||
+        (uint64_t)d[0] * pixels > MPCL_IDX_MAX_BYTES || (uint64_t)d[0] * pixels > SIZE_MAX) {
+        st = MPCL_ERROR(NULL, MPCL_ERR_FORMAT,
+                        "'%s': absurd dimensions %u x %u x %u in the header (the limit is "
+                        "%llu bytes of pixels, at most %d images, no zero side)",
+                        f.path, (unsigned)d[0], (unsigned)d[1], (unsigned)d[2],
+                        (unsigned long long)MPCL_IDX_MAX_BYTES, INT32_MAX);
+        goto cleanup;
+    }
+    ds->count = d[0];
+    ds->rows = d[1];
+    ds->cols = d[2];
+    uint64_t bytes = (uint64_t)d[0] * pixels;
+    ds->pixels = malloc((size_t)bytes);
+    if (!ds->pixels) {
+        st = MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "'%s': cannot allocate %llu bytes of pixels",
+                        f.path, (unsigned long long)bytes);
+        goto cleanup;
+    }
+    st = idx_body(&f, ds->pixels, bytes, 16, "pixel data");
+cleanup:
+    idx_close(&f);
+    return st;
+}
+
+static mpcl_status load_labels(mpcl_dataset *ds, const char *dir, const char *prefix,
+                               int num_classes, const char *images_file) {
+    char name[256];
+    idx_file f = {0};
+    uint32_t count;
+    if (snprintf(name, sizeof name, "%s-labels-idx1-ubyte", prefix) >= (int)sizeof name)
+        return MPCL_ERROR(NULL, MPCL_ERR_INVALID_ARG, "IDX prefix '%s' is too long", prefix);
+    mpcl_status st = idx_open(&f, dir, name);
+    if (st != MPCL_OK) return st;
+    st = idx_header(&f, IDX_MAGIC_LABELS, &count, 1);
+    if (st != MPCL_OK) goto cleanup;
+    if (count != ds->count) {
+        st = MPCL_ERROR(NULL, MPCL_ERR_FORMAT, "'%s' has %u labels but '%s' has %zu images", f.path,
+                        (unsigned)count, images_file, ds->count);
+        goto cleanup;
+    }
+    ds->labels = malloc(ds->count);
+    if (!ds->labels) {
+        st = MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "'%s': cannot allocate %zu labels", f.path,
+                        ds->count);
+        goto cleanup;
+    }
+    st = idx_body(&f, ds->labels, ds->count, 8, "label data");
+    if (st != MPCL_OK) goto cleanup;
+    int max = 0;
+    for (size_t i = 0; i < ds->count; i++) {
+        if (num_classes > 0 && ds->labels[i] >= num_classes) {
+            st = MPCL_ERROR(NULL, MPCL_ERR_FORMAT,
+                            "'%s': label %u at index %zu (byte offset %zu) is not below the "
+                            "class count %d",
+                            f.path, (unsigned)ds->labels[i], i, 8 + i, num_classes);
+            goto cleanup;
+        }
+        if (ds->labels[i] > max) max = ds->labels[i];
+    }
+    ds->num_classes = num_classes > 0 ? num_classes : max + 1;
+cleanup:
+    idx_close(&f);
+    return st;
+}
+
+mpcl_status mpcl_idx_load_ex(const char *dir, const char *prefix, const mpcl_idx_params *params,
+                             mpcl_dataset **out) {
+    if (!out) return MPCL_ERROR(NULL, MPCL_ERR_INVALID_ARG, "mpcl_idx_load: out is NULL");
+    *out = NULL;
+    if (!prefix || !*prefix)
+        return MPCL_ERROR(NULL, MPCL_ERR_INVALID_ARG, "mpcl_idx_load: prefix is NULL or empty");
+    if (!dir) dir = MPCL_DATA_DEFAULT_DIR;
+    mpcl_idx_params p = params ? *params : mpcl_idx_default_params();
+    if (p.num_classes < 0)
+        return MPCL_ERROR(NULL, MPCL_ERR_INVALID_ARG, "mpcl_idx_load: num_classes %d is negative",
+                          p.num_classes);
+    struct stat sb;
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return MPCL_ERROR(NULL, MPCL_ERR_IO, "data folder '%s' %s (%s)", dir,
+                          stat(dir, &sb) != 0 ? "does not exist" : "is not a folder", PACKAGE_HINT);
+    mpcl_dataset *ds = calloc(1, sizeof *ds);
+    if (!ds) return MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "mpcl_idx_load: dataset");
+    mpcl_status st = load_images(ds, dir, prefix);
+    if (st == MPCL_OK) {
+        char images_file[PATH_BYTES + 8];
+        snprintf(images_file, sizeof images_file, "%s/%s-images-idx3-ubyte", dir, prefix);
+        st = load_labels(ds, dir, prefix, p.num_classes, images_file);
+    }
+    if (st != MPCL_OK) {
+        mpcl_dataset_destroy(ds);
+        return st;
+    }
+    *out = ds;
+    return MPCL_OK;
+}
+
+mpcl_status mpcl_idx_load(const char *dir, const char *prefix, mpcl_dataset **out) {
+    return mpcl_idx_load_ex(dir, prefix, NULL, out);
+}
+
+mpcl_status mpcl_dataset_subset(const mpcl_dataset *src, size_t n, mpcl_dataset **out) {
+    if (!out) return MPCL_ERROR(NULL, MPCL_ERR_INVALID_ARG, "mpcl_dataset_subset: out is NULL");
+    *out = NULL;
+    if (!src || n == 0 || n > src->count)
+        return MPCL_ERROR(NULL, MPCL_ERR_INVALID_ARG,
+                          "mpcl_dataset_subset: %zu samples asked of a dataset of %zu", n,
+                          src ? src->count : 0);
+    mpcl_dataset *ds = calloc(1, sizeof *ds);
+    size_t features = src->rows * src->cols;
+    if (ds) {
+        *ds = *src;
+        ds->count = n;
+        ds->pixels = malloc(n * features);
+        ds->labels = malloc(n);
+    }
+    if (!ds || !ds->pixels || !ds->labels) {
+        mpcl_dataset_destroy(ds);
+        return MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "mpcl_dataset_subset: %zu samples", n);
+    }
+    memcpy(ds->pixels, src->pixels, n * features);
+    memcpy(ds->labels, src->labels, n);
+    *out = ds;
+    return MPCL_OK;
+}
+
+void mpcl_dataset_destroy(mpcl_dataset *ds) {
+    if (!ds) return;
+    free(ds->pixels);
+    free(ds->labels);
+    free(ds);
+}
+
+size_t mpcl_dataset_count(const mpcl_dataset *ds) {
+    return ds->count;
+}
+size_t mpcl_dataset_rows(const mpcl_dataset *ds) {
+    return ds->rows;
+}
+size_t mpcl_dataset_cols(const mpcl_dataset *ds) {
+    return ds->cols;
+}
+size_t mpcl_dataset_features(const mpcl_dataset *ds) {
+    return ds->rows * ds->cols;
+}
+int mpcl_dataset_num_classes(const mpcl_dataset *ds) {
+    return ds->num_classes;
+}
+const uint8_t *mpcl_dataset_pixels(const mpcl_dataset *ds) {
+    return ds->pixels;
+}
+const uint8_t *mpcl_dataset_labels(const mpcl_dataset *ds) {
+    return ds->labels;
+}
+
+mpcl_status mpcl_dataset_batch(const mpcl_dataset *ds, const int32_t *idx, size_t n, float *pixels,
+                               int32_t *labels) {
+    if (!ds || (n > 0 && !idx))
+        return MPCL_ERROR(NULL, MPCL_ERR_INVALID_ARG, "mpcl_dataset_batch: NULL dataset or idx");
+    /* All indices first, so that a bad one leaves the outputs untouched. */
+    for (size_t i = 0; i < n; i++)
+        if (idx[i] < 0 || (size_t)idx[i] >= ds->count)
+            return MPCL_ERROR(NULL, MPCL_ERR_INVALID_ARG,
+                              "mpcl_dataset_batch: idx[%zu] = %d outside [0, %zu)", i, (int)idx[i],
+                              ds->count);
+    size_t features = ds->rows * ds->cols;
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t *src = ds->pixels + (size_t)idx[i] * features;
+        if (pixels)
+            for (size_t j = 0; j < features; j++) pixels[i * features + j] = src[j] / 255.0f;
+        if (labels) labels[i] = ds->labels[idx[i]];
+    }
+    return MPCL_OK;
+}
+
+uint64_t mpcl_rng_next(uint64_t *state) {
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+uint64_t mpcl_rng_below(uint64_t *state, uint64_t bound) {
+    if (bound <= 1) return 0;
+    /* 2^64 mod bound, computed in 64 bits: the draws below it would make the
+     * low residues one more likely than the others. */
+    uint64_t threshold = (0 - bound) % bound;
+    uint64_t r;
+    do r = mpcl_rng_next(state);
+    while (r < threshold);
+    return r % bound;
+}
+
+void mpcl_iota_indices(int32_t *idx, size_t n) {
+    for (size_t i = 0; i < n; i++) idx[i] = (int32_t)i;
+}
+
+void mpcl_shuffle_indices(uint64_t *rng_state, int32_t *idx, size_t n) {
+    for (size_t i = n; i > 1; i--) {
+        size_t j = (size_t)mpcl_rng_below(rng_state, i);
+        int32_t t = idx[i - 1];
+        idx[i - 1] = idx[j];
+        idx[j] = t;
+    }
+}

@@ -1,0 +1,636 @@
+/* Data: the IDX reader on small files written here (raw and gzip), every kind
+ * of bad input with its exact status and message, the real Fashion-MNIST
+ * files, batches, and the portable shuffle against independent values. */
+#define _POSIX_C_SOURCE 200809L
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "testutil.h"
+
+/* ---- writing IDX files ---- */
+
+typedef struct tmpdir {
+    char path[64];
+} tmpdir;
+
+static void tmp_make(tmpdir *d) {
+    snprintf(d->path, sizeof d->path, "/tmp/mpcl-test-data-XXXXXX");
+    assert_non_null(mkdtemp(d->path));
+}
+
+/* The folder holds only plain files written by these tests. */
+static void tmp_remove(tmpdir *d) {
+    DIR *dir = opendir(d->path);
+    assert_non_null(dir);
+    struct dirent *e;
+    char p[512];
+    while ((e = readdir(dir)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        snprintf(p, sizeof p, "%s/%s", d->path, e->d_name);
+        assert_int_equal(unlink(p), 0);
+    }
+    closedir(dir);
+    assert_int_equal(rmdir(d->path), 0);
+}
+
+static void put_be32(unsigned char *p, uint32_t v) {
+    p[0] = (unsigned char)(v >> 24);
+    p[1] = (unsigned char)(v >> 16);
+    p[2] = (unsigned char)(v >> 8);
+    p[3] = (unsigned char)v;
+}
+
+static void write_bytes(const tmpdir *d, const char *name, const void *data, size_t n, int gz) {
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s%s", d->path, name, gz ? ".gz" : "");
+    if (gz) {
+        gzFile f = gzopen(p, "wb");
+        assert_non_null(f);
+        assert_int_equal(gzwrite(f, data, (unsigned)n), (int)n);
+        assert_int_equal(gzclose(f), Z_OK);
+    } else {
+        FILE *f = fopen(p, "wb");
+        assert_non_null(f);
+        assert_int_equal(fwrite(data, 1, n, f), n);
+        assert_int_equal(fclose(f), 0);
+    }
+}
+
+/* An IDX file: magic, dims, then `body` bytes of body (which may disagree
+ * with the dims on purpose). */
+static void write_idx(const tmpdir *d, const char *name, uint32_t magic, const uint32_t *dims,
+                      int ndims, const uint8_t *body, size_t body_bytes, int gz) {
+    size_t n = 4 + 4 * (size_t)ndims + body_bytes;
+    unsigned char *buf = malloc(n);
+    assert_non_null(buf);
+    put_be32(buf, magic);
+    for (int i = 0; i < ndims; i++) put_be32(buf + 4 + 4 * i, dims[i]);
+    if (body_bytes) memcpy(buf + 4 + 4 * ndims, body, body_bytes);
+    write_bytes(d, name, buf, n, gz);
+    free(buf);
+}
+
+#define N 7
+#define ROWS 3
+#define COLS 5
+#define PIX (N * ROWS * COLS)
+
+typedef struct sample {
+    uint8_t pixels[PIX];
+    uint8_t labels[N];
+} sample;
+
+static sample make_sample(uint64_t seed) {
+    sample s;
+    tu_rng r = tu_rng_make(seed);
+    for (int i = 0; i < PIX; i++) s.pixels[i] = (uint8_t)tu_uniform(&r, 0, 256);
+    for (int i = 0; i < N; i++) s.labels[i] = (uint8_t)tu_uniform(&r, 0, 10);
+    return s;
+}
+
+static void write_images(const tmpdir *d, const char *prefix, const sample *s, int gz) {
+    char name[64];
+    uint32_t dims[3] = {N, ROWS, COLS};
+    snprintf(name, sizeof name, "%s-images-idx3-ubyte", prefix);
+    write_idx(d, name, 0x803, dims, 3, s->pixels, PIX, gz);
+}
+
+static void write_labels(const tmpdir *d, const char *prefix, const sample *s, int gz) {
+    char name[64];
+    uint32_t dims[1] = {N};
+    snprintf(name, sizeof name, "%s-labels-idx1-ubyte", prefix);
+    write_idx(d, name, 0x801, dims, 1, s->labels, N, gz);
+}
+
+static void check_sample(const mpcl_dataset *ds, const sample *s) {
+    assert_int_equal(mpcl_dataset_count(ds), N);
+    assert_int_equal(mpcl_dataset_rows(ds), ROWS);
+    assert_int_equal(mpcl_dataset_cols(ds), COLS);
+    assert_int_equal(mpcl_dataset_features(ds), ROWS * COLS);
+    assert_int_equal(mpcl_dataset_num_classes(ds), 10);
+    assert_memory_equal(mpcl_dataset_pixels(ds), s->pixels, PIX);
+    assert_memory_equal(mpcl_dataset_labels(ds), s->labels, N);
+}
+
+/* The load must fail with `status`, and the message must hold every one of
+ * the NULL-terminated fragments. */
+static void expect_fail(const char *dir, const char *prefix, const mpcl_idx_params *params,
+                        mpcl_status status, ...) {
+    mpcl_dataset *ds = (mpcl_dataset *)&ds; /* must be reset to NULL */
+    mpcl_status st = mpcl_idx_load_ex(dir, prefix, params, &ds);
+    if (st != status)
+        fail_msg("expected %s, got %s: %s", mpcl_status_name(status), mpcl_status_name(st),
+                 mpcl_errmsg());
+    assert_null(ds);
+    va_list ap;
+    va_start(ap, status);
+    const char *frag;
+    while ((frag = va_arg(ap, const char *)) != NULL)
+        if (!strstr(mpcl_errmsg(), frag)) fail_msg("'%s' not in: %s", frag, mpcl_errmsg());
+    va_end(ap);
+}
+
+/* Reads a whole file into a malloc'ed buffer. */
+static unsigned char *slurp(const char *p, size_t *n) {
+    FILE *f = fopen(p, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    *n = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *b = malloc(*n);
+    assert_non_null(b);
+    assert_int_equal(fread(b, 1, *n, f), *n);
+    fclose(f);
+    return b;
+}
+
+/* ---- round trips ---- */
+
+static void test_raw_round_trip(void **state) {
+    (void)state;
+    tmpdir d;
+    tmp_make(&d);
+    sample s = make_sample(1);
+    write_images(&d, "train", &s, 0);
+    write_labels(&d, "train", &s, 0);
+    mpcl_dataset *ds = NULL;
+    TU_ASSERT_OK(mpcl_idx_load(d.path, "train", &ds));
+    check_sample(ds, &s);
+    mpcl_dataset_destroy(ds);
+    tmp_remove(&d);
+}
+
+static void test_gzip_round_trip(void **state) {
+    (void)state;
+    tmpdir d;
+    tmp_make(&d);
+    sample s = make_sample(2);
+    write_images(&d, "t10k", &s, 1);
+    write_labels(&d, "t10k", &s, 1);
+    mpcl_dataset *ds = NULL;
+    TU_ASSERT_OK(mpcl_idx_load(d.path, "t10k", &ds));
+    check_sample(ds, &s);
+    mpcl_dataset_destroy(ds);
+    tmp_remove(&d);
+}
+
+/* Raw images with gzip labels, and the raw file wins when both exist. */
+static void test_mixed_and_preference(void **state) {
+    (void)state;
+    tmpdir d;
+    tmp_make(&d);
+    sample s = make_sample(3), other = make_sample(4);
+    write_images(&d, "train", &s, 0);
+    write_images(&d, "train", &other, 1);
+    write_labels(&d, "train", &s, 1);
+    mpcl_dataset *ds = NULL;
+    TU_ASSERT_OK(mpcl_idx_load(d.path, "train", &ds));
+    check_sample(ds, &s);
+    mpcl_dataset_destroy(ds);
+    tmp_remove(&d);
+}
+
+/* gzip is known by its magic, not its name; members may be concatenated;
+ * bytes after the last member are damage. */
+static void test_gzip_details(void **state) {
+    (void)state;
+    tmpdir d;
+    tmp_make(&d);
+    sample s = make_sample(11);
+    write_labels(&d, "train", &s, 0);
+    /* gzip content under the raw name. */
+    char raw[256], gz[256];
+    write_images(&d, "train", &s, 1);
+    snprintf(raw, sizeof raw, "%s/train-images-idx3-ubyte", d.path);
+    snprintf(gz, sizeof gz, "%s/train-images-idx3-ubyte.gz", d.path);
+    assert_int_equal(rename(gz, raw), 0);
+    mpcl_dataset *ds = NULL;
+    TU_ASSERT_OK(mpcl_idx_load(d.path, "train", &ds));
+    check_sample(ds, &s);
+    mpcl_dataset_destroy(ds);
+    /* Raw content under the .gz name. */
+    assert_int_equal(rename(raw, gz), 0);
+    write_images(&d, "train", &s, 0);
+    assert_int_equal(rename(raw, gz), 0);
+    expect_fail(d.path, "train", NULL, MPCL_ERR_FORMAT, "train-images-idx3-ubyte.gz'",
+                "does not begin with the gzip magic 1f 8b", NULL);
+    /* Two members: header + half the pixels, then the rest. */
+    unsigned char all[16 + PIX];
+    put_be32(all, 0x803);
+    put_be32(all + 4, N);
+    put_be32(all + 8, ROWS);
+    put_be32(all + 12, COLS);
+    memcpy(all + 16, s.pixels, PIX);
+    write_bytes(&d, "part1", all, 16 + PIX / 2, 1);
+    write_bytes(&d, "part2", all + 16 + PIX / 2, PIX - PIX / 2, 1);
+    size_t n1, n2;
+    char p1[256], p2[256];
+    snprintf(p1, sizeof p1, "%s/part1.gz", d.path);
+    snprintf(p2, sizeof p2, "%s/part2.gz", d.path);
+    unsigned char *a = slurp(p1, &n1), *b = slurp(p2, &n2);
+    unsigned char *cat = malloc(n1 + n2 + 4);
+    assert_non_null(cat);
+    memcpy(cat, a, n1);
+    memcpy(cat + n1, b, n2);
+    write_bytes(&d, "train-images-idx3-ubyte.gz", cat, n1 + n2, 0);
+    TU_ASSERT_OK(mpcl_idx_load(d.path, "train", &ds));
+    check_sample(ds, &s);
+    mpcl_dataset_destroy(ds);
+    /* The same with garbage after the last member. */
+    memcpy(cat + n1 + n2, "junk", 4);
+    write_bytes(&d, "train-images-idx3-ubyte.gz", cat, n1 + n2 + 4, 0);
+    expect_fail(d.path, "train", NULL, MPCL_ERR_FORMAT, "corrupt gzip stream",
+                "bytes after the end of the gzip stream", NULL);
+    free(a);
+    free(b);
+    free(cat);
+    tmp_remove(&d);
+}
+
+/* ---- bad input ---- */
+
+static void test_missing_folder_and_file(void **state) {
+    (void)state;
+    expect_fail("/nonexistent/mpcl-data", "train", NULL, MPCL_ERR_IO, "'/nonexistent/mpcl-data'",
+                "does not exist", "dataset-fashion-mnist", MPCL_DATA_DEFAULT_DIR, NULL);
+    tmpdir d;
+    tmp_make(&d);
+    sample s = make_sample(5);
+    write_images(&d, "t10k", &s, 0);
+    char raw[256], gz[256];
+    snprintf(raw, sizeof raw, "'%s/t10k-labels-idx1-ubyte'", d.path);
+    snprintf(gz, sizeof gz, "'%s/t10k-labels-idx1-ubyte.gz'", d.path);
+    expect_fail(d.path, "t10k", NULL, MPCL_ERR_IO, raw, gz, "dataset-fashion-mnist", NULL);
+    expect_fail(d.path, "train", NULL, MPCL_ERR_IO, "train-images-idx3-ubyte.gz", NULL);
+    /* A path that is a file, not a folder. */
+    char file[256];
+    snprintf(file, sizeof file, "%s/t10k-images-idx3-ubyte", d.path);
+    expect_fail(file, "t10k", NULL, MPCL_ERR_IO, "is not a folder", NULL);
+    tmp_remove(&d);
+}
+
+static void test_wrong_magic(void **state) {
+    (void)state;
+    tmpdir d;
+    tmp_make(&d);
+    sample s = make_sample(6);
+    uint32_t dims[3] = {N, ROWS, COLS};
+    write_idx(&d, "train-images-idx3-ubyte", 0x00000801, dims, 3, s.pixels, PIX, 0);
+    write_labels(&d, "train", &s, 0);
+    expect_fail(d.path, "train", NULL, MPCL_ERR_FORMAT, "train-images-idx3-ubyte'",
+                "magic number 0x00000801, expected 0x00000803", NULL);
+    /* Labels swapped for an images file: found 0x803 where 0x801 belongs. */
+    write_images(&d, "train", &s, 0);
+    write_idx(&d, "train-labels-idx1-ubyte", 0x803, dims, 3, s.pixels, PIX, 0);
+    expect_fail(d.path, "train", NULL, MPCL_ERR_FORMAT, "train-labels-idx1-ubyte'",
+                "magic number 0x00000803, expected 0x00000801", NULL);
+    tmp_remove(&d);
+}
+
+static void test_truncated(void **state) {
+    (void)state;
+    tmpdir d;
+    tmp_make(&d);
+    sample s = make_sample(7);
+    uint32_t dims[3] = {N, ROWS, COLS};
+    write_labels(&d, "train", &s, 0);
+    /* Header 16 bytes + 105 pixels = 121 expected; 16 + 100 present. */
+    write_idx(&d, "train-images-idx3-ubyte", 0x803, dims, 3, s.pixels, 100, 0);
+    expect_fail(d.path, "train", NULL, MPCL_ERR_FORMAT, "train-images-idx3-ubyte'",
+                "truncated file", "expected 121 bytes", "got only 116", NULL);
+    /* The same body cut short inside gzip: the stream itself is complete. */
+    char p[256];
+    snprintf(p, sizeof p, "%s/train-images-idx3-ubyte", d.path);
+    assert_int_equal(unlink(p), 0);
+    write_idx(&d, "train-images-idx3-ubyte", 0x803, dims, 3, s.pixels, 100, 1);
+    expect_fail(d.path, "train", NULL, MPCL_ERR_FORMAT, "expected 121 bytes", "got only 116", NULL);
+    /* A header cut inside the dimensions: 4 + 4 of 16 bytes. */
+    snprintf(p, sizeof p, "%s/train-images-idx3-ubyte.gz", d.path);
+    assert_int_equal(unlink(p), 0);
+    write_idx(&d, "train-images-idx3-ubyte", 0x803, dims, 1, NULL, 0, 0);
+    expect_fail(d.path, "train", NULL, MPCL_ERR_FORMAT, "expected 16 bytes (through the header)",
+                "got only 8", NULL);
+    /* Shorter than the magic. */
+    write_bytes(&d, "train-images-idx3-ubyte", "\0\0", 2, 0);
+    expect_fail(d.path, "train", NULL, MPCL_ERR_FORMAT, "expected 4 bytes", "got only 2", NULL);
+    /* Labels cut short: 8 + 7 expected, 8 + 3 present. */
+    write_images(&d, "train", &s, 0);
+    uint32_t ldims[1] = {N};
+    write_idx(&d, "train-labels-idx1-ubyte", 0x801, ldims, 1, s.labels, 3, 0);
+    expect_fail(d.path, "train", NULL, MPCL_ERR_FORMAT, "train-labels-idx1-ubyte'",
+                "expected 15 bytes", "got only 11", NULL);
+    /* A byte too many is as wrong as a byte too few. */
+    uint8_t more[N + 1] = {0};
+    write_idx(&d, "train-labels-idx1-ubyte", 0x801, ldims, 1, more, N + 1, 0);
+    expect_fail(d.path, "train", NULL, MPCL_ERR_FORMAT, "continues past the 15 bytes", NULL);
+    tmp_remove(&d);
+}
+
+static void test_corrupt_gzip(void **state) {
+    (void)state;
+    tmpdir d;
+    tmp_make(&d);
+    /* Enough compressible pixels that the deflate stream has real codes to break. */
+    enum { BIG = 64 };
+    uint32_t dims[3] = {BIG, 28, 28};
+    size_t bytes = (size_t)BIG * 28 * 28;
+    uint8_t *pix = malloc(bytes);
+    uint8_t labels[BIG];
+    assert_non_null(pix);
+    for (size_t i = 0; i < bytes; i++) pix[i] = (uint8_t)((i * 7) % 13 * (i % 5));
+    for (int i = 0; i < BIG; i++) labels[i] = (uint8_t)(i % 10);
+    uint32_t ldims[1] = {BIG};
+    write_idx(&d, "train-labels-idx1-ubyte", 0x801, ldims, 1, labels, BIG, 0);
+    write_idx(&d, "train-images-idx3-ubyte", 0x803, dims, 3, pix, bytes, 1);
+    char p[256];
+    snprintf(p, sizeof p, "%s/train-images-idx3-ubyte.gz", d.path);
+    size_t n;
+    unsigned char *gz = slurp(p, &n);
+    assert_true(n > 64);
+
+    /* Bytes flipped in the middle of the deflate data. */
+    unsigned char *bad = malloc(n);
+    assert_non_null(bad);
+    memcpy(bad, gz, n);
+    for (size_t i = n / 2; i < n / 2 + 8; i++) bad[i] ^= 0xa5;
+    write_bytes(&d, "train-images-idx3-ubyte.gz", bad, n, 0);
+    expect_fail(d.path, "train", NULL, MPCL_ERR_FORMAT, "train-images-idx3-ubyte.gz'", "corrupt",
+                "gzip stream", NULL);
+
+    /* The CRC in the trailer wrong, the data intact: caught at the end. */
+    memcpy(bad, gz, n);
+    bad[n - 8] ^= 0xff;
+    write_bytes(&d, "train-images-idx3-ubyte.gz", bad, n, 0);
+    expect_fail(d.path, "train", NULL, MPCL_ERR_FORMAT, "corrupt gzip stream",
+                "incorrect data check", NULL);
+
+    /* All the data, but not the trailer: the CRC was never checked. */
+    write_bytes(&d, "train-images-idx3-ubyte.gz", gz, n - 8, 0);
+    expect_fail(d.path, "train", NULL, MPCL_ERR_FORMAT, "ends before its end marker",
+                "after 50192 decompressed bytes", NULL);
+
+    /* Not gzip at all behind the gzip magic. */
+    write_bytes(&d, "train-images-idx3-ubyte.gz", "\x1f\x8b\x08\x00garbage-garbage-garbage", 28, 0);
+    expect_fail(d.path, "train", NULL, MPCL_ERR_FORMAT, "gzip stream", NULL);
+
+    /* The stream cut in half. */
+    write_bytes(&d, "train-images-idx3-ubyte.gz", gz, n / 2, 0);
+    expect_fail(d.path, "train", NULL, MPCL_ERR_FORMAT, "truncated gzip stream", "expected 50192",
+                NULL);
+
+    /* The intact file loads, so the failures above were the damage. */
+    write_bytes(&d, "train-images-idx3-ubyte.gz", gz, n, 0);
+    mpcl_dataset *ds = NULL;
+    TU_ASSERT_OK(mpcl_idx_load(d.path, "train", &ds));
+    assert_memory_equal(mpcl_dataset_pixels(ds), pix, bytes);
+    mpcl_dataset_destroy(ds);
+    free(bad);
+    free(gz);
+    free(pix);
+    tmp_remove(&d);
+}
+
+static void test_counts_and_dimensions(void **state) {
+    (void)state;
+    tmpdir d;
+    tmp_make(&d);
+    sample s = make_sample(8);
+    write_images(&d, "train", &s, 0);
+    uint32_t ldims[1] = {N - 1};
+    write_idx(&d, "train-labels-idx1-ubyte", 0x801, ldims, 1, s.labels, N - 1, 0);
+    expect_fail(d.path, "train", NULL, MPCL_ERR_FORMAT, "has 6 labels but", "has 7 images", NULL);
+
+    uint32_t zero[3] = {0, ROWS, COLS};
+    write_idx(&d, "train-images-idx3-ubyte", 0x803, zero, 3, NULL, 0, 0);
+    expect_fail(d.path, "train", NULL, MPCL_ERR_FORMAT, "zero images", NULL);
+
+    /* 2^32-1 images of 65535 x 65535: the product overflows 64 bits unless
+     * checked stepwise, and must not reach malloc. */
+    uint32_t huge[3] = {0xffffffffu, 0xffff, 0xffff};
+    write_idx(&d, "train-images-idx3-ubyte", 0x803, huge, 3, s.pixels, PIX, 0);
+    expect_fail(d.path, "train", NULL, MPCL_ERR_FORMAT, "absurd dimensions 4294967295 x 65535",
+                NULL);
+    uint32_t thin[3] = {N, 0, COLS};
+    write_idx(&d, "train-images-idx3-ubyte", 0x803, thin, 3, NULL, 0, 0);
+    expect_fail(d.path, "train", NULL, MPCL_ERR_FORMAT, "absurd dimensions 7 x 0 x 5", NULL);
+    /* Just over the byte limit with modest-looking numbers. */
+    uint32_t over[3] = {(uint32_t)(MPCL_IDX_MAX_BYTES / 1024 + 1), 32, 32};
+    write_idx(&d, "train-images-idx3-ubyte", 0x803, over, 3, NULL, 0, 0);
+    expect_fail(d.path, "train", NULL, MPCL_ERR_FORMAT, "absurd dimensions 2097153 x 32 x 32",
+                NULL);
+    tmp_remove(&d);
+}
+
+static void test_label_range(void **state) {
+    (void)state;
+    tmpdir d;
+    tmp_make(&d);
+    sample s = make_sample(9);
+    s.labels[3] = 10;
+    write_images(&d, "train", &s, 0);
+    write_labels(&d, "train", &s, 1);
+    expect_fail(d.path, "train", NULL, MPCL_ERR_FORMAT, "train-labels-idx1-ubyte.gz'",
+                "label 10 at index 3", "class count 10", NULL);
+    mpcl_idx_params p = mpcl_idx_default_params();
+    assert_int_equal(p.num_classes, 10);
+    p.num_classes = 5;
+    s.labels[3] = 4; /* another label of the sample is >= 5 almost surely; make it so */
+    s.labels[5] = 7;
+    write_labels(&d, "train", &s, 1);
+    int first_bad = -1;
+    for (int i = 0; i < N && first_bad < 0; i++)
+        if (s.labels[i] >= 5) first_bad = i;
+    char want[64];
+    snprintf(want, sizeof want, "label %u at index %d", s.labels[first_bad], first_bad);
+    expect_fail(d.path, "train", &p, MPCL_ERR_FORMAT, want, "class count 5", NULL);
+
+    /* num_classes 0: no check, the count is the largest label + 1. */
+    s.labels[3] = 200;
+    write_labels(&d, "train", &s, 1);
+    p.num_classes = 0;
+    mpcl_dataset *ds = NULL;
+    TU_ASSERT_OK(mpcl_idx_load_ex(d.path, "train", &p, &ds));
+    assert_int_equal(mpcl_dataset_num_classes(ds), 201);
+    mpcl_dataset_destroy(ds);
+    p.num_classes = 256;
+    TU_ASSERT_OK(mpcl_idx_load_ex(d.path, "train", &p, &ds));
+    assert_int_equal(mpcl_dataset_num_classes(ds), 256);
+    mpcl_dataset_destroy(ds);
+    p.num_classes = -1;
+    expect_fail(d.path, "train", &p, MPCL_ERR_INVALID_ARG, "num_classes -1", NULL);
+    tmp_remove(&d);
+}
+
+/* ---- subset and batches ---- */
+
+static void test_subset_and_batch(void **state) {
+    (void)state;
+    tmpdir d;
+    tmp_make(&d);
+    sample s = make_sample(10);
+    write_images(&d, "train", &s, 0);
+    write_labels(&d, "train", &s, 0);
+    mpcl_dataset *ds = NULL, *sub = NULL;
+    TU_ASSERT_OK(mpcl_idx_load(d.path, "train", &ds));
+    TU_ASSERT_OK(mpcl_dataset_subset(ds, 3, &sub));
+    assert_int_equal(mpcl_dataset_count(sub), 3);
+    assert_int_equal(mpcl_dataset_rows(sub), ROWS);
+    assert_int_equal(mpcl_dataset_num_classes(sub), 10);
+    assert_memory_equal(mpcl_dataset_pixels(sub), s.pixels, 3 * ROWS * COLS);
+    assert_memory_equal(mpcl_dataset_labels(sub), s.labels, 3);
+    mpcl_dataset_destroy(sub);
+    sub = (mpcl_dataset *)&sub;
+    assert_int_equal(mpcl_dataset_subset(ds, 0, &sub), MPCL_ERR_INVALID_ARG);
+    assert_null(sub);
+    assert_int_equal(mpcl_dataset_subset(ds, N + 1, &sub), MPCL_ERR_INVALID_ARG);
+
+    int32_t idx[4] = {6, 0, 6, 2};
+    float px[4 * ROWS * COLS];
+    int32_t lab[4];
+    TU_ASSERT_OK(mpcl_dataset_batch(ds, idx, 4, px, lab));
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(lab[i], s.labels[idx[i]]);
+        for (int j = 0; j < ROWS * COLS; j++) {
+            /* byte / 255 in float: one rounding, so equal to the double value
+             * rounded to float. */
+            float want = (float)(s.pixels[idx[i] * ROWS * COLS + j] / 255.0);
+            assert_true(px[i * ROWS * COLS + j] == want);
+        }
+    }
+    /* A bad index anywhere leaves both outputs untouched. */
+    int32_t bad[3] = {1, N, 2};
+    for (size_t i = 0; i < 4 * ROWS * COLS; i++) px[i] = tu_poison_f32();
+    memset(lab, 0x5a, sizeof lab);
+    assert_int_equal(mpcl_dataset_batch(ds, bad, 3, px, lab), MPCL_ERR_INVALID_ARG);
+    assert_non_null(strstr(mpcl_errmsg(), "idx[1] = 7 outside [0, 7)"));
+    for (size_t i = 0; i < 4 * ROWS * COLS; i++) assert_true(px[i] != px[i]);
+    for (size_t i = 0; i < sizeof lab; i++) assert_int_equal(((unsigned char *)lab)[i], 0x5a);
+    int32_t neg[1] = {-1};
+    assert_int_equal(mpcl_dataset_batch(ds, neg, 1, px, NULL), MPCL_ERR_INVALID_ARG);
+    mpcl_dataset_destroy(ds);
+    tmp_remove(&d);
+}
+
+/* ---- RNG and shuffle ---- */
+
+/* Published splitmix64 outputs for state 0 (Vigna's splitmix64.c), and a
+ * permutation computed by an independent Python implementation of the
+ * documented algorithm (seed 42, n = 10). */
+static void test_rng_and_shuffle_golden(void **state) {
+    (void)state;
+    uint64_t s = 0;
+    assert_true(mpcl_rng_next(&s) == 0xe220a8397b1dcdafull);
+    assert_true(mpcl_rng_next(&s) == 0x6e789e6aa1b965f4ull);
+    assert_true(mpcl_rng_next(&s) == 0x06c45d188009454full);
+
+    int32_t idx[10];
+    const int32_t want[10] = {0, 9, 5, 8, 6, 4, 7, 2, 1, 3};
+    mpcl_iota_indices(idx, 10);
+    s = 42;
+    mpcl_shuffle_indices(&s, idx, 10);
+    assert_memory_equal(idx, want, sizeof want);
+
+    /* Same seed, same permutation; a permutation every time. */
+    enum { M = 1000 };
+    int32_t a[M], b[M];
+    int seen[M] = {0};
+    uint64_t s1 = 7, s2 = 7;
+    mpcl_iota_indices(a, M);
+    mpcl_iota_indices(b, M);
+    mpcl_shuffle_indices(&s1, a, M);
+    mpcl_shuffle_indices(&s2, b, M);
+    assert_memory_equal(a, b, sizeof a);
+    assert_true(s1 == s2);
+    for (int i = 0; i < M; i++) seen[a[i]]++;
+    for (int i = 0; i < M; i++) assert_int_equal(seen[i], 1);
+    int moved = 0;
+    for (int i = 0; i < M; i++) moved += a[i] != i;
+    assert_true(moved > M / 2); /* a shuffle of 1000 leaves ~1 element in place */
+    mpcl_shuffle_indices(&s1, a, 0);
+    mpcl_shuffle_indices(&s1, a, 1);
+    for (int k = 0; k < 100; k++) assert_true(mpcl_rng_below(&s1, 3) < 3);
+    assert_true(mpcl_rng_below(&s1, 1) == 0);
+}
+
+/* Each of the 6 orders of 3 elements must be equally likely: 60000 shuffles
+ * give 10000 each with sd sqrt(60000 * 1/6 * 5/6) = 91; 6 sd = 550 fails a
+ * biased shuffle (the classic "swap with any index" bias is ~1100 here) and
+ * essentially never a fair one. */
+static void test_shuffle_uniform(void **state) {
+    (void)state;
+    int counts[9] = {0};
+    uint64_t s = 12345;
+    for (int t = 0; t < 60000; t++) {
+        int32_t v[3] = {0, 1, 2};
+        mpcl_shuffle_indices(&s, v, 3);
+        counts[v[0] * 3 + v[1]]++;
+    }
+    for (int a = 0; a < 3; a++)
+        for (int b = 0; b < 3; b++)
+            if (a != b) {
+                int c = counts[a * 3 + b];
+                if (c < 10000 - 550 || c > 10000 + 550)
+                    fail_msg("order %d%d: %d of 60000", a, b, c);
+            }
+}
+
+/* ---- the real files ---- */
+
+static void check_real(const char *prefix, size_t count, int per_class, uint8_t first_label,
+                       unsigned first_image_sum) {
+    mpcl_dataset *ds = NULL;
+    TU_ASSERT_OK(mpcl_idx_load(MPCL_DATA_DEFAULT_DIR, prefix, &ds));
+    assert_int_equal(mpcl_dataset_count(ds), count);
+    assert_int_equal(mpcl_dataset_rows(ds), 28);
+    assert_int_equal(mpcl_dataset_cols(ds), 28);
+    assert_int_equal(mpcl_dataset_num_classes(ds), 10);
+    int classes[10] = {0};
+    const uint8_t *lab = mpcl_dataset_labels(ds);
+    for (size_t i = 0; i < count; i++) {
+        assert_true(lab[i] < 10);
+        classes[lab[i]]++;
+    }
+    for (int c = 0; c < 10; c++) assert_int_equal(classes[c], per_class);
+    /* Values from Python's gzip module on the same files. */
+    assert_int_equal(lab[0], first_label);
+    unsigned sum = 0;
+    for (int i = 0; i < 784; i++) sum += mpcl_dataset_pixels(ds)[i];
+    assert_int_equal(sum, first_image_sum);
+    mpcl_dataset_destroy(ds);
+}
+
+static void test_real_fashion_mnist(void **state) {
+    (void)state;
+    check_real("train", 60000, 6000, 9, 76247);
+    check_real("t10k", 10000, 1000, 9, 33456);
+    /* NULL means the default folder. */
+    mpcl_dataset *ds = NULL;
+    TU_ASSERT_OK(mpcl_idx_load(NULL, "t10k", &ds));
+    assert_int_equal(mpcl_dataset_count(ds), 10000);
+    mpcl_dataset_destroy(ds);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_raw_round_trip),
+        cmocka_unit_test(test_gzip_round_trip),
+        cmocka_unit_test(test_mixed_and_preference),
+        cmocka_unit_test(test_gzip_details),
+        cmocka_unit_test(test_missing_folder_and_file),
+        cmocka_unit_test(test_wrong_magic),
+        cmocka_unit_test(test_truncated),
+        cmocka_unit_test(test_corrupt_gzip),
+        cmocka_unit_test(test_counts_and_dimensions),
+        cmocka_unit_test(test_label_range),
+        cmocka_unit_test(test_subset_and_batch),
+        cmocka_unit_test(test_rng_and_shuffle_golden),
+        cmocka_unit_test(test_shuffle_uniform),
+        cmocka_unit_test(test_real_fashion_mnist),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
