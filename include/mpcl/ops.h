@@ -1,0 +1,135 @@
+/* Ops: launchers for the fused bias + activation kernels, softmax
+ * cross-entropy with device-side statistics, and f32 <-> f16 casts.
+ *
+ * Every op is enqueued on the context's in-order queue and returns without
+ * waiting. Math is f32 everywhere; f16 is only a storage format. Shapes and
+ * dtypes are checked before anything is enqueued: a failing call returns
+ * MPCL_ERR_SHAPE or MPCL_ERR_DTYPE (MPCL_ERR_INVALID_ARG for NULL or foreign
+ * tensors) and leaves every output untouched. */
+#ifndef MPCL_OPS_H
+#define MPCL_OPS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "mpcl/context.h"
+#include "mpcl/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum mpcl_activation {
+    MPCL_ACT_IDENTITY,
+    MPCL_ACT_RELU,
+    MPCL_ACT_GELU, /* tanh form: 0.5 z (1 + tanh(sqrt(2/pi) (z + 0.044715 z^3))) */
+    MPCL_ACT_SIGMOID,
+    MPCL_ACT_TANH,
+    MPCL_ACT_COUNT,
+} mpcl_activation;
+
+/* "identity", "relu", "gelu", "sigmoid", "tanh"; "unknown" outside the enum. */
+const char *mpcl_activation_name(mpcl_activation act);
+/* Name to value; false for an unknown name. */
+bool mpcl_activation_parse(const char *name, mpcl_activation *out);
+
+/* Which forward tensor the backward of an activation reads as `saved`.
+ * Recomputing the derivative from the output costs no extra buffer, so relu
+ * (y > 0), sigmoid (y (1 - y)) and tanh (1 - y^2) use the forward output;
+ * GELU is not invertible and needs the pre-activation z = in + bias;
+ * identity needs nothing (saved may be NULL). */
+typedef enum mpcl_act_saved {
+    MPCL_ACT_SAVED_NONE,
+    MPCL_ACT_SAVED_OUTPUT,
+    MPCL_ACT_SAVED_PREACT,
+} mpcl_act_saved;
+mpcl_act_saved mpcl_activation_saved(mpcl_activation act);
+
+/* out[b,j] = act(pre_in[b,j] + bias[j]).
+ * out, pre_in: [B, N], the same storage dtype (f32 or f16).
+ * bias: [1, N] f32 always: the f32 master copy is read directly, so no f16
+ * working copy of the bias is needed and the addition is not rounded twice.
+ * out may be the same tensor as pre_in (in place). */
+mpcl_status mpcl_bias_act_forward(mpcl_context *ctx, mpcl_tensor *out, const mpcl_tensor *pre_in,
+                                  const mpcl_tensor *bias, mpcl_activation act);
+
+/* As mpcl_bias_act_forward, and also z = pre_in + bias into `z` ([B, N],
+ * storage dtype) in the same pass; z may be NULL. Use it for GELU in
+ * training, whose backward needs z (mpcl_activation_saved). */
+mpcl_status mpcl_bias_act_forward_z(mpcl_context *ctx, mpcl_tensor *out, mpcl_tensor *z,
+                                    const mpcl_tensor *pre_in, const mpcl_tensor *bias,
+                                    mpcl_activation act);
+
+/* d_pre[b,j] = d_out[b,j] * act'(z[b,j]), with act' computed from `saved`:
+ * the forward output or z as mpcl_activation_saved(act) says.
+ * d_pre, d_out, saved: [B, N], one storage dtype. d_pre may be d_out. */
+mpcl_status mpcl_bias_act_backward(mpcl_context *ctx, mpcl_tensor *d_pre, const mpcl_tensor *d_out,
+                                   const mpcl_tensor *saved, mpcl_activation act);
+
+/* d_bias[0,j] = sum over b of d_pre[b,j], accumulated in f32 in row order
+ * (deterministic, no atomics); overwrites d_bias.
+ * d_bias: [1, N] f32. d_pre: [B, N] f32 or f16. */
+mpcl_status mpcl_bias_grad(mpcl_context *ctx, mpcl_tensor *d_bias, const mpcl_tensor *d_pre);
+
+/* ---- softmax cross-entropy ---- */
+
+/* The statistics accumulator: a [1, MPCL_XENT_STATS_COLS] f32 tensor whose
+ * layout is private to ops.c (it also holds integer counters and the label
+ * error flag). The loss kernels add to it on the device, so a training loop
+ * reads it only when it reports. Create it zeroed with mpcl_xent_stats_create
+ * (or mpcl_tensor_create + mpcl_xent_stats_reset). */
+#define MPCL_XENT_STATS_COLS 12
+
+typedef struct mpcl_xent_stats {
+    double loss_sum;  /* sum of per-row losses (natural log) over valid rows */
+    uint64_t correct; /* rows whose first argmax equals the label */
+    uint64_t samples; /* valid rows seen */
+    uint64_t calls;   /* loss calls since the last reset */
+    uint64_t bad;     /* rows with a label outside [0, classes) */
+    int64_t bad_call; /* first bad row: 0-based call since reset, its row, its label */
+    int64_t bad_row;  /* (-1 when bad == 0) */
+    int64_t bad_label;
+} mpcl_xent_stats;
+
+mpcl_status mpcl_xent_stats_create(mpcl_context *ctx, mpcl_tensor **out);
+/* Zeroes the accumulator and clears the label error flag (enqueued). */
+mpcl_status mpcl_xent_stats_reset(mpcl_context *ctx, mpcl_tensor *stats);
+/* Waits for the queue, reads the accumulator into *out and, when `reset`,
+ * zeroes it. Returns MPCL_ERR_LABEL, naming the first bad call, row and label,
+ * when any loss call since the last reset met a label out of range; *out is
+ * filled either way and `reset` applies either way, so the flag is per
+ * reporting interval. */
+mpcl_status mpcl_xent_stats_read(mpcl_context *ctx, mpcl_tensor *stats, mpcl_xent_stats *out,
+                                 bool reset);
+
+/* Adds the softmax cross-entropy loss of a batch to stats, in f32, stably
+ * (max subtracted, log-sum-exp). No host read.
+ * stats: [1, MPCL_XENT_STATS_COLS] f32. logits: [B, C] f32 or f16.
+ * labels: [B, 1] i32; a label outside [0, C) sets the error flag in stats and
+ * adds nothing for that row. */
+mpcl_status mpcl_softmax_xent_forward(mpcl_context *ctx, mpcl_tensor *stats,
+                                      const mpcl_tensor *logits, const mpcl_tensor *labels);
+
+/* The training call, forward and backward fused in one kernel (one pass over
+ * the logits): does what mpcl_softmax_xent_forward does and writes
+ * d_logits[b,c] = (softmax(logits[b])[c] - (c == labels[b])) * scale / B,
+ * the gradient of scale * mean loss, rounded once into d_logits' dtype (an
+ * f16 gradient that overflows becomes +-inf, which loss scaling detects).
+ * d_logits: [B, C], the same dtype as logits. scale: [1, 1] f32 on the device
+ * (the loss-scale helper's buffer, so dynamic scaling needs no host read), or
+ * NULL for 1. A row with a bad label gets a zero gradient (and the flag). */
+mpcl_status mpcl_softmax_xent_forward_backward(mpcl_context *ctx, mpcl_tensor *stats,
+                                               mpcl_tensor *d_logits, const mpcl_tensor *logits,
+                                               const mpcl_tensor *labels, const mpcl_tensor *scale);
+
+/* ---- casts ---- */
+
+/* dst = src converted: f32 -> f16 rounds to nearest even with overflow to
+ * +-inf; f16 -> f32 is exact; the same dtype is a copy. inf and NaN pass
+ * through. dst, src: the same shape, f32 or f16. */
+mpcl_status mpcl_cast(mpcl_context *ctx, mpcl_tensor *dst, const mpcl_tensor *src);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

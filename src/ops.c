@@ -1,0 +1,327 @@
+/* Ops: launchers for cl/activation.cl, cl/loss.cl and cl/cast.cl. Every
+ * launcher checks its tensors completely before it enqueues anything, so a
+ * rejected call leaves its outputs untouched. */
+#include <stdio.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* Work-group sizes: a few dozen items suit PoCL's work-group vectorizer and
+ * any GPU. LOSS_WG must match cl/loss.cl (reqd_work_group_size). */
+#define ELEMENTWISE_WG 64
+#define LOSS_WG 64
+
+/* Word offsets in the statistics buffer; must match cl/loss.cl. */
+enum {
+    STAT_LOSS,
+    STAT_COMP,
+    STAT_CORRECT,
+    STAT_SAMPLES,
+    STAT_CALLS,
+    STAT_BAD,
+    STAT_BAD_CALL,
+    STAT_BAD_ROW,
+    STAT_BAD_LABEL,
+    STAT_WORDS_USED
+};
+_Static_assert(STAT_WORDS_USED <= MPCL_XENT_STATS_COLS, "stats layout exceeds the tensor");
+
+static const char *const activation_names[MPCL_ACT_COUNT] = {
+    [MPCL_ACT_IDENTITY] = "identity", [MPCL_ACT_RELU] = "relu", [MPCL_ACT_GELU] = "gelu",
+    [MPCL_ACT_SIGMOID] = "sigmoid",   [MPCL_ACT_TANH] = "tanh",
+};
+
+const char *mpcl_activation_name(mpcl_activation act) {
+    if ((int)act < 0 || act >= MPCL_ACT_COUNT) return "unknown";
+    return activation_names[act];
+}
+
+bool mpcl_activation_parse(const char *name, mpcl_activation *out) {
+    if (!name) return false;
+    for (int i = 0; i < MPCL_ACT_COUNT; i++) {
+        if (strcmp(name, activation_names[i]) == 0) {
+            *out = (mpcl_activation)i;
+            return true;
+        }
+    }
+    return false;
+}
+
+mpcl_act_saved mpcl_activation_saved(mpcl_activation act) {
+    switch (act) {
+    case MPCL_ACT_RELU:
+    case MPCL_ACT_SIGMOID:
+    case MPCL_ACT_TANH: return MPCL_ACT_SAVED_OUTPUT;
+    case MPCL_ACT_GELU: return MPCL_ACT_SAVED_PREACT;
+    default: return MPCL_ACT_SAVED_NONE;
+    }
+}
+
+/* ---- checks ---- */
+
+static mpcl_status check_present(mpcl_context *ctx, const mpcl_tensor *t, const char *op,
+                                 const char *what) {
+    if (!t) return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "%s: %s is NULL", op, what);
+    if (t->ctx != ctx)
+        return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "%s: %s belongs to another context", op, what);
+    return MPCL_OK;
+}
+
+static mpcl_status check_storage(mpcl_context *ctx, const mpcl_tensor *t, const char *op,
+                                 const char *what) {
+    if (t->dtype != MPCL_DTYPE_F32 && t->dtype != MPCL_DTYPE_F16)
+        return MPCL_ERROR(ctx, MPCL_ERR_DTYPE, "%s: %s is %s, want f32 or f16", op, what,
+                          mpcl_dtype_name(t->dtype));
+    return MPCL_OK;
+}
+
+static mpcl_status check_dtype(mpcl_context *ctx, const mpcl_tensor *t, mpcl_dtype want,
+                               const char *op, const char *what) {
+    if (t->dtype != want)
+        return MPCL_ERROR(ctx, MPCL_ERR_DTYPE, "%s: %s is %s, want %s", op, what,
+                          mpcl_dtype_name(t->dtype), mpcl_dtype_name(want));
+    return MPCL_OK;
+}
+
+static mpcl_status check_shape(mpcl_context *ctx, const mpcl_tensor *t, size_t rows, size_t cols,
+                               const char *op, const char *what) {
+    if (t->rows != rows || t->cols != cols)
+        return MPCL_ERROR(ctx, MPCL_ERR_SHAPE, "%s: %s is %zux%zu, want %zux%zu", op, what, t->rows,
+                          t->cols, rows, cols);
+    return MPCL_OK;
+}
+
+/* Kernels index with uint. */
+static mpcl_status check_count(mpcl_context *ctx, const mpcl_tensor *t, const char *op) {
+    if (t->rows * t->cols > 0xffffffffu)
+        return MPCL_ERROR(ctx, MPCL_ERR_SHAPE, "%s: %zux%zu has more than 2^32-1 elements", op,
+                          t->rows, t->cols);
+    return MPCL_OK;
+}
+
+static mpcl_status check_act(mpcl_context *ctx, mpcl_activation act, const char *op) {
+    if ((int)act < 0 || act >= MPCL_ACT_COUNT)
+        return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "%s: unknown activation %d", op, (int)act);
+    return MPCL_OK;
+}
+
+#define TRY(call)                               \
+    do {                                        \
+        mpcl_status try_st_ = (call);           \
+        if (try_st_ != MPCL_OK) return try_st_; \
+    } while (0)
+
+/* ---- bias + activation ---- */
+
+mpcl_status mpcl_bias_act_forward_z(mpcl_context *ctx, mpcl_tensor *out, mpcl_tensor *z,
+                                    const mpcl_tensor *pre_in, const mpcl_tensor *bias,
+                                    mpcl_activation act) {
+    static const char op[] = "mpcl_bias_act_forward";
+    TRY(check_act(ctx, act, op));
+    TRY(check_present(ctx, out, op, "out"));
+    TRY(check_present(ctx, pre_in, op, "pre_in"));
+    TRY(check_present(ctx, bias, op, "bias"));
+    if (z) TRY(check_present(ctx, z, op, "z"));
+    TRY(check_storage(ctx, pre_in, op, "pre_in"));
+    TRY(check_dtype(ctx, out, pre_in->dtype, op, "out"));
+    if (z) TRY(check_dtype(ctx, z, pre_in->dtype, op, "z"));
+    TRY(check_dtype(ctx, bias, MPCL_DTYPE_F32, op, "bias"));
+    TRY(check_shape(ctx, out, pre_in->rows, pre_in->cols, op, "out"));
+    if (z) TRY(check_shape(ctx, z, pre_in->rows, pre_in->cols, op, "z"));
+    TRY(check_shape(ctx, bias, 1, pre_in->cols, op, "bias"));
+    TRY(check_count(ctx, pre_in, op));
+
+    cl_kernel k;
+    TRY(mpcl__kernel(ctx, pre_in->dtype, "mpcl_bias_act_forward", &k));
+    cl_uint cols = (cl_uint)pre_in->cols, rows = (cl_uint)pre_in->rows;
+    cl_int a = (cl_int)act, write_z = z != NULL;
+    /* Without z the kernel never touches that argument; out stands in. */
+    cl_mem z_mem = z ? z->mem : out->mem;
+    TRY(mpcl__set_args(ctx, k, "mpcl_bias_act_forward", MPCL_ARG(out->mem), MPCL_ARG(z_mem),
+                       MPCL_ARG(pre_in->mem), MPCL_ARG(bias->mem), MPCL_ARG(cols), MPCL_ARG(rows),
+                       MPCL_ARG(a), MPCL_ARG(write_z), MPCL_ARGS_END));
+    /* (cols, rows) so that the kernel needs no division for the bias index;
+     * the driver picks a group that divides the range exactly. */
+    return mpcl__launch_2d(ctx, k, "mpcl_bias_act_forward", cols, rows, NULL);
+}
+
+mpcl_status mpcl_bias_act_forward(mpcl_context *ctx, mpcl_tensor *out, const mpcl_tensor *pre_in,
+                                  const mpcl_tensor *bias, mpcl_activation act) {
+    return mpcl_bias_act_forward_z(ctx, out, NULL, pre_in, bias, act);
+}
+
+mpcl_status mpcl_bias_act_backward(mpcl_context *ctx, mpcl_tensor *d_pre, const mpcl_tensor *d_out,
+                                   const mpcl_tensor *saved, mpcl_activation act) {
+    static const char op[] = "mpcl_bias_act_backward";
+    TRY(check_act(ctx, act, op));
+    TRY(check_present(ctx, d_pre, op, "d_pre"));
+    TRY(check_present(ctx, d_out, op, "d_out"));
+    bool needs_saved = mpcl_activation_saved(act) != MPCL_ACT_SAVED_NONE;
+    if (needs_saved || saved) TRY(check_present(ctx, saved, op, "saved"));
+    TRY(check_storage(ctx, d_out, op, "d_out"));
+    TRY(check_dtype(ctx, d_pre, d_out->dtype, op, "d_pre"));
+    if (saved) TRY(check_dtype(ctx, saved, d_out->dtype, op, "saved"));
+    TRY(check_shape(ctx, d_pre, d_out->rows, d_out->cols, op, "d_pre"));
+    if (saved) TRY(check_shape(ctx, saved, d_out->rows, d_out->cols, op, "saved"));
+    TRY(check_count(ctx, d_out, op));
+
+    cl_kernel k;
+    TRY(mpcl__kernel(ctx, d_out->dtype, "mpcl_bias_act_backward", &k));
+    cl_uint n = (cl_uint)(d_out->rows * d_out->cols);
+    cl_int a = (cl_int)act;
+    /* Identity never reads saved; d_out stands in when it is NULL. */
+    cl_mem saved_mem = saved ? saved->mem : d_out->mem;
+    TRY(mpcl__set_args(ctx, k, "mpcl_bias_act_backward", MPCL_ARG(d_pre->mem), MPCL_ARG(d_out->mem),
+                       MPCL_ARG(saved_mem), MPCL_ARG(n), MPCL_ARG(a), MPCL_ARGS_END));
+    return mpcl__launch_1d(ctx, k, "mpcl_bias_act_backward", n, ELEMENTWISE_WG);
+}
+
+mpcl_status mpcl_bias_grad(mpcl_context *ctx, mpcl_tensor *d_bias, const mpcl_tensor *d_pre) {
+    static const char op[] = "mpcl_bias_grad";
+    TRY(check_present(ctx, d_bias, op, "d_bias"));
+    TRY(check_present(ctx, d_pre, op, "d_pre"));
+    TRY(check_storage(ctx, d_pre, op, "d_pre"));
+    TRY(check_dtype(ctx, d_bias, MPCL_DTYPE_F32, op, "d_bias"));
+    TRY(check_shape(ctx, d_bias, 1, d_pre->cols, op, "d_bias"));
+    TRY(check_count(ctx, d_pre, op));
+
+    cl_kernel k;
+    TRY(mpcl__kernel(ctx, d_pre->dtype, "mpcl_bias_grad", &k));
+    cl_uint rows = (cl_uint)d_pre->rows, cols = (cl_uint)d_pre->cols;
+    TRY(mpcl__set_args(ctx, k, "mpcl_bias_grad", MPCL_ARG(d_bias->mem), MPCL_ARG(d_pre->mem),
+                       MPCL_ARG(rows), MPCL_ARG(cols), MPCL_ARGS_END));
+    /* The kernel has a barrier, so every item of a group must run: the
+     * range is rounded up to the group and the kernel checks j < cols. A
+     * 10-column bias runs one group of 16. */
+    return mpcl__launch_1d(ctx, k, "mpcl_bias_grad", cols, cols < 32 ? 16 : 32);
+}
+
+/* ---- softmax cross-entropy ---- */
+
+mpcl_status mpcl_xent_stats_create(mpcl_context *ctx, mpcl_tensor **out) {
+    /* mpcl_tensor_create zero-fills, which is the reset state. */
+    return mpcl_tensor_create(ctx, MPCL_DTYPE_F32, 1, MPCL_XENT_STATS_COLS, out);
+}
+
+static mpcl_status check_stats(mpcl_context *ctx, const mpcl_tensor *stats, const char *op) {
+    TRY(check_present(ctx, stats, op, "stats"));
+    TRY(check_dtype(ctx, stats, MPCL_DTYPE_F32, op, "stats"));
+    return check_shape(ctx, stats, 1, MPCL_XENT_STATS_COLS, op, "stats");
+}
+
+mpcl_status mpcl_xent_stats_reset(mpcl_context *ctx, mpcl_tensor *stats) {
+    TRY(check_stats(ctx, stats, "mpcl_xent_stats_reset"));
+    mpcl_status st = MPCL_OK;
+    const cl_uint zero = 0;
+    CHECK_CL(ctx, clEnqueueFillBuffer(ctx->queue, stats->mem, &zero, sizeof zero, 0, stats->bytes,
+                                      0, NULL, NULL));
+cleanup:
+    return st;
+}
+
+mpcl_status mpcl_xent_stats_read(mpcl_context *ctx, mpcl_tensor *stats, mpcl_xent_stats *out,
+                                 bool reset) {
+    TRY(check_stats(ctx, stats, "mpcl_xent_stats_read"));
+    uint32_t w[MPCL_XENT_STATS_COLS];
+    mpcl_status st = MPCL_OK;
+    CHECK_CL(ctx,
+             clEnqueueReadBuffer(ctx->queue, stats->mem, CL_TRUE, 0, sizeof w, w, 0, NULL, NULL));
+    float loss, comp;
+    memcpy(&loss, &w[STAT_LOSS], sizeof loss);
+    memcpy(&comp, &w[STAT_COMP], sizeof comp);
+    memset(out, 0, sizeof *out);
+    /* Kahan keeps sum - comp as the better estimate. */
+    out->loss_sum = (double)loss - (double)comp;
+    out->correct = w[STAT_CORRECT];
+    out->samples = w[STAT_SAMPLES];
+    out->calls = w[STAT_CALLS];
+    out->bad = w[STAT_BAD];
+    out->bad_call = out->bad ? (int64_t)w[STAT_BAD_CALL] : -1;
+    out->bad_row = out->bad ? (int64_t)w[STAT_BAD_ROW] : -1;
+    out->bad_label = out->bad ? (int64_t)(int32_t)w[STAT_BAD_LABEL] : -1;
+    if (reset) TRY(mpcl_xent_stats_reset(ctx, stats));
+    if (out->bad)
+        return MPCL_ERROR(ctx, MPCL_ERR_LABEL,
+                          "%llu row(s) with a label out of range; the first: label %lld in row "
+                          "%lld of loss call %lld since the last reset",
+                          (unsigned long long)out->bad, (long long)out->bad_label,
+                          (long long)out->bad_row, (long long)out->bad_call);
+cleanup:
+    return st;
+}
+
+static mpcl_status softmax_xent(mpcl_context *ctx, const char *op, mpcl_tensor *stats,
+                                mpcl_tensor *d_logits, const mpcl_tensor *logits,
+                                const mpcl_tensor *labels, const mpcl_tensor *scale) {
+    TRY(check_stats(ctx, stats, op));
+    TRY(check_present(ctx, logits, op, "logits"));
+    TRY(check_present(ctx, labels, op, "labels"));
+    if (d_logits) TRY(check_present(ctx, d_logits, op, "d_logits"));
+    if (scale) TRY(check_present(ctx, scale, op, "scale"));
+    TRY(check_storage(ctx, logits, op, "logits"));
+    TRY(check_dtype(ctx, labels, MPCL_DTYPE_I32, op, "labels"));
+    if (d_logits) TRY(check_dtype(ctx, d_logits, logits->dtype, op, "d_logits"));
+    if (scale) TRY(check_dtype(ctx, scale, MPCL_DTYPE_F32, op, "scale"));
+    TRY(check_shape(ctx, labels, logits->rows, 1, op, "labels"));
+    if (d_logits) TRY(check_shape(ctx, d_logits, logits->rows, logits->cols, op, "d_logits"));
+    if (scale) TRY(check_shape(ctx, scale, 1, 1, op, "scale"));
+    TRY(check_count(ctx, logits, op));
+
+    cl_kernel k;
+    TRY(mpcl__kernel(ctx, logits->dtype, "mpcl_softmax_xent", &k));
+    cl_uint rows = (cl_uint)logits->rows, classes = (cl_uint)logits->cols;
+    cl_float scale_value = 1.0f;
+    cl_int use_scale_buf = scale != NULL, write_grad = d_logits != NULL;
+    /* Arguments the kernel does not touch get a stand-in buffer. */
+    cl_mem d_mem = d_logits ? d_logits->mem : logits->mem;
+    cl_mem scale_mem = scale ? scale->mem : stats->mem;
+    TRY(mpcl__set_args(ctx, k, "mpcl_softmax_xent", MPCL_ARG(stats->mem), MPCL_ARG(d_mem),
+                       MPCL_ARG(logits->mem), MPCL_ARG(labels->mem), MPCL_ARG(rows),
+                       MPCL_ARG(classes), MPCL_ARG(scale_mem), MPCL_ARG(scale_value),
+                       MPCL_ARG(use_scale_buf), MPCL_ARG(write_grad), MPCL_ARGS_END));
+    return mpcl__launch_1d(ctx, k, "mpcl_softmax_xent", LOSS_WG, LOSS_WG);
+}
+
+mpcl_status mpcl_softmax_xent_forward(mpcl_context *ctx, mpcl_tensor *stats,
+                                      const mpcl_tensor *logits, const mpcl_tensor *labels) {
+    return softmax_xent(ctx, "mpcl_softmax_xent_forward", stats, NULL, logits, labels, NULL);
+}
+
+mpcl_status mpcl_softmax_xent_forward_backward(mpcl_context *ctx, mpcl_tensor *stats,
+                                               mpcl_tensor *d_logits, const mpcl_tensor *logits,
+                                               const mpcl_tensor *labels,
+                                               const mpcl_tensor *scale) {
+    static const char op[] = "mpcl_softmax_xent_forward_backward";
+    if (!d_logits) return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "%s: d_logits is NULL", op);
+    return softmax_xent(ctx, op, stats, d_logits, logits, labels, scale);
+}
+
+/* ---- casts ---- */
+
+mpcl_status mpcl_cast(mpcl_context *ctx, mpcl_tensor *dst, const mpcl_tensor *src) {
+    static const char op[] = "mpcl_cast";
+    TRY(check_present(ctx, dst, op, "dst"));
+    TRY(check_present(ctx, src, op, "src"));
+    TRY(check_storage(ctx, src, op, "src"));
+    TRY(check_storage(ctx, dst, op, "dst"));
+    TRY(check_shape(ctx, dst, src->rows, src->cols, op, "dst"));
+    TRY(check_count(ctx, src, op));
+    mpcl_status st = MPCL_OK;
+    if (dst->dtype == src->dtype) {
+        if (dst != src)
+            CHECK_CL(ctx, clEnqueueCopyBuffer(ctx->queue, src->mem, dst->mem, 0, 0, src->bytes, 0,
+                                              NULL, NULL));
+        return MPCL_OK;
+    }
+    const char *name =
+        dst->dtype == MPCL_DTYPE_F16 ? "mpcl_cast_f32_to_f16" : "mpcl_cast_f16_to_f32";
+    cl_kernel k;
+    /* The cast kernels do not use storage_t; the f16 program holds them. */
+    TRY(mpcl__kernel(ctx, MPCL_DTYPE_F16, name, &k));
+    cl_uint n = (cl_uint)(src->rows * src->cols);
+    TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(dst->mem), MPCL_ARG(src->mem), MPCL_ARG(n),
+                       MPCL_ARGS_END));
+    return mpcl__launch_1d(ctx, k, name, n, ELEMENTWISE_WG);
+cleanup:
+    return st;
+}

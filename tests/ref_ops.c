@@ -1,0 +1,96 @@
+/* The double-precision reference of the ops area (see ref_ops.h). Plain
+ * loops, no shortcuts: this file is the specification. */
+#include "ref_ops.h"
+
+#include <math.h>
+
+/* sqrt(2 / pi) and the cubic coefficient of the tanh form of GELU. */
+static const double gelu_k = 0.79788456080286535588;
+static const double gelu_a = 0.044715;
+
+double ref_act(mpcl_activation act, double z) {
+    switch (act) {
+    case MPCL_ACT_RELU: return z > 0 ? z : 0;
+    case MPCL_ACT_GELU: return 0.5 * z * (1 + tanh(gelu_k * (z + gelu_a * z * z * z)));
+    case MPCL_ACT_SIGMOID: return 1 / (1 + exp(-z));
+    case MPCL_ACT_TANH: return tanh(z);
+    default: return z;
+    }
+}
+
+double ref_act_grad(mpcl_activation act, double z) {
+    switch (act) {
+    case MPCL_ACT_RELU: return z > 0 ? 1 : 0; /* 0 at the kink, by convention */
+    case MPCL_ACT_GELU: {
+        /* d/dz 0.5 z (1 + tanh(u)), u = k (z + a z^3):
+         * 0.5 (1 + tanh u) + 0.5 z (1 - tanh^2 u) k (1 + 3 a z^2). */
+        double t = tanh(gelu_k * (z + gelu_a * z * z * z));
+        return 0.5 * (1 + t) + 0.5 * z * (1 - t * t) * gelu_k * (1 + 3 * gelu_a * z * z);
+    }
+    case MPCL_ACT_SIGMOID: {
+        double s = 1 / (1 + exp(-z));
+        return s * (1 - s);
+    }
+    case MPCL_ACT_TANH: {
+        double t = tanh(z);
+        return 1 - t * t;
+    }
+    default: return 1;
+    }
+}
+
+void ref_bias_act_forward(double *out, double *z, const double *in, const double *bias, size_t rows,
+                          size_t cols, mpcl_activation act) {
+    for (size_t b = 0; b < rows; b++) {
+        for (size_t j = 0; j < cols; j++) {
+            double v = in[b * cols + j] + bias[j];
+            if (z) z[b * cols + j] = v;
+            out[b * cols + j] = ref_act(act, v);
+        }
+    }
+}
+
+void ref_bias_act_backward(double *d_pre, const double *d_out, const double *z, size_t rows,
+                           size_t cols, mpcl_activation act) {
+    for (size_t i = 0; i < rows * cols; i++) d_pre[i] = d_out[i] * ref_act_grad(act, z[i]);
+}
+
+void ref_bias_grad(double *d_bias, const double *d_pre, size_t rows, size_t cols) {
+    for (size_t j = 0; j < cols; j++) {
+        double s = 0;
+        for (size_t b = 0; b < rows; b++) s += d_pre[b * cols + j];
+        d_bias[j] = s;
+    }
+}
+
+size_t ref_softmax_xent(const double *logits, const int32_t *labels, size_t rows, size_t cols,
+                        double scale, double *loss_sum, size_t *correct, double *d_logits) {
+    size_t bad = 0;
+    *loss_sum = 0;
+    *correct = 0;
+    for (size_t b = 0; b < rows; b++) {
+        const double *z = logits + b * cols;
+        int32_t label = labels[b];
+        int ok = label >= 0 && (size_t)label < cols;
+        /* The first maximum is the prediction; subtracting it keeps exp <= 1. */
+        size_t arg = 0;
+        for (size_t c = 1; c < cols; c++)
+            if (z[c] > z[arg]) arg = c;
+        double m = z[arg], s = 0;
+        for (size_t c = 0; c < cols; c++) s += exp(z[c] - m);
+        if (ok) {
+            *loss_sum += m + log(s) - z[label];
+            *correct += arg == (size_t)label;
+        } else {
+            bad++;
+        }
+        if (d_logits) {
+            for (size_t c = 0; c < cols; c++) {
+                double p = exp(z[c] - m) / s;
+                double onehot = (int32_t)c == label ? 1 : 0;
+                d_logits[b * cols + c] = ok ? (p - onehot) * scale / (double)rows : 0;
+            }
+        }
+    }
+    return bad;
+}

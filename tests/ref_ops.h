@@ -1,0 +1,39 @@
+/* The double-precision host reference of the ops area: the specification the
+ * device kernels are tested against, written to be read. Every buffer is a
+ * row-major double array; shapes are given on each function. */
+#ifndef MPCL_REF_OPS_H
+#define MPCL_REF_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mpcl/ops.h"
+
+/* act(z) and its derivative d act / d z, in double. */
+double ref_act(mpcl_activation act, double z);
+double ref_act_grad(mpcl_activation act, double z);
+
+/* out[b,j] = act(in[b,j] + bias[j]); z (may be NULL) gets in + bias.
+ * out, z, in: [rows, cols]. bias: [cols]. */
+void ref_bias_act_forward(double *out, double *z, const double *in, const double *bias, size_t rows,
+                          size_t cols, mpcl_activation act);
+
+/* d_pre[b,j] = d_out[b,j] * act'(z[b,j]), with z the pre-activation.
+ * d_pre, d_out, z: [rows, cols]. */
+void ref_bias_act_backward(double *d_pre, const double *d_out, const double *z, size_t rows,
+                           size_t cols, mpcl_activation act);
+
+/* d_bias[j] = sum over b of d_pre[b,j]. d_bias: [cols]. d_pre: [rows, cols]. */
+void ref_bias_grad(double *d_bias, const double *d_pre, size_t rows, size_t cols);
+
+/* Softmax cross-entropy over rows with valid labels in [0, cols):
+ * loss_b = log(sum_c exp(logits[b,c])) - logits[b,label_b], computed stably;
+ * *loss_sum = sum of loss_b; *correct = rows whose first argmax is the label;
+ * d_logits (may be NULL) = (softmax(logits[b]) - onehot(label_b)) * scale / rows,
+ * the gradient of scale * mean loss. A row with a label out of range counts
+ * nowhere and gets a zero gradient row; the return value is the number of
+ * such rows. logits, d_logits: [rows, cols]. labels: [rows]. */
+size_t ref_softmax_xent(const double *logits, const int32_t *labels, size_t rows, size_t cols,
+                        double scale, double *loss_sum, size_t *correct, double *d_logits);
+
+#endif

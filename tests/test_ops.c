@@ -1,0 +1,779 @@
+/* The ops area against the double-precision reference in ref_ops.c: bias +
+ * activation forward and backward, bias gradient, softmax cross-entropy with
+ * its device statistics and label errors, casts; plus finite-difference
+ * checks of the reference itself and the error paths. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ref_ops.h"
+#include "testutil.h"
+
+typedef struct shape {
+    size_t rows, cols;
+} shape;
+
+/* 128x784 and 128x128 are the MLP's layers; 7, 33 and 130 are not multiples
+ * of any work-group size. Slow implementations stop before the big ones. */
+static const shape shapes[] = {{1, 1}, {7, 33}, {33, 7}, {130, 10}, {128, 128}, {128, 784}};
+static const size_t slow_shapes = 4;
+
+static const mpcl_dtype storages[] = {MPCL_DTYPE_F32, MPCL_DTYPE_F16};
+
+static size_t shape_count(mpcl_context *ctx) {
+    return tu_slow_device(ctx) ? slow_shapes : sizeof shapes / sizeof shapes[0];
+}
+
+static uint64_t seed_now(const char *test) {
+    uint64_t seed = (uint64_t)time(NULL) * 2654435761u ^ (uint64_t)clock();
+    fprintf(stderr, "%s: seed %llu\n", test, (unsigned long long)seed);
+    return seed;
+}
+
+/* What the tensor will hold after an upload of x. */
+static float stored(mpcl_dtype dtype, float x) {
+    return dtype == MPCL_DTYPE_F16 ? mpcl_f16_to_f32(mpcl_f32_to_f16(x)) : x;
+}
+
+static mpcl_tensor *make(mpcl_context *ctx, mpcl_dtype dtype, size_t rows, size_t cols) {
+    mpcl_tensor *t = NULL;
+    TU_ASSERT_OK(mpcl_tensor_create(ctx, dtype, rows, cols, &t));
+    return t;
+}
+
+static mpcl_tensor *make_from(mpcl_context *ctx, mpcl_dtype dtype, size_t rows, size_t cols,
+                              const float *x) {
+    mpcl_tensor *t = make(ctx, dtype, rows, cols);
+    TU_ASSERT_OK(mpcl_tensor_upload_f32(t, x, rows * cols));
+    return t;
+}
+
+static void poison(mpcl_tensor *t) {
+    size_t n = mpcl_tensor_count(t);
+    if (mpcl_tensor_dtype(t) == MPCL_DTYPE_F16) {
+        uint16_t *h = malloc(n * sizeof *h);
+        for (size_t i = 0; i < n; i++) h[i] = TU_POISON_F16;
+        TU_ASSERT_OK(mpcl_tensor_upload_raw(t, h, n * sizeof *h));
+        free(h);
+    } else {
+        float *f = malloc(n * sizeof *f);
+        for (size_t i = 0; i < n; i++) f[i] = tu_poison_f32();
+        TU_ASSERT_OK(mpcl_tensor_upload_raw(t, f, n * sizeof *f));
+        free(f);
+    }
+}
+
+static mpcl_tensor *make_poisoned(mpcl_context *ctx, mpcl_dtype dtype, size_t rows, size_t cols) {
+    mpcl_tensor *t = make(ctx, dtype, rows, cols);
+    poison(t);
+    return t;
+}
+
+static float *download(const mpcl_tensor *t) {
+    size_t n = mpcl_tensor_count(t);
+    float *x = malloc(n * sizeof *x);
+    TU_ASSERT_OK(mpcl_tensor_download_f32(t, x, n));
+    return x;
+}
+
+/* True when every element still holds the poison bit pattern. */
+static bool still_poisoned(const mpcl_tensor *t) {
+    size_t bytes = mpcl_tensor_bytes(t);
+    unsigned char *raw = malloc(bytes);
+    TU_ASSERT_OK(mpcl_tensor_download_raw(t, raw, bytes));
+    bool same = true;
+    if (mpcl_tensor_dtype(t) == MPCL_DTYPE_F16) {
+        for (size_t i = 0; i < bytes / 2; i++) {
+            uint16_t h;
+            memcpy(&h, raw + 2 * i, 2);
+            same = same && h == TU_POISON_F16;
+        }
+    } else {
+        float p = tu_poison_f32();
+        for (size_t i = 0; i < bytes / 4; i++) same = same && memcmp(raw + 4 * i, &p, 4) == 0;
+    }
+    free(raw);
+    return same;
+}
+
+static double *to_double(const float *x, size_t n) {
+    double *d = malloc(n * sizeof *d);
+    for (size_t i = 0; i < n; i++) d[i] = x[i];
+    return d;
+}
+
+static double max_abs(const double *x, size_t n) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) m = fmax(m, fabs(x[i]));
+    return m;
+}
+
+/* The whole-tensor bound implied by the elementwise one: |e_i| <= atol +
+ * rtol |w_i| gives ||e|| / ||w|| <= rtol + atol sqrt(n) / ||w||; a single
+ * element (1x1) can reach it, so the normalized check uses it as is. */
+static double norm_tol(double atol, double rtol, const double *want, size_t n) {
+    double w2 = 0;
+    for (size_t i = 0; i < n; i++) w2 += want[i] * want[i];
+    return rtol + atol * sqrt((double)n) / fmax(sqrt(w2), 1e-30);
+}
+
+static const char *dname(mpcl_dtype d) {
+    return mpcl_dtype_name(d);
+}
+
+/* ---- activation names ---- */
+
+static void test_activation_names(void **state) {
+    (void)state;
+    for (int a = 0; a < MPCL_ACT_COUNT; a++) {
+        mpcl_activation back = MPCL_ACT_COUNT;
+        assert_true(mpcl_activation_parse(mpcl_activation_name((mpcl_activation)a), &back));
+        assert_int_equal(back, a);
+    }
+    mpcl_activation x = MPCL_ACT_RELU;
+    assert_false(mpcl_activation_parse("swish", &x));
+    assert_false(mpcl_activation_parse(NULL, &x));
+    assert_int_equal(x, MPCL_ACT_RELU);
+    assert_string_equal(mpcl_activation_name(MPCL_ACT_COUNT), "unknown");
+    assert_int_equal(mpcl_activation_saved(MPCL_ACT_GELU), MPCL_ACT_SAVED_PREACT);
+    assert_int_equal(mpcl_activation_saved(MPCL_ACT_RELU), MPCL_ACT_SAVED_OUTPUT);
+    assert_int_equal(mpcl_activation_saved(MPCL_ACT_IDENTITY), MPCL_ACT_SAVED_NONE);
+}
+
+/* ---- finite differences of the reference ---- */
+
+/* Central differences with h = 1e-5 in double: truncation h^2 |f'''| / 6 <
+ * 1e-10 for these smooth functions (|f'''| < 5 on [-4, 4]) and rounding
+ * 1e-16 / h = 1e-11, so 1e-7 leaves a wide margin while a wrong formula
+ * (a missing factor, a sign) is off by far more. */
+static void test_reference_fd(void **state) {
+    (void)state;
+    tu_rng r = tu_rng_make(seed_now("reference_fd"));
+    const double h = 1e-5, tol = 1e-7;
+    enum { ROWS = 5, COLS = 6 };
+    for (int a = 0; a < MPCL_ACT_COUNT; a++) {
+        mpcl_activation act = (mpcl_activation)a;
+        double in[ROWS * COLS], bias[COLS], d_out[ROWS * COLS], z[ROWS * COLS], y[ROWS * COLS];
+        double d_pre[ROWS * COLS], d_bias[COLS];
+        for (size_t j = 0; j < COLS; j++) bias[j] = tu_uniform(&r, -1, 1);
+        for (size_t i = 0; i < ROWS * COLS; i++) {
+            in[i] = tu_uniform(&r, -4, 4);
+            /* Keep off relu's kink, where the derivative is a convention. */
+            if (fabs(in[i] + bias[i % COLS]) < 0.01) in[i] += 0.1;
+            d_out[i] = tu_uniform(&r, -2, 2);
+        }
+        ref_bias_act_forward(y, z, in, bias, ROWS, COLS, act);
+        ref_bias_act_backward(d_pre, d_out, z, ROWS, COLS, act);
+        ref_bias_grad(d_bias, d_pre, ROWS, COLS);
+        /* L = sum d_out * act(in + bias): dL/din = d_pre, dL/dbias = d_bias. */
+        for (size_t i = 0; i < ROWS * COLS; i++) {
+            double zp = in[i] + h + bias[i % COLS], zm = in[i] - h + bias[i % COLS];
+            double fd = d_out[i] * (ref_act(act, zp) - ref_act(act, zm)) / (2 * h);
+            if (fabs(fd - d_pre[i]) > tol)
+                fail_msg("%s: d_pre[%zu] %.12g, finite difference %.12g", mpcl_activation_name(act),
+                         i, d_pre[i], fd);
+        }
+        for (size_t j = 0; j < COLS; j++) {
+            double lp = 0, lm = 0;
+            for (size_t b = 0; b < ROWS; b++) {
+                size_t i = b * COLS + j;
+                lp += d_out[i] * ref_act(act, in[i] + bias[j] + h);
+                lm += d_out[i] * ref_act(act, in[i] + bias[j] - h);
+            }
+            double fd = (lp - lm) / (2 * h);
+            if (fabs(fd - d_bias[j]) > tol * ROWS)
+                fail_msg("%s: d_bias[%zu] %.12g, finite difference %.12g",
+                         mpcl_activation_name(act), j, d_bias[j], fd);
+        }
+    }
+
+    /* The loss: d_logits is the gradient of scale * loss_sum / rows. */
+    enum { B = 4, C = 7 };
+    double logits[B * C], d[B * C];
+    int32_t labels[B];
+    for (size_t i = 0; i < B * C; i++) logits[i] = tu_uniform(&r, -3, 3);
+    for (size_t b = 0; b < B; b++) labels[b] = (int32_t)(tu_uniform(&r, 0, C - 1e-9));
+    const double scale = 8;
+    double loss;
+    size_t correct;
+    assert_int_equal(ref_softmax_xent(logits, labels, B, C, scale, &loss, &correct, d), 0);
+    for (size_t i = 0; i < B * C; i++) {
+        double keep = logits[i], lp, lm;
+        logits[i] = keep + h;
+        ref_softmax_xent(logits, labels, B, C, scale, &lp, &correct, NULL);
+        logits[i] = keep - h;
+        ref_softmax_xent(logits, labels, B, C, scale, &lm, &correct, NULL);
+        logits[i] = keep;
+        double fd = scale * (lp - lm) / (2 * h) / B;
+        if (fabs(fd - d[i]) > tol * scale)
+            fail_msg("xent: d_logits[%zu] %.12g, finite difference %.12g", i, d[i], fd);
+    }
+    /* And the loss value itself, on a row worked by hand: logits (0, log 3),
+     * label 0: p0 = 1/4, loss = log 4. */
+    double two[2] = {0, log(3.0)};
+    int32_t l0 = 0;
+    ref_softmax_xent(two, &l0, 1, 2, 1, &loss, &correct, NULL);
+    assert_true(fabs(loss - log(4.0)) < 1e-15);
+    assert_int_equal(correct, 0);
+}
+
+/* ---- bias + activation ---- */
+
+/* Tolerances, f32 storage: exp and tanh are within 4 ulp in OpenCL and the
+ * kernel adds a few roundings, so rtol 4e-6 (~32 ulp); in 1 + tanh(u) and
+ * 1 - t^2 near saturation an ulp of 1 (6e-8) is multiplied by |z| <= 5, so
+ * atol 4e-6. f16 storage adds one rounding of the output (2^-11 relative,
+ * 2^-25 absolute below the normal range). Backward from a saved f16 value: y
+ * off by 2^-12 moves y(1-y) or 1-y^2 by <= 2^-11, and z off by 5 * 2^-11
+ * moves GELU' (|GELU''| < 0.8) by 2e-3, both times |d_out| <= 2. */
+static void check_act_case(mpcl_context *ctx, tu_rng *r, mpcl_dtype dt, shape s,
+                           mpcl_activation act) {
+    const size_t n = s.rows * s.cols;
+    char what[128];
+    float *in = malloc(n * sizeof *in), *d_out = malloc(n * sizeof *d_out);
+    float *bias = malloc(s.cols * sizeof *bias);
+    tu_fill_uniform(r, bias, s.cols, -1, 1);
+    tu_fill_uniform(r, in, n, -4, 4);
+    tu_fill_uniform(r, d_out, n, -2, 2);
+    for (size_t i = 0; i < n; i++) {
+        /* Keep z off relu's kink by more than f16 can blur: a z that rounds
+         * to 0 in storage would change relu' from 1 to 0. */
+        if (fabs((double)stored(dt, in[i]) + (double)bias[i % s.cols]) < 1e-3) in[i] += 0.01f;
+        in[i] = stored(dt, in[i]);
+        d_out[i] = stored(dt, d_out[i]);
+    }
+    mpcl_tensor *t_in = make_from(ctx, dt, s.rows, s.cols, in);
+    mpcl_tensor *t_bias = make_from(ctx, MPCL_DTYPE_F32, 1, s.cols, bias);
+    mpcl_tensor *t_dout = make_from(ctx, dt, s.rows, s.cols, d_out);
+    mpcl_tensor *t_out = make_poisoned(ctx, dt, s.rows, s.cols);
+    mpcl_tensor *t_z = make_poisoned(ctx, dt, s.rows, s.cols);
+    mpcl_tensor *t_dpre = make_poisoned(ctx, dt, s.rows, s.cols);
+    mpcl_tensor *t_dbias = make_poisoned(ctx, MPCL_DTYPE_F32, 1, s.cols);
+
+    double *din = to_double(in, n), *dbias = to_double(bias, s.cols), *ddout = to_double(d_out, n);
+    double *want = malloc(n * sizeof *want), *zref = malloc(n * sizeof *zref);
+    double *dpre_ref = malloc(n * sizeof *dpre_ref);
+    ref_bias_act_forward(want, zref, din, dbias, s.rows, s.cols, act);
+    ref_bias_act_backward(dpre_ref, ddout, zref, s.rows, s.cols, act);
+
+    const bool f16 = dt == MPCL_DTYPE_F16;
+    const double st_rel = f16 ? 0x1p-11 : 0, st_abs = f16 ? 0x1p-25 : 0;
+
+    TU_ASSERT_OK(mpcl_bias_act_forward_z(ctx, t_out, t_z, t_in, t_bias, act));
+    float *out = download(t_out), *z = download(t_z);
+    snprintf(what, sizeof what, "forward %s %s %zux%zu", mpcl_activation_name(act), dname(dt),
+             s.rows, s.cols);
+    double fa = 4e-6 + st_abs, fr = 4e-6 + st_rel;
+    assert_true(tu_check_close(what, out, want, n, fa, fr, norm_tol(fa, fr, want, n)));
+    /* z = in + bias: one f32 rounding, then the storage rounding. */
+    snprintf(what, sizeof what, "z %s %s %zux%zu", mpcl_activation_name(act), dname(dt), s.rows,
+             s.cols);
+    assert_true(tu_check_close(what, z, zref, n, st_abs, 0x1p-24 + st_rel,
+                               norm_tol(st_abs, 0x1p-24 + st_rel, zref, n)));
+
+    mpcl_act_saved which = mpcl_activation_saved(act);
+    const mpcl_tensor *saved = which == MPCL_ACT_SAVED_OUTPUT   ? t_out
+                               : which == MPCL_ACT_SAVED_PREACT ? t_z
+                                                                : NULL;
+    TU_ASSERT_OK(mpcl_bias_act_backward(ctx, t_dpre, t_dout, saved, act));
+    float *dpre = download(t_dpre);
+    double back_abs = 2 * (f16 ? (act == MPCL_ACT_GELU ? 2e-3 : 0x1p-11) : 8e-6) + st_abs;
+    snprintf(what, sizeof what, "backward %s %s %zux%zu", mpcl_activation_name(act), dname(dt),
+             s.rows, s.cols);
+    assert_true(tu_check_close(what, dpre, dpre_ref, n, back_abs, 8e-6 + st_rel,
+                               norm_tol(back_abs, 8e-6 + st_rel, dpre_ref, n)));
+
+    /* The bias gradient of what the device wrote: f32 sums of `rows` terms,
+     * error <= rows * 2^-24 * sum |x| per column. */
+    double *dd = to_double(dpre, n), *dbias_ref = malloc(s.cols * sizeof *dbias_ref);
+    ref_bias_grad(dbias_ref, dd, s.rows, s.cols);
+    double col_abs = 0;
+    for (size_t j = 0; j < s.cols; j++) {
+        double a = 0;
+        for (size_t b = 0; b < s.rows; b++) a += fabs(dd[b * s.cols + j]);
+        col_abs = fmax(col_abs, a);
+    }
+    TU_ASSERT_OK(mpcl_bias_grad(ctx, t_dbias, t_dpre));
+    float *db = download(t_dbias);
+    snprintf(what, sizeof what, "bias grad %s %s %zux%zu", mpcl_activation_name(act), dname(dt),
+             s.rows, s.cols);
+    double eb = (double)s.rows * 0x1p-24 * col_abs;
+    assert_true(
+        tu_check_close(what, db, dbias_ref, s.cols, eb, 0, norm_tol(eb, 0, dbias_ref, s.cols)));
+
+    /* The plain forward, in place (out = pre_in), gives the same output. */
+    TU_ASSERT_OK(mpcl_bias_act_forward(ctx, t_in, t_in, t_bias, act));
+    float *inplace = download(t_in);
+    assert_memory_equal(inplace, out, n * sizeof *out);
+
+    free(inplace);
+    free(db);
+    free(dbias_ref);
+    free(dd);
+    free(dpre);
+    free(out);
+    free(z);
+    free(want);
+    free(zref);
+    free(dpre_ref);
+    free(din);
+    free(dbias);
+    free(ddout);
+    free(in);
+    free(d_out);
+    free(bias);
+    mpcl_tensor *all[] = {t_in, t_bias, t_dout, t_out, t_z, t_dpre, t_dbias};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) mpcl_tensor_destroy(all[i]);
+}
+
+static void test_bias_act(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    tu_rng r = tu_rng_make(seed_now("bias_act"));
+    for (size_t d = 0; d < 2; d++)
+        for (size_t si = 0; si < shape_count(ctx); si++)
+            for (int a = 0; a < MPCL_ACT_COUNT; a++)
+                check_act_case(ctx, &r, storages[d], shapes[si], (mpcl_activation)a);
+    mpcl_context_destroy(ctx);
+}
+
+/* Saturation: large |z| gives exact 0/1 derivatives and finite values, never
+ * the NaN of 0 * inf (GELU's z^3 overflows f32 beyond 7e12). */
+static void test_act_extremes(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    const float zs[] = {-1e30f, -65504, -100, -20, 20, 100, 65504, 1e30f};
+    const size_t n = sizeof zs / sizeof zs[0];
+    float ones[8], bias0 = 0;
+    for (size_t i = 0; i < n; i++) ones[i] = 1;
+    for (int a = 0; a < MPCL_ACT_COUNT; a++) {
+        mpcl_activation act = (mpcl_activation)a;
+        mpcl_tensor *in = make_from(ctx, MPCL_DTYPE_F32, n, 1, zs);
+        mpcl_tensor *bias = make_from(ctx, MPCL_DTYPE_F32, 1, 1, &bias0);
+        mpcl_tensor *d_out = make_from(ctx, MPCL_DTYPE_F32, n, 1, ones);
+        mpcl_tensor *out = make_poisoned(ctx, MPCL_DTYPE_F32, n, 1);
+        mpcl_tensor *z = make_poisoned(ctx, MPCL_DTYPE_F32, n, 1);
+        mpcl_tensor *d_pre = make_poisoned(ctx, MPCL_DTYPE_F32, n, 1);
+        TU_ASSERT_OK(mpcl_bias_act_forward_z(ctx, out, z, in, bias, act));
+        mpcl_act_saved w = mpcl_activation_saved(act);
+        TU_ASSERT_OK(mpcl_bias_act_backward(ctx, d_pre, d_out,
+                                            w == MPCL_ACT_SAVED_PREACT   ? z
+                                            : w == MPCL_ACT_SAVED_OUTPUT ? out
+                                                                         : NULL,
+                                            act));
+        float *y = download(out), *g = download(d_pre);
+        for (size_t i = 0; i < n; i++) {
+            double want_y = ref_act(act, zs[i]), want_g = ref_act_grad(act, zs[i]);
+            if (isnan(y[i]) || fabs((double)y[i] - want_y) > 1e-6 * fabs(want_y) + 1e-6)
+                fail_msg("%s(%g) = %g, want %g", mpcl_activation_name(act), (double)zs[i],
+                         (double)y[i], want_y);
+            if (isnan(g[i]) || fabs((double)g[i] - want_g) > 1e-6)
+                fail_msg("%s'(%g) = %g, want %g", mpcl_activation_name(act), (double)zs[i],
+                         (double)g[i], want_g);
+        }
+        free(y);
+        free(g);
+        mpcl_tensor *all[] = {in, bias, d_out, out, z, d_pre};
+        for (size_t i = 0; i < 6; i++) mpcl_tensor_destroy(all[i]);
+    }
+    mpcl_context_destroy(ctx);
+}
+
+/* ---- softmax cross-entropy ---- */
+
+typedef struct xent_case {
+    shape s;
+    float lo, hi; /* logits uniform in [lo, hi], or +-1e4 at random when extreme */
+    bool extreme;
+    float scale;
+} xent_case;
+
+/* Tolerances: per row f32 computes m - z[label] exactly-ish and log(sum exp)
+ * with a few ulp of error relative to max |z| + log C, so the loss sum of B
+ * rows is within B * 16 * 2^-24 * (max |z| + log C) (plus f32 summation over
+ * the rows). The gradient (p - onehot) * scale / B: p within 8 ulp, so atol
+ * 8 * 2^-24 * scale / B and rtol 1e-5 in f32; f16 storage adds one rounding.
+ * The correct count is exact: both sides compare the same stored values. */
+static void check_xent_case(mpcl_context *ctx, tu_rng *r, mpcl_dtype dt, xent_case xc) {
+    const size_t B = xc.s.rows, C = xc.s.cols, n = B * C;
+    float *logits = malloc(n * sizeof *logits);
+    int32_t *labels = malloc(B * sizeof *labels);
+    for (size_t i = 0; i < n; i++) {
+        float v = xc.extreme ? (tu_uniform(r, 0, 1) < 0.5 ? -1e4f : 1e4f)
+                             : (float)tu_uniform(r, xc.lo, xc.hi);
+        logits[i] = stored(dt, v);
+    }
+    for (size_t b = 0; b < B; b++) labels[b] = (int32_t)tu_uniform(r, 0, (double)C - 1e-9);
+    mpcl_tensor *t_logits = make_from(ctx, dt, B, C, logits);
+    mpcl_tensor *t_labels = make(ctx, MPCL_DTYPE_I32, B, 1);
+    TU_ASSERT_OK(mpcl_tensor_upload_i32(t_labels, labels, B));
+    mpcl_tensor *t_scale = make_from(ctx, MPCL_DTYPE_F32, 1, 1, &xc.scale);
+    mpcl_tensor *t_d = make_poisoned(ctx, dt, B, C);
+    mpcl_tensor *stats = NULL;
+    TU_ASSERT_OK(mpcl_xent_stats_create(ctx, &stats));
+
+    double *dl = to_double(logits, n), *dref = malloc(n * sizeof *dref), loss_ref;
+    size_t correct_ref;
+    assert_int_equal(ref_softmax_xent(dl, labels, B, C, xc.scale, &loss_ref, &correct_ref, dref),
+                     0);
+
+    /* Two steps: forward_backward, then forward alone; the stats add up. */
+    TU_ASSERT_OK(mpcl_softmax_xent_forward_backward(ctx, stats, t_d, t_logits, t_labels, t_scale));
+    TU_ASSERT_OK(mpcl_softmax_xent_forward(ctx, stats, t_logits, t_labels));
+    mpcl_xent_stats got;
+    TU_ASSERT_OK(mpcl_xent_stats_read(ctx, stats, &got, true));
+    double zmax = max_abs(dl, n);
+    double loss_tol = 2 * (double)B * 16 * 0x1p-24 * (zmax + log((double)C) + 1);
+    if (!(fabs(got.loss_sum - 2 * loss_ref) <= loss_tol))
+        fail_msg("xent %s %zux%zu: loss sum %.9g, want %.9g (tol %.3g)", dname(dt), B, C,
+                 got.loss_sum, 2 * loss_ref, loss_tol);
+    assert_int_equal(got.correct, 2 * correct_ref);
+    assert_int_equal(got.samples, 2 * B);
+    assert_int_equal(got.calls, 2);
+    assert_int_equal(got.bad, 0);
+    assert_int_equal(got.bad_row, -1);
+
+    float *d = download(t_d);
+    const bool f16 = dt == MPCL_DTYPE_F16;
+    double g = (double)xc.scale / (double)B;
+    char what[128];
+    snprintf(what, sizeof what, "xent grad %s %zux%zu scale %g%s", dname(dt), B, C,
+             (double)xc.scale, xc.extreme ? " extreme" : "");
+    double ga = 8 * 0x1p-24 * g + (f16 ? 0x1p-25 : 0), gr = 1e-5 + (f16 ? 0x1p-11 : 0);
+    assert_true(tu_check_close(what, d, dref, n, ga, gr, norm_tol(ga, gr, dref, n)));
+
+    /* The reset by the read left the accumulator at zero. */
+    TU_ASSERT_OK(mpcl_xent_stats_read(ctx, stats, &got, false));
+    assert_int_equal(got.calls, 0);
+    assert_true(got.loss_sum == 0);
+
+    free(d);
+    free(dl);
+    free(dref);
+    free(logits);
+    free(labels);
+    mpcl_tensor *all[] = {t_logits, t_labels, t_scale, t_d, stats};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) mpcl_tensor_destroy(all[i]);
+}
+
+static void test_softmax_xent(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    tu_rng r = tu_rng_make(seed_now("softmax_xent"));
+    for (size_t d = 0; d < 2; d++) {
+        for (size_t si = 0; si < shape_count(ctx); si++) {
+            shape s = shapes[si];
+            check_xent_case(ctx, &r, storages[d], (xent_case){s, -5, 5, false, 1});
+            check_xent_case(ctx, &r, storages[d], (xent_case){s, -5, 5, false, 32768});
+            /* +-1e4: exp(z - max) underflows to 0 for all but the maxima, the
+             * loss is up to 2e4 per row and everything stays finite. */
+            check_xent_case(ctx, &r, storages[d], (xent_case){s, 0, 0, true, 1});
+        }
+    }
+    mpcl_context_destroy(ctx);
+}
+
+/* An f16 gradient past 65504 is +-inf, never NaN: that is what dynamic loss
+ * scaling detects. logits (0, 0), label 0: p = (1/2, 1/2), so with scale
+ * 2^20 the gradient is (-2^19, +2^19). */
+static void test_xent_overflow(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    for (size_t d = 0; d < 2; d++) {
+        mpcl_dtype dt = storages[d];
+        const float zero2[2] = {0, 0}, scale = 0x1p20f;
+        const int32_t label = 0;
+        mpcl_tensor *logits = make_from(ctx, dt, 1, 2, zero2);
+        mpcl_tensor *labels = make(ctx, MPCL_DTYPE_I32, 1, 1);
+        TU_ASSERT_OK(mpcl_tensor_upload_i32(labels, &label, 1));
+        mpcl_tensor *t_scale = make_from(ctx, MPCL_DTYPE_F32, 1, 1, &scale);
+        mpcl_tensor *grad = make_poisoned(ctx, dt, 1, 2);
+        mpcl_tensor *stats = NULL;
+        TU_ASSERT_OK(mpcl_xent_stats_create(ctx, &stats));
+        TU_ASSERT_OK(mpcl_softmax_xent_forward_backward(ctx, stats, grad, logits, labels, t_scale));
+        float *g = download(grad);
+        if (dt == MPCL_DTYPE_F16) {
+            assert_true(isinf(g[0]) && g[0] < 0);
+            assert_true(isinf(g[1]) && g[1] > 0);
+        } else {
+            assert_true(g[0] == -0x1p19f && g[1] == 0x1p19f);
+        }
+        mpcl_xent_stats s;
+        TU_ASSERT_OK(mpcl_xent_stats_read(ctx, stats, &s, true));
+        assert_true(fabs(s.loss_sum - log(2.0)) < 1e-6);
+        free(g);
+        mpcl_tensor *all[] = {logits, labels, t_scale, grad, stats};
+        for (size_t i = 0; i < 5; i++) mpcl_tensor_destroy(all[i]);
+    }
+    mpcl_context_destroy(ctx);
+}
+
+/* A label out of range: MPCL_ERR_LABEL from the read that follows, naming the
+ * first bad call, row and label; zero gradient rows, no NaN; the flag stays
+ * until a reset and a clean interval reads MPCL_OK again. */
+static void test_xent_bad_label(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    tu_rng r = tu_rng_make(seed_now("xent_bad_label"));
+    enum { B = 7, C = 5 };
+    float logits[B * C];
+    tu_fill_uniform(&r, logits, B * C, -3, 3);
+    int32_t good[B] = {0, 1, 2, 3, 4, 0, 1}, bad[B] = {0, 1, 2, 5, 4, -1, 1};
+    mpcl_tensor *t_logits = make_from(ctx, MPCL_DTYPE_F32, B, C, logits);
+    mpcl_tensor *t_good = make(ctx, MPCL_DTYPE_I32, B, 1), *t_bad = make(ctx, MPCL_DTYPE_I32, B, 1);
+    TU_ASSERT_OK(mpcl_tensor_upload_i32(t_good, good, B));
+    TU_ASSERT_OK(mpcl_tensor_upload_i32(t_bad, bad, B));
+    mpcl_tensor *grad = make_poisoned(ctx, MPCL_DTYPE_F32, B, C);
+    mpcl_tensor *stats = NULL;
+    TU_ASSERT_OK(mpcl_xent_stats_create(ctx, &stats));
+
+    TU_ASSERT_OK(mpcl_softmax_xent_forward(ctx, stats, t_logits, t_good));
+    TU_ASSERT_OK(mpcl_softmax_xent_forward_backward(ctx, stats, grad, t_logits, t_bad, NULL));
+    TU_ASSERT_OK(mpcl_softmax_xent_forward(ctx, stats, t_logits, t_bad));
+    mpcl_xent_stats s;
+    for (int twice = 0; twice < 2; twice++) { /* a read without reset keeps the flag */
+        assert_int_equal(mpcl_xent_stats_read(ctx, stats, &s, twice == 1), MPCL_ERR_LABEL);
+        assert_non_null(strstr(mpcl_context_errmsg(ctx), "label 5 in row 3 of loss call 1"));
+        assert_int_equal(s.bad, 4);
+        assert_int_equal(s.bad_call, 1);
+        assert_int_equal(s.bad_row, 3);
+        assert_int_equal(s.bad_label, 5);
+        assert_int_equal(s.calls, 3);
+        assert_int_equal(s.samples, 3 * B - 4);
+        assert_true(isfinite(s.loss_sum));
+    }
+    /* The rows with bad labels have zero gradients; the others match. */
+    double dl[B * C], dref[B * C], loss;
+    size_t correct;
+    for (size_t i = 0; i < B * C; i++) dl[i] = logits[i];
+    assert_int_equal(ref_softmax_xent(dl, bad, B, C, 1, &loss, &correct, dref), 2);
+    float *g = download(grad);
+    assert_true(tu_check_close("bad-label grad", g, dref, B * C, 1e-7, 1e-5, 1e-5));
+    for (size_t c = 0; c < C; c++) assert_true(g[3 * C + c] == 0 && g[5 * C + c] == 0);
+    free(g);
+
+    /* After the reset, a clean interval reads OK. */
+    TU_ASSERT_OK(mpcl_softmax_xent_forward(ctx, stats, t_logits, t_good));
+    TU_ASSERT_OK(mpcl_xent_stats_read(ctx, stats, &s, true));
+    assert_int_equal(s.bad, 0);
+    assert_int_equal(s.bad_row, -1);
+    assert_int_equal(s.samples, B);
+    /* And a reset on its own clears a flag too. */
+    TU_ASSERT_OK(mpcl_softmax_xent_forward(ctx, stats, t_logits, t_bad));
+    TU_ASSERT_OK(mpcl_xent_stats_reset(ctx, stats));
+    TU_ASSERT_OK(mpcl_xent_stats_read(ctx, stats, &s, false));
+    assert_int_equal(s.calls, 0);
+
+    mpcl_tensor *all[] = {t_logits, t_good, t_bad, grad, stats};
+    for (size_t i = 0; i < 5; i++) mpcl_tensor_destroy(all[i]);
+    mpcl_context_destroy(ctx);
+}
+
+/* ---- casts ---- */
+
+static uint16_t f16_bits_of(const mpcl_tensor *t, size_t i) {
+    size_t n = mpcl_tensor_count(t);
+    uint16_t *h = malloc(n * sizeof *h);
+    TU_ASSERT_OK(mpcl_tensor_download_raw(t, h, n * sizeof *h));
+    uint16_t v = h[i];
+    free(h);
+    return v;
+}
+
+/* f32 -> f16 must round exactly like binary16 RNE; mpcl_f64_to_f16 is the
+ * host's independent correctly rounded conversion. */
+static void test_cast_edges(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    const float edges[] = {
+        0.0f,           -0.0f,     1.0f,         65504.0f,     -65504.0f,
+        65519.0f,                                              /* rounds down to 65504 */
+        65520.0f,       -65520.0f, 1e5f,                       /* overflow to inf */
+        0x1p-24f,       -0x1p-24f, 0x1p-25f,                   /* tie: to even (0) */
+        0x1.8p-25f,     0x1p-14f,  0x1.ff8p-15f, 1 + 0x1p-11f, /* tie: to even (1) */
+        1 + 0x1.8p-10f,                                        /* tie: to even (1 + 2^-9) */
+        INFINITY,       -INFINITY, NAN,          3.14159265f,  -2.5e-6f};
+    const size_t n = sizeof edges / sizeof edges[0];
+    mpcl_tensor *src = make_from(ctx, MPCL_DTYPE_F32, 1, n, edges);
+    mpcl_tensor *h = make_poisoned(ctx, MPCL_DTYPE_F16, 1, n);
+    mpcl_tensor *back = make_poisoned(ctx, MPCL_DTYPE_F32, 1, n);
+    TU_ASSERT_OK(mpcl_cast(ctx, h, src));
+    TU_ASSERT_OK(mpcl_cast(ctx, back, h));
+    uint16_t *bits = malloc(n * sizeof *bits);
+    TU_ASSERT_OK(mpcl_tensor_download_raw(h, bits, n * sizeof *bits));
+    float *f = download(back);
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(edges[i])) {
+            assert_true((bits[i] & 0x7c00) == 0x7c00 && (bits[i] & 0x3ff) != 0);
+            assert_true(isnan(f[i]));
+            continue;
+        }
+        uint16_t want = mpcl_f64_to_f16(edges[i]);
+        if (bits[i] != want)
+            fail_msg("cast %a -> f16 0x%04x, want 0x%04x", (double)edges[i], bits[i], want);
+        float wf = mpcl_f16_to_f32(want);
+        if (memcmp(&f[i], &wf, sizeof wf) != 0)
+            fail_msg("cast back of 0x%04x = %a, want %a", want, (double)f[i], (double)wf);
+    }
+    (void)f16_bits_of;
+    free(bits);
+    free(f);
+    mpcl_tensor_destroy(src);
+    mpcl_tensor_destroy(h);
+    mpcl_tensor_destroy(back);
+    mpcl_context_destroy(ctx);
+}
+
+/* Every one of the 65536 f16 bit patterns converts exactly to f32, and a
+ * random f32 tensor at each shape rounds exactly as the host does. */
+static void test_cast_all(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    tu_rng r = tu_rng_make(seed_now("cast_all"));
+    uint16_t *all = malloc(65536 * sizeof *all);
+    for (size_t i = 0; i < 65536; i++) all[i] = (uint16_t)i;
+    mpcl_tensor *h = make(ctx, MPCL_DTYPE_F16, 256, 256);
+    TU_ASSERT_OK(mpcl_tensor_upload_raw(h, all, 65536 * sizeof *all));
+    mpcl_tensor *f = make_poisoned(ctx, MPCL_DTYPE_F32, 256, 256);
+    TU_ASSERT_OK(mpcl_cast(ctx, f, h));
+    float *got = download(f);
+    for (size_t i = 0; i < 65536; i++) {
+        float want = mpcl_f16_to_f32((uint16_t)i);
+        if (isnan(want) ? !isnan(got[i]) : memcmp(&got[i], &want, sizeof want) != 0)
+            fail_msg("f16 0x%04zx -> %a, want %a", i, (double)got[i], (double)want);
+    }
+    free(got);
+    free(all);
+    mpcl_tensor_destroy(h);
+    mpcl_tensor_destroy(f);
+
+    for (size_t si = 0; si < shape_count(ctx); si++) {
+        shape s = shapes[si];
+        size_t n = s.rows * s.cols;
+        float *x = malloc(n * sizeof *x);
+        /* Magnitudes from f16 subnormals to past its overflow. */
+        for (size_t i = 0; i < n; i++)
+            x[i] = (float)(exp2(tu_uniform(&r, -26, 17)) * (tu_uniform(&r, 0, 1) < 0.5 ? -1 : 1));
+        mpcl_tensor *src = make_from(ctx, MPCL_DTYPE_F32, s.rows, s.cols, x);
+        mpcl_tensor *dst = make_poisoned(ctx, MPCL_DTYPE_F16, s.rows, s.cols);
+        mpcl_tensor *copy = make_poisoned(ctx, MPCL_DTYPE_F32, s.rows, s.cols);
+        TU_ASSERT_OK(mpcl_cast(ctx, dst, src));
+        TU_ASSERT_OK(mpcl_cast(ctx, copy, src)); /* same dtype: a copy */
+        uint16_t *bits = malloc(n * sizeof *bits);
+        TU_ASSERT_OK(mpcl_tensor_download_raw(dst, bits, n * sizeof *bits));
+        for (size_t i = 0; i < n; i++) {
+            uint16_t want = mpcl_f64_to_f16(x[i]);
+            if (bits[i] != want)
+                fail_msg("cast %zux%zu [%zu] %a -> 0x%04x, want 0x%04x", s.rows, s.cols, i,
+                         (double)x[i], bits[i], want);
+        }
+        float *c = download(copy);
+        assert_memory_equal(c, x, n * sizeof *x);
+        free(c);
+        free(bits);
+        free(x);
+        mpcl_tensor_destroy(src);
+        mpcl_tensor_destroy(dst);
+        mpcl_tensor_destroy(copy);
+    }
+    mpcl_context_destroy(ctx);
+}
+
+/* ---- error paths: exact status, outputs untouched ---- */
+
+#define EXPECT_STATUS(want, call)                                                   \
+    do {                                                                            \
+        mpcl_status got_ = (call);                                                  \
+        if (got_ != (want))                                                         \
+            fail_msg("%s -> %s, want %s (%s)", #call, mpcl_status_name(got_),       \
+                     mpcl_status_name(want), got_ == MPCL_OK ? "" : mpcl_errmsg()); \
+    } while (0)
+
+static void test_errors(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    const mpcl_dtype F32 = MPCL_DTYPE_F32, F16 = MPCL_DTYPE_F16, I32 = MPCL_DTYPE_I32;
+    mpcl_tensor *in = make(ctx, F32, 4, 3), *in16 = make(ctx, F16, 4, 3);
+    mpcl_tensor *bias = make(ctx, F32, 1, 3), *bias16 = make(ctx, F16, 1, 3);
+    mpcl_tensor *bias4 = make(ctx, F32, 1, 4), *i32 = make(ctx, I32, 4, 3);
+    mpcl_tensor *out = make_poisoned(ctx, F32, 4, 3), *out16 = make_poisoned(ctx, F16, 4, 3);
+    mpcl_tensor *out_t = make_poisoned(ctx, F32, 3, 4), *z = make_poisoned(ctx, F32, 4, 3);
+    mpcl_tensor *db = make_poisoned(ctx, F32, 1, 3), *db16 = make_poisoned(ctx, F16, 1, 3);
+    mpcl_tensor *labels = make(ctx, I32, 4, 1), *labels_f = make(ctx, F32, 4, 1);
+    mpcl_tensor *labels5 = make(ctx, I32, 5, 1), *stats = NULL, *stats_small = make(ctx, F32, 1, 4);
+    mpcl_tensor *scale2 = make(ctx, F32, 1, 2);
+    TU_ASSERT_OK(mpcl_xent_stats_create(ctx, &stats));
+
+    EXPECT_STATUS(MPCL_ERR_SHAPE, mpcl_bias_act_forward(ctx, out_t, in, bias, MPCL_ACT_RELU));
+    EXPECT_STATUS(MPCL_ERR_DTYPE, mpcl_bias_act_forward(ctx, out16, in, bias, MPCL_ACT_RELU));
+    EXPECT_STATUS(MPCL_ERR_DTYPE, mpcl_bias_act_forward(ctx, out, in, bias16, MPCL_ACT_RELU));
+    EXPECT_STATUS(MPCL_ERR_SHAPE, mpcl_bias_act_forward(ctx, out, in, bias4, MPCL_ACT_RELU));
+    EXPECT_STATUS(MPCL_ERR_DTYPE, mpcl_bias_act_forward(ctx, out, i32, bias, MPCL_ACT_RELU));
+    EXPECT_STATUS(MPCL_ERR_INVALID_ARG,
+                  mpcl_bias_act_forward(ctx, out, in, bias, (mpcl_activation)99));
+    EXPECT_STATUS(MPCL_ERR_INVALID_ARG, mpcl_bias_act_forward(ctx, out, in, NULL, MPCL_ACT_RELU));
+    EXPECT_STATUS(MPCL_ERR_SHAPE,
+                  mpcl_bias_act_forward_z(ctx, out, out_t, in, bias, MPCL_ACT_GELU));
+    EXPECT_STATUS(MPCL_ERR_DTYPE,
+                  mpcl_bias_act_forward_z(ctx, out, out16, in, bias, MPCL_ACT_GELU));
+
+    EXPECT_STATUS(MPCL_ERR_INVALID_ARG, mpcl_bias_act_backward(ctx, z, in, NULL, MPCL_ACT_RELU));
+    EXPECT_STATUS(MPCL_ERR_SHAPE, mpcl_bias_act_backward(ctx, z, in, out_t, MPCL_ACT_TANH));
+    EXPECT_STATUS(MPCL_ERR_DTYPE, mpcl_bias_act_backward(ctx, z, in, in16, MPCL_ACT_GELU));
+    EXPECT_STATUS(MPCL_ERR_DTYPE, mpcl_bias_act_backward(ctx, out16, in, in, MPCL_ACT_SIGMOID));
+    EXPECT_STATUS(MPCL_ERR_SHAPE, mpcl_bias_act_backward(ctx, out_t, in, NULL, MPCL_ACT_IDENTITY));
+
+    EXPECT_STATUS(MPCL_ERR_DTYPE, mpcl_bias_grad(ctx, db16, in));
+    EXPECT_STATUS(MPCL_ERR_SHAPE, mpcl_bias_grad(ctx, db, out_t));
+    EXPECT_STATUS(MPCL_ERR_DTYPE, mpcl_bias_grad(ctx, db, i32));
+
+    EXPECT_STATUS(MPCL_ERR_DTYPE, mpcl_softmax_xent_forward(ctx, stats, in, labels_f));
+    EXPECT_STATUS(MPCL_ERR_SHAPE, mpcl_softmax_xent_forward(ctx, stats, in, labels5));
+    EXPECT_STATUS(MPCL_ERR_SHAPE, mpcl_softmax_xent_forward(ctx, stats_small, in, labels));
+    EXPECT_STATUS(MPCL_ERR_DTYPE, mpcl_softmax_xent_forward(ctx, stats, i32, labels));
+    EXPECT_STATUS(MPCL_ERR_SHAPE,
+                  mpcl_softmax_xent_forward_backward(ctx, stats, out_t, in, labels, NULL));
+    EXPECT_STATUS(MPCL_ERR_DTYPE,
+                  mpcl_softmax_xent_forward_backward(ctx, stats, out16, in, labels, NULL));
+    EXPECT_STATUS(MPCL_ERR_SHAPE,
+                  mpcl_softmax_xent_forward_backward(ctx, stats, out, in, labels, scale2));
+    EXPECT_STATUS(MPCL_ERR_INVALID_ARG,
+                  mpcl_softmax_xent_forward_backward(ctx, stats, NULL, in, labels, NULL));
+    EXPECT_STATUS(MPCL_ERR_SHAPE,
+                  mpcl_xent_stats_read(ctx, stats_small, &(mpcl_xent_stats){0}, true));
+
+    EXPECT_STATUS(MPCL_ERR_SHAPE, mpcl_cast(ctx, out_t, in16));
+    EXPECT_STATUS(MPCL_ERR_DTYPE, mpcl_cast(ctx, out, i32));
+    EXPECT_STATUS(MPCL_ERR_DTYPE, mpcl_cast(ctx, i32, in16));
+
+    /* Nothing was written: every output still holds its poison, and the
+     * statistics are still zero (no loss call ran). */
+    TU_ASSERT_OK(mpcl_context_finish(ctx));
+    assert_true(still_poisoned(out));
+    assert_true(still_poisoned(out16));
+    assert_true(still_poisoned(out_t));
+    assert_true(still_poisoned(z));
+    assert_true(still_poisoned(db));
+    assert_true(still_poisoned(db16));
+    mpcl_xent_stats s;
+    TU_ASSERT_OK(mpcl_xent_stats_read(ctx, stats, &s, false));
+    assert_int_equal(s.calls, 0);
+
+    mpcl_tensor *all[] = {in, in16, bias, bias16, bias4,    i32,     out,   out16,       out_t,
+                          z,  db,   db16, labels, labels_f, labels5, stats, stats_small, scale2};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) mpcl_tensor_destroy(all[i]);
+    mpcl_context_destroy(ctx);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_activation_names), cmocka_unit_test(test_reference_fd),
+        cmocka_unit_test(test_bias_act),         cmocka_unit_test(test_act_extremes),
+        cmocka_unit_test(test_softmax_xent),     cmocka_unit_test(test_xent_overflow),
+        cmocka_unit_test(test_xent_bad_label),   cmocka_unit_test(test_cast_edges),
+        cmocka_unit_test(test_cast_all),         cmocka_unit_test(test_errors),
+    };
+    return cmocka_run_group_tests_name("ops", tests, NULL, NULL);
+}
