@@ -1,0 +1,232 @@
+// mpcl's register-tiled GEMM: C = alpha * op(A) * op(B) + beta * C, row-major.
+//
+// op(A) is M x K: A is stored M x K (ta == 0) or K x M (ta == 1).
+// op(B) is K x N: B is stored K x N (tb == 0) or N x K (tb == 1).
+// C is M x N. One source serves both storages: A and B are storage_t (f32 or
+// f16 through LOAD), C is storage_t or, in the f16 program, float (the
+// *_cf32 kernels: f16 inputs, f32 output). All arithmetic is float.
+//
+// Each work-item computes GEMM_TM rows by GEMM_W columns of C in GEMM_TM
+// named vector accumulators (PoCL keeps accumulators in registers only when
+// they are separate named variables; an array spilled and ran 3x slower).
+// k runs in blocks of GEMM_W: the block of op(A) is first staged, as float,
+// into a small private array with vector loads (so f16 is converted once per
+// element per item with vector conversions; one scalar vload_half per
+// multiply made mpcl-mixed 6x slower on PoCL), then for each k one row of
+// op(B) is loaded as a vector and each row's A element is broadcast into an
+// fma. GEMM_TM == GEMM_W in both shapes, so a column of A fits GEMM_VT.
+// Work-groups are one item (the host launches local size 1x1).
+//
+// Edges. A tile that would run past the last row (column) is shifted back to
+// end at M (N) when M >= GEMM_TM (N >= GEMM_W), so every load stays a full
+// in-bounds vector; it then stores only the rows (columns) that the unshifted
+// tile owns, so no element is written twice and C is read only where it is
+// written. When M < GEMM_TM (N < GEMM_W) the indices are clamped to the last
+// row (column) instead and the duplicates are not stored. op(B) rows are
+// loaded as vectors only when tb == 0 and N >= GEMM_W; otherwise element by
+// element (the "gather" loop, slower: small or transposed-B cases).
+
+#if defined(MPCL_STORAGE_F16)
+#define GEMM_VLOAD8(p, o) vload_half8(0, (p) + (o))
+#define GEMM_VLOAD16(p, o) vload_half16(0, (p) + (o))
+#define GEMM_VSTORE8(v, p, o) vstore_half8_rte((v), 0, (p) + (o))
+#define GEMM_VSTORE16(v, p, o) vstore_half16_rte((v), 0, (p) + (o))
+#else
+#define GEMM_VLOAD8(p, o) vload8(0, (p) + (o))
+#define GEMM_VLOAD16(p, o) vload16(0, (p) + (o))
+#define GEMM_VSTORE8(v, p, o) vstore8((v), 0, (p) + (o))
+#define GEMM_VSTORE16(v, p, o) vstore16((v), 0, (p) + (o))
+#endif
+// C held as float (the f32-output kernels of the f16 program).
+#define GEMM_FLOAD(p, i) ((p)[(i)])
+#define GEMM_FSTORE(p, i, v) ((p)[(i)] = (v))
+#define GEMM_FVLOAD8(p, o) vload8(0, (p) + (o))
+#define GEMM_FVLOAD16(p, o) vload16(0, (p) + (o))
+#define GEMM_FVSTORE8(v, p, o) vstore8((v), 0, (p) + (o))
+#define GEMM_FVSTORE16(v, p, o) vstore16((v), 0, (p) + (o))
+
+// Row and lane lists (X-macros). P is passed through to X.
+#define GEMM_ROWS8(X, P) X(0, P) X(1, P) X(2, P) X(3, P) X(4, P) X(5, P) X(6, P) X(7, P)
+#define GEMM_ROWS16(X, P) \
+    GEMM_ROWS8(X, P) X(8, P) X(9, P) X(10, P) X(11, P) X(12, P) X(13, P) X(14, P) X(15, P)
+
+// The pieces of the kernel body. They use the configuration macros
+// (GEMM_VT, GEMM_W, GEMM_TM, GEMM_ROWS, GEMM_BVLOAD, GEMM_FVSTORE_BLOCK,
+// GEMM_CT, GEMM_CLOAD, GEMM_CSTORE, GEMM_CVLOAD, GEMM_CVSTORE)
+// that are defined around each instantiation below.
+#define GEMM_DECL(r, P)                                              \
+    const uint ao##r = min(ri0 + (r), M - 1) * ars; /* row offset */ \
+    GEMM_VT acc##r = (GEMM_VT)(0.0f);
+// Staging of a W-deep block of op(A) into the private array abuf, converted
+// to float once: f16 elements are converted with vector loads here instead of
+// one scalar vload_half per multiply (6x slower on PoCL). ta == 0 stores rows
+// (abuf[r * W + kk]), ta == 1 stores columns (abuf[kk * TM + r]).
+#define GEMM_STAGE_ROW(r, P) GEMM_FVSTORE_BLOCK(GEMM_BVLOAD(a, ao##r + kb), r, abuf);
+#define GEMM_STAGE_SCALAR(r, P) abuf[(r) * rstride + kk * kstride] = LOAD(a, ao##r + (kb + kk) * aks);
+#define GEMM_FMA(r, P) acc##r = fma((GEMM_VT)(ap[(r) * P]), bv, acc##r);
+// The multiply of one staged block; RSTRIDE is abuf's row stride (constant).
+#define GEMM_BLOCK(RSTRIDE, KSTRIDE)                                                   \
+    if (bvec) {                                                                        \
+        for (uint kk = 0; kk < kn; kk++) {                                             \
+            const GEMM_VT bv = GEMM_BVLOAD(b, (kb + kk) * N + cj0);                    \
+            const float *ap = abuf + kk * (KSTRIDE);                                   \
+            GEMM_ROWS(GEMM_FMA, RSTRIDE)                                               \
+        }                                                                              \
+    } else {                                                                           \
+        for (uint kk = 0; kk < kn; kk++) {                                             \
+            for (uint l = 0; l < GEMM_W; l++)                                          \
+                tmp[l] = LOAD(b, min(cj0 + l, N - 1) * bcs + (kb + kk) * bks);         \
+            const GEMM_VT bv = GEMM_FVLOAD_BLOCK(tmp);                                 \
+            const float *ap = abuf + kk * (KSTRIDE);                                   \
+            GEMM_ROWS(GEMM_FMA, RSTRIDE)                                               \
+        }                                                                              \
+    }
+// Whole tile in place: one vector store per row. beta == 0 never reads C.
+#define GEMM_STORE_FULL(r, P)                                                  \
+    {                                                                          \
+        const uint o_ = (i0 + (r)) * N + j0;                                   \
+        GEMM_VT v_ = alpha * acc##r;                                           \
+        if (beta != 0.0f) v_ = fma((GEMM_VT)(beta), GEMM_CVLOAD(c, o_), v_);   \
+        GEMM_CVSTORE(v_, c, o_);                                               \
+    }
+// Edge tile: element by element, only what this tile owns (loops rather than
+// unrolled lanes keep the program small; Rusticl compiles it slowly).
+#define GEMM_STORE_EDGE(r, P)                                                      \
+    {                                                                              \
+        const uint i_ = ri0 + (r);                                                 \
+        if (i_ >= i0 && i_ < M) {                                                  \
+            GEMM_FVSTORE_BLOCK(acc##r, 0, tmp);                                    \
+            for (uint l = 0; l < GEMM_W; l++) {                                    \
+                const uint j_ = cj0 + l;                                           \
+                if (j_ < j0 || j_ >= N) continue;                                  \
+                float v_ = alpha * tmp[l];                                         \
+                if (beta != 0.0f) v_ = fma(beta, GEMM_CLOAD(c, i_ * N + j_), v_);  \
+                GEMM_CSTORE(c, i_ * N + j_, v_);                                   \
+            }                                                                      \
+        }                                                                          \
+    }
+
+#define GEMM_KERNEL(NAME)                                                                      \
+    __kernel void NAME(__global const storage_t *a, __global const storage_t *b,               \
+                       __global GEMM_CT *c, uint M, uint N, uint K, uint ta, uint tb,          \
+                       float alpha, float beta) {                                              \
+        const uint i0 = get_global_id(1) * GEMM_TM, j0 = get_global_id(0) * GEMM_W;            \
+        if (i0 >= M || j0 >= N) return;                                                        \
+        /* First row and column the loads start from (shifted or clamped, see top). */         \
+        const uint ri0 = M >= GEMM_TM ? min(i0, M - GEMM_TM) : 0;                              \
+        const uint cj0 = N >= GEMM_W ? min(j0, N - GEMM_W) : 0;                                \
+        /* op(A)(i, k) = a[i * ars + k * aks]; op(B)(k, j) = b[j * bcs + k * bks]. */          \
+        const uint ars = ta ? 1 : K, aks = ta ? M : 1;                                         \
+        const uint bcs = tb ? K : 1, bks = tb ? 1 : N;                                         \
+        GEMM_ROWS(GEMM_DECL, 0)                                                                \
+        /* op(B) rows as vectors only when stored row-major and wide enough. */                \
+        const bool bvec = !tb && N >= GEMM_W;                                                  \
+        const uint rstride = ta ? 1 : GEMM_W, kstride = ta ? GEMM_TM : 1;                      \
+        float abuf[GEMM_W * GEMM_TM], tmp[GEMM_W];                                             \
+        for (uint kb = 0; kb < K; kb += GEMM_W) {                                              \
+            const uint kn = min((uint)GEMM_W, K - kb);                                         \
+            if (kn == GEMM_W && !ta) {                                                         \
+                GEMM_ROWS(GEMM_STAGE_ROW, 0)                                                   \
+            } else if (kn == GEMM_W && M >= GEMM_TM) { /* ta: columns are contiguous */        \
+                for (uint kk = 0; kk < GEMM_W; kk++)                                           \
+                    GEMM_FVSTORE_BLOCK(GEMM_BVLOAD(a, (kb + kk) * M + ri0), kk, abuf);         \
+            } else {                                                                           \
+                for (uint kk = 0; kk < kn; kk++) { GEMM_ROWS(GEMM_STAGE_SCALAR, 0) }           \
+            }                                                                                  \
+            if (ta) {                                                                          \
+                GEMM_BLOCK(1, GEMM_TM)                                                         \
+            } else {                                                                           \
+                GEMM_BLOCK(GEMM_W, 1)                                                          \
+            }                                                                                  \
+        }                                                                                      \
+        if (ri0 == i0 && cj0 == j0 && i0 + GEMM_TM <= M && j0 + GEMM_W <= N) {                 \
+            GEMM_ROWS(GEMM_STORE_FULL, 0)                                                      \
+        } else {                                                                               \
+            GEMM_ROWS(GEMM_STORE_EDGE, 0)                                                      \
+        }                                                                                      \
+    }
+
+// ---- instantiations ----
+
+// Output in the storage dtype.
+#define GEMM_CT storage_t
+#define GEMM_CLOAD LOAD
+#define GEMM_CSTORE STORE
+
+// Wide: 16 rows x 16 columns (N >= 16).
+#define GEMM_VT float16
+#define GEMM_W 16
+#define GEMM_TM 16
+#define GEMM_ROWS GEMM_ROWS16
+#define GEMM_BVLOAD GEMM_VLOAD16
+#define GEMM_FVSTORE_BLOCK(v, i, p) vstore16((v), (i), (p))
+#define GEMM_FVLOAD_BLOCK(p) vload16(0, (p))
+#define GEMM_CVLOAD GEMM_VLOAD16
+#define GEMM_CVSTORE GEMM_VSTORE16
+GEMM_KERNEL(mpcl_gemm_w16)
+#if defined(MPCL_STORAGE_F16)
+#undef GEMM_CT
+#undef GEMM_CLOAD
+#undef GEMM_CSTORE
+#undef GEMM_CVLOAD
+#undef GEMM_CVSTORE
+#define GEMM_CT float
+#define GEMM_CLOAD GEMM_FLOAD
+#define GEMM_CSTORE GEMM_FSTORE
+#define GEMM_CVLOAD GEMM_FVLOAD16
+#define GEMM_CVSTORE GEMM_FVSTORE16
+GEMM_KERNEL(mpcl_gemm_w16_cf32)
+#undef GEMM_CT
+#undef GEMM_CLOAD
+#undef GEMM_CSTORE
+#define GEMM_CT storage_t
+#define GEMM_CLOAD LOAD
+#define GEMM_CSTORE STORE
+#endif
+#undef GEMM_VT
+#undef GEMM_W
+#undef GEMM_TM
+#undef GEMM_ROWS
+#undef GEMM_BVLOAD
+#undef GEMM_FVSTORE_BLOCK
+#undef GEMM_FVLOAD_BLOCK
+#undef GEMM_CVLOAD
+#undef GEMM_CVSTORE
+
+// Narrow: 8 rows x 8 columns, for N < 16 (the output layer: N = 10 wastes
+// nothing, its second column tile is shifted to columns 2..9).
+#define GEMM_VT float8
+#define GEMM_W 8
+#define GEMM_TM 8
+#define GEMM_ROWS GEMM_ROWS8
+#define GEMM_BVLOAD GEMM_VLOAD8
+#define GEMM_FVSTORE_BLOCK(v, i, p) vstore8((v), (i), (p))
+#define GEMM_FVLOAD_BLOCK(p) vload8(0, (p))
+#define GEMM_CVLOAD GEMM_VLOAD8
+#define GEMM_CVSTORE GEMM_VSTORE8
+GEMM_KERNEL(mpcl_gemm_w8)
+#if defined(MPCL_STORAGE_F16)
+#undef GEMM_CT
+#undef GEMM_CLOAD
+#undef GEMM_CSTORE
+#undef GEMM_CVLOAD
+#undef GEMM_CVSTORE
+#define GEMM_CT float
+#define GEMM_CLOAD GEMM_FLOAD
+#define GEMM_CSTORE GEMM_FSTORE
+#define GEMM_CVLOAD GEMM_FVLOAD8
+#define GEMM_CVSTORE GEMM_FVSTORE8
+GEMM_KERNEL(mpcl_gemm_w8_cf32)
+#endif
+#undef GEMM_VT
+#undef GEMM_W
+#undef GEMM_TM
+#undef GEMM_ROWS
+#undef GEMM_BVLOAD
+#undef GEMM_FVSTORE_BLOCK
+#undef GEMM_FVLOAD_BLOCK
+#undef GEMM_CVLOAD
+#undef GEMM_CVSTORE
+#undef GEMM_CT
+#undef GEMM_CLOAD
+#undef GEMM_CSTORE

@@ -1,0 +1,146 @@
+/* GEMM: CLBlast SGEMM/HGEMM and mpcl's own register-tiled kernel (cl/gemm.cl)
+ * behind one call. The rule that picks a path lives in plan.c. */
+#include <stdint.h>
+#include <stdio.h>
+
+#include "clblast_status.h"
+#include "internal.h"
+#include "mpcl/gemm.h"
+
+#include <clblast_c.h>
+
+mpcl_gemm_path mpcl_gemm_default_path(const mpcl_context *ctx, mpcl_dtype storage) {
+    mpcl_policy policy =
+        storage == MPCL_DTYPE_F16 ? MPCL_POLICY_MIXED_FLOAT16 : MPCL_POLICY_FLOAT32;
+    mpcl_plan plan = mpcl_context_plan(ctx, policy);
+    /* An impossible MPCL_GEMM leaves the plan unusable with its default path;
+     * hand the requested path on so that mpcl_gemm names the problem. */
+    if (!plan.usable && ctx->overrides.gemm_set) return ctx->overrides.gemm;
+    return plan.gemm;
+}
+
+/* " (chosen by MPCL_GEMM)" when the path came from the environment, so that a
+ * user who set it sees where an impossible request came from. */
+static const char *override_note(const mpcl_context *ctx, mpcl_gemm_path path) {
+    return ctx->overrides.gemm_set && ctx->overrides.gemm == path ? " (set by MPCL_GEMM)" : "";
+}
+
+static mpcl_status check_dtypes(mpcl_context *ctx, mpcl_gemm_path path, const mpcl_tensor *a,
+                                const mpcl_tensor *b, const mpcl_tensor *c) {
+    mpcl_dtype in, out_alt;
+    const char *want;
+    switch (path) {
+    case MPCL_GEMM_CLBLAST_SGEMM:
+    case MPCL_GEMM_MPCL_F32:
+        in = out_alt = MPCL_DTYPE_F32;
+        want = "f32 A, B and C";
+        break;
+    case MPCL_GEMM_CLBLAST_HGEMM:
+        in = out_alt = MPCL_DTYPE_F16;
+        want = "f16 A, B and C";
+        break;
+    case MPCL_GEMM_MPCL_MIXED:
+        in = MPCL_DTYPE_F16;
+        out_alt = MPCL_DTYPE_F32;
+        want = "f16 A and B, and f16 or f32 C";
+        break;
+    default: return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "unknown GEMM path %d", (int)path);
+    }
+    if (a->dtype != in || b->dtype != in || (c->dtype != in && c->dtype != out_alt))
+        return MPCL_ERROR(ctx, MPCL_ERR_DTYPE, "gemm path %s%s needs %s; got A %s, B %s, C %s",
+                          mpcl_gemm_path_name(path), override_note(ctx, path), want,
+                          mpcl_dtype_name(a->dtype), mpcl_dtype_name(b->dtype),
+                          mpcl_dtype_name(c->dtype));
+    return MPCL_OK;
+}
+
+static mpcl_status run_mpcl(mpcl_context *ctx, mpcl_gemm_path path, bool ta, bool tb, size_t m,
+                            size_t n, size_t k, float alpha, const mpcl_tensor *a,
+                            const mpcl_tensor *b, float beta, mpcl_tensor *c) {
+    /* N >= 16: 16x16 tiles; narrower outputs (the 10-class layer) use 8x8
+     * tiles so that little work is wasted (see cl/gemm.cl). */
+    bool wide = n >= 16;
+    size_t tile = wide ? 16 : 8;
+    bool f32_out = path == MPCL_GEMM_MPCL_MIXED && c->dtype == MPCL_DTYPE_F32;
+    const char *name = wide ? (f32_out ? "mpcl_gemm_w16_cf32" : "mpcl_gemm_w16")
+                            : (f32_out ? "mpcl_gemm_w8_cf32" : "mpcl_gemm_w8");
+    mpcl_dtype storage = path == MPCL_GEMM_MPCL_MIXED ? MPCL_DTYPE_F16 : MPCL_DTYPE_F32;
+    cl_kernel kern;
+    mpcl_status st = mpcl__kernel(ctx, storage, name, &kern);
+    if (st != MPCL_OK) return st;
+    cl_uint m32 = (cl_uint)m, n32 = (cl_uint)n, k32 = (cl_uint)k, ta32 = ta, tb32 = tb;
+    st = mpcl__set_args(ctx, kern, name, MPCL_ARG(a->mem), MPCL_ARG(b->mem), MPCL_ARG(c->mem),
+                        MPCL_ARG(m32), MPCL_ARG(n32), MPCL_ARG(k32), MPCL_ARG(ta32), MPCL_ARG(tb32),
+                        MPCL_ARG(alpha), MPCL_ARG(beta), MPCL_ARGS_END);
+    if (st != MPCL_OK) return st;
+    /* One item per work-group: each item's tile is the unit of work, and on
+     * CPU devices PoCL spreads work-groups over the cores. */
+    const size_t local[2] = {1, 1};
+    return mpcl__launch_2d(ctx, kern, name, (n + tile - 1) / tile, (m + tile - 1) / tile, local);
+}
+
+static mpcl_status run_clblast(mpcl_context *ctx, mpcl_gemm_path path, bool ta, bool tb, size_t m,
+                               size_t n, size_t k, float alpha, const mpcl_tensor *a,
+                               const mpcl_tensor *b, float beta, mpcl_tensor *c) {
+    mpcl_status st = MPCL_OK;
+    CLBlastTranspose opa = ta ? CLBlastTransposeYes : CLBlastTransposeNo;
+    CLBlastTranspose opb = tb ? CLBlastTransposeYes : CLBlastTransposeNo;
+    if (beta == 0.0f) {
+        /* CLBlast computes beta * C even for beta == 0, so NaN or inf in C
+         * would survive; zero C first to give beta == 0 its BLAS meaning. */
+        const cl_uint zero = 0;
+        CHECK_CL(ctx,
+                 clEnqueueFillBuffer(ctx->queue, c->mem, &zero, c->dtype == MPCL_DTYPE_F16 ? 2 : 4,
+                                     0, c->bytes, 0, NULL, NULL));
+    }
+    /* Row-major leading dimensions are the stored column counts. */
+    if (path == MPCL_GEMM_CLBLAST_HGEMM) {
+        CHECK_CLBLAST(
+            ctx, CLBlastHgemm(CLBlastLayoutRowMajor, opa, opb, m, n, k, mpcl_f32_to_f16(alpha),
+                              a->mem, 0, a->cols, b->mem, 0, b->cols, mpcl_f32_to_f16(beta), c->mem,
+                              0, c->cols, &ctx->queue, NULL));
+    } else {
+        CHECK_CLBLAST(
+            ctx, CLBlastSgemm(CLBlastLayoutRowMajor, opa, opb, m, n, k, alpha, a->mem, 0, a->cols,
+                              b->mem, 0, b->cols, beta, c->mem, 0, c->cols, &ctx->queue, NULL));
+    }
+cleanup:
+    return st;
+}
+
+mpcl_status mpcl_gemm(mpcl_context *ctx, mpcl_gemm_path path, bool trans_a, bool trans_b,
+                      float alpha, const mpcl_tensor *a, const mpcl_tensor *b, float beta,
+                      mpcl_tensor *c) {
+    if (!a || !b || !c)
+        return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "gemm: A, B and C must not be NULL");
+    if (a->ctx != ctx || b->ctx != ctx || c->ctx != ctx)
+        return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "gemm: A, B and C must belong to ctx");
+    mpcl_status st = check_dtypes(ctx, path, a, b, c);
+    if (st != MPCL_OK) return st;
+
+    /* op(A) is m x k, op(B) is k x n, C is m x n. */
+    size_t m = trans_a ? a->cols : a->rows, k = trans_a ? a->rows : a->cols;
+    size_t kb = trans_b ? b->cols : b->rows, n = trans_b ? b->rows : b->cols;
+    if (kb != k || c->rows != m || c->cols != n)
+        return MPCL_ERROR(ctx, MPCL_ERR_SHAPE,
+                          "gemm: op(A) %zux%zu (A %zux%zu%s) times op(B) %zux%zu (B %zux%zu%s) "
+                          "does not fit C %zux%zu",
+                          m, k, a->rows, a->cols, trans_a ? ", transposed" : "", kb, n, b->rows,
+                          b->cols, trans_b ? ", transposed" : "", c->rows, c->cols);
+    /* The kernel indexes with 32-bit unsigned offsets. */
+    if (m * k > UINT32_MAX || k * n > UINT32_MAX || m * n > UINT32_MAX)
+        return MPCL_ERROR(ctx, MPCL_ERR_SHAPE, "gemm: %zux%zux%zu has a matrix over 2^32 elements",
+                          m, n, k);
+
+    if (path == MPCL_GEMM_CLBLAST_HGEMM &&
+        !mpcl_plan_fp16_math_usable(&ctx->info, ctx->overrides.fp16))
+        return MPCL_ERROR(ctx, MPCL_ERR_UNSUPPORTED,
+                          "gemm path clblast-hgemm%s accumulates in half precision, but %s cannot "
+                          "use half arithmetic (no verified cl_khr_fp16, or MPCL_FP16=off); use "
+                          "mpcl-mixed for f16 tensors",
+                          override_note(ctx, path), ctx->info.name);
+
+    if (path == MPCL_GEMM_CLBLAST_SGEMM || path == MPCL_GEMM_CLBLAST_HGEMM)
+        return run_clblast(ctx, path, trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
+    return run_mpcl(ctx, path, trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
+}

@@ -1,0 +1,359 @@
+/* mpcl_gemm on every path the device can run, all four transpose pairs, edge
+ * and MLP shapes, against a double host reference; shape, dtype and path
+ * errors with their exact status and C untouched. */
+#include "testutil.h"
+
+#include "mpcl/cl_interop.h" /* CL_TARGET_OPENCL_VERSION before clblast_c.h */
+#include <clblast_c.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct gemm_case {
+    size_t m, n, k;
+    bool big; /* skipped on slow devices (Oclgrind runs ~1e6 ops/s) */
+} gemm_case;
+
+static const gemm_case cases[] = {
+    {1, 1, 1, false},     {7, 33, 5, false},    {33, 7, 130, false},   {130, 7, 33, false},
+    {17, 31, 9, false},   {16, 16, 16, false},  {8, 10, 3, false},     {40, 20, 12, false},
+    {128, 10, 128, true}, {128, 128, 10, true}, {128, 128, 784, true}, {784, 128, 128, true},
+};
+
+/* One (path, C dtype) combination to test. */
+typedef struct gemm_variant {
+    mpcl_gemm_path path;
+    mpcl_dtype in, out;
+} gemm_variant;
+
+static uint64_t seed_counter = 0x5eed0001;
+
+/* The value a tensor of `dtype` holds after uploading x. */
+static float stored(mpcl_dtype dtype, float x) {
+    return dtype == MPCL_DTYPE_F16 ? mpcl_f16_to_f32(mpcl_f32_to_f16(x)) : x;
+}
+
+static mpcl_tensor *make(mpcl_context *ctx, mpcl_dtype dtype, size_t rows, size_t cols) {
+    mpcl_tensor *t = NULL;
+    TU_ASSERT_OK(mpcl_tensor_create(ctx, dtype, rows, cols, &t));
+    return t;
+}
+
+/* Fills C with the poison NaN (f32 or f16 bit pattern). */
+static void poison(mpcl_tensor *c) {
+    size_t n = mpcl_tensor_count(c);
+    if (mpcl_tensor_dtype(c) == MPCL_DTYPE_F16) {
+        uint16_t *h = malloc(n * sizeof *h);
+        for (size_t i = 0; i < n; i++) h[i] = TU_POISON_F16;
+        TU_ASSERT_OK(mpcl_tensor_upload_raw(c, h, n * sizeof *h));
+        free(h);
+    } else {
+        float *f = malloc(n * sizeof *f);
+        for (size_t i = 0; i < n; i++) f[i] = tu_poison_f32();
+        TU_ASSERT_OK(mpcl_tensor_upload_f32(c, f, n));
+        free(f);
+    }
+}
+
+/* Runs one case and checks it. a_h (m x k or k x m), b_h, c_h are the exact
+ * values the tensors hold. */
+static void run_case(mpcl_context *ctx, const gemm_variant *v, const gemm_case *gc, bool ta,
+                     bool tb, bool zero_beta) {
+    const size_t m = gc->m, n = gc->n, k = gc->k;
+    tu_rng rng = tu_rng_make(seed_counter++);
+    float *a_h = malloc(m * k * sizeof *a_h), *b_h = malloc(k * n * sizeof *b_h);
+    float *c_h = malloc(m * n * sizeof *c_h), *got = malloc(m * n * sizeof *got);
+    double *want = malloc(m * n * sizeof *want), *tol = malloc(m * n * sizeof *tol);
+    tu_fill_uniform(&rng, a_h, m * k, -1.0f, 1.0f);
+    tu_fill_uniform(&rng, b_h, k * n, -1.0f, 1.0f);
+    tu_fill_uniform(&rng, c_h, m * n, -1.0f, 1.0f);
+    for (size_t i = 0; i < m * k; i++) a_h[i] = stored(v->in, a_h[i]);
+    for (size_t i = 0; i < k * n; i++) b_h[i] = stored(v->in, b_h[i]);
+    for (size_t i = 0; i < m * n; i++) c_h[i] = stored(v->out, c_h[i]);
+    float alpha = (float)tu_uniform(&rng, 0.25, 2.0), beta = (float)tu_uniform(&rng, -1.5, 1.5);
+    if (zero_beta) beta = 0.0f;
+
+    mpcl_tensor *a = make(ctx, v->in, ta ? k : m, ta ? m : k);
+    mpcl_tensor *b = make(ctx, v->in, tb ? n : k, tb ? k : n);
+    mpcl_tensor *c = make(ctx, v->out, m, n);
+    TU_ASSERT_OK(mpcl_tensor_upload_f32(a, a_h, m * k));
+    TU_ASSERT_OK(mpcl_tensor_upload_f32(b, b_h, k * n));
+    if (zero_beta)
+        poison(c);
+    else
+        TU_ASSERT_OK(mpcl_tensor_upload_f32(c, c_h, m * n));
+
+    TU_ASSERT_OK(mpcl_gemm(ctx, v->path, ta, tb, alpha, a, b, beta, c));
+    TU_ASSERT_OK(mpcl_tensor_download_f32(c, got, m * n));
+
+    /* HGEMM takes alpha and beta as half: the reference uses those values. */
+    bool hgemm = v->path == MPCL_GEMM_CLBLAST_HGEMM;
+    double al = (double)(hgemm ? stored(MPCL_DTYPE_F16, alpha) : alpha);
+    double be = (double)(hgemm ? stored(MPCL_DTYPE_F16, beta) : beta);
+    /* Tolerance, per element, from the standard bound on a computed dot
+     * product: |fl(sum) - sum| <= K u sum|a||b| (any summation order, u the
+     * unit roundoff of the accumulation). Scaling by alpha and adding beta*c
+     * adds two more roundings: (K + 2) u (|alpha| S + |beta c|) with
+     * S = sum_k |a_ik b_kj|. f32 accumulation (mpcl-f32, mpcl-mixed,
+     * clblast-sgemm): u = 2^-24. HGEMM accumulates in half: every product and
+     * every partial sum is rounded to f16, so u = 2^-11 (for K = 784 that
+     * allows 38% of S: the worst case is that loose; typical errors are
+     * sqrt(K) smaller). An f16 output adds one rounding: 2^-11 |C| relative,
+     * plus 2^-25 absolute for the subnormal range. */
+    double u = hgemm ? 0x1p-11 : 0x1p-24;
+    bool f16_out = v->out == MPCL_DTYPE_F16;
+    double max_tol = 0;
+    for (size_t i = 0; i < m; i++) {
+        for (size_t j = 0; j < n; j++) {
+            double sum = 0, mag = 0;
+            for (size_t p = 0; p < k; p++) {
+                double x = a_h[ta ? p * m + i : i * k + p];
+                double y = b_h[tb ? j * k + p : p * n + j];
+                sum += x * y;
+                mag += fabs(x * y);
+            }
+            double cv = zero_beta ? 0.0 : (double)c_h[i * n + j];
+            double w = al * sum + be * cv;
+            double t = (double)(k + 2) * u * (fabs(al) * mag + fabs(be * cv));
+            if (f16_out) t += 0x1p-11 * (fabs(w) + t) + 0x1p-25;
+            want[i * n + j] = w;
+            tol[i * n + j] = t;
+            if (t > max_tol) max_tol = t;
+        }
+    }
+    char what[160];
+    snprintf(what, sizeof what, "%s %s->%s %zux%zux%zu %c%c alpha %g beta %g",
+             mpcl_gemm_path_name(v->path), mpcl_dtype_name(v->in), mpcl_dtype_name(v->out), m, n, k,
+             ta ? 'T' : 'N', tb ? 'T' : 'N', (double)alpha, (double)beta);
+    size_t bad = 0;
+    for (size_t i = 0; i < m * n; i++) {
+        double d = fabs((double)got[i] - want[i]);
+        if (!(d <= tol[i]) && bad++ < 5)
+            fprintf(stderr, "%s: element %zu (%zu,%zu): got %.9g want %.9g |diff| %.3g tol %.3g\n",
+                    what, i, i / n, i % n, (double)got[i], want[i], d, tol[i]);
+    }
+    if (bad) fail_msg("%s: %zu of %zu elements out of tolerance", what, bad, m * n);
+    /* NaN/inf policy and normalized error; the per-element bound above is the
+     * sharper check, so the normalized bound is the same worst case. */
+    if (!tu_check_close(what, got, want, m * n, max_tol, 0.0,
+                        fmin(0.5, (double)(k + 2) * u + (f16_out ? 0x1p-10 : 0.0) + 1e-6)))
+        fail_msg("%s failed", what);
+
+    mpcl_tensor_destroy(a);
+    mpcl_tensor_destroy(b);
+    mpcl_tensor_destroy(c);
+    free(a_h);
+    free(b_h);
+    free(c_h);
+    free(got);
+    free(want);
+    free(tol);
+}
+
+static size_t variants_for(mpcl_context *ctx, gemm_variant *out) {
+    size_t n = 0;
+    out[n++] = (gemm_variant){MPCL_GEMM_MPCL_F32, MPCL_DTYPE_F32, MPCL_DTYPE_F32};
+    out[n++] = (gemm_variant){MPCL_GEMM_MPCL_MIXED, MPCL_DTYPE_F16, MPCL_DTYPE_F16};
+    out[n++] = (gemm_variant){MPCL_GEMM_MPCL_MIXED, MPCL_DTYPE_F16, MPCL_DTYPE_F32};
+    out[n++] = (gemm_variant){MPCL_GEMM_CLBLAST_SGEMM, MPCL_DTYPE_F32, MPCL_DTYPE_F32};
+    if (mpcl_plan_fp16_math_usable(mpcl_context_device(ctx), mpcl_context_overrides(ctx)->fp16))
+        out[n++] = (gemm_variant){MPCL_GEMM_CLBLAST_HGEMM, MPCL_DTYPE_F16, MPCL_DTYPE_F16};
+    return n;
+}
+
+static void run_variant(mpcl_gemm_path path) {
+    mpcl_context *ctx = tu_context();
+    gemm_variant vs[8];
+    size_t nv = variants_for(ctx, vs);
+    bool slow = tu_slow_device(ctx);
+    bool ran = false;
+    for (size_t vi = 0; vi < nv; vi++) {
+        if (vs[vi].path != path) continue;
+        ran = true;
+        for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+            if (slow && cases[ci].big) continue;
+            for (int t = 0; t < 4; t++) {
+                run_case(ctx, &vs[vi], &cases[ci], t & 2, t & 1, false);
+                run_case(ctx, &vs[vi], &cases[ci], t & 2, t & 1, true);
+            }
+        }
+    }
+    /* CLBlast caches its programs per OpenCL context; releasing the context
+     * under them makes Oclgrind corrupt the heap at exit. mpcl_context_destroy
+     * should do this itself (reported to the lead); until then the test does. */
+    CLBlastClearCache();
+    if (!ran) printf("%s: not usable on this device, skipped\n", mpcl_gemm_path_name(path));
+    mpcl_context_destroy(ctx);
+}
+
+static void test_mpcl_f32(void **state) {
+    (void)state;
+    run_variant(MPCL_GEMM_MPCL_F32);
+}
+static void test_mpcl_mixed(void **state) {
+    (void)state;
+    run_variant(MPCL_GEMM_MPCL_MIXED);
+}
+static void test_clblast_sgemm(void **state) {
+    (void)state;
+    run_variant(MPCL_GEMM_CLBLAST_SGEMM);
+}
+static void test_clblast_hgemm(void **state) {
+    (void)state;
+    run_variant(MPCL_GEMM_CLBLAST_HGEMM);
+}
+
+/* Calls mpcl_gemm expecting `want` and checks that C kept its poison. */
+static void expect_error(mpcl_context *ctx, mpcl_status want, mpcl_gemm_path path, bool ta, bool tb,
+                         const mpcl_tensor *a, const mpcl_tensor *b, float beta, mpcl_tensor *c,
+                         const char *needle) {
+    poison(c);
+    mpcl_status st = mpcl_gemm(ctx, path, ta, tb, 1.0f, a, b, beta, c);
+    if (st != want)
+        fail_msg("expected %s, got %s: %s", mpcl_status_name(want), mpcl_status_name(st),
+                 mpcl_errmsg());
+    const char *msg = mpcl_context_errmsg(ctx);
+    if (needle && !strstr(msg, needle)) fail_msg("message '%s' lacks '%s'", msg, needle);
+    TU_ASSERT_OK(mpcl_context_finish(ctx));
+    size_t n = mpcl_tensor_bytes(c);
+    unsigned char *raw = malloc(n);
+    TU_ASSERT_OK(mpcl_tensor_download_raw(c, raw, n));
+    if (mpcl_tensor_dtype(c) == MPCL_DTYPE_F16) {
+        for (size_t i = 0; i < n / 2; i++) {
+            uint16_t h;
+            memcpy(&h, raw + 2 * i, 2);
+            assert_int_equal(h, TU_POISON_F16);
+        }
+    } else {
+        float p = tu_poison_f32();
+        for (size_t i = 0; i < n / 4; i++) assert_memory_equal(raw + 4 * i, &p, 4);
+    }
+    free(raw);
+}
+
+static void test_shape_errors(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    mpcl_tensor *a = make(ctx, MPCL_DTYPE_F32, 4, 5), *b = make(ctx, MPCL_DTYPE_F32, 6, 3);
+    mpcl_tensor *c = make(ctx, MPCL_DTYPE_F32, 4, 3), *b_ok = make(ctx, MPCL_DTYPE_F32, 5, 3);
+    mpcl_tensor *c_bad = make(ctx, MPCL_DTYPE_F32, 3, 4);
+    for (int p = 0; p < 2; p++) {
+        mpcl_gemm_path path = p ? MPCL_GEMM_CLBLAST_SGEMM : MPCL_GEMM_MPCL_F32;
+        /* Inner dimensions 5 vs 6. */
+        expect_error(ctx, MPCL_ERR_SHAPE, path, false, false, a, b, 0.0f, c, "4x5");
+        /* Transposing A makes op(A) 5x4: inner 4 vs 5. */
+        expect_error(ctx, MPCL_ERR_SHAPE, path, true, false, a, b_ok, 0.0f, c, "5x4");
+        /* Right inner dimension, wrong C (3x4 for a 4x3 result). */
+        expect_error(ctx, MPCL_ERR_SHAPE, path, false, false, a, b_ok, 1.0f, c_bad, "3x4");
+        /* trans_b turns B 5x3 into 3x5: inner 5 vs 3. */
+        expect_error(ctx, MPCL_ERR_SHAPE, path, false, true, a, b_ok, 1.0f, c, "3x5");
+    }
+    mpcl_tensor_destroy(a);
+    mpcl_tensor_destroy(b);
+    mpcl_tensor_destroy(c);
+    mpcl_tensor_destroy(b_ok);
+    mpcl_tensor_destroy(c_bad);
+    mpcl_context_destroy(ctx);
+}
+
+static void test_dtype_errors(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    mpcl_tensor *a32 = make(ctx, MPCL_DTYPE_F32, 4, 5), *b32 = make(ctx, MPCL_DTYPE_F32, 5, 3);
+    mpcl_tensor *c32 = make(ctx, MPCL_DTYPE_F32, 4, 3);
+    mpcl_tensor *a16 = make(ctx, MPCL_DTYPE_F16, 4, 5), *b16 = make(ctx, MPCL_DTYPE_F16, 5, 3);
+    mpcl_tensor *c16 = make(ctx, MPCL_DTYPE_F16, 4, 3);
+    mpcl_tensor *ci = make(ctx, MPCL_DTYPE_I32, 4, 3);
+    /* Wrong dtype and wrong shape together: the dtype is reported. */
+    expect_error(ctx, MPCL_ERR_DTYPE, MPCL_GEMM_MPCL_F32, false, false, a16, b16, 0.0f, c32,
+                 "mpcl-f32");
+    expect_error(ctx, MPCL_ERR_DTYPE, MPCL_GEMM_CLBLAST_SGEMM, false, false, a32, b32, 0.0f, c16,
+                 "C f16");
+    expect_error(ctx, MPCL_ERR_DTYPE, MPCL_GEMM_MPCL_MIXED, false, false, a32, b32, 0.0f, c32,
+                 "mpcl-mixed");
+    expect_error(ctx, MPCL_ERR_DTYPE, MPCL_GEMM_MPCL_MIXED, false, false, a16, b32, 0.0f, c16,
+                 "B f32");
+    expect_error(ctx, MPCL_ERR_DTYPE, MPCL_GEMM_CLBLAST_HGEMM, false, false, a16, b16, 0.0f, c32,
+                 "clblast-hgemm");
+    /* i32 C: not touched; poison() cannot fill it, so check the status only. */
+    assert_int_equal(mpcl_gemm(ctx, MPCL_GEMM_MPCL_MIXED, false, false, 1.0f, a16, b16, 0.0f, ci),
+                     MPCL_ERR_DTYPE);
+    assert_int_equal(mpcl_gemm(ctx, MPCL_GEMM_PATH_COUNT, false, false, 1.0f, a32, b32, 0.0f, c32),
+                     MPCL_ERR_INVALID_ARG);
+    /* HGEMM without usable half arithmetic. */
+    if (!mpcl_plan_fp16_math_usable(mpcl_context_device(ctx), mpcl_context_overrides(ctx)->fp16))
+        expect_error(ctx, MPCL_ERR_UNSUPPORTED, MPCL_GEMM_CLBLAST_HGEMM, false, false, a16, b16,
+                     0.0f, c16, "half arithmetic");
+    mpcl_tensor_destroy(a32);
+    mpcl_tensor_destroy(b32);
+    mpcl_tensor_destroy(c32);
+    mpcl_tensor_destroy(a16);
+    mpcl_tensor_destroy(b16);
+    mpcl_tensor_destroy(c16);
+    mpcl_tensor_destroy(ci);
+    mpcl_context_destroy(ctx);
+}
+
+/* The default path is the plan's; MPCL_GEMM overrides it, and an impossible
+ * override is reported by mpcl_gemm with the variable named. */
+static void test_default_path_and_override(void **state) {
+    (void)state;
+    unsetenv("MPCL_GEMM");
+    mpcl_context *ctx = tu_context();
+    assert_int_equal(mpcl_gemm_default_path(ctx, MPCL_DTYPE_F32),
+                     mpcl_context_plan(ctx, MPCL_POLICY_FLOAT32).gemm);
+    assert_int_equal(mpcl_gemm_default_path(ctx, MPCL_DTYPE_F16),
+                     mpcl_context_plan(ctx, MPCL_POLICY_MIXED_FLOAT16).gemm);
+    mpcl_context_destroy(ctx);
+
+    /* A possible override is honoured. */
+    setenv("MPCL_GEMM", "clblast-sgemm", 1);
+    ctx = tu_context();
+    assert_int_equal(mpcl_gemm_default_path(ctx, MPCL_DTYPE_F32), MPCL_GEMM_CLBLAST_SGEMM);
+    mpcl_context_destroy(ctx);
+
+    /* An f16 path for f32 tensors: DTYPE, naming MPCL_GEMM. */
+    setenv("MPCL_GEMM", "mpcl-mixed", 1);
+    ctx = tu_context();
+    mpcl_tensor *a = make(ctx, MPCL_DTYPE_F32, 3, 2), *b = make(ctx, MPCL_DTYPE_F32, 2, 4);
+    mpcl_tensor *c = make(ctx, MPCL_DTYPE_F32, 3, 4);
+    mpcl_gemm_path p = mpcl_gemm_default_path(ctx, MPCL_DTYPE_F32);
+    assert_int_equal(p, MPCL_GEMM_MPCL_MIXED);
+    expect_error(ctx, MPCL_ERR_DTYPE, p, false, false, a, b, 0.0f, c, "MPCL_GEMM");
+    mpcl_tensor_destroy(a);
+    mpcl_tensor_destroy(b);
+    mpcl_tensor_destroy(c);
+    mpcl_context_destroy(ctx);
+
+    /* HGEMM where half arithmetic is not usable: UNSUPPORTED, naming MPCL_GEMM. */
+    setenv("MPCL_GEMM", "clblast-hgemm", 1);
+    ctx = tu_context();
+    if (!mpcl_plan_fp16_math_usable(mpcl_context_device(ctx), mpcl_context_overrides(ctx)->fp16)) {
+        a = make(ctx, MPCL_DTYPE_F16, 3, 2);
+        b = make(ctx, MPCL_DTYPE_F16, 2, 4);
+        c = make(ctx, MPCL_DTYPE_F16, 3, 4);
+        p = mpcl_gemm_default_path(ctx, MPCL_DTYPE_F16);
+        assert_int_equal(p, MPCL_GEMM_CLBLAST_HGEMM);
+        expect_error(ctx, MPCL_ERR_UNSUPPORTED, p, false, false, a, b, 0.0f, c, "MPCL_GEMM");
+        mpcl_tensor_destroy(a);
+        mpcl_tensor_destroy(b);
+        mpcl_tensor_destroy(c);
+    }
+    mpcl_context_destroy(ctx);
+    unsetenv("MPCL_GEMM");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_mpcl_f32),
+        cmocka_unit_test(test_mpcl_mixed),
+        cmocka_unit_test(test_clblast_sgemm),
+        cmocka_unit_test(test_clblast_hgemm),
+        cmocka_unit_test(test_shape_errors),
+        cmocka_unit_test(test_dtype_errors),
+        cmocka_unit_test(test_default_path_and_override),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
