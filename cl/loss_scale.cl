@@ -1,0 +1,67 @@
+// Loss scaling: the non-finite scan of gradients and the scale state machine.
+// The state is a uint[4] buffer on the device, laid out as below; the
+// optimizer kernels read found_inf from it (optim.cl uses the same index).
+#define LOSS_SCALE_GOOD 0
+#define LOSS_SCALE_FOUND_INF 1
+#define LOSS_SCALE_SKIPPED 2
+#define LOSS_SCALE_LAST_FOUND_INF 3
+
+// A bit test rather than isfinite(): it cannot be folded away by a compiler
+// that assumes finite math, and vload_half keeps inf and NaN as they are.
+#define loss_scale_nonfinite(x) ((as_uint(x) & 0x7f800000u) == 0x7f800000u)
+
+#define LOSS_SCALE_SCAN(g, n)                                    \
+    for (uint j = gid; j < (n); j += gsz) bad |= loss_scale_nonfinite(LOAD((g), j));
+
+// Up to eight gradient tensors g0..g7 of n0..n7 elements (unused ones have
+// n = 0). Each work-item strides over every tensor; one that met inf or NaN
+// ORs 1 into state[FOUND_INF] (atomically: many may report at once).
+__kernel void mpcl_loss_scale_check(__global const storage_t *g0, uint n0,
+                                    __global const storage_t *g1, uint n1,
+                                    __global const storage_t *g2, uint n2,
+                                    __global const storage_t *g3, uint n3,
+                                    __global const storage_t *g4, uint n4,
+                                    __global const storage_t *g5, uint n5,
+                                    __global const storage_t *g6, uint n6,
+                                    __global const storage_t *g7, uint n7,
+                                    __global uint *state) {
+    uint gid = get_global_id(0), gsz = get_global_size(0);
+    int bad = 0;
+    LOSS_SCALE_SCAN(g0, n0)
+    LOSS_SCALE_SCAN(g1, n1)
+    LOSS_SCALE_SCAN(g2, n2)
+    LOSS_SCALE_SCAN(g3, n3)
+    LOSS_SCALE_SCAN(g4, n4)
+    LOSS_SCALE_SCAN(g5, n5)
+    LOSS_SCALE_SCAN(g6, n6)
+    LOSS_SCALE_SCAN(g7, n7)
+    if (bad) atomic_or(&state[LOSS_SCALE_FOUND_INF], 1u);
+}
+
+// One work-item: the step's scale update (see include/mpcl/loss_scale.h).
+// scale: f32 [1]; state: uint [4]. dynamic = 0 keeps the scale fixed.
+__kernel void mpcl_loss_scale_update(__global float *scale, __global uint *state, uint dynamic,
+                                     uint growth_interval, float growth_factor,
+                                     float backoff_factor, float min_scale, float max_scale) {
+    if (get_global_id(0) != 0) return;
+    uint found = state[LOSS_SCALE_FOUND_INF] != 0u;
+    float s = scale[0];
+    if (found) {
+        state[LOSS_SCALE_SKIPPED] += 1u;
+        if (dynamic) {
+            s = fmax(s * backoff_factor, min_scale);
+            state[LOSS_SCALE_GOOD] = 0u;
+        }
+    } else if (dynamic) {
+        uint good = state[LOSS_SCALE_GOOD] + 1u;
+        if (good >= growth_interval) {
+            float grown = s * growth_factor;
+            if (!loss_scale_nonfinite(grown) && grown <= max_scale) s = grown;
+            good = 0u;
+        }
+        state[LOSS_SCALE_GOOD] = good;
+    }
+    scale[0] = s;
+    state[LOSS_SCALE_LAST_FOUND_INF] = found;
+    state[LOSS_SCALE_FOUND_INF] = 0u;
+}

@@ -1,0 +1,224 @@
+/* Loss scaling with its state on the device (include/mpcl/loss_scale.h). */
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "loss_scale_internal.h"
+
+struct mpcl_loss_scale {
+    mpcl_context *ctx;
+    mpcl_loss_scale_params p;
+    mpcl_tensor *scale; /* f32 [1,1] */
+    mpcl_tensor *state; /* i32 [1,4] holding uint counters, see loss_scale_internal.h */
+    /* The update kernel is dtype-independent; it runs from the program of the
+     * last checked gradients so that an f16-only run builds one program. */
+    mpcl_dtype program;
+};
+
+mpcl_loss_scale_params mpcl_loss_scale_default_params(void) {
+    mpcl_loss_scale_params p = {
+        .mode = MPCL_LOSS_SCALE_DYNAMIC,
+        .initial_scale = 32768.0f,
+        .growth_interval = 2000,
+        .growth_factor = 2.0f,
+        .backoff_factor = 0.5f,
+        .min_scale = 1.0f,
+        .max_scale = 16777216.0f,
+    };
+    return p;
+}
+
+static mpcl_status check_params(mpcl_context *ctx, const mpcl_loss_scale_params *p) {
+    const struct {
+        const char *name;
+        float value;
+    } f[] = {{"initial_scale", p->initial_scale},
+             {"growth_factor", p->growth_factor},
+             {"backoff_factor", p->backoff_factor},
+             {"min_scale", p->min_scale},
+             {"max_scale", p->max_scale}};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if (!isfinite(f[i].value))
+            return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "loss scale %s is not finite", f[i].name);
+    if (p->mode != MPCL_LOSS_SCALE_DYNAMIC && p->mode != MPCL_LOSS_SCALE_FIXED)
+        return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "unknown loss scale mode %d", (int)p->mode);
+    if (!(p->min_scale > 0.0f && p->min_scale <= p->initial_scale &&
+          p->initial_scale <= p->max_scale))
+        return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG,
+                          "loss scale needs 0 < min_scale <= initial_scale <= max_scale, got "
+                          "%g, %g, %g",
+                          (double)p->min_scale, (double)p->initial_scale, (double)p->max_scale);
+    if (!(p->growth_factor >= 1.0f))
+        return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "loss scale growth_factor %g is below 1",
+                          (double)p->growth_factor);
+    if (!(p->backoff_factor > 0.0f && p->backoff_factor <= 1.0f))
+        return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG,
+                          "loss scale backoff_factor %g is not in (0, 1]",
+                          (double)p->backoff_factor);
+    if (p->growth_interval == 0)
+        return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "loss scale growth_interval is 0");
+    return MPCL_OK;
+}
+
+mpcl_status mpcl_loss_scale_create(mpcl_context *ctx, const mpcl_loss_scale_params *p,
+                                   mpcl_loss_scale **out) {
+    *out = NULL;
+    mpcl_status st = check_params(ctx, p);
+    if (st != MPCL_OK) return st;
+    mpcl_loss_scale *ls = calloc(1, sizeof *ls);
+    if (!ls) return MPCL_ERROR(ctx, MPCL_ERR_OUT_OF_MEMORY, "allocating a loss scaler");
+    ls->ctx = ctx;
+    ls->p = *p;
+    ls->program = MPCL_DTYPE_F32;
+    /* Tensors start zero-filled: counters and flags at 0. */
+    st = mpcl_tensor_create(ctx, MPCL_DTYPE_F32, 1, 1, &ls->scale);
+    if (st == MPCL_OK)
+        st = mpcl_tensor_create(ctx, MPCL_DTYPE_I32, 1, MPCL__LS_STATE_LEN, &ls->state);
+    if (st == MPCL_OK) st = mpcl_tensor_upload_f32(ls->scale, &p->initial_scale, 1);
+    /* Written although the tensor starts zero-filled: Oclgrind does not count
+     * clEnqueueFillBuffer as initializing memory and would report every read. */
+    const uint32_t zeros[MPCL__LS_STATE_LEN] = {0};
+    if (st == MPCL_OK) st = mpcl_tensor_upload_raw(ls->state, zeros, sizeof zeros);
+    if (st != MPCL_OK) {
+        mpcl_loss_scale_destroy(ls);
+        return st;
+    }
+    *out = ls;
+    return MPCL_OK;
+}
+
+void mpcl_loss_scale_destroy(mpcl_loss_scale *ls) {
+    if (!ls) return;
+    mpcl_tensor_destroy(ls->scale);
+    mpcl_tensor_destroy(ls->state);
+    free(ls);
+}
+
+mpcl_loss_scale_params mpcl_loss_scale_get_params(const mpcl_loss_scale *ls) {
+    return ls->p;
+}
+
+const mpcl_tensor *mpcl_loss_scale_tensor(const mpcl_loss_scale *ls) {
+    return ls->scale;
+}
+
+cl_mem mpcl__loss_scale_state_mem(const mpcl_loss_scale *ls) {
+    return ls->state->mem;
+}
+
+cl_mem mpcl__loss_scale_scale_mem(const mpcl_loss_scale *ls) {
+    return ls->scale->mem;
+}
+
+/* One launch over up to MPCL_LOSS_SCALE_CHECK_PER_LAUNCH tensors of `dtype`. */
+static mpcl_status check_launch(mpcl_context *ctx, mpcl_loss_scale *ls, mpcl_dtype dtype,
+                                mpcl_tensor *const *list, size_t n) {
+    static const char name[] = "mpcl_loss_scale_check";
+    cl_kernel k;
+    mpcl_status st = mpcl__kernel(ctx, dtype, name, &k);
+    if (st != MPCL_OK) return st;
+    size_t most = 0;
+    for (cl_uint a = 0; a < MPCL_LOSS_SCALE_CHECK_PER_LAUNCH; a++) {
+        /* Unused slots repeat the first buffer with 0 elements. */
+        const mpcl_tensor *t = a < n ? list[a] : list[0];
+        cl_uint count = a < n ? (cl_uint)(t->rows * t->cols) : 0;
+        if (count > most) most = count;
+        cl_int err = clSetKernelArg(k, 2 * a, sizeof t->mem, &t->mem);
+        if (err == CL_SUCCESS) err = clSetKernelArg(k, 2 * a + 1, sizeof count, &count);
+        if (err != CL_SUCCESS)
+            return MPCL_ERROR(ctx, mpcl__cl_status(err), "clSetKernelArg(%s, %u) returned %s (%d)",
+                              name, 2 * a, mpcl_cl_error_name(err), (int)err);
+    }
+    cl_int err = clSetKernelArg(k, 2 * MPCL_LOSS_SCALE_CHECK_PER_LAUNCH, sizeof ls->state->mem,
+                                &ls->state->mem);
+    if (err != CL_SUCCESS)
+        return MPCL_ERROR(ctx, mpcl__cl_status(err), "clSetKernelArg(%s, state) returned %s (%d)",
+                          name, mpcl_cl_error_name(err), (int)err);
+    /* Each item strides over every tensor; 64K items are plenty to fill a
+     * GPU and keep the per-item loop short for MLP-sized gradients. */
+    size_t items = most < 65536 ? most : 65536;
+    ls->program = dtype;
+    return mpcl__launch_1d(ctx, k, name, items, 64);
+}
+
+mpcl_status mpcl_loss_scale_check(mpcl_context *ctx, mpcl_loss_scale *ls, mpcl_tensor *const *grads,
+                                  size_t count) {
+    for (size_t i = 0; i < count; i++) {
+        const mpcl_tensor *t = grads[i];
+        if (t->dtype != MPCL_DTYPE_F32 && t->dtype != MPCL_DTYPE_F16)
+            return MPCL_ERROR(ctx, MPCL_ERR_DTYPE,
+                              "loss scale check of gradient %zu: %s, not f16 or f32", i,
+                              mpcl_dtype_name(t->dtype));
+        if (t->rows * t->cols > 0xffffffffu)
+            return MPCL_ERROR(ctx, MPCL_ERR_SHAPE,
+                              "loss scale check of gradient %zu: %zux%zu is over 2^32 elements", i,
+                              t->rows, t->cols);
+    }
+    /* Group by dtype (one program each), in chunks of the kernel's arity. */
+    const mpcl_dtype dtypes[2] = {MPCL_DTYPE_F16, MPCL_DTYPE_F32};
+    for (int d = 0; d < 2; d++) {
+        mpcl_tensor *chunk[MPCL_LOSS_SCALE_CHECK_PER_LAUNCH];
+        size_t n = 0;
+        for (size_t i = 0; i < count; i++) {
+            if (grads[i]->dtype != dtypes[d]) continue;
+            chunk[n++] = grads[i];
+            if (n == MPCL_LOSS_SCALE_CHECK_PER_LAUNCH) {
+                mpcl_status st = check_launch(ctx, ls, dtypes[d], chunk, n);
+                if (st != MPCL_OK) return st;
+                n = 0;
+            }
+        }
+        if (n > 0) {
+            mpcl_status st = check_launch(ctx, ls, dtypes[d], chunk, n);
+            if (st != MPCL_OK) return st;
+        }
+    }
+    return MPCL_OK;
+}
+
+mpcl_status mpcl_loss_scale_update(mpcl_context *ctx, mpcl_loss_scale *ls) {
+    static const char name[] = "mpcl_loss_scale_update";
+    cl_kernel k;
+    mpcl_status st = mpcl__kernel(ctx, ls->program, name, &k);
+    if (st != MPCL_OK) return st;
+    const mpcl_loss_scale_params *p = &ls->p;
+    cl_uint dynamic = p->mode == MPCL_LOSS_SCALE_DYNAMIC;
+    cl_uint interval = p->growth_interval;
+    st = mpcl__set_args(ctx, k, name, MPCL_ARG(ls->scale->mem), MPCL_ARG(ls->state->mem),
+                        MPCL_ARG(dynamic), MPCL_ARG(interval), MPCL_ARG(p->growth_factor),
+                        MPCL_ARG(p->backoff_factor), MPCL_ARG(p->min_scale), MPCL_ARG(p->max_scale),
+                        MPCL_ARGS_END);
+    if (st != MPCL_OK) return st;
+    return mpcl__launch_1d(ctx, k, name, 1, 1);
+}
+
+mpcl_status mpcl_loss_scale_read(mpcl_context *ctx, const mpcl_loss_scale *ls,
+                                 mpcl_loss_scale_state *out) {
+    (void)ctx;
+    float scale;
+    uint32_t state[MPCL__LS_STATE_LEN];
+    mpcl_status st = mpcl_tensor_download_f32(ls->scale, &scale, 1);
+    if (st == MPCL_OK) st = mpcl_tensor_download_raw(ls->state, state, sizeof state);
+    if (st != MPCL_OK) return st;
+    out->scale = scale;
+    out->good_steps = state[MPCL__LS_GOOD];
+    out->skipped_steps = state[MPCL__LS_SKIPPED];
+    out->found_inf = state[MPCL__LS_FOUND_INF] != 0;
+    out->last_found_inf = state[MPCL__LS_LAST_FOUND_INF] != 0;
+    return MPCL_OK;
+}
+
+mpcl_status mpcl_loss_scale_write_state(mpcl_context *ctx, mpcl_loss_scale *ls,
+                                        const mpcl_loss_scale_state *in) {
+    if (!isfinite(in->scale) || !(in->scale > 0.0f))
+        return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG,
+                          "loss scale state: scale %g is not finite and > 0", (double)in->scale);
+    uint32_t state[MPCL__LS_STATE_LEN] = {0};
+    state[MPCL__LS_GOOD] = in->good_steps;
+    state[MPCL__LS_SKIPPED] = in->skipped_steps;
+    state[MPCL__LS_LAST_FOUND_INF] = in->last_found_inf != 0;
+    mpcl_status st = mpcl_tensor_upload_f32(ls->scale, &in->scale, 1);
+    if (st == MPCL_OK) st = mpcl_tensor_upload_raw(ls->state, state, sizeof state);
+    return st;
+}
