@@ -24,6 +24,7 @@ const char *mpcl_dtype_name(mpcl_dtype dtype) {
     case MPCL_DTYPE_F32: return "f32";
     case MPCL_DTYPE_F16: return "f16";
     case MPCL_DTYPE_I32: return "i32";
+    case MPCL_DTYPE_U8: return "u8";
     default: return "unknown";
     }
 }

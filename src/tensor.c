@@ -6,6 +6,7 @@
 
 size_t mpcl_dtype_size(mpcl_dtype dtype) {
     switch (dtype) {
+    case MPCL_DTYPE_U8: return 1;
     case MPCL_DTYPE_F16: return 2;
     case MPCL_DTYPE_F32:
     case MPCL_DTYPE_I32: return 4;

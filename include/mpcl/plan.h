@@ -16,6 +16,7 @@ typedef enum mpcl_dtype {
     MPCL_DTYPE_F32,
     MPCL_DTYPE_F16,
     MPCL_DTYPE_I32,
+    MPCL_DTYPE_U8, /* data sets on the device */
     MPCL_DTYPE_COUNT,
 } mpcl_dtype;
 

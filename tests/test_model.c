@@ -1,0 +1,270 @@
+/* The MLP end to end: 20 training steps on the device follow a host
+ * double-precision implementation of the same steps (same initial weights,
+ * same batches), and a step whose gradients overflow is skipped exactly. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mpcl/data.h"
+#include "mpcl/model.h"
+#include "ref_ops.h"
+#include "testutil.h"
+
+enum { IN = 784, HID = 16, OUT = 10, BATCH = 64, SAMPLES = 512, STEPS = 20 };
+
+/* The reference: 784-16-10, relu, softmax cross-entropy, Adam as optim.h
+ * writes it (Algorithm 1 of the Adam paper, eps outside the sqrt). */
+typedef struct ref_model {
+    double w0[IN * HID], b0[HID], w1[HID * OUT], b1[OUT];
+    double m[IN * HID + HID + HID * OUT + OUT], v[IN * HID + HID + HID * OUT + OUT];
+    int t;
+} ref_model;
+
+static void matmul(double *c, const double *a, const double *b, size_t M, size_t K, size_t N,
+                   bool ta, bool tb) {
+    for (size_t i = 0; i < M; i++)
+        for (size_t j = 0; j < N; j++) {
+            double s = 0;
+            for (size_t k = 0; k < K; k++)
+                s += (ta ? a[k * M + i] : a[i * K + k]) * (tb ? b[j * K + k] : b[k * N + j]);
+            c[i * N + j] = s;
+        }
+}
+
+static void adam(double *w, double *m, double *v, const double *g, size_t n, int t) {
+    const double lr = 1e-3, b1 = 0.9, b2 = 0.999, eps = 1e-7;
+    for (size_t i = 0; i < n; i++) {
+        m[i] = b1 * m[i] + (1 - b1) * g[i];
+        v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
+        double mh = m[i] / (1 - pow(b1, t)), vh = v[i] / (1 - pow(b2, t));
+        w[i] -= lr * mh / (sqrt(vh) + eps);
+    }
+}
+
+/* One step on x [B, IN]; returns the mean loss before the update. */
+static double ref_step(ref_model *r, const double *x, const int32_t *y, size_t B) {
+    static double pre0[BATCH * HID], h0[BATCH * HID], logits[BATCH * OUT], dl[BATCH * OUT];
+    static double dh0[BATCH * HID], g[IN * HID + HID + HID * OUT + OUT];
+    matmul(pre0, x, r->w0, B, IN, HID, false, false);
+    ref_bias_act_forward(h0, pre0, pre0, r->b0, B, HID, MPCL_ACT_RELU);
+    matmul(logits, h0, r->w1, B, HID, OUT, false, false);
+    ref_bias_act_forward(logits, NULL, logits, r->b1, B, OUT, MPCL_ACT_IDENTITY);
+    double loss = 0;
+    size_t correct = 0;
+    ref_softmax_xent(logits, y, B, OUT, 1.0, &loss, &correct, dl);
+    double *gw0 = g, *gb0 = gw0 + IN * HID, *gw1 = gb0 + HID, *gb1 = gw1 + HID * OUT;
+    matmul(gw1, h0, dl, HID, B, OUT, true, false);
+    ref_bias_grad(gb1, dl, B, OUT);
+    matmul(dh0, dl, r->w1, B, OUT, HID, false, true);
+    ref_bias_act_backward(dh0, dh0, pre0, B, HID, MPCL_ACT_RELU);
+    matmul(gw0, x, dh0, IN, B, HID, true, false);
+    ref_bias_grad(gb0, dh0, B, HID);
+    r->t++;
+    adam(r->w0, r->m, r->v, gw0, IN * HID, r->t);
+    adam(r->b0, r->m + IN * HID, r->v + IN * HID, gb0, HID, r->t);
+    adam(r->w1, r->m + IN * HID + HID, r->v + IN * HID + HID, gw1, HID * OUT, r->t);
+    adam(r->b1, r->m + IN * HID + HID + HID * OUT, r->v + IN * HID + HID + HID * OUT, gb1, OUT,
+         r->t);
+    return loss / (double)B;
+}
+
+static mpcl_model *small_model(mpcl_context *ctx, mpcl_policy policy) {
+    mpcl_model_params p = mpcl_model_default_params();
+    p.inputs = IN;
+    p.hidden[0] = HID;
+    p.classes = OUT;
+    p.max_batch = BATCH;
+    p.policy = policy;
+    p.seed = 7;
+    mpcl_model *m = NULL;
+    TU_ASSERT_OK(mpcl_model_create(ctx, &p, &m));
+    return m;
+}
+
+static void read_master(mpcl_model *m, size_t index, double *dst, size_t n) {
+    float *tmp = malloc(n * sizeof *tmp);
+    TU_ASSERT_OK(mpcl_model_read_param(m, index, MPCL_OPTIM_SLOT_MASTER, tmp, n));
+    for (size_t i = 0; i < n; i++) dst[i] = tmp[i];
+    free(tmp);
+}
+
+static void follows_reference(mpcl_policy policy, double rtol) {
+    mpcl_context *ctx = tu_context();
+    mpcl_dataset *all = NULL, *ds = NULL;
+    TU_ASSERT_OK(mpcl_idx_load(NULL, "train", &all));
+    TU_ASSERT_OK(mpcl_dataset_subset(all, SAMPLES, &ds));
+    mpcl_dataset_destroy(all);
+    mpcl_model *m = small_model(ctx, policy);
+    const mpcl_plan *plan = mpcl_model_plan(m);
+    fprintf(stderr, "policy %s -> storage %s, gemm %s\n", mpcl_policy_name(policy),
+            mpcl_dtype_name(plan->storage), mpcl_gemm_path_name(plan->gemm));
+
+    static ref_model r;
+    memset(&r, 0, sizeof r);
+    read_master(m, 0, r.w0, IN * HID);
+    read_master(m, 1, r.b0, HID);
+    read_master(m, 2, r.w1, HID * OUT);
+    read_master(m, 3, r.b1, OUT);
+
+    mpcl_tensor *x = NULL, *y = NULL;
+    TU_ASSERT_OK(mpcl_tensor_create(ctx, plan->storage, BATCH, IN, &x));
+    TU_ASSERT_OK(mpcl_tensor_create(ctx, MPCL_DTYPE_I32, BATCH, 1, &y));
+    static float xf[BATCH * IN];
+    static double xd[BATCH * IN];
+    int32_t idx[BATCH], labels[BATCH];
+    double worst = 0;
+    for (int step = 0; step < STEPS; step++) {
+        for (int b = 0; b < BATCH; b++) idx[b] = (step * BATCH + b) % SAMPLES;
+        TU_ASSERT_OK(mpcl_dataset_batch(ds, idx, BATCH, xf, labels));
+        TU_ASSERT_OK(mpcl_tensor_upload_f32(x, xf, BATCH * IN));
+        TU_ASSERT_OK(mpcl_tensor_upload_i32(y, labels, BATCH));
+        /* The reference sees what the device stores: f16 inputs are rounded. */
+        for (int i = 0; i < BATCH * IN; i++)
+            xd[i] =
+                plan->storage == MPCL_DTYPE_F16 ? mpcl_f16_to_f32(mpcl_f32_to_f16(xf[i])) : xf[i];
+        TU_ASSERT_OK(mpcl_model_train_step(m, x, y));
+        mpcl_xent_stats s;
+        TU_ASSERT_OK(mpcl_model_read_train_stats(m, &s, true));
+        double got = s.loss_sum / (double)s.samples, want = ref_step(&r, xd, labels, BATCH);
+        double rel = fabs(got - want) / want;
+        worst = fmax(worst, rel);
+        if (rel > rtol)
+            fail_msg("step %d: loss %.9g, reference %.9g (rel %.3g > %.3g)", step, got, want, rel,
+                     rtol);
+    }
+    fprintf(stderr, "%s: worst relative loss difference over %d steps: %.3g\n",
+            mpcl_policy_name(policy), STEPS, worst);
+    uint32_t t = 0;
+    TU_ASSERT_OK(mpcl_model_read_step(m, &t));
+    assert_int_equal(t, STEPS);
+    if (mpcl_model_loss_scale(m)) {
+        mpcl_loss_scale_state ls;
+        TU_ASSERT_OK(mpcl_loss_scale_read(ctx, mpcl_model_loss_scale(m), &ls));
+        assert_int_equal(ls.skipped_steps, 0);
+    }
+    mpcl_tensor_destroy(x);
+    mpcl_tensor_destroy(y);
+    mpcl_model_destroy(m);
+    mpcl_dataset_destroy(ds);
+    mpcl_context_destroy(ctx);
+}
+
+/* float32: both sides compute the same function; the device rounds each sum
+ * to f32 (relative 2^-24 per operation, K = 784 terms: ~1e-5 worst case on a
+ * GEMM output, far less on the mean loss), and Adam's normalized update
+ * carries that into the weights at the same relative size. 1e-4 leaves room
+ * for 20 steps of it. */
+static void float32_follows_reference(void **state) {
+    (void)state;
+    follows_reference(MPCL_POLICY_FLOAT32, 1e-4);
+}
+
+/* mixed_float16: activations, gradients and working weights are rounded to
+ * f16 (relative 2^-11 = 4.9e-4 each) at every layer boundary, and the
+ * reference keeps double everywhere but the inputs. A few roundings in a row
+ * on the loss give ~2e-3; 2e-2 bounds 20 steps of drift. */
+static void mixed_follows_reference(void **state) {
+    (void)state;
+    follows_reference(MPCL_POLICY_MIXED_FLOAT16, 2e-2);
+}
+
+static void overflowing_step_is_skipped_exactly(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    mpcl_model *m = small_model(ctx, MPCL_POLICY_MIXED_FLOAT16);
+    mpcl_loss_scale *ls = mpcl_model_loss_scale(m);
+    assert_non_null(ls);
+    mpcl_tensor *x = NULL, *y = NULL;
+    TU_ASSERT_OK(mpcl_tensor_create(ctx, MPCL_DTYPE_F16, BATCH, IN, &x));
+    TU_ASSERT_OK(mpcl_tensor_create(ctx, MPCL_DTYPE_I32, BATCH, 1, &y));
+    static float xf[BATCH * IN];
+    int32_t labels[BATCH];
+    tu_rng rng = tu_rng_make(5);
+    tu_fill_uniform(&rng, xf, BATCH * IN, 0, 1);
+    for (int b = 0; b < BATCH; b++) labels[b] = b % OUT;
+    TU_ASSERT_OK(mpcl_tensor_upload_f32(x, xf, BATCH * IN));
+    TU_ASSERT_OK(mpcl_tensor_upload_i32(y, labels, BATCH));
+    TU_ASSERT_OK(mpcl_model_train_step(m, x, y)); /* one normal step: moments are non-zero */
+
+    /* A scale of 2^100 makes every f16 gradient inf. */
+    mpcl_loss_scale_state s = {.scale = 0x1p100f};
+    TU_ASSERT_OK(mpcl_loss_scale_write_state(ctx, ls, &s));
+    const size_t n = IN * HID;
+    float *before[3], *after[3];
+    mpcl_optim_slot slots[3] = {MPCL_OPTIM_SLOT_MASTER, MPCL_OPTIM_SLOT_M, MPCL_OPTIM_SLOT_V};
+    for (int k = 0; k < 3; k++) {
+        before[k] = malloc(n * sizeof(float));
+        after[k] = malloc(n * sizeof(float));
+        TU_ASSERT_OK(mpcl_model_read_param(m, 0, slots[k], before[k], n));
+    }
+    TU_ASSERT_OK(mpcl_model_train_step(m, x, y));
+    mpcl_loss_scale_state got;
+    TU_ASSERT_OK(mpcl_loss_scale_read(ctx, ls, &got));
+    assert_true(got.scale == 0x1p99f);
+    assert_int_equal(got.skipped_steps, 1);
+    assert_int_equal(got.last_found_inf, 1);
+    uint32_t t = 0;
+    TU_ASSERT_OK(mpcl_model_read_step(m, &t));
+    assert_int_equal(t, 1);
+    for (int k = 0; k < 3; k++) {
+        TU_ASSERT_OK(mpcl_model_read_param(m, 0, slots[k], after[k], n));
+        assert_memory_equal(before[k], after[k], n * sizeof(float));
+    }
+
+    /* Back to a workable scale: the next step applies. */
+    s.scale = 1024.0f;
+    s.skipped_steps = got.skipped_steps;
+    TU_ASSERT_OK(mpcl_loss_scale_write_state(ctx, ls, &s));
+    TU_ASSERT_OK(mpcl_model_train_step(m, x, y));
+    TU_ASSERT_OK(mpcl_model_read_step(m, &t));
+    assert_int_equal(t, 2);
+    TU_ASSERT_OK(mpcl_model_read_param(m, 0, MPCL_OPTIM_SLOT_MASTER, after[0], n));
+    assert_memory_not_equal(before[0], after[0], n * sizeof(float));
+    for (int k = 0; k < 3; k++) {
+        free(before[k]);
+        free(after[k]);
+    }
+    mpcl_tensor_destroy(x);
+    mpcl_tensor_destroy(y);
+    mpcl_model_destroy(m);
+    mpcl_context_destroy(ctx);
+}
+
+static void bad_batches_are_refused(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    mpcl_model *m = small_model(ctx, MPCL_POLICY_FLOAT32);
+    mpcl_tensor *x = NULL, *y = NULL, *big = NULL, *xi = NULL;
+    TU_ASSERT_OK(mpcl_tensor_create(ctx, MPCL_DTYPE_F32, 8, IN, &x));
+    TU_ASSERT_OK(mpcl_tensor_create(ctx, MPCL_DTYPE_I32, 7, 1, &y));
+    TU_ASSERT_OK(mpcl_tensor_create(ctx, MPCL_DTYPE_F32, BATCH + 1, IN, &big));
+    TU_ASSERT_OK(mpcl_tensor_create(ctx, MPCL_DTYPE_I32, 8, IN, &xi));
+    assert_int_equal(mpcl_model_train_step(m, x, y), MPCL_ERR_SHAPE);
+    assert_int_equal(mpcl_model_train_step(m, big, y), MPCL_ERR_SHAPE);
+    mpcl_tensor *y8 = NULL;
+    TU_ASSERT_OK(mpcl_tensor_create(ctx, MPCL_DTYPE_I32, 8, 1, &y8));
+    assert_int_equal(mpcl_model_train_step(m, xi, y8), MPCL_ERR_DTYPE);
+    uint32_t t = 9;
+    TU_ASSERT_OK(mpcl_model_read_step(m, &t));
+    assert_int_equal(t, 0); /* nothing ran */
+    mpcl_model_params p = mpcl_model_default_params();
+    p.hidden[0] = 0;
+    mpcl_model *bad = (mpcl_model *)0x1;
+    assert_int_equal(mpcl_model_create(ctx, &p, &bad), MPCL_ERR_INVALID_ARG);
+    assert_null(bad);
+    mpcl_tensor *all[] = {x, y, big, xi, y8};
+    for (size_t i = 0; i < 5; i++) mpcl_tensor_destroy(all[i]);
+    mpcl_model_destroy(m);
+    mpcl_context_destroy(ctx);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(float32_follows_reference),
+        cmocka_unit_test(mixed_follows_reference),
+        cmocka_unit_test(overflowing_step_is_skipped_exactly),
+        cmocka_unit_test(bad_batches_are_refused),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
