@@ -9,6 +9,14 @@
 #include "mpcl/half.h"
 #include "mpcl/quickbench.h"
 #include "mpcl/tensor.h"
+#include "mpcl/ops.h"
+#include "mpcl/gemm.h"
+#include "mpcl/loss_scale.h"
+#include "mpcl/optim.h"
+#include "mpcl/data.h"
+#include "mpcl/safetensors.h"
+#include "mpcl/batch.h"
+#include "mpcl/model.h"
 #include "mpcl/version.h"
 
 #endif
