@@ -5,7 +5,7 @@
 // stays NaN.
 __kernel void mpcl_cast_f32_to_f16(__global half *dst, __global const float *src, uint n) {
     uint i = get_global_id(0);
-    if (i < n) vstore_half_rte(src[i], i, dst);
+    if (i < n) STORE_HALF(dst, i, src[i]);
 }
 
 // dst[i] = src[i], exact.

@@ -1,9 +1,11 @@
 /* Tensors: round trips through the device in each dtype, f16 rounding on
  * upload, shape and dtype errors, the allocation limit and accounting. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "mpcl/ops.h"
 #include "testutil.h"
 
 static const size_t shapes[][2] = {{1, 1}, {7, 33}, {33, 7}, {130, 10}, {128, 784}};
@@ -149,10 +151,60 @@ static void accounting_tracks_now_and_peak(void **state) {
     mpcl_context_destroy(ctx);
 }
 
+/* The device's f16 store (common.cl's STORE_HALF, used by every kernel that
+ * writes f16) against the host's conversion, bit for bit: every half value,
+ * the float just below, at and just above each rounding midpoint between
+ * neighbours (ties to even), and random bit patterns. */
+static void f16_store_rounds_every_midpoint_like_the_host(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    const size_t per = 5, n = 65536 * per, extra = tu_slow_device(ctx) ? 4096 : 1 << 20;
+    float *src = malloc((n + extra) * sizeof *src);
+    uint16_t *got = malloc((n + extra) * sizeof *got);
+    size_t k = 0;
+    for (uint32_t h = 0; h < 65536; h++) {
+        float v = mpcl_f16_to_f32((uint16_t)h), next = mpcl_f16_to_f32((uint16_t)(h + 1));
+        if ((h & 0x7fff) >= 0x7bff) next = copysignf(65520.0f, v); /* overflow midpoint */
+        float mid = (float)(((double)v + (double)next) / 2);       /* exact: halves are narrow */
+        src[k++] = v;
+        src[k++] = mid;
+        src[k++] = nextafterf(mid, 0.0f);
+        src[k++] = nextafterf(mid, copysignf(INFINITY, v));
+        src[k++] = nextafterf(v, 0.0f);
+    }
+    tu_rng r = tu_rng_make(99);
+    for (size_t i = 0; i < extra; i++) {
+        uint32_t bits = (uint32_t)tu_uniform(&r, 0, 4294967296.0);
+        memcpy(&src[k++], &bits, sizeof bits);
+    }
+    mpcl_tensor *a = NULL, *h = NULL;
+    TU_ASSERT_OK(mpcl_tensor_create(ctx, MPCL_DTYPE_F32, k, 1, &a));
+    TU_ASSERT_OK(mpcl_tensor_create(ctx, MPCL_DTYPE_F16, k, 1, &h));
+    TU_ASSERT_OK(mpcl_tensor_upload_f32(a, src, k));
+    TU_ASSERT_OK(mpcl_cast(ctx, h, a));
+    TU_ASSERT_OK(mpcl_tensor_download_raw(h, got, k * sizeof *got));
+    size_t bad = 0;
+    for (size_t i = 0; i < k; i++) {
+        uint16_t want = mpcl_f32_to_f16(src[i]);
+        bool nan = (want & 0x7c00) == 0x7c00 && (want & 0x3ff);
+        bool ok = nan ? ((got[i] & 0x7c00) == 0x7c00 && (got[i] & 0x3ff)) : got[i] == want;
+        if (!ok && bad++ < 5)
+            fprintf(stderr, "%a: device 0x%04x, host 0x%04x\n", (double)src[i], got[i], want);
+    }
+    assert_int_equal(bad, 0);
+    mpcl_tensor_destroy(a);
+    mpcl_tensor_destroy(h);
+    free(src);
+    free(got);
+    (void)n;
+    mpcl_context_destroy(ctx);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(f32_round_trip_is_exact),
         cmocka_unit_test(f16_upload_rounds_like_ieee),
+        cmocka_unit_test(f16_store_rounds_every_midpoint_like_the_host),
         cmocka_unit_test(i32_round_trip_and_fill),
         cmocka_unit_test(new_tensors_are_zero),
         cmocka_unit_test(shape_and_dtype_errors_touch_nothing),
