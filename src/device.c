@@ -84,6 +84,10 @@ mpcl_status mpcl__device_query(cl_platform_id platform, cl_device_id d, mpcl_dev
     if (clGetPlatformInfo(platform, CL_PLATFORM_VERSION, sizeof pversion, pversion, NULL) !=
         CL_SUCCESS)
         pversion[0] = '\0';
+    if (clGetPlatformInfo(platform, CL_PLATFORM_VENDOR, sizeof info->platform_vendor,
+                          info->platform_vendor, NULL) != CL_SUCCESS)
+        info->platform_vendor[0] = '\0';
+    info->platform_vendor[sizeof info->platform_vendor - 1] = '\0';
     pname[sizeof pname - 1] = pversion[sizeof pversion - 1] = '\0';
     memcpy(info->platform, pname, sizeof pname);
     memcpy(info->platform_version, pversion, sizeof pversion);
@@ -326,7 +330,8 @@ mpcl_status mpcl_device_list_select(const mpcl_device_list *list, const char *se
     }
     for (size_t i = 0; i < list->count; i++) {
         if (contains_nocase(list->entries[i].info.name, selector) ||
-            contains_nocase(list->entries[i].info.platform, selector)) {
+            contains_nocase(list->entries[i].info.platform, selector) ||
+            contains_nocase(list->entries[i].info.platform_vendor, selector)) {
             *index = i;
             return MPCL_OK;
         }

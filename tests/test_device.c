@@ -72,6 +72,13 @@ static void selection_by_id_type_and_name(void **state) {
             assert_int_equal(mpcl_device_list_get(list, index)->type, d->type);
         }
     }
+    for (size_t i = 0; i < mpcl_device_list_count(list); i++) {
+        const mpcl_device_info *d = mpcl_device_list_get(list, i);
+        if (strstr(d->platform_vendor, "pocl")) { /* the name users know PoCL by */
+            TU_ASSERT_OK(mpcl_device_list_select(list, "POCL", &index));
+            assert_non_null(strstr(mpcl_device_list_get(list, index)->platform_vendor, "pocl"));
+        }
+    }
     TU_ASSERT_OK(mpcl_device_list_select(list, NULL, &index));
     TU_ASSERT_OK(mpcl_device_list_select(list, "", &index));
     mpcl_device_list_destroy(list);

@@ -52,6 +52,7 @@ typedef struct mpcl_device_info {
     unsigned platform_index, device_index;
     char platform[MPCL_INFO_STR];
     char platform_version[MPCL_INFO_STR];
+    char platform_vendor[MPCL_INFO_STR]; /* "The pocl project": `pocl` selects PoCL */
     char name[MPCL_INFO_STR];
     char vendor[MPCL_INFO_STR];
     char driver_version[MPCL_INFO_STR];
@@ -101,7 +102,8 @@ mpcl_status mpcl_device_list_verify_fp16(mpcl_device_list *list, size_t index);
 
 /* Selector: NULL or "" for the default (first GPU, else accelerator, else
  * CPU); "P:D"; "cpu", "gpu" or "accelerator"; otherwise a case-insensitive
- * substring of the device name or of its platform's name. MPCL_ERR_NO_DEVICE
+ * substring of the device name, its platform's name or its platform's vendor
+ * ("pocl" selects PoCL, whose platform is "Portable Computing Language"). MPCL_ERR_NO_DEVICE
  * with the list of devices in mpcl_errmsg() when nothing matches. */
 mpcl_status mpcl_device_list_select(const mpcl_device_list *list, const char *selector,
                                     size_t *index);
