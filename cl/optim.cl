@@ -56,6 +56,18 @@ static float optim_bias_correction(float beta, uint t) {
     return -expm1((float)t * log1p(beta - 1.0f));
 }
 
+// Sets both step slots to {t, bias corrections of step t + 1, 0} (resume and
+// reset): one work-item. The host never computes them, so they are the same
+// bits the update kernel would have produced.
+__kernel void mpcl_optim_set_step(__global uint *step, uint t, float beta1, float beta2) {
+    for (uint s = 0; s < 2u; s++) {
+        step[4u * s] = t;
+        step[4u * s + 1u] = as_uint(optim_bias_correction(beta1, t + 1u));
+        step[4u * s + 2u] = as_uint(optim_bias_correction(beta2, t + 1u));
+        step[4u * s + 3u] = 0u;
+    }
+}
+
 // Whether this step updates (found_inf clear); work-item 0 of the first
 // launch of the step writes the next step state into the other slot (a plain
 // copy when the step is skipped).

@@ -84,6 +84,7 @@ static mpcl_status init_master(mpcl_optimizer *opt, size_t i) {
     if (!host) return MPCL_ERROR(ctx, MPCL_ERR_OUT_OF_MEMORY, "staging %zu master weights", n);
     mpcl_status st = mpcl_tensor_download_f32(opt->working[i], host, n);
     if (st == MPCL_OK) {
+        ctx->syncs++;
         cl_int err = clEnqueueWriteBuffer(ctx->queue, opt->master->mem, CL_TRUE,
                                           opt->offset[i] * sizeof(float), n * sizeof(float), host,
                                           0, NULL, NULL);
@@ -301,6 +302,7 @@ mpcl_status mpcl_optimizer_read(mpcl_context *ctx, const mpcl_optimizer *opt, mp
     cl_mem mem;
     mpcl_status st = slot_range(ctx, opt, slot, index, count, "read", &mem);
     if (st != MPCL_OK) return st;
+    ctx->syncs++;
     CHECK_CL(ctx, clEnqueueReadBuffer(ctx->queue, mem, CL_TRUE, opt->offset[index] * sizeof(float),
                                       count * sizeof(float), dst, 0, NULL, NULL));
 cleanup:
@@ -312,6 +314,7 @@ mpcl_status mpcl_optimizer_write(mpcl_context *ctx, mpcl_optimizer *opt, mpcl_op
     cl_mem mem;
     mpcl_status st = slot_range(ctx, opt, slot, index, count, "write", &mem);
     if (st != MPCL_OK) return st;
+    ctx->syncs++;
     CHECK_CL(ctx, clEnqueueWriteBuffer(ctx->queue, mem, CL_TRUE, opt->offset[index] * sizeof(float),
                                        count * sizeof(float), src, 0, NULL, NULL));
     /* The host rounds as vstore_half_rte does (half.h), so this working copy
@@ -324,6 +327,7 @@ cleanup:
 
 mpcl_status mpcl_optimizer_read_step(mpcl_context *ctx, const mpcl_optimizer *opt, uint32_t *step) {
     mpcl_status st = MPCL_OK;
+    ctx->syncs++;
     CHECK_CL(ctx, clEnqueueReadBuffer(ctx->queue, opt->step->mem, CL_TRUE,
                                       4 * opt->parity * sizeof(uint32_t), sizeof(uint32_t), step, 0,
                                       NULL, NULL));
@@ -332,18 +336,18 @@ cleanup:
 }
 
 /* 1 - beta^t in double, rounded once to f32. */
-static float bias_correction(float beta, double t) {
-    return (float)-expm1(t * log1p((double)beta - 1.0));
-}
-
+/* The bias corrections of the coming step are computed by the device, with
+ * the very function the update kernel uses: a host value, even correctly
+ * rounded, differs from the device's f32 expm1/log1p by an ulp for some t, and
+ * a resumed run would then drift from the uninterrupted one. */
 mpcl_status mpcl_optimizer_write_step(mpcl_context *ctx, mpcl_optimizer *opt, uint32_t step) {
-    (void)ctx;
-    /* Both slots: {count, the bias corrections of the coming step, unused}. */
-    float bc1 = bias_correction(opt->p.beta1, (double)step + 1.0);
-    float bc2 = bias_correction(opt->p.beta2, (double)step + 1.0);
-    uint32_t slot[8] = {step};
-    memcpy(&slot[1], &bc1, sizeof bc1);
-    memcpy(&slot[2], &bc2, sizeof bc2);
-    memcpy(&slot[4], slot, 4 * sizeof slot[0]);
-    return mpcl_tensor_upload_raw(opt->step, slot, sizeof slot);
+    cl_kernel k;
+    mpcl_status st = mpcl__kernel(ctx, opt->storage, "mpcl_optim_set_step", &k);
+    if (st != MPCL_OK) return st;
+    cl_uint t = step;
+    st = mpcl__set_args(ctx, k, "mpcl_optim_set_step", MPCL_ARG(opt->step->mem), MPCL_ARG(t),
+                        MPCL_ARG(opt->p.beta1), MPCL_ARG(opt->p.beta2), MPCL_ARGS_END);
+    if (st == MPCL_OK) st = mpcl__launch_1d(ctx, k, "mpcl_optim_set_step", 1, 1);
+    if (st == MPCL_OK) st = mpcl_context_finish(ctx); /* blocking, as documented */
+    return st;
 }
