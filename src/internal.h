@@ -130,7 +130,9 @@ struct mpcl_context {
     int kernel_count;
     mpcl__cache_outcome cache_outcome;
     size_t bytes_now, bytes_peak;
-    char *errmsg; /* owned; never NULL after create */
+    uint64_t launches; /* kernels and CLBlast calls enqueued */
+    uint64_t syncs;    /* blocking calls: finishes, blocking reads and writes */
+    char *errmsg;      /* owned; never NULL after create */
 };
 
 /* ---- tensor ---- */
@@ -142,6 +144,10 @@ struct mpcl_tensor {
     size_t rows, cols;
     size_t bytes;
 };
+
+/* The first B rows of t as a tensor value sharing t's memory: batches
+ * smaller than the buffers allocated for max_batch. Never destroyed. */
+mpcl_tensor mpcl__tensor_rows(const mpcl_tensor *t, size_t B);
 
 /* Sets the arguments of k from a list of (size, pointer) pairs ended by
  * MPCL_ARGS_END; a failure names the kernel and the argument index. */

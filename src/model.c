@@ -231,25 +231,17 @@ static mpcl_status check_batch(mpcl_model *m, const mpcl_tensor *x, const mpcl_t
     return MPCL_OK;
 }
 
-/* The first B rows of a [max_batch, n] activation buffer: the same memory. */
-static mpcl_tensor rows(const mpcl_tensor *t, size_t B) {
-    mpcl_tensor v = *t;
-    v.rows = B;
-    v.bytes = B * t->cols * mpcl_dtype_size(t->dtype);
-    return v;
-}
-
 static mpcl_status forward(mpcl_model *m, const mpcl_tensor *x, bool training) {
     mpcl_status st = MPCL_OK;
     size_t B = x->rows;
     mpcl_tensor in = *x;
     for (size_t l = 0; l < m->count && st == MPCL_OK; l++) {
         layer *L = &m->layers[l];
-        mpcl_tensor h = rows(L->h, B);
+        mpcl_tensor h = mpcl__tensor_rows(L->h, B);
         st = mpcl_gemm(m->ctx, m->gemm, false, false, 1.0f, &in, L->w, 0.0f, &h);
         if (st != MPCL_OK) break;
         if (training && L->z) {
-            mpcl_tensor z = rows(L->z, B);
+            mpcl_tensor z = mpcl__tensor_rows(L->z, B);
             st = mpcl_bias_act_forward_z(m->ctx, &h, &z, &h, L->b, L->act);
         } else {
             st = mpcl_bias_act_forward(m->ctx, &h, &h, L->b, L->act);
@@ -265,16 +257,16 @@ static mpcl_status backward(mpcl_model *m, const mpcl_tensor *x) {
     size_t B = x->rows;
     for (size_t l = m->count; l-- > 0 && st == MPCL_OK;) {
         layer *L = &m->layers[l];
-        mpcl_tensor d = rows(L->d, B);
-        mpcl_tensor in = l == 0 ? *x : rows(m->layers[l - 1].h, B);
+        mpcl_tensor d = mpcl__tensor_rows(L->d, B);
+        mpcl_tensor in = l == 0 ? *x : mpcl__tensor_rows(m->layers[l - 1].h, B);
         st = mpcl_gemm(m->ctx, m->gemm, true, false, 1.0f, &in, &d, 0.0f, L->dw);
         if (st == MPCL_OK) st = mpcl_bias_grad(m->ctx, L->db, &d);
         if (st != MPCL_OK || l == 0) break;
         layer *P = &m->layers[l - 1];
-        mpcl_tensor dp = rows(P->d, B);
+        mpcl_tensor dp = mpcl__tensor_rows(P->d, B);
         st = mpcl_gemm(m->ctx, m->gemm, false, true, 1.0f, &d, L->w, 0.0f, &dp);
         if (st != MPCL_OK) break;
-        mpcl_tensor saved = rows(P->z ? P->z : P->h, B);
+        mpcl_tensor saved = mpcl__tensor_rows(P->z ? P->z : P->h, B);
         st = mpcl_bias_act_backward(m->ctx, &dp, &dp, &saved, P->act);
     }
     return st;
@@ -306,7 +298,8 @@ mpcl_status mpcl_model_train_step(mpcl_model *m, const mpcl_tensor *x, const mpc
     mpcl_status st = check_batch(m, x, labels);
     if (st != MPCL_OK) return st;
     layer *top = &m->layers[m->count - 1];
-    mpcl_tensor logits = rows(top->h, x->rows), dlogits = rows(top->d, x->rows);
+    mpcl_tensor logits = mpcl__tensor_rows(top->h, x->rows),
+                dlogits = mpcl__tensor_rows(top->d, x->rows);
     if ((st = forward(m, x, true)) != MPCL_OK) return st;
     st = mpcl_softmax_xent_forward_backward(m->ctx, m->train_stats, &dlogits, &logits, labels,
                                             m->ls ? mpcl_loss_scale_tensor(m->ls) : NULL);
@@ -319,7 +312,7 @@ mpcl_status mpcl_model_eval_step(mpcl_model *m, const mpcl_tensor *x, const mpcl
     mpcl_status st = check_batch(m, x, labels);
     if (st != MPCL_OK) return st;
     if ((st = forward(m, x, false)) != MPCL_OK) return st;
-    mpcl_tensor logits = rows(m->layers[m->count - 1].h, x->rows);
+    mpcl_tensor logits = mpcl__tensor_rows(m->layers[m->count - 1].h, x->rows);
     return mpcl_softmax_xent_forward(m->ctx, m->eval_stats, &logits, labels);
 }
 
@@ -332,7 +325,8 @@ mpcl_status mpcl_model_read_eval_stats(mpcl_model *m, mpcl_xent_stats *out, bool
 }
 
 mpcl_status mpcl_model_read_logits(mpcl_model *m, float *dst, size_t count) {
-    mpcl_tensor logits = rows(m->layers[m->count - 1].h, m->last_batch ? m->last_batch : 1);
+    mpcl_tensor logits =
+        mpcl__tensor_rows(m->layers[m->count - 1].h, m->last_batch ? m->last_batch : 1);
     return mpcl_tensor_download_f32(&logits, dst, count);
 }
 

@@ -1,0 +1,105 @@
+/* Training: the fit/evaluate loop over an IDX data set held on the device,
+ * with seeded shuffling, periodic reports, evaluation at each epoch's end,
+ * cooperative stopping, and checkpoints that resume exactly. */
+#ifndef MPCL_TRAIN_H
+#define MPCL_TRAIN_H
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mpcl/context.h"
+#include "mpcl/model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mpcl_train_report {
+    uint64_t step;        /* global step (batches done since the start of training) */
+    uint32_t epoch;       /* 0-based */
+    uint64_t epoch_step;  /* batches done in this epoch */
+    uint64_t epoch_steps; /* batches per epoch (the last partial batch included) */
+    double loss;          /* mean training loss over the batches since the last report */
+    double accuracy;      /* training accuracy over the same batches */
+    float loss_scale;     /* 1 when the plan does not scale */
+    uint32_t skipped;     /* steps skipped for non-finite gradients, in total */
+    double samples_per_s; /* since the last report */
+    double elapsed_s;     /* since fit started */
+    bool epoch_end;       /* this report closes an epoch (test figures below are set) */
+    double test_loss, test_accuracy;
+} mpcl_train_report;
+
+typedef void (*mpcl_train_report_fn)(void *user, const mpcl_train_report *report);
+
+typedef struct mpcl_train_params {
+    const char *data_dir;  /* NULL: Fashion-MNIST from MPCL_DATA_DEFAULT_DIR */
+    size_t train_limit;    /* use only the first N training samples (0, or more than
+                              there are: all) */
+    size_t test_limit;     /* the first N test samples (likewise) */
+    uint32_t epochs;       /* 10 */
+    size_t batch;          /* 128 */
+    uint64_t seed;         /* 42: initial weights and the shuffle of every epoch */
+    uint32_t report_every; /* steps between reports (and the only host reads): 50;
+                              0 reports at epoch ends only */
+    /* The trainer sets model.inputs and model.classes from the data,
+     * model.max_batch = batch and model.seed = seed; evaluation runs in
+     * batches of `batch`. */
+    mpcl_model_params model;
+    mpcl_train_report_fn on_report;
+    void *user;
+    /* Checked between steps; when it becomes non-zero, fit stops after the
+     * current step (a Ctrl-C handler sets it). */
+    volatile sig_atomic_t *stop;
+} mpcl_train_params;
+
+mpcl_train_params mpcl_train_default_params(void);
+
+typedef struct mpcl_trainer mpcl_trainer;
+
+/* Loads the data (train and t10k), uploads it, builds the model. */
+mpcl_status mpcl_trainer_create(mpcl_context *ctx, const mpcl_train_params *params,
+                                mpcl_trainer **out);
+void mpcl_trainer_destroy(mpcl_trainer *tr);
+mpcl_model *mpcl_trainer_model(const mpcl_trainer *tr);
+
+/* Trains until params.epochs are done or *stop is set; resumes from where a
+ * loaded checkpoint left off. Steps not yet reported when it returns get one
+ * last report. Samples/s counts training time only (no evaluation, no
+ * report callbacks). */
+mpcl_status mpcl_trainer_fit(mpcl_trainer *tr);
+
+/* Evaluates the whole test set: mean loss and accuracy. */
+mpcl_status mpcl_trainer_evaluate(mpcl_trainer *tr, double *loss, double *accuracy);
+
+typedef struct mpcl_train_summary {
+    uint64_t steps;
+    uint32_t epochs_done;
+    bool stopped;                    /* by *stop, before the last epoch ended */
+    double test_loss, test_accuracy; /* NaN until an evaluation has run */
+    double train_samples_per_s;
+    double seconds;
+    uint32_t skipped_steps;
+    float final_loss_scale;
+    size_t peak_device_bytes;
+} mpcl_train_summary;
+
+void mpcl_trainer_summary(const mpcl_trainer *tr, mpcl_train_summary *out);
+
+/* Checkpoints (safetensors): f32 master weights as dense_N.kernel [in, out] and
+ * dense_N.bias [out], optimizer moments as <name>.m / <name>.v, and in
+ * __metadata__ the step, epoch position, loss-scale state, seed, policy,
+ * model shape and mpcl version. Save is atomic (an earlier file survives any
+ * failure); load validates everything against this trainer's model and leaves
+ * the trainer untouched on failure (MPCL_ERR_FORMAT naming what differs,
+ * MPCL_ERR_IO for the file). A checkpoint made with another model shape,
+ * activation, optimizer kind, seed, batch or training-sample count is refused
+ * with the flags that would match; so is an inconsistent position. */
+mpcl_status mpcl_trainer_save(mpcl_trainer *tr, const char *path);
+mpcl_status mpcl_trainer_load(mpcl_trainer *tr, const char *path);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

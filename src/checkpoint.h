@@ -1,0 +1,52 @@
+/* The trainer's insides, shared by train.c (the loop) and checkpoint.c (save
+ * and load of its state). Nothing here is installed. */
+#ifndef MPCL_CHECKPOINT_H
+#define MPCL_CHECKPOINT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "internal.h"
+
+struct mpcl_trainer {
+    mpcl_context *ctx;
+    mpcl_train_params params; /* data_dir points to the copy below */
+    char *data_dir;           /* owned; NULL for the default folder */
+    mpcl_model *model;
+    mpcl_device_dataset *train, *test;
+    size_t train_count, test_count;
+    uint64_t steps_per_epoch; /* ceil(train_count / batch) */
+    mpcl_tensor *order;       /* [train_count, 1] i32: the permutation of order_epoch */
+    mpcl_tensor *test_order;  /* [test_count, 1] i32: the identity */
+    mpcl_tensor *x;           /* [batch, inputs] storage dtype */
+    mpcl_tensor *labels;      /* [batch, 1] i32 */
+    int32_t *host_order;      /* [train_count] */
+    bool order_valid;         /* `order` holds the permutation of order_epoch */
+    uint32_t order_epoch;
+
+    /* Position: `step` batches done in all, `epoch_step` of them in `epoch`.
+     * Always epoch_step < steps_per_epoch: a finished epoch moves to the next. */
+    uint64_t step;
+    uint32_t epoch;
+    uint64_t epoch_step;
+
+    /* For the summary. */
+    bool stopped;
+    bool evaluated;
+    double test_loss, test_accuracy;
+    double train_seconds; /* training only, evaluation excluded */
+    uint64_t train_samples;
+    double seconds;
+    float loss_scale;       /* as last read from the device; 1 without a scaler */
+    uint32_t skipped_steps; /* likewise; 0 without a scaler */
+};
+
+/* The shuffle of one epoch into idx[0..n): a pure function of (seed, epoch),
+ * see train.c. */
+void mpcl__train_epoch_order(uint64_t seed, uint32_t epoch, int32_t *idx, size_t n);
+
+/* Host-only calls (data, safetensors) record their failure on the thread
+ * only; this copies that detail to ctx too and returns st. */
+mpcl_status mpcl__train_adopt_error(mpcl_context *ctx, mpcl_status st);
+
+#endif

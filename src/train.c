@@ -1,0 +1,328 @@
+/* The training loop: one upload of each epoch's order, batches gathered on the
+ * device, and host reads only when a report is due. See train.h. */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "checkpoint.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+mpcl_train_params mpcl_train_default_params(void) {
+    mpcl_train_params p;
+    memset(&p, 0, sizeof p);
+    p.epochs = 10;
+    p.batch = 128;
+    p.seed = 42;
+    p.report_every = 50;
+    p.model = mpcl_model_default_params();
+    return p;
+}
+
+/* Epoch e's order is the identity permuted by mpcl_shuffle_indices from the
+ * state
+ *     s_e = splitmix64(splitmix64(seed) XOR (e + 1) * 0xd1b54a32d192ed03)
+ * where splitmix64(x) is the first output of mpcl_rng_next from state x.
+ * It depends on nothing but (seed, e), so a resumed run needs no RNG stream
+ * state, and the double hashing keeps the shuffle streams apart from the
+ * weight-initialisation stream, which starts from the raw seed. The odd
+ * constant (a Weyl multiplier from Steele and Vigna's tables) spreads
+ * consecutive epochs over all 64 bits before the second hash. */
+void mpcl__train_epoch_order(uint64_t seed, uint32_t epoch, int32_t *idx, size_t n) {
+    uint64_t s = seed;
+    uint64_t h = mpcl_rng_next(&s);
+    s = h ^ (((uint64_t)epoch + 1) * 0xd1b54a32d192ed03ull);
+    uint64_t state = mpcl_rng_next(&s);
+    mpcl_iota_indices(idx, n);
+    mpcl_shuffle_indices(&state, idx, n);
+}
+
+mpcl_status mpcl__train_adopt_error(mpcl_context *ctx, mpcl_status st) {
+    /* Both buffers are 64 KiB (status.c, context.c) and the thread's message
+     * is NUL-terminated inside its buffer. */
+    const char *msg = mpcl_errmsg();
+    if (ctx && ctx->errmsg && ctx->errmsg != msg) memcpy(ctx->errmsg, msg, strlen(msg) + 1);
+    return st;
+}
+
+static mpcl_status load_split(mpcl_context *ctx, const char *dir, const char *prefix,
+                              int num_classes, size_t limit, mpcl_dataset **out) {
+    mpcl_idx_params ip = mpcl_idx_default_params();
+    ip.num_classes = num_classes;
+    mpcl_dataset *all = NULL;
+    mpcl_status st = mpcl_idx_load_ex(dir, prefix, &ip, &all);
+    if (st != MPCL_OK) return mpcl__train_adopt_error(ctx, st);
+    if (limit == 0 || limit >= mpcl_dataset_count(all)) {
+        *out = all;
+        return MPCL_OK;
+    }
+    st = mpcl_dataset_subset(all, limit, out);
+    mpcl_dataset_destroy(all);
+    return st;
+}
+
+mpcl_status mpcl_trainer_create(mpcl_context *ctx, const mpcl_train_params *params,
+                                mpcl_trainer **out) {
+    *out = NULL;
+    if (params->batch == 0)
+        return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "batch must be at least 1");
+    if (params->batch > INT32_MAX)
+        return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "batch %zu is too large", params->batch);
+    mpcl_trainer *tr = calloc(1, sizeof *tr);
+    if (!tr) return MPCL_ERROR(ctx, MPCL_ERR_OUT_OF_MEMORY, "allocating a trainer");
+    tr->ctx = ctx;
+    tr->params = *params;
+    tr->loss_scale = 1.0f;
+    tr->test_loss = NAN;
+    tr->test_accuracy = NAN;
+    mpcl_status st = MPCL_OK;
+    mpcl_dataset *train = NULL, *test = NULL;
+    if (params->data_dir) {
+        size_t n = strlen(params->data_dir) + 1;
+        tr->data_dir = malloc(n);
+        if (!tr->data_dir) {
+            st = MPCL_ERROR(ctx, MPCL_ERR_OUT_OF_MEMORY, "copying the data folder name");
+            goto cleanup;
+        }
+        memcpy(tr->data_dir, params->data_dir, n);
+    }
+    tr->params.data_dir = tr->data_dir;
+
+    /* The class count comes from the training labels; the test labels must
+     * fall inside it. */
+    if ((st = load_split(ctx, tr->data_dir, "train", 0, params->train_limit, &train)) != MPCL_OK)
+        goto cleanup;
+    if ((st = load_split(ctx, tr->data_dir, "t10k", mpcl_dataset_num_classes(train),
+                         params->test_limit, &test)) != MPCL_OK)
+        goto cleanup;
+    if (mpcl_dataset_features(test) != mpcl_dataset_features(train)) {
+        st = MPCL_ERROR(ctx, MPCL_ERR_FORMAT,
+                        "training images have %zu pixels, test images %zu: not one data set",
+                        mpcl_dataset_features(train), mpcl_dataset_features(test));
+        goto cleanup;
+    }
+    tr->train_count = mpcl_dataset_count(train);
+    tr->test_count = mpcl_dataset_count(test);
+    if (tr->train_count > INT32_MAX || tr->test_count > INT32_MAX) {
+        st = MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "data sets of more than 2^31 samples");
+        goto cleanup;
+    }
+    tr->steps_per_epoch = (tr->train_count + params->batch - 1) / params->batch;
+
+    mpcl_model_params mp = params->model;
+    mp.inputs = mpcl_dataset_features(train);
+    mp.classes = (size_t)mpcl_dataset_num_classes(train);
+    mp.max_batch = params->batch;
+    mp.seed = params->seed;
+    tr->params.model = mp;
+    if ((st = mpcl_model_create(ctx, &mp, &tr->model)) != MPCL_OK) goto cleanup;
+    mpcl_dtype storage = mpcl_model_plan(tr->model)->storage;
+
+    tr->host_order = malloc(tr->train_count * sizeof *tr->host_order);
+    int32_t *iota = malloc(tr->test_count * sizeof *iota);
+    if (!tr->host_order || !iota) {
+        free(iota);
+        st = MPCL_ERROR(ctx, MPCL_ERR_OUT_OF_MEMORY, "order of %zu samples", tr->train_count);
+        goto cleanup;
+    }
+    mpcl_iota_indices(iota, tr->test_count);
+    if ((st = mpcl_device_dataset_create(ctx, train, &tr->train)) != MPCL_OK ||
+        (st = mpcl_device_dataset_create(ctx, test, &tr->test)) != MPCL_OK ||
+        (st = mpcl_tensor_create(ctx, MPCL_DTYPE_I32, tr->train_count, 1, &tr->order)) != MPCL_OK ||
+        (st = mpcl_tensor_create(ctx, MPCL_DTYPE_I32, tr->test_count, 1, &tr->test_order)) !=
+            MPCL_OK ||
+        (st = mpcl_tensor_upload_i32(tr->test_order, iota, tr->test_count)) != MPCL_OK ||
+        (st = mpcl_tensor_create(ctx, storage, params->batch, mp.inputs, &tr->x)) != MPCL_OK ||
+        (st = mpcl_tensor_create(ctx, MPCL_DTYPE_I32, params->batch, 1, &tr->labels)) != MPCL_OK) {
+        free(iota);
+        goto cleanup;
+    }
+    free(iota);
+
+cleanup:
+    mpcl_dataset_destroy(train);
+    mpcl_dataset_destroy(test);
+    if (st != MPCL_OK) {
+        mpcl_trainer_destroy(tr);
+        return st;
+    }
+    *out = tr;
+    return MPCL_OK;
+}
+
+void mpcl_trainer_destroy(mpcl_trainer *tr) {
+    if (!tr) return;
+    mpcl_tensor_destroy(tr->x);
+    mpcl_tensor_destroy(tr->labels);
+    mpcl_tensor_destroy(tr->order);
+    mpcl_tensor_destroy(tr->test_order);
+    mpcl_device_dataset_destroy(tr->train);
+    mpcl_device_dataset_destroy(tr->test);
+    mpcl_model_destroy(tr->model);
+    free(tr->host_order);
+    free(tr->data_dir);
+    free(tr);
+}
+
+mpcl_model *mpcl_trainer_model(const mpcl_trainer *tr) {
+    return tr->model;
+}
+
+mpcl_status mpcl_trainer_evaluate(mpcl_trainer *tr, double *loss, double *accuracy) {
+    size_t batch = tr->params.batch;
+    mpcl_status st = MPCL_OK;
+    for (size_t first = 0; first < tr->test_count && st == MPCL_OK; first += batch) {
+        size_t B = tr->test_count - first < batch ? tr->test_count - first : batch;
+        mpcl_tensor x = mpcl__tensor_rows(tr->x, B), y = mpcl__tensor_rows(tr->labels, B);
+        st = mpcl_device_dataset_gather(tr->ctx, tr->test, tr->test_order, first, &x, &y);
+        if (st == MPCL_OK) st = mpcl_model_eval_step(tr->model, &x, &y);
+    }
+    /* Read (and so reset) even after a failure, so the next evaluation starts
+     * from zero. */
+    mpcl_xent_stats s;
+    mpcl_status rst = mpcl_model_read_eval_stats(tr->model, &s, true);
+    if (st != MPCL_OK) return st;
+    if (rst != MPCL_OK) return rst;
+    double n = s.samples ? (double)s.samples : (double)NAN;
+    if (loss) *loss = s.loss_sum / n;
+    if (accuracy) *accuracy = (double)s.correct / n;
+    return MPCL_OK;
+}
+
+/* Reads the loss scaler's state into the trainer (blocking). */
+static mpcl_status read_scale(mpcl_trainer *tr) {
+    mpcl_loss_scale *ls = mpcl_model_loss_scale(tr->model);
+    if (!ls) return MPCL_OK;
+    mpcl_loss_scale_state s;
+    mpcl_status st = mpcl_loss_scale_read(tr->ctx, ls, &s);
+    if (st != MPCL_OK) return st;
+    tr->loss_scale = s.scale;
+    tr->skipped_steps = s.skipped_steps;
+    return MPCL_OK;
+}
+
+typedef struct fit_clock {
+    double start;     /* fit started */
+    double mark;      /* training time counts from here */
+    double last;      /* the last report */
+    uint64_t samples; /* since the last report */
+} fit_clock;
+
+/* The host reads of one report: training statistics since the last one, the
+ * loss scaler, and at an epoch's end the evaluation. */
+static mpcl_status report(mpcl_trainer *tr, fit_clock *c, bool epoch_end) {
+    mpcl_xent_stats s;
+    mpcl_status st = mpcl_model_read_train_stats(tr->model, &s, true);
+    if (st == MPCL_OK) st = read_scale(tr);
+    if (st != MPCL_OK) return st;
+    double t = now_s();
+    tr->train_seconds += t - c->mark;
+    mpcl_train_report r;
+    memset(&r, 0, sizeof r);
+    r.step = tr->step;
+    r.epoch = tr->epoch;
+    r.epoch_step = tr->epoch_step;
+    r.epoch_steps = tr->steps_per_epoch;
+    double n = s.samples ? (double)s.samples : (double)NAN;
+    r.loss = s.loss_sum / n;
+    r.accuracy = (double)s.correct / n;
+    r.loss_scale = tr->loss_scale;
+    r.skipped = tr->skipped_steps;
+    r.samples_per_s = t > c->last ? (double)c->samples / (t - c->last) : 0.0;
+    r.epoch_end = epoch_end;
+    r.test_loss = NAN;
+    r.test_accuracy = NAN;
+    if (epoch_end) {
+        if ((st = mpcl_trainer_evaluate(tr, &r.test_loss, &r.test_accuracy)) != MPCL_OK) return st;
+        tr->evaluated = true;
+        tr->test_loss = r.test_loss;
+        tr->test_accuracy = r.test_accuracy;
+    }
+    r.elapsed_s = now_s() - c->start;
+    if (tr->params.on_report) tr->params.on_report(tr->params.user, &r);
+    c->samples = 0;
+    c->last = c->mark = now_s();
+    return MPCL_OK;
+}
+
+static bool stop_requested(const mpcl_trainer *tr) {
+    return tr->params.stop && *tr->params.stop != 0;
+}
+
+mpcl_status mpcl_trainer_fit(mpcl_trainer *tr) {
+    fit_clock c;
+    c.start = c.mark = c.last = now_s();
+    c.samples = 0;
+    tr->stopped = false;
+    size_t batch = tr->params.batch, n = tr->train_count;
+    uint32_t every = tr->params.report_every;
+    uint64_t since = 0;
+    /* Start the statistics from zero whatever an earlier failed call left. */
+    mpcl_xent_stats s;
+    mpcl_status st = mpcl_model_read_train_stats(tr->model, &s, true);
+    while (st == MPCL_OK && tr->epoch < tr->params.epochs) {
+        if (stop_requested(tr)) {
+            tr->stopped = true;
+            break;
+        }
+        if (!tr->order_valid || tr->order_epoch != tr->epoch) {
+            tr->order_valid = false;
+            mpcl__train_epoch_order(tr->params.seed, tr->epoch, tr->host_order, n);
+            if ((st = mpcl_tensor_upload_i32(tr->order, tr->host_order, n)) != MPCL_OK) break;
+            tr->order_valid = true;
+            tr->order_epoch = tr->epoch;
+        }
+        while (tr->epoch_step < tr->steps_per_epoch) {
+            if (stop_requested(tr)) {
+                tr->stopped = true;
+                break;
+            }
+            size_t first = (size_t)tr->epoch_step * batch;
+            size_t B = n - first < batch ? n - first : batch;
+            mpcl_tensor x = mpcl__tensor_rows(tr->x, B), y = mpcl__tensor_rows(tr->labels, B);
+            st = mpcl_device_dataset_gather(tr->ctx, tr->train, tr->order, first, &x, &y);
+            if (st == MPCL_OK) st = mpcl_model_train_step(tr->model, &x, &y);
+            if (st != MPCL_OK) break;
+            tr->step++;
+            tr->epoch_step++;
+            tr->train_samples += B;
+            c.samples += B;
+            since++;
+            bool end = tr->epoch_step == tr->steps_per_epoch;
+            if (end || (every && since == every)) {
+                since = 0;
+                if ((st = report(tr, &c, end)) != MPCL_OK) break;
+            }
+        }
+        if (st != MPCL_OK || tr->stopped) break;
+        tr->epoch++;
+        tr->epoch_step = 0;
+    }
+    /* Steps since the last report are reported before returning, so that no
+     * training statistics are lost to a stop. */
+    if (st == MPCL_OK && since > 0) st = report(tr, &c, false);
+    if (st == MPCL_OK) st = read_scale(tr);
+    tr->seconds += now_s() - c.start;
+    return st;
+}
+
+void mpcl_trainer_summary(const mpcl_trainer *tr, mpcl_train_summary *out) {
+    memset(out, 0, sizeof *out);
+    out->steps = tr->step;
+    out->epochs_done = tr->epoch;
+    out->stopped = tr->stopped;
+    out->test_loss = tr->test_loss;
+    out->test_accuracy = tr->test_accuracy;
+    out->train_samples_per_s =
+        tr->train_seconds > 0 ? (double)tr->train_samples / tr->train_seconds : 0.0;
+    out->seconds = tr->seconds;
+    out->skipped_steps = tr->skipped_steps;
+    out->final_loss_scale = tr->loss_scale;
+    out->peak_device_bytes = mpcl_context_bytes_peak(tr->ctx);
+}

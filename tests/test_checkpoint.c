@@ -1,0 +1,474 @@
+/* Checkpoints: a round trip restores every parameter, moment, counter and the
+ * loss-scale state; an independent reader (Python, stdlib only) finds the
+ * names, shapes, values and metadata; every bad file is refused with its
+ * exact status and leaves the trainer as it was; a failed save leaves an
+ * earlier file byte-identical. */
+#define _POSIX_C_SOURCE 200809L
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "testutil.h"
+
+static volatile sig_atomic_t stop_flag;
+static mpcl_context *g_ctx; /* for snap */
+static uint64_t stop_at;
+
+static void on_report(void *user, const mpcl_train_report *r) {
+    (void)user;
+    if (r->step == stop_at) stop_flag = 1;
+}
+
+/* 256 samples in batches of 64, stopped after 2 steps so that moments and
+ * counters are non-zero and the position is mid-epoch. */
+static mpcl_trainer *trained(mpcl_context *ctx, mpcl_policy policy, size_t hidden, bool train) {
+    mpcl_train_params p = mpcl_train_default_params();
+    p.train_limit = 256;
+    p.test_limit = 64;
+    p.batch = 64;
+    p.epochs = 1;
+    p.report_every = 1;
+    p.model.hidden[0] = hidden;
+    p.model.policy = policy;
+    p.on_report = on_report;
+    p.stop = &stop_flag;
+    mpcl_trainer *tr = NULL;
+    TU_ASSERT_OK(mpcl_trainer_create(ctx, &p, &tr));
+    if (train) {
+        stop_flag = 0;
+        stop_at = 2;
+        TU_ASSERT_OK(mpcl_trainer_fit(tr));
+        stop_flag = 0;
+    }
+    return tr;
+}
+
+/* Everything load may write, as bytes. */
+typedef struct snapshot {
+    float *data;
+    size_t n;
+    uint32_t opt_step;
+    mpcl_loss_scale_state ls;
+    mpcl_train_summary sum;
+} snapshot;
+
+static void snap(mpcl_trainer *tr, snapshot *s) {
+    mpcl_model *m = mpcl_trainer_model(tr);
+    size_t np = mpcl_model_param_count(m), n = 0;
+    for (size_t i = 0; i < np; i++) {
+        size_t r, c;
+        mpcl_model_param_shape(m, i, &r, &c);
+        n += 3 * r * c;
+    }
+    s->data = calloc(n, sizeof(float));
+    s->n = n;
+    float *p = s->data;
+    for (int slot = 0; slot < 3; slot++)
+        for (size_t i = 0; i < np; i++) {
+            size_t r, c;
+            mpcl_model_param_shape(m, i, &r, &c);
+            if (mpcl_model_has_slot(m, (mpcl_optim_slot)slot))
+                TU_ASSERT_OK(mpcl_model_read_param(m, i, (mpcl_optim_slot)slot, p, r * c));
+            p += r * c;
+        }
+    TU_ASSERT_OK(mpcl_model_read_step(m, &s->opt_step));
+    memset(&s->ls, 0, sizeof s->ls);
+    if (mpcl_model_loss_scale(m))
+        TU_ASSERT_OK(mpcl_loss_scale_read(g_ctx, mpcl_model_loss_scale(m), &s->ls));
+    mpcl_trainer_summary(tr, &s->sum);
+}
+
+static void same(const snapshot *a, const snapshot *b) {
+    assert_int_equal(a->n, b->n);
+    assert_memory_equal(a->data, b->data, a->n * sizeof(float));
+    assert_int_equal(a->opt_step, b->opt_step);
+    assert_memory_equal(&a->ls.scale, &b->ls.scale, sizeof(float));
+    assert_int_equal(a->ls.good_steps, b->ls.good_steps);
+    assert_int_equal(a->ls.skipped_steps, b->ls.skipped_steps);
+    assert_int_equal(a->sum.steps, b->sum.steps);
+    assert_int_equal(a->sum.epochs_done, b->sum.epochs_done);
+}
+
+static void unsnap(snapshot *s) {
+    free(s->data);
+}
+
+typedef struct tmpdir {
+    char path[64];
+} tmpdir;
+
+static void tmp_make(tmpdir *d) {
+    snprintf(d->path, sizeof d->path, "/tmp/mpcl-test-ckpt-XXXXXX");
+    assert_non_null(mkdtemp(d->path));
+}
+
+static void tmp_remove(tmpdir *d) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", d->path);
+    assert_int_equal(system(cmd), 0);
+}
+
+static unsigned char *slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *b = malloc((size_t)len + 1);
+    assert_int_equal(fread(b, 1, (size_t)len, f), (size_t)len);
+    fclose(f);
+    *n = (size_t)len;
+    return b;
+}
+
+static void spit(const char *path, const void *b, size_t n) {
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(b, 1, n, f), n);
+    fclose(f);
+}
+
+static void round_trip(mpcl_policy policy) {
+    mpcl_context *ctx = tu_context();
+    g_ctx = ctx;
+    tmpdir d;
+    tmp_make(&d);
+    char file[128];
+    snprintf(file, sizeof file, "%s/a.safetensors", d.path);
+    mpcl_trainer *a = trained(ctx, policy, 16, true);
+    TU_ASSERT_OK(mpcl_trainer_save(a, file));
+    snapshot sa, sb, sfresh;
+    snap(a, &sa);
+    assert_int_equal(sa.opt_step, 2);
+    assert_int_equal(sa.sum.steps, 2);
+    mpcl_trainer *b = trained(ctx, policy, 16, false);
+    snap(b, &sfresh);
+    assert_memory_not_equal(sa.data, sfresh.data, sa.n * sizeof(float));
+    TU_ASSERT_OK(mpcl_trainer_load(b, file));
+    snap(b, &sb);
+    same(&sa, &sb);
+    /* Both continue identically to the end of the epoch. */
+    TU_ASSERT_OK(mpcl_trainer_fit(a));
+    TU_ASSERT_OK(mpcl_trainer_fit(b));
+    unsnap(&sa);
+    unsnap(&sb);
+    snap(a, &sa);
+    snap(b, &sb);
+    assert_int_equal(sa.sum.steps, 4);
+    same(&sa, &sb);
+    unsnap(&sa);
+    unsnap(&sb);
+    unsnap(&sfresh);
+    mpcl_trainer_destroy(a);
+    mpcl_trainer_destroy(b);
+    tmp_remove(&d);
+    mpcl_context_destroy(ctx);
+}
+
+static void test_round_trip_float32(void **state) {
+    (void)state;
+    round_trip(MPCL_POLICY_FLOAT32);
+}
+
+static void test_round_trip_mixed(void **state) {
+    (void)state;
+    round_trip(MPCL_POLICY_MIXED_FLOAT16);
+}
+
+/* An independent reader: Python's struct + json over the raw bytes. It checks
+ * every tensor's name, dtype and shape, the metadata this test knows, and
+ * the values of dense_1.bias against what the model holds. */
+static void test_independent_reader(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    g_ctx = ctx;
+    tmpdir d;
+    tmp_make(&d);
+    char file[128], script[128], cmd[512];
+    snprintf(file, sizeof file, "%s/a.safetensors", d.path);
+    snprintf(script, sizeof script, "%s/check.py", d.path);
+    mpcl_trainer *tr = trained(ctx, MPCL_POLICY_MIXED_FLOAT16, 16, true);
+    TU_ASSERT_OK(mpcl_trainer_save(tr, file));
+    float bias[10];
+    TU_ASSERT_OK(
+        mpcl_model_read_param(mpcl_trainer_model(tr), 3, MPCL_OPTIM_SLOT_MASTER, bias, 10));
+    FILE *f = fopen(script, "w");
+    assert_non_null(f);
+    fprintf(f,
+            "import json, struct, sys\n"
+            "b = open(sys.argv[1], 'rb').read()\n"
+            "n = struct.unpack('<Q', b[:8])[0]\n"
+            "h = json.loads(b[8:8 + n])\n"
+            "data = b[8 + n:]\n"
+            "meta = h.pop('__metadata__')\n"
+            "want = {}\n"
+            "for p, s in (('dense_0.kernel', [784, 16]), ('dense_0.bias', [16]),\n"
+            "             ('dense_1.kernel', [16, 10]), ('dense_1.bias', [10])):\n"
+            "    for suffix in ('', '.m', '.v'):\n"
+            "        want[p + suffix] = s\n"
+            "got = {k: v['shape'] for k, v in h.items()}\n"
+            "assert got == want, got\n"
+            "assert all(v['dtype'] == 'F32' for v in h.values())\n"
+            "for k, v in {'format': 'mpcl-checkpoint', 'format_version': '1', 'model': "
+            "'784,16,10', 'step': '2', 'optimizer_step': '2', 'epoch': '0', 'epoch_step': '2',\n"
+            "             'seed': '42', 'batch': '64', 'optimizer': 'adam', 'policy': "
+            "'mixed_float16', 'storage': 'f16', 'loss_scale_mode': 'dynamic',\n"
+            "             'loss_scale': '32768', 'loss_scale_good_steps': '2', "
+            "'loss_scale_skipped': '0', 'activation': 'relu'}.items():\n"
+            "    assert meta.get(k) == v, (k, meta.get(k))\n"
+            "for k in ('mpcl_version', 'policy_resolved', 'gemm', 'lr', 'beta1', 'beta2', "
+            "'eps'):\n"
+            "    assert k in meta, k\n"
+            "a, e = h['dense_1.bias']['data_offsets']\n"
+            "vals = struct.unpack('<10f', data[a:e])\n"
+            "want = [float.fromhex(x) for x in sys.argv[2:]]\n"
+            "assert list(vals) == want, (vals, want)\n");
+    fclose(f);
+    int k = snprintf(cmd, sizeof cmd, "python3 '%s' '%s'", script, file);
+    for (int i = 0; i < 10; i++)
+        k += snprintf(cmd + k, sizeof cmd - (size_t)k, " %a", (double)bias[i]);
+    assert_int_equal(system(cmd), 0);
+    /* The checker can fail. */
+    bias[3] += 1.0f;
+    k = snprintf(cmd, sizeof cmd, "python3 '%s' '%s'", script, file);
+    for (int i = 0; i < 10; i++)
+        k += snprintf(cmd + k, sizeof cmd - (size_t)k, " %a", (double)bias[i]);
+    assert_int_not_equal(system(cmd), 0);
+    mpcl_trainer_destroy(tr);
+    tmp_remove(&d);
+    mpcl_context_destroy(ctx);
+}
+
+/* Rewrites src into dst through the library's writer, with one change:
+ * tensor `drop` left out, tensor `f16` stored as F16, an extra tensor, or a
+ * metadata value replaced. */
+typedef struct mutation {
+    const char *drop, *f16, *extra;
+    const char *meta_key, *meta_value;
+} mutation;
+
+static void rewrite(const char *src, const char *dst, const mutation *mu) {
+    mpcl_safetensors *st = NULL;
+    TU_ASSERT_OK(mpcl_safetensors_read(src, &st));
+    size_t n = mpcl_safetensors_count(st), k = 0, nm = mpcl_safetensors_meta_count(st);
+    mpcl_st_tensor *t = calloc(n + 1, sizeof *t);
+    static uint16_t half[1 << 16];
+    static float extra[4];
+    for (size_t i = 0; i < n; i++) {
+        const mpcl_st_tensor *x = mpcl_safetensors_tensor(st, i);
+        if (mu->drop && strcmp(x->name, mu->drop) == 0) continue;
+        t[k] = *x;
+        if (mu->f16 && strcmp(x->name, mu->f16) == 0) {
+            t[k].dtype = MPCL_ST_F16;
+            memset(half, 0x3c, x->bytes / 2);
+            t[k].data = half;
+        }
+        k++;
+    }
+    if (mu->extra) {
+        t[k].name = mu->extra;
+        t[k].dtype = MPCL_ST_F32;
+        t[k].ndim = 1;
+        t[k].shape[0] = 4;
+        t[k].data = extra;
+        k++;
+    }
+    mpcl_st_meta *m = calloc(nm, sizeof *m);
+    for (size_t i = 0; i < nm; i++) {
+        m[i] = *mpcl_safetensors_meta(st, i);
+        if (mu->meta_key && strcmp(m[i].key, mu->meta_key) == 0) m[i].value = mu->meta_value;
+    }
+    TU_ASSERT_OK(mpcl_safetensors_write(dst, t, k, m, nm));
+    free(t);
+    free(m);
+    mpcl_safetensors_destroy(st);
+}
+
+static void refused(mpcl_trainer *tr, const snapshot *before, const char *path, mpcl_status want,
+                    const char *says) {
+    mpcl_status st = mpcl_trainer_load(tr, path);
+    if (st != want)
+        fail_msg("%s: %s, want %s (%s)", path, mpcl_status_name(st), mpcl_status_name(want),
+                 mpcl_errmsg());
+    if (says && !strstr(mpcl_errmsg(), says))
+        fail_msg("%s: message \"%s\" does not say \"%s\"", path, mpcl_errmsg(), says);
+    snapshot after;
+    snap(tr, &after);
+    same(before, &after);
+    unsnap(&after);
+}
+
+static void test_bad_checkpoints(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    g_ctx = ctx;
+    tmpdir d;
+    tmp_make(&d);
+    char good[128], bad[128];
+    snprintf(good, sizeof good, "%s/good.safetensors", d.path);
+    snprintf(bad, sizeof bad, "%s/bad.safetensors", d.path);
+    mpcl_trainer *src = trained(ctx, MPCL_POLICY_FLOAT32, 16, true);
+    TU_ASSERT_OK(mpcl_trainer_save(src, good));
+    mpcl_trainer_destroy(src);
+
+    /* The victim has trained differently (1 step), so a partial load shows. */
+    stop_at = 1;
+    mpcl_trainer *tr = trained(ctx, MPCL_POLICY_FLOAT32, 16, false);
+    stop_flag = 0;
+    TU_ASSERT_OK(mpcl_trainer_fit(tr));
+    stop_flag = 0;
+    snapshot before;
+    snap(tr, &before);
+
+    size_t n;
+    unsigned char *bytes = slurp(good, &n);
+    refused(tr, &before, "/nonexistent-mpcl/ckpt.safetensors", MPCL_ERR_IO, "nonexistent-mpcl");
+    spit(bad, bytes, n / 2);
+    refused(tr, &before, bad, MPCL_ERR_FORMAT, NULL); /* truncated */
+    spit(bad, "this is not a safetensors file at all", 37);
+    refused(tr, &before, bad, MPCL_ERR_FORMAT, NULL);
+    {
+        /* The data section's last offset moved past its end (same digit
+         * count, so the header length stays right). */
+        uint64_t hlen = 0;
+        memcpy(&hlen, bytes, 8);
+        char end[32];
+        snprintf(end, sizeof end, ",%zu]", n - 8 - (size_t)hlen);
+        unsigned char *copy = malloc(n);
+        memcpy(copy, bytes, n);
+        char *hdr = (char *)copy + 8, *hit = NULL;
+        for (size_t i = 0; i + strlen(end) <= hlen && !hit; i++)
+            if (memcmp(hdr + i, end, strlen(end)) == 0) hit = hdr + i;
+        assert_non_null(hit);
+        for (size_t i = 1; i + 1 < strlen(end); i++) hit[i] = '9';
+        spit(bad, copy, n);
+        free(copy);
+        refused(tr, &before, bad, MPCL_ERR_FORMAT, NULL);
+    }
+    mutation mu;
+    memset(&mu, 0, sizeof mu);
+    mu.f16 = "dense_0.bias";
+    rewrite(good, bad, &mu);
+    refused(tr, &before, bad, MPCL_ERR_FORMAT, "F16");
+    memset(&mu, 0, sizeof mu);
+    mu.drop = "dense_1.kernel.v";
+    rewrite(good, bad, &mu);
+    refused(tr, &before, bad, MPCL_ERR_FORMAT, "dense_1.kernel.v");
+    memset(&mu, 0, sizeof mu);
+    mu.extra = "dense_9.kernel";
+    rewrite(good, bad, &mu);
+    refused(tr, &before, bad, MPCL_ERR_FORMAT, "dense_9.kernel");
+    const char *bad_ints[] = {"12abc", "-1", "+2", " 2", "", "99999999999999999999999", "2.0"};
+    for (size_t i = 0; i < sizeof bad_ints / sizeof *bad_ints; i++) {
+        memset(&mu, 0, sizeof mu);
+        mu.meta_key = "step";
+        mu.meta_value = bad_ints[i];
+        rewrite(good, bad, &mu);
+        refused(tr, &before, bad, MPCL_ERR_FORMAT, "step");
+    }
+    memset(&mu, 0, sizeof mu);
+    mu.meta_key = "optimizer_step";
+    mu.meta_value = "4294967296"; /* 2^32: overflows the u32 counter */
+    rewrite(good, bad, &mu);
+    refused(tr, &before, bad, MPCL_ERR_FORMAT, "optimizer_step");
+    memset(&mu, 0, sizeof mu);
+    mu.meta_key = "seed";
+    mu.meta_value = "7";
+    rewrite(good, bad, &mu);
+    refused(tr, &before, bad, MPCL_ERR_FORMAT, "--seed 7");
+    memset(&mu, 0, sizeof mu);
+    mu.meta_key = "format";
+    mu.meta_value = "something-else";
+    rewrite(good, bad, &mu);
+    refused(tr, &before, bad, MPCL_ERR_FORMAT, "something-else");
+    memset(&mu, 0, sizeof mu);
+    mu.meta_key = "epoch_step";
+    mu.meta_value = "3"; /* step says 2 */
+    rewrite(good, bad, &mu);
+    refused(tr, &before, bad, MPCL_ERR_FORMAT, "inconsistent");
+    memset(&mu, 0, sizeof mu);
+    mu.meta_key = "loss_scale";
+    mu.meta_value = "inf";
+    rewrite(good, bad, &mu);
+    refused(tr, &before, bad, MPCL_ERR_FORMAT, "loss_scale");
+
+    /* A hidden-16 checkpoint into a hidden-32 model. */
+    mpcl_trainer *wide = trained(ctx, MPCL_POLICY_FLOAT32, 32, false);
+    snapshot wbefore;
+    snap(wide, &wbefore);
+    refused(wide, &wbefore, good, MPCL_ERR_FORMAT, "dense_0.kernel has shape [784, 16]");
+    assert_non_null(strstr(mpcl_errmsg(), "[784, 32]"));
+    assert_non_null(strstr(mpcl_errmsg(), "--hidden 16"));
+    assert_non_null(strstr(mpcl_context_errmsg(ctx), "--hidden 16"));
+    unsnap(&wbefore);
+    mpcl_trainer_destroy(wide);
+
+    /* The good file still loads into the victim. */
+    TU_ASSERT_OK(mpcl_trainer_load(tr, good));
+    unsnap(&before);
+    free(bytes);
+    mpcl_trainer_destroy(tr);
+    tmp_remove(&d);
+    mpcl_context_destroy(ctx);
+}
+
+/* A save into a missing folder is MPCL_ERR_IO naming it; a save that fails
+ * while writing (file size limit) leaves the file it would replace
+ * byte-identical. Runs as root too: RLIMIT_FSIZE binds root as well. */
+static void test_failed_save(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    g_ctx = ctx;
+    tmpdir d;
+    tmp_make(&d);
+    char file[128], missing[160];
+    snprintf(file, sizeof file, "%s/a.safetensors", d.path);
+    snprintf(missing, sizeof missing, "%s/no-such-folder/a.safetensors", d.path);
+    mpcl_trainer *tr = trained(ctx, MPCL_POLICY_FLOAT32, 16, true);
+    TU_ASSERT_OK(mpcl_trainer_save(tr, file));
+    size_t n0, n1;
+    unsigned char *b0 = slurp(file, &n0);
+    assert_int_equal(mpcl_trainer_save(tr, missing), MPCL_ERR_IO);
+    assert_non_null(strstr(mpcl_context_errmsg(ctx), "no-such-folder"));
+    unsigned char *b1 = slurp(file, &n1);
+    assert_int_equal(n0, n1);
+    assert_memory_equal(b0, b1, n0);
+    free(b1);
+
+    /* Train on so that a new save would differ, then fail it. */
+    TU_ASSERT_OK(mpcl_trainer_fit(tr));
+    struct rlimit old, lim;
+    assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+    lim = old;
+    lim.rlim_cur = 4096;
+    void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    mpcl_status st = mpcl_trainer_save(tr, file);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+    signal(SIGXFSZ, prev);
+    assert_int_equal(st, MPCL_ERR_IO);
+    b1 = slurp(file, &n1);
+    assert_int_equal(n0, n1);
+    assert_memory_equal(b0, b1, n0);
+    /* No temp file left behind: the folder holds only a.safetensors. */
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "test \"$(ls -A '%s')\" = a.safetensors", d.path);
+    assert_int_equal(system(cmd), 0);
+    free(b0);
+    free(b1);
+    mpcl_trainer_destroy(tr);
+    tmp_remove(&d);
+    mpcl_context_destroy(ctx);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_round_trip_float32), cmocka_unit_test(test_round_trip_mixed),
+        cmocka_unit_test(test_independent_reader), cmocka_unit_test(test_bad_checkpoints),
+        cmocka_unit_test(test_failed_save),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

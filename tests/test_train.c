@@ -1,0 +1,358 @@
+/* The training loop on real Fashion-MNIST subsets: a run stopped, saved and
+ * resumed in a fresh trainer continues bit for bit like the uninterrupted
+ * run; the stop flag, the report cadence, the last partial batch, the
+ * per-epoch shuffle and the evaluation figures. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "checkpoint.h"
+#include "testutil.h"
+
+enum { MAX_REPORTS = 256 };
+
+typedef struct recorder {
+    mpcl_train_report r[MAX_REPORTS];
+    size_t count;
+    uint64_t stop_at; /* set *stop in the report of this step (0: never) */
+    volatile sig_atomic_t stop;
+} recorder;
+
+static void on_report(void *user, const mpcl_train_report *r) {
+    recorder *rec = user;
+    if (rec->count < MAX_REPORTS) rec->r[rec->count] = *r;
+    rec->count++;
+    if (rec->stop_at && r->step == rec->stop_at) rec->stop = 1;
+}
+
+static mpcl_train_params small_params(recorder *rec, mpcl_policy policy) {
+    mpcl_train_params p = mpcl_train_default_params();
+    p.train_limit = 640;
+    p.test_limit = 256;
+    p.batch = 64;
+    p.epochs = 2;
+    p.report_every = 1;
+    p.model.hidden[0] = 16;
+    p.model.policy = policy;
+    p.seed = 5;
+    p.on_report = on_report;
+    p.user = rec;
+    p.stop = &rec->stop;
+    return p;
+}
+
+static mpcl_trainer *make(mpcl_context *ctx, const mpcl_train_params *p) {
+    mpcl_trainer *tr = NULL;
+    TU_ASSERT_OK(mpcl_trainer_create(ctx, p, &tr));
+    return tr;
+}
+
+/* Every master weight and moment, concatenated, for bitwise comparison. */
+static float *all_state(mpcl_trainer *tr, size_t *n_out) {
+    mpcl_model *m = mpcl_trainer_model(tr);
+    size_t n = 0, np = mpcl_model_param_count(m);
+    for (size_t i = 0; i < np; i++) {
+        size_t r, c;
+        mpcl_model_param_shape(m, i, &r, &c);
+        n += 3 * r * c;
+    }
+    float *buf = calloc(n, sizeof *buf), *p = buf;
+    for (int slot = 0; slot < 3; slot++)
+        for (size_t i = 0; i < np; i++) {
+            size_t r, c;
+            mpcl_model_param_shape(m, i, &r, &c);
+            if (mpcl_model_has_slot(m, (mpcl_optim_slot)slot))
+                TU_ASSERT_OK(mpcl_model_read_param(m, i, (mpcl_optim_slot)slot, p, r * c));
+            p += r * c;
+        }
+    *n_out = n;
+    return buf;
+}
+
+/* Stop mid-epoch 1, save, destroy, load into a fresh trainer, finish: every
+ * later step's loss, the test figures and the final state are bitwise the
+ * uninterrupted run's (same device, same policy: the kernels are
+ * deterministic, and the checkpoint holds every bit of state a step reads). */
+static void resume_exact(mpcl_policy policy) {
+    mpcl_context *ctx = tu_context();
+    char path[] = "/tmp/mpcl-test-train-XXXXXX";
+    assert_non_null(mkdtemp(path));
+    char file[128];
+    snprintf(file, sizeof file, "%s/ckpt.safetensors", path);
+
+    static recorder a, b;
+    memset(&a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
+    mpcl_train_params pa = small_params(&a, policy);
+    mpcl_trainer *ta = make(ctx, &pa);
+    TU_ASSERT_OK(mpcl_trainer_fit(ta));
+    assert_int_equal(a.count, 20); /* 640 / 64 = 10 steps per epoch, 2 epochs */
+    size_t na;
+    float *final_a = all_state(ta, &na);
+    mpcl_train_summary sa;
+    mpcl_trainer_summary(ta, &sa);
+    assert_int_equal(sa.steps, 20);
+    assert_false(sa.stopped);
+    mpcl_trainer_destroy(ta);
+
+    enum { STOP = 13 };
+    b.stop_at = STOP;
+    mpcl_train_params pb = small_params(&b, policy);
+    mpcl_trainer *tb = make(ctx, &pb);
+    TU_ASSERT_OK(mpcl_trainer_fit(tb));
+    mpcl_train_summary sb;
+    mpcl_trainer_summary(tb, &sb);
+    assert_true(sb.stopped);
+    assert_int_equal(sb.steps, STOP);
+    assert_int_equal(sb.epochs_done, 1);
+    assert_int_equal(b.count, STOP);
+    TU_ASSERT_OK(mpcl_trainer_save(tb, file));
+    mpcl_trainer_destroy(tb);
+
+    b.stop = 0;
+    b.stop_at = 0;
+    tb = make(ctx, &pb);
+    TU_ASSERT_OK(mpcl_trainer_load(tb, file));
+    TU_ASSERT_OK(mpcl_trainer_fit(tb));
+    assert_int_equal(b.count, 20);
+    for (size_t i = 0; i < 20; i++) {
+        assert_int_equal(b.r[i].step, a.r[i].step);
+        if (memcmp(&a.r[i].loss, &b.r[i].loss, sizeof(double)) != 0 ||
+            memcmp(&a.r[i].accuracy, &b.r[i].accuracy, sizeof(double)) != 0)
+            fail_msg("%s step %llu: loss %.17g / %.17g after resume, uninterrupted %.17g / %.17g",
+                     mpcl_policy_name(policy), (unsigned long long)a.r[i].step, b.r[i].loss,
+                     b.r[i].accuracy, a.r[i].loss, a.r[i].accuracy);
+        assert_memory_equal(&a.r[i].loss_scale, &b.r[i].loss_scale, sizeof(float));
+    }
+    assert_true(b.r[19].epoch_end);
+    assert_memory_equal(&a.r[19].test_loss, &b.r[19].test_loss, sizeof(double));
+    assert_memory_equal(&a.r[19].test_accuracy, &b.r[19].test_accuracy, sizeof(double));
+    size_t nb;
+    float *final_b = all_state(tb, &nb);
+    assert_int_equal(na, nb);
+    assert_memory_equal(final_a, final_b, na * sizeof(float));
+    uint32_t t = 0;
+    TU_ASSERT_OK(mpcl_model_read_step(mpcl_trainer_model(tb), &t));
+    assert_int_equal(t, 20);
+    mpcl_trainer_summary(tb, &sb);
+    assert_int_equal(sb.steps, 20);
+    assert_int_equal(sb.epochs_done, 2);
+    assert_false(sb.stopped);
+    fprintf(stderr, "%s: 7 resumed steps equal bit for bit; last loss %.9g, test acc %.4f\n",
+            mpcl_policy_name(policy), b.r[19].loss, b.r[19].test_accuracy);
+    free(final_a);
+    free(final_b);
+    mpcl_trainer_destroy(tb);
+    unlink(file);
+    rmdir(path);
+    mpcl_context_destroy(ctx);
+}
+
+static void test_resume_float32(void **state) {
+    (void)state;
+    resume_exact(MPCL_POLICY_FLOAT32);
+}
+
+static void test_resume_mixed(void **state) {
+    (void)state;
+    resume_exact(MPCL_POLICY_MIXED_FLOAT16);
+}
+
+/* A stop set before fit does nothing; one set in a report stops after that
+ * step; fit again continues from there to the end. */
+static void test_stop(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    static recorder r;
+    memset(&r, 0, sizeof r);
+    mpcl_train_params p = small_params(&r, MPCL_POLICY_FLOAT32);
+    p.epochs = 1;
+    mpcl_trainer *tr = make(ctx, &p);
+    r.stop = 1;
+    TU_ASSERT_OK(mpcl_trainer_fit(tr));
+    mpcl_train_summary s;
+    mpcl_trainer_summary(tr, &s);
+    assert_int_equal(s.steps, 0);
+    assert_true(s.stopped);
+    assert_int_equal(r.count, 0);
+    uint32_t t = 99;
+    TU_ASSERT_OK(mpcl_model_read_step(mpcl_trainer_model(tr), &t));
+    assert_int_equal(t, 0);
+
+    r.stop = 0;
+    r.stop_at = 3;
+    TU_ASSERT_OK(mpcl_trainer_fit(tr));
+    mpcl_trainer_summary(tr, &s);
+    assert_int_equal(s.steps, 3);
+    assert_true(s.stopped);
+    assert_int_equal(r.count, 3);
+    TU_ASSERT_OK(mpcl_model_read_step(mpcl_trainer_model(tr), &t));
+    assert_int_equal(t, 3);
+
+    r.stop = 0;
+    r.stop_at = 0;
+    TU_ASSERT_OK(mpcl_trainer_fit(tr));
+    mpcl_trainer_summary(tr, &s);
+    assert_int_equal(s.steps, 10);
+    assert_false(s.stopped);
+    assert_int_equal(s.epochs_done, 1);
+    assert_int_equal(r.count, 10);
+    assert_true(isfinite(s.test_loss));
+    assert_true(s.peak_device_bytes > 0);
+    assert_true(s.final_loss_scale == 1.0f); /* float32: no scaler */
+    assert_int_equal(s.skipped_steps, 0);
+    /* All epochs done: another fit does nothing. */
+    TU_ASSERT_OK(mpcl_trainer_fit(tr));
+    assert_int_equal(r.count, 10);
+    mpcl_trainer_destroy(tr);
+    mpcl_context_destroy(ctx);
+}
+
+/* report_every 3 over 2 epochs of 10 steps: steps 3, 6, 9, the epoch end
+ * 10, then 13, 16, 19, 20 (the count restarts after each report). 0: only
+ * the epoch ends. The last partial batch counts as a step: 650 samples in
+ * batches of 64 are 11 steps (10 full, one of 10). */
+static void test_cadence_and_partial_batch(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    static recorder r;
+    memset(&r, 0, sizeof r);
+    mpcl_train_params p = small_params(&r, MPCL_POLICY_FLOAT32);
+    p.report_every = 3;
+    mpcl_trainer *tr = make(ctx, &p);
+    TU_ASSERT_OK(mpcl_trainer_fit(tr));
+    const uint64_t want[] = {3, 6, 9, 10, 13, 16, 19, 20};
+    assert_int_equal(r.count, 8);
+    for (size_t i = 0; i < 8; i++) {
+        assert_int_equal(r.r[i].step, want[i]);
+        assert_int_equal(r.r[i].epoch_steps, 10);
+        assert_int_equal(r.r[i].epoch_end, want[i] % 10 == 0);
+        assert_int_equal(r.r[i].epoch, (want[i] - 1) / 10);
+        assert_int_equal(r.r[i].epoch_step, (want[i] - 1) % 10 + 1);
+        assert_true(isfinite(r.r[i].loss) && r.r[i].loss > 0);
+        assert_int_equal(isfinite(r.r[i].test_loss), r.r[i].epoch_end);
+    }
+    mpcl_trainer_destroy(tr);
+
+    memset(&r, 0, sizeof r);
+    p = small_params(&r, MPCL_POLICY_FLOAT32);
+    p.report_every = 0;
+    p.train_limit = 650;
+    tr = make(ctx, &p);
+    TU_ASSERT_OK(mpcl_trainer_fit(tr));
+    assert_int_equal(r.count, 2);
+    assert_int_equal(r.r[0].step, 11);
+    assert_int_equal(r.r[0].epoch_steps, 11);
+    assert_int_equal(r.r[1].step, 22);
+    assert_true(r.r[0].epoch_end && r.r[1].epoch_end);
+    uint32_t t = 0;
+    TU_ASSERT_OK(mpcl_model_read_step(mpcl_trainer_model(tr), &t));
+    assert_int_equal(t, 22);
+    mpcl_train_summary s;
+    mpcl_trainer_summary(tr, &s);
+    assert_true(s.train_samples_per_s > 0);
+    mpcl_trainer_destroy(tr);
+    mpcl_context_destroy(ctx);
+}
+
+/* Each epoch's order is a permutation, a function of (seed, epoch) only, and
+ * differs between epochs and seeds. */
+static void test_epoch_order(void **state) {
+    (void)state;
+    enum { N = 1000 };
+    static int32_t a[N], b[N], c[N], d[N];
+    static unsigned char seen[N];
+    mpcl__train_epoch_order(42, 3, a, N);
+    mpcl__train_epoch_order(42, 3, b, N);
+    mpcl__train_epoch_order(42, 4, c, N);
+    mpcl__train_epoch_order(43, 3, d, N);
+    assert_memory_equal(a, b, sizeof a);
+    assert_memory_not_equal(a, c, sizeof a);
+    assert_memory_not_equal(a, d, sizeof a);
+    memset(seen, 0, sizeof seen);
+    for (int i = 0; i < N; i++) {
+        assert_true(a[i] >= 0 && a[i] < N);
+        assert_int_equal(seen[a[i]], 0);
+        seen[a[i]] = 1;
+    }
+}
+
+/* Evaluation against a second path: with the test set in one batch, the
+ * logits of that batch are read back and accuracy counted and loss computed
+ * on the host in double. */
+static void test_evaluate(void **state) {
+    (void)state;
+    enum { NT = 64, C = 10 };
+    mpcl_context *ctx = tu_context();
+    static recorder r;
+    memset(&r, 0, sizeof r);
+    mpcl_train_params p = small_params(&r, MPCL_POLICY_FLOAT32);
+    p.epochs = 1;
+    p.test_limit = NT;
+    mpcl_trainer *tr = make(ctx, &p);
+    TU_ASSERT_OK(mpcl_trainer_fit(tr));
+    double loss = NAN, acc = NAN;
+    TU_ASSERT_OK(mpcl_trainer_evaluate(tr, &loss, &acc));
+    /* The same weights as at the epoch's end: the same figures. */
+    assert_memory_equal(&loss, &r.r[r.count - 1].test_loss, sizeof loss);
+    assert_memory_equal(&acc, &r.r[r.count - 1].test_accuracy, sizeof acc);
+
+    static float logits[NT * C];
+    TU_ASSERT_OK(mpcl_model_read_logits(mpcl_trainer_model(tr), logits, NT * C));
+    mpcl_dataset *test = NULL;
+    TU_ASSERT_OK(mpcl_idx_load(NULL, "t10k", &test));
+    const uint8_t *labels = mpcl_dataset_labels(test);
+    size_t correct = 0;
+    double lsum = 0;
+    for (int i = 0; i < NT; i++) {
+        const float *z = logits + i * C;
+        int best = 0;
+        double mx = z[0];
+        for (int j = 1; j < C; j++)
+            if (z[j] > z[best]) best = j;
+        for (int j = 1; j < C; j++) mx = fmax(mx, (double)z[j]);
+        double se = 0;
+        for (int j = 0; j < C; j++) se += exp((double)z[j] - mx);
+        lsum += log(se) + mx - (double)z[labels[i]];
+        correct += best == labels[i];
+    }
+    /* The device's first argmax over the same f32 logits: an exact count. */
+    assert_true(acc == (double)correct / NT);
+    /* Loss: f32 softmax on the device, accumulated in f32 over 64 rows:
+     * a few ulp of f32 per row, 1e-5 relative is generous. */
+    double want = lsum / NT;
+    if (fabs(loss - want) > 1e-5 * fabs(want)) fail_msg("test loss %.9g, host %.9g", loss, want);
+    fprintf(stderr, "evaluate: loss %.6f accuracy %.4f (%zu/%d)\n", loss, acc, correct, NT);
+    mpcl_dataset_destroy(test);
+    mpcl_trainer_destroy(tr);
+    mpcl_context_destroy(ctx);
+}
+
+/* Bad parameters are refused before anything is loaded. */
+static void test_bad_params(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    mpcl_train_params p = mpcl_train_default_params();
+    p.batch = 0;
+    mpcl_trainer *tr = (mpcl_trainer *)&p;
+    assert_int_equal(mpcl_trainer_create(ctx, &p, &tr), MPCL_ERR_INVALID_ARG);
+    assert_null(tr);
+    p = mpcl_train_default_params();
+    p.data_dir = "/nonexistent-mpcl-data";
+    assert_int_equal(mpcl_trainer_create(ctx, &p, &tr), MPCL_ERR_IO);
+    assert_null(tr);
+    assert_non_null(strstr(mpcl_context_errmsg(ctx), "/nonexistent-mpcl-data"));
+    mpcl_context_destroy(ctx);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_epoch_order),    cmocka_unit_test(test_bad_params),
+        cmocka_unit_test(test_resume_float32), cmocka_unit_test(test_resume_mixed),
+        cmocka_unit_test(test_stop),           cmocka_unit_test(test_cadence_and_partial_batch),
+        cmocka_unit_test(test_evaluate),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
