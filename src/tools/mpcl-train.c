@@ -1,0 +1,366 @@
+/* mpcl-train: trains an MLP classifier on an IDX data set (Fashion-MNIST by
+ * default) with a precision policy, reports progress, and saves and resumes
+ * checkpoints. Thin: flags in train_args.c, everything else in the library. */
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "jsonw.h"
+#include "mpcl/mpcl.h"
+#include "mpcl/train.h"
+#include "train_args.h"
+
+enum { EXIT_OK = 0, EXIT_ERROR = 1, EXIT_NO_DEVICE = 2 };
+
+static const char usage[] =
+    "usage: mpcl-train [options]\n"
+    "\n"
+    "Trains a multilayer perceptron on an IDX data set (Fashion-MNIST by default) on\n"
+    "one OpenCL device, in the precision the policy resolves to there, and reports\n"
+    "progress, test accuracy and throughput.\n"
+    "\n"
+    "Data and model:\n"
+    "  --data DIR              folder with {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]\n"
+    "                          (default " MPCL_DATA_DEFAULT_DIR
+    ")\n"
+    "  --train-limit N         use only the first N training samples (default 0: all)\n"
+    "  --test-limit N          use only the first N test samples (default 0: all)\n"
+    "  --hidden W[,W...]       hidden layer widths, at most 7 layers (default 128)\n"
+    "  --activation A          relu, gelu, tanh or sigmoid (default relu)\n"
+    "Training:\n"
+    "  --epochs N              epochs to train, in total when resuming (default 10)\n"
+    "  --batch N               batch size (default 128)\n"
+    "  --optimizer O           adam, adamw or sgd (default adam)\n"
+    "  --lr X                  learning rate (default 1e-3; 1e-2 for sgd)\n"
+    "  --seed N                initial weights and shuffling (default 42)\n"
+    "Precision:\n"
+    "  --precision P           auto, float32 or mixed_float16 (default auto)\n"
+    "  --loss-scale S          dynamic, or a number for a fixed scale (default dynamic)\n"
+    "  --initial-loss-scale X  first dynamic scale (default 32768)\n"
+    "  --device SEL            P:D id, cpu, gpu, accelerator or part of a name\n"
+    "                          (default $MPCL_DEVICE, else the first GPU, accelerator, CPU)\n"
+    "Files and output:\n"
+    "  --save PATH             write a safetensors checkpoint at the end or on Ctrl-C\n"
+    "  --resume PATH           continue from a checkpoint (same model flags)\n"
+    "  --metrics PATH          CSV: step,epoch,loss,accuracy,loss_scale,skipped,samples_per_s\n"
+    "  --report-every N        steps between progress reports (default 50)\n"
+    "  --json                  JSON summary on stdout; the human text goes to stderr\n"
+    "  --quiet                 no human text, only errors (and --json)\n"
+    "  --help, --version\n"
+    "\n"
+    "Values go as '--flag value' or '--flag=value'. Ctrl-C (or SIGTERM) stops after\n"
+    "the current step, saves to --save, and exits 130 (143 for SIGTERM).\n"
+    "Exit status: 0 done, 1 error (bad flag, data, checkpoint, file), 2 no OpenCL\n"
+    "platform or device, 130/143 stopped by SIGINT/SIGTERM (checkpoint written).\n";
+
+static volatile sig_atomic_t stop_flag = 0;
+static volatile sig_atomic_t stop_signal = 0;
+
+static void on_signal(int sig) {
+    static const char msg[] = "\nmpcl-train: stopping after the current step (again to abort)\n";
+    stop_signal = sig;
+    stop_flag = 1;
+    ssize_t r = write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)r;
+}
+
+/* SA_RESETHAND: a second Ctrl-C kills at once. The checkpoint write is atomic,
+ * so even that cannot leave a half-written file behind. */
+static void install_handlers(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sa.sa_flags = SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+typedef struct ui {
+    FILE *human;    /* NULL with --quiet */
+    bool live;      /* a terminal: one line rewritten with \r */
+    bool line_open; /* a live line is on screen without its newline */
+    FILE *metrics;  /* NULL without --metrics */
+    bool metrics_failed;
+    char metrics_error[256];
+    uint32_t epochs;
+    size_t batch;
+} ui;
+
+static void format_eta(char *buf, size_t size, double seconds) {
+    if (!isfinite(seconds) || seconds < 0) {
+        snprintf(buf, size, "?");
+        return;
+    }
+    unsigned long s = (unsigned long)(seconds + 0.5);
+    if (s >= 3600)
+        snprintf(buf, size, "%lu:%02lu:%02lu", s / 3600, s / 60 % 60, s % 60);
+    else
+        snprintf(buf, size, "%lu:%02lu", s / 60, s % 60);
+}
+
+static void on_report(void *user, const mpcl_train_report *r) {
+    ui *u = user;
+    if (u->metrics && !u->metrics_failed) {
+        fprintf(u->metrics, "%llu,%u,%.6g,%.6g,%.9g,%u,%.6g\n", (unsigned long long)r->step,
+                r->epoch, r->loss, r->accuracy, (double)r->loss_scale, r->skipped,
+                r->samples_per_s);
+        if (fflush(u->metrics) != 0 || ferror(u->metrics)) {
+            /* A full disk must not go unnoticed: stop like Ctrl-C would. */
+            snprintf(u->metrics_error, sizeof u->metrics_error, "--metrics: write failed: %s",
+                     strerror(errno));
+            u->metrics_failed = true;
+            stop_flag = 1;
+        }
+    }
+    if (!u->human) return;
+    if (r->epoch_end) {
+        if (u->line_open) fputs("\r", u->human);
+        fprintf(u->human,
+                "epoch %u/%u  loss %.4f  acc %.2f%%  test loss %.4f  test acc %.2f%%  "
+                "scale %g  skipped %u  %.0f samples/s  %.1f s%s\n",
+                r->epoch + 1, u->epochs, r->loss, 100 * r->accuracy, r->test_loss,
+                100 * r->test_accuracy, (double)r->loss_scale, r->skipped, r->samples_per_s,
+                r->elapsed_s, u->live ? "          " : "");
+        u->line_open = false;
+        fflush(u->human);
+    } else if (u->live) {
+        uint64_t left = (uint64_t)(u->epochs - r->epoch - 1) * r->epoch_steps +
+                        (r->epoch_steps - r->epoch_step);
+        char eta[32];
+        format_eta(eta, sizeof eta, (double)left * (double)u->batch / r->samples_per_s);
+        fprintf(u->human,
+                "\repoch %u/%u  step %llu/%llu  loss %.4f  acc %.2f%%  scale %g  "
+                "%.0f samples/s  ETA %s   ",
+                r->epoch + 1, u->epochs, (unsigned long long)r->epoch_step,
+                (unsigned long long)r->epoch_steps, r->loss, 100 * r->accuracy,
+                (double)r->loss_scale, r->samples_per_s, eta);
+        u->line_open = true;
+        fflush(u->human);
+    }
+}
+
+static FILE *open_metrics(const char *path, bool append, char *err, size_t size) {
+    FILE *f = NULL;
+    if (append) {
+        f = fopen(path, "r");
+        bool exists = f != NULL;
+        if (f) fclose(f);
+        if (!exists) append = false;
+    }
+    f = fopen(path, append ? "a" : "w");
+    if (!f) {
+        snprintf(err, size, "--metrics: cannot open '%s': %s", path, strerror(errno));
+        return NULL;
+    }
+    if (!append) fputs("step,epoch,loss,accuracy,loss_scale,skipped,samples_per_s\n", f);
+    fflush(f);
+    return f;
+}
+
+static void write_json(const train_args *a, const mpcl_device_info *dev, const mpcl_plan *plan,
+                       const mpcl_train_summary *s) {
+    jsonw w;
+    jsonw_init(&w, stdout);
+    jsonw_object_begin(&w);
+    jsonw_kv_string(&w, "mpcl_version", mpcl_version());
+    jsonw_kv_string(&w, "device", dev->name);
+    jsonw_kv_string(&w, "device_id", dev->id);
+    jsonw_kv_string(&w, "platform", dev->platform);
+    jsonw_kv_string(&w, "policy", mpcl_policy_name(plan->policy));
+    jsonw_key(&w, "plan");
+    jsonw_object_begin(&w);
+    jsonw_kv_string(&w, "resolved", mpcl_policy_name(plan->resolved));
+    jsonw_kv_string(&w, "storage", mpcl_dtype_name(plan->storage));
+    jsonw_kv_string(&w, "gemm", mpcl_gemm_path_name(plan->gemm));
+    jsonw_kv_bool(&w, "loss_scaling", plan->loss_scaling);
+    jsonw_kv_string(&w, "reason", plan->reason);
+    jsonw_object_end(&w);
+    jsonw_kv_uint(&w, "epochs", s->epochs_done);
+    jsonw_kv_uint(&w, "steps", s->steps);
+    jsonw_kv_bool(&w, "stopped", s->stopped);
+    jsonw_kv_number(&w, "test_accuracy", s->test_accuracy);
+    jsonw_kv_number(&w, "test_loss", s->test_loss);
+    jsonw_kv_number(&w, "train_samples_per_s", s->train_samples_per_s);
+    jsonw_kv_uint(&w, "skipped_steps", s->skipped_steps);
+    jsonw_kv_number(&w, "final_loss_scale", (double)s->final_loss_scale);
+    jsonw_kv_uint(&w, "peak_device_bytes", s->peak_device_bytes);
+    jsonw_kv_number(&w, "seconds", s->seconds);
+    jsonw_key(&w, "checkpoint");
+    if (a->save)
+        jsonw_string(&w, a->save);
+    else
+        jsonw_null(&w);
+    jsonw_key(&w, "resumed_from");
+    if (a->resume)
+        jsonw_string(&w, a->resume);
+    else
+        jsonw_null(&w);
+    jsonw_object_end(&w);
+    fputc('\n', stdout);
+}
+
+static void print_start(FILE *h, const train_args *a, const mpcl_device_info *dev,
+                        const mpcl_plan *plan) {
+    fprintf(h, "mpcl-train %s\n", mpcl_version());
+    fprintf(h, "device    %s: %s (%s)\n", dev->id, dev->name, dev->platform);
+    fprintf(h, "precision %s -> %s: storage %s, GEMM %s, loss scaling %s\n",
+            mpcl_policy_name(plan->policy), mpcl_policy_name(plan->resolved),
+            mpcl_dtype_name(plan->storage), mpcl_gemm_path_name(plan->gemm),
+            !plan->loss_scaling                      ? "off"
+            : a->loss_scale == MPCL_LOSS_SCALE_FIXED ? "fixed"
+                                                     : "dynamic");
+    fprintf(h, "          %s\n", plan->reason);
+    fprintf(h, "data      %s\n", a->data_dir ? a->data_dir : MPCL_DATA_DEFAULT_DIR);
+    fflush(h);
+}
+
+/* After the data are loaded: the real input and class counts. */
+static void print_model(FILE *h, const train_args *a, const mpcl_model_params *m) {
+    fprintf(h, "model     %zu", m->inputs);
+    for (size_t i = 0; i < m->hidden_count; i++) fprintf(h, "-%zu", m->hidden[i]);
+    fprintf(h, "-%zu %s; %s lr %g; batch %zu, %u epochs, seed %llu\n", m->classes,
+            mpcl_activation_name(m->activation),
+            m->optim.kind == MPCL_OPTIM_SGD     ? "sgd"
+            : m->optim.kind == MPCL_OPTIM_ADAMW ? "adamw"
+                                                : "adam",
+            (double)m->optim.lr, a->batch, a->epochs, (unsigned long long)a->seed);
+    if (a->resume) fprintf(h, "resume    %s\n", a->resume);
+    fflush(h);
+}
+
+static void print_end(FILE *h, const train_args *a, const mpcl_plan *plan,
+                      const mpcl_train_summary *s) {
+    if (s->stopped)
+        fprintf(h, "stopped   after step %llu (epoch %u of %u done)\n",
+                (unsigned long long)s->steps, s->epochs_done, a->epochs);
+    if (isfinite(s->test_accuracy))
+        fprintf(h, "test      accuracy %.2f%%, loss %.4f\n", 100 * s->test_accuracy, s->test_loss);
+    else
+        fprintf(h, "test      not evaluated\n");
+    fprintf(h, "time      %.1f s, %.0f samples/s, %llu steps\n", s->seconds, s->train_samples_per_s,
+            (unsigned long long)s->steps);
+    if (plan->loss_scaling)
+        fprintf(h, "scaling   %u skipped steps, final loss scale %g\n", s->skipped_steps,
+                (double)s->final_loss_scale);
+    else
+        fprintf(h, "scaling   off (%u skipped steps)\n", s->skipped_steps);
+    fprintf(h, "memory    peak %.1f MiB on the device\n",
+            (double)s->peak_device_bytes / (1024.0 * 1024.0));
+    fflush(h);
+}
+
+int main(int argc, char **argv) {
+    train_args a;
+    char err[1024];
+    if (!train_args_parse(&a, argc, argv, err, sizeof err)) {
+        fprintf(stderr, "mpcl-train: %s\n(see mpcl-train --help)\n", err);
+        return EXIT_ERROR;
+    }
+    if (a.help) {
+        fputs(usage, stdout);
+        return EXIT_OK;
+    }
+    if (a.version) {
+        printf("mpcl-train %s\n", mpcl_version());
+        return EXIT_OK;
+    }
+    /* Everything the user can get wrong about files is checked before the
+     * minutes of training, not after them. */
+    if ((a.save && !train_args_check_output_path("--save", a.save, err, sizeof err)) ||
+        (a.metrics && !train_args_check_output_path("--metrics", a.metrics, err, sizeof err))) {
+        fprintf(stderr, "mpcl-train: %s\n", err);
+        return EXIT_ERROR;
+    }
+    if (a.resume && access(a.resume, R_OK) != 0) {
+        fprintf(stderr, "mpcl-train: --resume: cannot read '%s': %s\n", a.resume, strerror(errno));
+        return EXIT_ERROR;
+    }
+
+    FILE *human = a.quiet ? NULL : a.json ? stderr : stdout;
+    mpcl_train_params p = train_args_to_params(&a);
+    ui u = {.human = human,
+            .live = human && isatty(fileno(human)),
+            .epochs = a.epochs,
+            .batch = a.batch};
+    p.on_report = on_report;
+    p.user = &u;
+    p.stop = &stop_flag;
+
+    mpcl_context_params cp = mpcl_context_default_params();
+    cp.device = a.device;
+    mpcl_context *ctx = NULL;
+    mpcl_status st = mpcl_context_create(&cp, &ctx);
+    if (st != MPCL_OK) {
+        fprintf(stderr, "mpcl-train: %s\n", mpcl_errmsg());
+        /* An unknown selector is the user's mistake (1, as mpcl-probe); no
+         * OpenCL at all is the machine's (2). */
+        const char *env = getenv("MPCL_DEVICE");
+        bool selected = a.device || (env && *env);
+        return st == MPCL_ERR_NO_PLATFORM || (st == MPCL_ERR_NO_DEVICE && !selected)
+                   ? EXIT_NO_DEVICE
+                   : EXIT_ERROR;
+    }
+    const mpcl_device_info *dev = mpcl_context_device(ctx);
+    mpcl_plan plan = mpcl_context_plan(ctx, a.policy);
+    if (human) print_start(human, &a, dev, &plan);
+
+    int rc = EXIT_ERROR;
+    mpcl_trainer *tr = NULL;
+    st = mpcl_trainer_create(ctx, &p, &tr);
+    if (st != MPCL_OK) {
+        fprintf(stderr, "mpcl-train: %s\n", mpcl_errmsg());
+        goto done;
+    }
+    plan = *mpcl_model_plan(mpcl_trainer_model(tr));
+    if (human) print_model(human, &a, mpcl_model_params_of(mpcl_trainer_model(tr)));
+    if (a.resume && mpcl_trainer_load(tr, a.resume) != MPCL_OK) {
+        fprintf(stderr, "mpcl-train: --resume %s: %s\n", a.resume, mpcl_errmsg());
+        goto done;
+    }
+    if (a.metrics) {
+        u.metrics = open_metrics(a.metrics, a.resume != NULL, err, sizeof err);
+        if (!u.metrics) {
+            fprintf(stderr, "mpcl-train: %s\n", err);
+            goto done;
+        }
+    }
+
+    install_handlers();
+    st = mpcl_trainer_fit(tr);
+    if (u.line_open) fputc('\n', human);
+    if (st != MPCL_OK) {
+        fprintf(stderr, "mpcl-train: training failed: %s\n", mpcl_errmsg());
+        goto done;
+    }
+    mpcl_train_summary s;
+    mpcl_trainer_summary(tr, &s);
+    if (human) print_end(human, &a, &plan, &s);
+    if (a.save) {
+        if (mpcl_trainer_save(tr, a.save) != MPCL_OK) {
+            fprintf(stderr, "mpcl-train: --save %s: %s\n", a.save, mpcl_errmsg());
+            goto done;
+        }
+        if (human) fprintf(human, "saved     %s\n", a.save);
+    }
+    if (u.metrics_failed) {
+        fprintf(stderr, "mpcl-train: %s\n", u.metrics_error);
+        goto done;
+    }
+    if (a.json) write_json(&a, dev, &plan, &s);
+    rc = stop_signal ? 128 + stop_signal : EXIT_OK;
+
+done:
+    if (u.metrics && fclose(u.metrics) != 0 && rc == EXIT_OK) {
+        fprintf(stderr, "mpcl-train: --metrics %s: %s\n", a.metrics, strerror(errno));
+        rc = EXIT_ERROR;
+    }
+    mpcl_trainer_destroy(tr);
+    mpcl_context_destroy(ctx);
+    if (fflush(stdout) != 0 && rc == EXIT_OK) rc = EXIT_ERROR;
+    return rc;
+}

@@ -1,0 +1,288 @@
+/* mpcl-train's flag parsing. Every number is parsed whole: no sign where none
+ * is allowed, no trailing characters, no overflow, no NaN or infinity, so a
+ * typo is an error naming the flag rather than a silently different run. */
+#include "train_args.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <float.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "mpcl/train.h"
+
+void train_args_defaults(train_args *a) {
+    memset(a, 0, sizeof *a);
+    a->epochs = 10;
+    a->batch = 128;
+    a->hidden[0] = 128;
+    a->hidden_count = 1;
+    a->activation = MPCL_ACT_RELU;
+    a->optimizer = MPCL_OPTIM_ADAM;
+    a->policy = MPCL_POLICY_AUTO;
+    a->loss_scale = MPCL_LOSS_SCALE_DYNAMIC;
+    a->initial_scale = 32768.0f;
+    a->seed = 42;
+    a->report_every = 50;
+}
+
+static bool fail(char *err, size_t size, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, size, fmt, ap);
+    va_end(ap);
+    return false;
+}
+
+/* A decimal integer in [min, max]: digits only (strtoull alone would accept
+ * leading blanks, a sign, and wrap "-1" to 2^64 - 1). */
+static bool parse_uint(const char *flag, const char *s, uint64_t min, uint64_t max, uint64_t *out,
+                       char *err, size_t size) {
+    if (!*s) return fail(err, size, "%s: empty value (expected an integer)", flag);
+    for (const char *p = s; *p; p++)
+        if (!isdigit((unsigned char)*p)) {
+            if (*p == '-' && p == s && min > 0)
+                return fail(err, size, "%s: '%s' is negative; it must be at least %llu", flag, s,
+                            (unsigned long long)min);
+            return fail(err, size, "%s: '%s' is not a whole number", flag, s);
+        }
+    errno = 0;
+    unsigned long long v = strtoull(s, NULL, 10);
+    if (errno == ERANGE || v > max)
+        return fail(err, size, "%s: '%s' is too large (at most %llu)", flag, s,
+                    (unsigned long long)max);
+    if (v < min)
+        return fail(err, size, "%s: '%s' is too small (at least %llu)", flag, s,
+                    (unsigned long long)min);
+    *out = v;
+    return true;
+}
+
+/* A finite decimal number that fits a float, > 0 (or >= 0 when zero_ok). */
+static bool parse_positive_float(const char *flag, const char *s, bool zero_ok, float *out,
+                                 char *err, size_t size) {
+    if (!*s) return fail(err, size, "%s: empty value (expected a number)", flag);
+    if (isspace((unsigned char)*s)) return fail(err, size, "%s: '%s' is not a number", flag, s);
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || *end) return fail(err, size, "%s: '%s' is not a number", flag, s);
+    if (isnan(v) || isinf(v)) return fail(err, size, "%s: '%s' is not a finite number", flag, s);
+    if (fabs(v) > (double)FLT_MAX || (errno == ERANGE && fabs(v) > 1))
+        return fail(err, size, "%s: '%s' is too large for single precision", flag, s);
+    if (v < 0 || *s == '-' || (!zero_ok && v == 0 && errno != ERANGE))
+        return fail(err, size, "%s: '%s' must be %s", flag, s, zero_ok ? ">= 0" : "> 0");
+    if (errno == ERANGE || (v != 0 && (float)v == 0.0f))
+        return fail(err, size, "%s: '%s' is too small for single precision", flag, s);
+    *out = (float)v;
+    return true;
+}
+
+static bool parse_hidden(train_args *a, const char *flag, const char *s, char *err, size_t size) {
+    if (!*s) return fail(err, size, "%s: empty value (expected widths like 128,64)", flag);
+    size_t count = 0;
+    size_t widths[MPCL_MAX_HIDDEN];
+    const char *p = s;
+    for (;;) {
+        const char *comma = strchr(p, ',');
+        size_t n = comma ? (size_t)(comma - p) : strlen(p);
+        char item[32];
+        if (n == 0) return fail(err, size, "%s: '%s' has an empty width", flag, s);
+        if (n >= sizeof item) return fail(err, size, "%s: '%s': a width is too long", flag, s);
+        if (count == MPCL_MAX_HIDDEN)
+            return fail(err, size, "%s: '%s' has more than %d hidden layers", flag, s,
+                        MPCL_MAX_HIDDEN);
+        memcpy(item, p, n);
+        item[n] = '\0';
+        uint64_t v;
+        char sub[256];
+        if (!parse_uint(flag, item, 1, TRAIN_ARGS_MAX_WIDTH, &v, sub, sizeof sub))
+            return fail(err, size, "%s (in '%s')", sub, s);
+        widths[count++] = (size_t)v;
+        if (!comma) break;
+        p = comma + 1;
+    }
+    memcpy(a->hidden, widths, count * sizeof widths[0]);
+    a->hidden_count = count;
+    return true;
+}
+
+typedef enum flag_kind { FLAG_BOOL, FLAG_VALUE } flag_kind;
+
+static const struct {
+    const char *name;
+    flag_kind kind;
+} flags[] = {
+    {"--data", FLAG_VALUE},        {"--epochs", FLAG_VALUE},
+    {"--batch", FLAG_VALUE},       {"--lr", FLAG_VALUE},
+    {"--hidden", FLAG_VALUE},      {"--activation", FLAG_VALUE},
+    {"--optimizer", FLAG_VALUE},   {"--precision", FLAG_VALUE},
+    {"--loss-scale", FLAG_VALUE},  {"--initial-loss-scale", FLAG_VALUE},
+    {"--device", FLAG_VALUE},      {"--seed", FLAG_VALUE},
+    {"--save", FLAG_VALUE},        {"--resume", FLAG_VALUE},
+    {"--metrics", FLAG_VALUE},     {"--report-every", FLAG_VALUE},
+    {"--train-limit", FLAG_VALUE}, {"--test-limit", FLAG_VALUE},
+    {"--json", FLAG_BOOL},         {"--quiet", FLAG_BOOL},
+    {"--help", FLAG_BOOL},         {"--version", FLAG_BOOL},
+};
+
+static bool apply(train_args *a, const char *f, const char *v, char *err, size_t size) {
+    uint64_t u;
+    if (strcmp(f, "--json") == 0) {
+        a->json = true;
+    } else if (strcmp(f, "--quiet") == 0) {
+        a->quiet = true;
+    } else if (strcmp(f, "--help") == 0) {
+        a->help = true;
+    } else if (strcmp(f, "--version") == 0) {
+        a->version = true;
+    } else if (strcmp(f, "--epochs") == 0) {
+        if (!parse_uint(f, v, 1, UINT32_MAX, &u, err, size)) return false;
+        a->epochs = (uint32_t)u;
+    } else if (strcmp(f, "--batch") == 0) {
+        if (!parse_uint(f, v, 1, TRAIN_ARGS_MAX_BATCH, &u, err, size)) return false;
+        a->batch = (size_t)u;
+    } else if (strcmp(f, "--report-every") == 0) {
+        if (!parse_uint(f, v, 1, UINT32_MAX, &u, err, size)) return false;
+        a->report_every = (uint32_t)u;
+    } else if (strcmp(f, "--train-limit") == 0 || strcmp(f, "--test-limit") == 0) {
+        if (!parse_uint(f, v, 0, SIZE_MAX, &u, err, size)) return false;
+        if (strcmp(f, "--train-limit") == 0)
+            a->train_limit = (size_t)u;
+        else
+            a->test_limit = (size_t)u;
+    } else if (strcmp(f, "--seed") == 0) {
+        if (!parse_uint(f, v, 0, UINT64_MAX, &u, err, size)) return false;
+        a->seed = u;
+    } else if (strcmp(f, "--lr") == 0) {
+        if (!parse_positive_float(f, v, true, &a->lr, err, size)) return false;
+        a->lr_set = true;
+    } else if (strcmp(f, "--hidden") == 0) {
+        return parse_hidden(a, f, v, err, size);
+    } else if (strcmp(f, "--activation") == 0) {
+        mpcl_activation act;
+        /* Identity hidden layers would collapse the MLP into one linear map. */
+        if (!mpcl_activation_parse(v, &act) || act == MPCL_ACT_IDENTITY)
+            return fail(err, size, "%s: unknown activation '%s' (relu, gelu, tanh, sigmoid)", f, v);
+        a->activation = act;
+    } else if (strcmp(f, "--optimizer") == 0) {
+        if (strcmp(v, "adam") == 0)
+            a->optimizer = MPCL_OPTIM_ADAM;
+        else if (strcmp(v, "adamw") == 0)
+            a->optimizer = MPCL_OPTIM_ADAMW;
+        else if (strcmp(v, "sgd") == 0)
+            a->optimizer = MPCL_OPTIM_SGD;
+        else
+            return fail(err, size, "%s: unknown optimizer '%s' (adam, adamw, sgd)", f, v);
+    } else if (strcmp(f, "--precision") == 0) {
+        if (!mpcl_policy_parse(v, &a->policy))
+            return fail(err, size, "%s: unknown policy '%s' (auto, float32, mixed_float16)", f, v);
+    } else if (strcmp(f, "--loss-scale") == 0) {
+        if (strcmp(v, "dynamic") == 0) {
+            a->loss_scale = MPCL_LOSS_SCALE_DYNAMIC;
+        } else {
+            char sub[256];
+            if (!parse_positive_float(f, v, false, &a->fixed_scale, sub, sizeof sub))
+                return fail(err, size, "%s (expected 'dynamic' or a fixed scale > 0)", sub);
+            a->loss_scale = MPCL_LOSS_SCALE_FIXED;
+        }
+    } else if (strcmp(f, "--initial-loss-scale") == 0) {
+        if (!parse_positive_float(f, v, false, &a->initial_scale, err, size)) return false;
+        a->initial_scale_set = true;
+    } else {
+        /* The string flags: an empty path or selector is always a mistake. */
+        if (!*v) return fail(err, size, "%s: empty value", f);
+        if (strcmp(f, "--data") == 0)
+            a->data_dir = v;
+        else if (strcmp(f, "--device") == 0)
+            a->device = v;
+        else if (strcmp(f, "--save") == 0)
+            a->save = v;
+        else if (strcmp(f, "--resume") == 0)
+            a->resume = v;
+        else if (strcmp(f, "--metrics") == 0)
+            a->metrics = v;
+    }
+    return true;
+}
+
+bool train_args_parse(train_args *a, int argc, char **argv, char *err, size_t err_size) {
+    train_args_defaults(a);
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (strcmp(arg, "-h") == 0) arg = "--help";
+        const char *eq = strncmp(arg, "--", 2) == 0 ? strchr(arg, '=') : NULL;
+        size_t name_len = eq ? (size_t)(eq - arg) : strlen(arg);
+        size_t k = 0, n = sizeof flags / sizeof flags[0];
+        while (k < n &&
+               !(strlen(flags[k].name) == name_len && strncmp(flags[k].name, arg, name_len) == 0))
+            k++;
+        if (k == n) return fail(err, err_size, "unknown option '%s'", arg);
+        const char *name = flags[k].name, *value = NULL;
+        if (flags[k].kind == FLAG_BOOL) {
+            if (eq) return fail(err, err_size, "%s takes no value (got '%s')", name, arg);
+        } else if (eq) {
+            value = eq + 1;
+        } else if (i + 1 < argc) {
+            value = argv[++i];
+        } else {
+            return fail(err, err_size, "%s needs a value", name);
+        }
+        if (!apply(a, name, value, err, err_size)) return false;
+    }
+    if (a->initial_scale_set && a->loss_scale == MPCL_LOSS_SCALE_FIXED)
+        return fail(err, err_size,
+                    "--initial-loss-scale applies to --loss-scale dynamic only (a fixed scale "
+                    "is its own initial value)");
+    return true;
+}
+
+bool train_args_check_output_path(const char *flag, const char *path, char *err, size_t err_size) {
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return fail(err, err_size, "%s: '%s' is a folder; give a file name", flag, path);
+    const char *slash = strrchr(path, '/');
+    if (!slash) return true; /* the current folder exists */
+    size_t n = slash == path ? 1 : (size_t)(slash - path);
+    char *dir = malloc(n + 1);
+    if (!dir) return fail(err, err_size, "%s: out of memory", flag);
+    memcpy(dir, path, n);
+    dir[n] = '\0';
+    bool ok = stat(dir, &st) == 0 && S_ISDIR(st.st_mode);
+    if (!ok) fail(err, err_size, "%s: folder '%s' does not exist (for '%s')", flag, dir, path);
+    free(dir);
+    return ok;
+}
+
+mpcl_train_params train_args_to_params(const train_args *a) {
+    mpcl_train_params p = mpcl_train_default_params();
+    p.data_dir = a->data_dir;
+    p.train_limit = a->train_limit;
+    p.test_limit = a->test_limit;
+    p.epochs = a->epochs;
+    p.batch = a->batch;
+    p.seed = a->seed;
+    p.report_every = a->report_every;
+    mpcl_model_params *m = &p.model;
+    memcpy(m->hidden, a->hidden, sizeof m->hidden);
+    m->hidden_count = a->hidden_count;
+    m->activation = a->activation;
+    m->policy = a->policy;
+    m->max_batch = a->batch;
+    m->seed = a->seed;
+    m->optim = mpcl_optim_default_params(a->optimizer);
+    if (a->lr_set) m->optim.lr = a->lr;
+    mpcl_loss_scale_params *ls = &m->loss_scale;
+    ls->mode = a->loss_scale;
+    ls->initial_scale = a->loss_scale == MPCL_LOSS_SCALE_FIXED ? a->fixed_scale : a->initial_scale;
+    /* Widen the bounds to take in a scale the user asked for explicitly: the
+     * library refuses an initial scale outside [min_scale, max_scale]. */
+    if (ls->initial_scale < ls->min_scale) ls->min_scale = ls->initial_scale;
+    if (ls->initial_scale > ls->max_scale) ls->max_scale = ls->initial_scale;
+    return p;
+}

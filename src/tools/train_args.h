@@ -1,0 +1,58 @@
+/* mpcl-train's command line: strict parsing of every flag into one struct, and
+ * its translation into the library's training parameters. Kept apart from the
+ * tool's main so that tests can check each rule without running a device. */
+#ifndef MPCL_TOOLS_TRAIN_ARGS_H
+#define MPCL_TOOLS_TRAIN_ARGS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mpcl/mpcl.h"
+#include "mpcl/train.h"
+
+/* Largest batch and layer width the tool accepts: far above any sensible MLP,
+ * and low enough that batch * width * 4 bytes cannot overflow a size_t. */
+#define TRAIN_ARGS_MAX_BATCH ((size_t)1 << 20)
+#define TRAIN_ARGS_MAX_WIDTH ((size_t)1 << 20)
+
+typedef struct train_args {
+    const char *data_dir; /* NULL: MPCL_DATA_DEFAULT_DIR */
+    uint32_t epochs;      /* 10 */
+    size_t batch;         /* 128 */
+    float lr;             /* 0 until given: then the optimizer's default */
+    bool lr_set;
+    size_t hidden[MPCL_MAX_HIDDEN]; /* {128} */
+    size_t hidden_count;
+    mpcl_activation activation;      /* relu */
+    mpcl_optim_kind optimizer;       /* adam */
+    mpcl_policy policy;              /* auto */
+    mpcl_loss_scale_mode loss_scale; /* dynamic */
+    float fixed_scale;               /* the N of --loss-scale N */
+    float initial_scale;             /* 32768 */
+    bool initial_scale_set;
+    const char *device; /* NULL: $MPCL_DEVICE, then the default rule */
+    uint64_t seed;      /* 42 */
+    const char *save, *resume, *metrics;
+    uint32_t report_every;          /* 50 */
+    size_t train_limit, test_limit; /* 0: all */
+    bool json, quiet, help, version;
+} train_args;
+
+void train_args_defaults(train_args *a);
+
+/* Parses argv[1..argc) ("--flag value" and "--flag=value"). Returns true on
+ * success; otherwise false with a message in err that names the flag and the
+ * bad value. --help and --version only set their fields: the caller acts on
+ * them. Nothing is opened or created. */
+bool train_args_parse(train_args *a, int argc, char **argv, char *err, size_t err_size);
+
+/* Checks that the folder a file would be created in exists and is a folder
+ * (and that the path itself is not a folder): false with a message naming the
+ * flag otherwise. Nothing is created. */
+bool train_args_check_output_path(const char *flag, const char *path, char *err, size_t err_size);
+
+/* The library's parameters for these arguments. */
+mpcl_train_params train_args_to_params(const train_args *a);
+
+#endif

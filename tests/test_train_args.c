@@ -1,0 +1,246 @@
+/* mpcl-train's flag parsing: defaults, both spellings of a value, every
+ * accepted form, and every rejected one with the flag named in the message. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "testutil.h"
+#include "train_args.h"
+
+#define MAX_ARGV 32
+
+/* Parses a NULL-terminated list of arguments (argv[0] added). */
+static bool parse(train_args *a, char *err, size_t size, ...) {
+    char *argv[MAX_ARGV] = {"mpcl-train"};
+    int argc = 1;
+    va_list ap;
+    va_start(ap, size);
+    for (char *s; (s = va_arg(ap, char *)) != NULL;) {
+        assert_true(argc < MAX_ARGV);
+        argv[argc++] = s;
+    }
+    va_end(ap);
+    err[0] = '\0';
+    return train_args_parse(a, argc, argv, err, size);
+}
+
+static void defaults(void **state) {
+    (void)state;
+    train_args a;
+    char err[512];
+    assert_true(parse(&a, err, sizeof err, NULL));
+    assert_int_equal(a.epochs, 10);
+    assert_int_equal(a.batch, 128);
+    assert_false(a.lr_set);
+    assert_int_equal(a.hidden_count, 1);
+    assert_int_equal(a.hidden[0], 128);
+    assert_int_equal(a.activation, MPCL_ACT_RELU);
+    assert_int_equal(a.optimizer, MPCL_OPTIM_ADAM);
+    assert_int_equal(a.policy, MPCL_POLICY_AUTO);
+    assert_int_equal(a.loss_scale, MPCL_LOSS_SCALE_DYNAMIC);
+    assert_true(a.initial_scale == 32768.0f);
+    assert_int_equal(a.seed, 42);
+    assert_int_equal(a.report_every, 50);
+    assert_null(a.data_dir);
+    assert_null(a.device);
+    assert_null(a.save);
+    assert_false(a.json || a.quiet || a.help || a.version);
+
+    mpcl_train_params p = train_args_to_params(&a);
+    assert_null(p.data_dir);
+    assert_int_equal(p.epochs, 10);
+    assert_int_equal(p.batch, 128);
+    assert_int_equal(p.model.max_batch, 128);
+    assert_int_equal(p.model.optim.kind, MPCL_OPTIM_ADAM);
+    assert_true(p.model.optim.lr == 1e-3f);
+    assert_int_equal(p.model.loss_scale.mode, MPCL_LOSS_SCALE_DYNAMIC);
+    assert_true(p.model.loss_scale.initial_scale == 32768.0f);
+}
+
+static void every_flag_both_spellings(void **state) {
+    (void)state;
+    train_args a;
+    char err[512];
+    assert_true(parse(&a, err, sizeof err, "--data", "/d", "--epochs=3", "--batch", "64",
+                      "--lr=0.5", "--hidden", "32,16,8", "--activation=gelu", "--optimizer", "sgd",
+                      "--precision=mixed_float16", "--seed", "0", "--json", NULL));
+    assert_string_equal(a.data_dir, "/d");
+    assert_int_equal(a.epochs, 3);
+    assert_int_equal(a.batch, 64);
+    assert_true(a.lr_set && a.lr == 0.5f);
+    assert_int_equal(a.hidden_count, 3);
+    assert_int_equal(a.hidden[0], 32);
+    assert_int_equal(a.hidden[1], 16);
+    assert_int_equal(a.hidden[2], 8);
+    assert_int_equal(a.activation, MPCL_ACT_GELU);
+    assert_int_equal(a.optimizer, MPCL_OPTIM_SGD);
+    assert_int_equal(a.policy, MPCL_POLICY_MIXED_FLOAT16);
+    assert_int_equal(a.seed, 0);
+    assert_true(a.json);
+
+    assert_true(parse(&a, err, sizeof err, "--loss-scale", "128", "--device=cpu", "--save", "x.st",
+                      "--resume=y.st", "--metrics", "m.csv", "--report-every=7", "--train-limit",
+                      "512", "--test-limit=0", "--quiet", "--seed", "18446744073709551615",
+                      "--optimizer=adamw", NULL));
+    assert_int_equal(a.loss_scale, MPCL_LOSS_SCALE_FIXED);
+    assert_true(a.fixed_scale == 128.0f);
+    assert_string_equal(a.device, "cpu");
+    assert_string_equal(a.save, "x.st");
+    assert_string_equal(a.resume, "y.st");
+    assert_string_equal(a.metrics, "m.csv");
+    assert_int_equal(a.report_every, 7);
+    assert_int_equal(a.train_limit, 512);
+    assert_int_equal(a.test_limit, 0);
+    assert_true(a.quiet);
+    assert_true(a.seed == UINT64_MAX);
+    mpcl_train_params p = train_args_to_params(&a);
+    assert_int_equal(p.model.loss_scale.mode, MPCL_LOSS_SCALE_FIXED);
+    assert_true(p.model.loss_scale.initial_scale == 128.0f);
+    /* AdamW keeps its own default lr and decay when --lr is not given. */
+    assert_int_equal(p.model.optim.kind, MPCL_OPTIM_ADAMW);
+    mpcl_optim_params d = mpcl_optim_default_params(MPCL_OPTIM_ADAMW);
+    assert_true(p.model.optim.lr == d.lr && p.model.optim.weight_decay == d.weight_decay);
+
+    /* A fixed scale outside the dynamic bounds widens them rather than being
+     * refused later by the library. */
+    assert_true(parse(&a, err, sizeof err, "--loss-scale", "0.25", NULL));
+    p = train_args_to_params(&a);
+    assert_true(p.model.loss_scale.min_scale <= 0.25f);
+    assert_true(parse(&a, err, sizeof err, "--initial-loss-scale", "1e9", NULL));
+    p = train_args_to_params(&a);
+    assert_true(p.model.loss_scale.initial_scale == 1e9f && p.model.loss_scale.max_scale >= 1e9f);
+    assert_true(parse(&a, err, sizeof err, "--help", NULL) && a.help);
+    assert_true(parse(&a, err, sizeof err, "-h", NULL) && a.help);
+    assert_true(parse(&a, err, sizeof err, "--version", NULL) && a.version);
+    /* Seven hidden layers is the model's limit, and allowed. */
+    assert_true(parse(&a, err, sizeof err, "--hidden", "1,2,3,4,5,6,7", NULL));
+    assert_int_equal(a.hidden_count, 7);
+}
+
+/* Each rejected (flag, value): the message must name the flag and, where
+ * there is one, the value. */
+static void rejects(void **state) {
+    (void)state;
+    static const char *const bad[][2] = {
+        {"--batch", "0"},
+        {"--batch", "-1"},
+        {"--batch", "12abc"},
+        {"--batch", ""},
+        {"--batch", " 12"},
+        {"--batch", "+12"},
+        {"--batch", "1.5"},
+        {"--batch", "99999999999999999999999"},
+        {"--batch", "2000000"},
+        {"--epochs", "0"},
+        {"--epochs", "4294967296"},
+        {"--report-every", "0"},
+        {"--train-limit", "-5"},
+        {"--seed", "18446744073709551616"},
+        {"--seed", "-1"},
+        {"--lr", "-1"},
+        {"--lr", "nan"},
+        {"--lr", "inf"},
+        {"--lr", "-inf"},
+        {"--lr", "1e39"},
+        {"--lr", "1e-50"},
+        {"--lr", "0.1x"},
+        {"--lr", ""},
+        {"--hidden", "128,,64"},
+        {"--hidden", "0"},
+        {"--hidden", ""},
+        {"--hidden", "128,"},
+        {"--hidden", ",128"},
+        {"--hidden", "64,-1"},
+        {"--hidden", "1,2,3,4,5,6,7,8"},
+        {"--activation", "swish"},
+        {"--activation", "identity"},
+        {"--optimizer", "lamb"},
+        {"--precision", "half"},
+        {"--loss-scale", "banana"},
+        {"--loss-scale", "0"},
+        {"--loss-scale", "-8"},
+        {"--loss-scale", "nan"},
+        {"--initial-loss-scale", "0"},
+        {"--initial-loss-scale", "inf"},
+        {"--data", ""},
+        {"--save", ""},
+        {"--device", ""},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        for (int form = 0; form < 2; form++) {
+            train_args a;
+            char err[512], joined[128];
+            bool ok;
+            if (form == 0) {
+                ok = parse(&a, err, sizeof err, bad[i][0], bad[i][1], NULL);
+            } else {
+                snprintf(joined, sizeof joined, "%s=%s", bad[i][0], bad[i][1]);
+                ok = parse(&a, err, sizeof err, joined, NULL);
+            }
+            if (ok || !strstr(err, bad[i][0]) || (bad[i][1][0] && !strstr(err, bad[i][1])))
+                fail_msg("%s '%s' (form %d): ok=%d, message '%s'", bad[i][0], bad[i][1], form, ok,
+                         err);
+        }
+    }
+}
+
+static void rejects_structure(void **state) {
+    (void)state;
+    train_args a;
+    char err[512];
+    assert_false(parse(&a, err, sizeof err, "--frobnicate", NULL));
+    assert_non_null(strstr(err, "--frobnicate"));
+    assert_false(parse(&a, err, sizeof err, "--batchsize=3", NULL));
+    assert_non_null(strstr(err, "--batchsize"));
+    assert_false(parse(&a, err, sizeof err, "positional", NULL));
+    assert_non_null(strstr(err, "positional"));
+    assert_false(parse(&a, err, sizeof err, "--batch", NULL));
+    assert_non_null(strstr(err, "--batch"));
+    assert_false(parse(&a, err, sizeof err, "--json=yes", NULL));
+    assert_non_null(strstr(err, "--json"));
+    assert_false(
+        parse(&a, err, sizeof err, "--loss-scale", "64", "--initial-loss-scale", "8", NULL));
+    assert_non_null(strstr(err, "--initial-loss-scale"));
+}
+
+static void output_paths(void **state) {
+    (void)state;
+    char dir[] = "/tmp/mpcl-train-args-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char path[256], err[512];
+    snprintf(path, sizeof path, "%s/ck.safetensors", dir);
+    assert_true(train_args_check_output_path("--save", path, err, sizeof err));
+    assert_true(train_args_check_output_path("--save", "relative.safetensors", err, sizeof err));
+    snprintf(path, sizeof path, "%s/missing/ck.safetensors", dir);
+    assert_false(train_args_check_output_path("--save", path, err, sizeof err));
+    assert_non_null(strstr(err, "--save"));
+    assert_non_null(strstr(err, "missing"));
+    /* The path itself a folder. */
+    assert_false(train_args_check_output_path("--metrics", dir, err, sizeof err));
+    assert_non_null(strstr(err, "--metrics"));
+    /* A file where the folder should be. */
+    snprintf(path, sizeof path, "%s/file", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fclose(f);
+    snprintf(path, sizeof path, "%s/file/ck.safetensors", dir);
+    assert_false(train_args_check_output_path("--save", path, err, sizeof err));
+    /* Nothing was created by any of the checks. */
+    snprintf(path, sizeof path, "%s/ck.safetensors", dir);
+    assert_int_equal(access(path, F_OK), -1);
+    snprintf(path, sizeof path, "%s/file", dir);
+    unlink(path);
+    assert_int_equal(rmdir(dir), 0);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(defaults),     cmocka_unit_test(every_flag_both_spellings),
+        cmocka_unit_test(rejects),      cmocka_unit_test(rejects_structure),
+        cmocka_unit_test(output_paths),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

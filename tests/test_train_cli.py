@@ -1,0 +1,377 @@
+#!/usr/bin/env python3
+"""mpcl-train end to end: flags and their errors (nothing written on a bad
+flag), bad data sets, a tiny real run with --json, --metrics and --save,
+--resume (matching, mismatched, corrupt), a failed run leaving an existing
+checkpoint intact, and Ctrl-C (SIGINT) stopping cleanly with a checkpoint
+that resumes. Runs on $MPCL_DEVICE; sized to take well under a minute on PoCL.
+
+usage: test_train_cli.py PATH/TO/mpcl-train"""
+import csv
+import gzip
+import json
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+TRAIN = os.path.abspath(sys.argv[1])
+FASHION = "/usr/share/datasets/fashion-mnist"
+FAILURES = []
+# A small real problem: a few steps of Adam on the first Fashion-MNIST samples.
+TINY = ["--data", FASHION, "--train-limit", "512", "--test-limit", "256", "--hidden", "16",
+        "--batch", "64"]
+
+
+def check(cond, what):
+    if not cond:
+        FAILURES.append(what)
+        print("FAIL:", what, file=sys.stderr)
+    return cond
+
+
+# Generous: a cold program cache on Rusticl (llvmpipe) takes minutes to build.
+def run(args, cwd=None, timeout=900, env=None):
+    e = dict(os.environ)
+    e.update(env or {})
+    p = subprocess.run([TRAIN] + args, capture_output=True, text=True, cwd=cwd, timeout=timeout,
+                       env=e)
+    return p.returncode, p.stdout, p.stderr
+
+
+def files_in(d):
+    return sorted(os.listdir(d))
+
+
+def test_help_version():
+    rc, out, _ = run(["--help"])
+    check(rc == 0 and "usage: mpcl-train" in out and "--loss-scale" in out, "--help")
+    rc, out, _ = run(["--version"])
+    check(rc == 0 and out.startswith("mpcl-train ") and out.strip().split()[-1][0].isdigit(),
+          f"--version ({out!r})")
+    with tempfile.TemporaryDirectory() as empty:
+        rc, out, err = run(["--json", "--save", os.path.join(empty, "ck.safetensors")],
+                           env={"OCL_ICD_VENDORS": empty})
+        check(rc == 2, f"no OpenCL platform: exit 2 (got {rc}: {err[-200:]!r})")
+        check(out == "" and files_in(empty) == [], "no OpenCL platform: no output, no files")
+
+
+BAD_FLAGS = [
+    (["--batch", "0"], "--batch"),
+    (["--batch", "-1"], "--batch"),
+    (["--batch", "12abc"], "--batch"),
+    (["--batch="], "--batch"),
+    (["--batch=99999999999999999999999"], "--batch"),
+    (["--lr", "-1"], "--lr"),
+    (["--lr", "nan"], "--lr"),
+    (["--lr=inf"], "--lr"),
+    (["--epochs", "0"], "--epochs"),
+    (["--hidden", "128,,64"], "--hidden"),
+    (["--hidden", "0"], "--hidden"),
+    (["--activation", "swish"], "--activation"),
+    (["--optimizer", "lamb"], "--optimizer"),
+    (["--precision", "half"], "--precision"),
+    (["--loss-scale", "banana"], "--loss-scale"),
+    (["--loss-scale", "0"], "--loss-scale"),
+    (["--seed", "-3"], "--seed"),
+    (["--report-every", "0"], "--report-every"),
+    (["--frobnicate"], "--frobnicate"),
+    (["--batch"], "--batch"),
+]
+
+
+def test_bad_flags():
+    with tempfile.TemporaryDirectory() as d:
+        for args, flag in BAD_FLAGS:
+            rc, out, err = run(["--save", "ck.safetensors", "--metrics", "m.csv"] + args, cwd=d)
+            check(rc == 1, f"{args}: exit 1 (got {rc})")
+            check(flag in err and err.startswith("mpcl-train: "), f"{args}: names {flag}: {err!r}")
+            value = args[1] if len(args) > 1 else ""
+            check(value in err, f"{args}: names the value: {err!r}")
+            check(out == "", f"{args}: nothing on stdout")
+            check(files_in(d) == [], f"{args}: created no files ({files_in(d)})")
+        # --save into a folder that does not exist: refused before any device work.
+        rc, out, err = run(TINY + ["--save", os.path.join(d, "no", "ck.safetensors"),
+                                   "--metrics", "m.csv"], cwd=d)
+        check(rc == 1 and "--save" in err and "does not exist" in err,
+              f"--save into a missing folder: exit 1 naming it ({rc}, {err!r})")
+        check("epoch" not in out + err and "device" not in out,
+              "--save check comes before training")
+        check(files_in(d) == [], "--save into a missing folder created nothing")
+        rc, _, err = run(["--resume", os.path.join(d, "absent.safetensors")], cwd=d)
+        check(rc == 1 and "--resume" in err and "absent.safetensors" in err,
+              f"--resume of a missing file: exit 1 naming it ({err!r})")
+
+
+# ---- IDX files ----
+
+def idx_images(n, rows=28, cols=28, magic=0x803, fill=None):
+    body = bytes((i * 7 + j) % 256 for i in range(n) for j in range(rows * cols)) \
+        if fill is None else fill
+    return struct.pack(">IIII", magic, n, rows, cols) + body
+
+
+def idx_labels(labels, magic=0x801):
+    return struct.pack(">II", magic, len(labels)) + bytes(labels)
+
+
+def write_set(d, prefix, images, labels, gz=False):
+    names = {f"{prefix}-images-idx3-ubyte": images, f"{prefix}-labels-idx1-ubyte": labels}
+    for name, data in names.items():
+        if gz:
+            with open(os.path.join(d, name + ".gz"), "wb") as f:
+                f.write(gzip.compress(data))
+        else:
+            with open(os.path.join(d, name), "wb") as f:
+                f.write(data)
+
+
+def check_bad_data(d, out_dir, what, name):
+    ck = os.path.join(out_dir, "ck.safetensors")
+    metrics = os.path.join(out_dir, "m.csv")
+    rc, out, err = run(["--data", d, "--epochs", "1", "--hidden", "8", "--save", ck,
+                        "--metrics", metrics])
+    check(rc == 1, f"bad data ({what}): exit 1 (got {rc}: {err[-300:]!r})")
+    check(name in err and "mpcl-train: " in err, f"bad data ({what}): names {name}: {err!r}")
+    check(files_in(out_dir) == [], f"bad data ({what}): no checkpoint or metrics file")
+
+
+def test_bad_data():
+    good_labels = [i % 10 for i in range(20)]
+    corrupt_gz = bytearray(gzip.compress(idx_images(20)))
+    corrupt_gz[len(corrupt_gz) // 2] ^= 0xFF
+    # (what, train images bytes, train labels bytes, file the message must name)
+    cases = [
+        ("wrong magic", idx_images(20, magic=0x802), idx_labels(good_labels),
+         "train-images-idx3-ubyte"),
+        ("truncated", idx_images(20)[:-100], idx_labels(good_labels), "train-images-idx3-ubyte"),
+        ("count mismatch", idx_images(20), idx_labels(good_labels[:19]),
+         "train-labels-idx1-ubyte"),
+        ("zero images", idx_images(0), idx_labels([]), "train-images-idx3-ubyte"),
+        ("corrupt gzip", None, idx_labels(good_labels), "train-images-idx3-ubyte.gz"),
+    ]
+    for what, images, labels, name in cases:
+        with tempfile.TemporaryDirectory() as d, tempfile.TemporaryDirectory() as out_dir:
+            write_set(d, "t10k", idx_images(10), idx_labels(list(range(10))))
+            if images is None:
+                write_set(d, "train", b"", labels)
+                os.remove(os.path.join(d, "train-images-idx3-ubyte"))
+                with open(os.path.join(d, "train-images-idx3-ubyte.gz"), "wb") as f:
+                    f.write(corrupt_gz)
+            else:
+                write_set(d, "train", images, labels)
+            check_bad_data(d, out_dir, what, name)
+    # The training labels define the classes (10 here); a test label outside
+    # them is the error.
+    with tempfile.TemporaryDirectory() as d, tempfile.TemporaryDirectory() as out_dir:
+        write_set(d, "train", idx_images(20), idx_labels(good_labels))
+        write_set(d, "t10k", idx_images(10), idx_labels(list(range(9)) + [11]), gz=True)
+        check_bad_data(d, out_dir, "test label 11", "t10k-labels-idx1-ubyte.gz")
+    with tempfile.TemporaryDirectory() as d:
+        rc, _, err = run(["--data", os.path.join(d, "nowhere")])
+        check(rc == 1 and "nowhere" in err, f"missing data folder: exit 1 naming it ({err!r})")
+        write_set(d, "train", idx_images(20), idx_labels(good_labels))
+        rc, _, err = run(["--data", d])
+        check(rc == 1 and "t10k-images-idx3-ubyte" in err,
+              f"missing test file: exit 1 naming it ({err!r})")
+
+
+JSON_KEYS = {
+    "device": str, "policy": str, "plan": dict, "epochs": int, "test_accuracy": (int, float),
+    "test_loss": float, "train_samples_per_s": (int, float), "skipped_steps": int,
+    "final_loss_scale": (int, float), "peak_device_bytes": int, "seconds": (int, float),
+    "steps": int,
+    "stopped": bool, "mpcl_version": str,
+}
+
+
+def check_summary(doc, what):
+    for key, typ in JSON_KEYS.items():
+        check(isinstance(doc.get(key), typ), f"{what}: JSON {key} is {typ}: {doc.get(key)!r}")
+    plan = doc.get("plan", {})
+    for key in ("storage", "gemm", "loss_scaling", "reason"):
+        check(key in plan, f"{what}: plan has {key}")
+
+
+def test_run_save_resume(d):
+    ck = os.path.join(d, "ck.safetensors")
+    metrics = os.path.join(d, "m.csv")
+    rc, out, err = run(TINY + ["--epochs", "2", "--json", "--report-every", "3",
+                               "--metrics", metrics, "--save", ck])
+    if not check(rc == 0, f"tiny run exits 0 (got {rc}: {err[-800:]})"):
+        return None
+    doc = json.loads(out)  # stdout holds only the JSON document
+    check_summary(doc, "tiny run")
+    check(doc["epochs"] == 2 and doc["steps"] == 16 and not doc["stopped"],
+          f"tiny run: 2 epochs of 8 steps ({doc['epochs']}, {doc['steps']})")
+    check(doc["test_accuracy"] > 0.3, f"tiny run learns: test accuracy {doc['test_accuracy']}")
+    check(doc["peak_device_bytes"] > 0, "peak device memory reported")
+    check("precision" in err and doc["plan"]["reason"] in err, "start lines on stderr with --json")
+    check("test acc" in err or "test      accuracy" in err, "end summary on stderr")
+    with open(metrics) as f:
+        rows = list(csv.reader(f))
+    check(rows and rows[0] == ["step", "epoch", "loss", "accuracy", "loss_scale", "skipped",
+                               "samples_per_s"], f"metrics header {rows[:1]}")
+    check(len(rows) >= 1 + 16 // 3, f"metrics has a row per report ({len(rows) - 1} rows)")
+    steps = [int(r[0]) for r in rows[1:]]
+    check(steps == sorted(steps) and steps[-1] == 16, f"metrics steps rise to 16: {steps}")
+    check(all(float(r[3]) >= 0 and float(r[3]) <= 1 for r in rows[1:]), "metrics accuracy in [0,1]")
+    check(os.path.getsize(ck) > 0, "--save wrote a checkpoint")
+    with open(ck, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+    check("dense_0.kernel" in header and header["dense_0.kernel"]["shape"] == [784, 16],
+          f"checkpoint has dense_0.kernel [784, 16]: {list(header)[:6]}")
+
+    # Resume with the same model flags: continues to epoch 3.
+    rc, out, err = run(TINY + ["--epochs", "3", "--json", "--resume", ck])
+    if check(rc == 0, f"resume exits 0 ({rc}: {err[-500:]})"):
+        doc2 = json.loads(out)
+        check(doc2["steps"] == 24 and doc2["epochs"] == 3,
+              f"resume continues from step 16 to 24 ({doc2['steps']}, epoch {doc2['epochs']})")
+    # A different model: the shape mismatch is named, and the file is untouched
+    # even though --save points at it.
+    before = open(ck, "rb").read()
+    rc, out, err = run(TINY + ["--epochs", "3", "--hidden", "32", "--resume", ck, "--save", ck])
+    check(rc == 1 and "dense_0" in err and ("16" in err and "32" in err),
+          f"resume with --hidden 32: exit 1 naming the mismatch ({rc}: {err[-400:]!r})")
+    check(open(ck, "rb").read() == before, "failed run leaves the checkpoint byte-identical")
+    # Bad data with --save over an existing checkpoint: the file survives too.
+    rc, _, err = run(TINY + ["--data", os.path.join(d, "nowhere"), "--save", ck])
+    check(rc == 1 and open(ck, "rb").read() == before, "failed load leaves the checkpoint intact")
+
+    # Corrupt copies.
+    bad = os.path.join(d, "bad.safetensors")
+    corruptions = [
+        ("truncated", before[: len(before) // 2]),
+        ("header length", struct.pack("<Q", 1 << 40) + before[8:]),
+        ("not safetensors", b"PK\x03\x04 this is a zip file, not safetensors" * 4),
+        ("empty", b""),
+    ]
+    for what, data in corruptions:
+        with open(bad, "wb") as f:
+            f.write(data)
+        rc, out, err = run(TINY + ["--epochs", "3", "--resume", bad])
+        check(rc == 1 and "--resume" in err and "bad.safetensors" in err,
+              f"corrupt checkpoint ({what}): exit 1 naming it ({rc}: {err[-300:]!r})")
+    return ck
+
+
+def wait_for_line(proc, needle, limit_s):
+    """Reads proc's stderr line by line until a line holds needle."""
+    seen = []
+    deadline = time.time() + limit_s
+    while time.time() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        seen.append(line)
+        if needle in line:
+            return True, seen
+    return False, seen
+
+
+def test_sigint(d):
+    ck = os.path.join(d, "int.safetensors")
+    args = ["--data", FASHION, "--train-limit", "512", "--test-limit", "256", "--hidden", "16",
+            "--batch", "64", "--json"]
+    proc = subprocess.Popen([TRAIN] + args + ["--epochs", "2000", "--save", ck],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        ok, seen = wait_for_line(proc, "epoch 1/2000", 900)
+        check(ok, f"a progress line before SIGINT: {''.join(seen)[-500:]!r}")
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    check(proc.returncode == 130, f"SIGINT: exit 130 (got {proc.returncode}: {err[-500:]!r})")
+    try:
+        doc = json.loads(out)
+    except ValueError:
+        check(False, f"SIGINT: JSON summary still printed ({out!r})")
+        return
+    check(doc["stopped"] and doc["epochs"] < 2000, f"SIGINT: stopped early ({doc['epochs']})")
+    check(os.path.exists(ck), "SIGINT: checkpoint written")
+    # Resume to the end of the next epoch: continues from the saved step.
+    target = doc["epochs"] + 1
+    rc, out2, err2 = run(args + ["--epochs", str(target), "--resume", ck])
+    if check(rc == 0, f"resume after SIGINT exits 0 ({rc}: {err2[-500:]!r})"):
+        doc2 = json.loads(out2)
+        check(doc2["steps"] == 8 * target and not doc2["stopped"],
+              f"resume after SIGINT ends at step {8 * target} (got {doc2['steps']}, "
+              f"interrupted at {doc['steps']})")
+
+
+def test_save_fails_late(d):
+    """The folder checked at start vanishes during training: the library
+    refuses at save time, the tool says so and exits 1, nothing is written."""
+    real = os.path.join(d, "real")
+    link = os.path.join(d, "link")
+    os.mkdir(real)
+    os.symlink(real, link)
+    args = ["--data", FASHION, "--train-limit", "512", "--test-limit", "256", "--hidden", "16",
+            "--batch", "64", "--epochs", "2000", "--json",
+            "--save", os.path.join(link, "late.safetensors")]
+    proc = subprocess.Popen([TRAIN] + args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        ok, seen = wait_for_line(proc, "epoch 1/2000", 900)
+        check(ok, f"late save: a progress line ({''.join(seen)[-300:]!r})")
+        os.remove(link)
+        os.symlink(os.path.join(d, "gone"), link)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    check(proc.returncode == 1 and "--save" in err and "late.safetensors" in err,
+          f"late save failure: exit 1 naming the file ({proc.returncode}: {err[-300:]!r})")
+    check(os.listdir(real) == [], "late save failure wrote nothing")
+
+
+def test_sigterm():
+    """SIGTERM stops like Ctrl-C, with its own exit status (128 + 15)."""
+    args = ["--data", FASHION, "--train-limit", "512", "--test-limit", "256", "--hidden", "16",
+            "--batch", "64", "--epochs", "2000", "--json"]
+    proc = subprocess.Popen([TRAIN] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        ok, seen = wait_for_line(proc, "epoch 1/2000", 900)
+        check(ok, f"SIGTERM: a progress line ({''.join(seen)[-300:]!r})")
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    check(proc.returncode == 143, f"SIGTERM: exit 143 (got {proc.returncode}: {err[-300:]!r})")
+    check('"stopped": true' in out, "SIGTERM: JSON says stopped")
+
+
+def main():
+    t0 = time.time()
+    test_help_version()
+    test_bad_flags()
+    test_bad_data()
+    with tempfile.TemporaryDirectory() as d:
+        test_run_save_resume(d)
+        test_sigint(d)
+        test_save_fails_late(d)
+    test_sigterm()
+    print(f"{time.time() - t0:.1f} s", file=sys.stderr)
+    if FAILURES:
+        print(f"{len(FAILURES)} check(s) failed", file=sys.stderr)
+        return 1
+    print("all mpcl-train checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
