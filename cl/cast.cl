@@ -11,5 +11,5 @@ __kernel void mpcl_cast_f32_to_f16(__global half *dst, __global const float *src
 // dst[i] = src[i], exact.
 __kernel void mpcl_cast_f16_to_f32(__global float *dst, __global const half *src, uint n) {
     uint i = get_global_id(0);
-    if (i < n) dst[i] = vload_half(i, src);
+    if (i < n) dst[i] = LOAD_HALF(src, i);
 }

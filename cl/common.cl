@@ -30,9 +30,22 @@ inline ushort mpcl_f16_bits(float f) {
 }
 #define STORE_HALF(p, i, v) (((__global ushort *)(p))[(i)] = mpcl_f16_bits(v))
 
+// binary16 bits -> float, exact: vload_half in integer operations, for the
+// same reason (PoCL calls a scalar routine per element when the kernel picks
+// its buffer per work-item, as the optimizer does).
+inline float mpcl_f16_value(ushort h) {
+    uint sign = (uint)(h & 0x8000u) << 16;
+    uint e = (h >> 10) & 0x1fu;
+    uint m = h & 0x3ffu;
+    uint bits = e == 31u ? 0x7f800000u | (m << 13) : ((e + 112u) << 23) | (m << 13);
+    float f = e == 0u ? (float)m * 5.9604644775390625e-8f : as_float(bits); // m * 2^-24
+    return as_float(as_uint(f) | sign);
+}
+#define LOAD_HALF(p, i) mpcl_f16_value(((__global const ushort *)(p))[(i)])
+
 #if defined(MPCL_STORAGE_F16)
 typedef half storage_t;
-#define LOAD(p, i) vload_half((i), (p))
+#define LOAD(p, i) LOAD_HALF((p), (i))
 #define STORE(p, i, v) STORE_HALF((p), (i), (v))
 #elif defined(MPCL_STORAGE_F32)
 typedef float storage_t;
