@@ -4,6 +4,8 @@
 
 #include "internal.h"
 
+#include <clblast_c.h>
+
 #define ERRMSG_BYTES 65536
 
 mpcl_context_params mpcl_context_default_params(void) {
@@ -61,6 +63,10 @@ cleanup:
 void mpcl_context_destroy(mpcl_context *ctx) {
     if (!ctx) return;
     if (ctx->queue) clFinish(ctx->queue);
+    /* CLBlast caches programs per OpenCL context (for every context: it has
+     * no per-context call); releasing a context under them corrupts
+     * Oclgrind's heap at exit. */
+    CLBlastClearCache();
     for (int i = 0; i < ctx->kernel_count; i++) clReleaseKernel(ctx->kernels[i].kernel);
     for (int i = 0; i < MPCL_DTYPE_COUNT; i++)
         if (ctx->programs[i]) clReleaseProgram(ctx->programs[i]);
@@ -94,8 +100,16 @@ mpcl_status mpcl_context_warm_up(mpcl_context *ctx) {
     return st;
 }
 
+uint64_t mpcl_context_launch_count(const mpcl_context *ctx) {
+    return ctx->launches;
+}
+uint64_t mpcl_context_sync_count(const mpcl_context *ctx) {
+    return ctx->syncs;
+}
+
 mpcl_status mpcl_context_finish(mpcl_context *ctx) {
     mpcl_status st = MPCL_OK;
+    ctx->syncs++;
     CHECK_CL(ctx, clFinish(ctx->queue));
 cleanup:
     return st;

@@ -92,6 +92,7 @@ static mpcl_status run_clblast(mpcl_context *ctx, mpcl_gemm_path path, bool ta, 
         CHECK_CL(ctx,
                  clEnqueueFillBuffer(ctx->queue, c->mem, &zero, c->dtype == MPCL_DTYPE_F16 ? 2 : 4,
                                      0, c->bytes, 0, NULL, NULL));
+        ctx->launches++;
     }
     /* Row-major leading dimensions are the stored column counts. */
     if (path == MPCL_GEMM_CLBLAST_HGEMM) {
@@ -104,6 +105,7 @@ static mpcl_status run_clblast(mpcl_context *ctx, mpcl_gemm_path path, bool ta, 
             ctx, CLBlastSgemm(CLBlastLayoutRowMajor, opa, opb, m, n, k, alpha, a->mem, 0, a->cols,
                               b->mem, 0, b->cols, beta, c->mem, 0, c->cols, &ctx->queue, NULL));
     }
+    ctx->launches++; /* one CLBlast call; it may enqueue more than one kernel */
 cleanup:
     return st;
 }

@@ -224,6 +224,7 @@ mpcl_status mpcl_xent_stats_read(mpcl_context *ctx, mpcl_tensor *stats, mpcl_xen
     TRY(check_stats(ctx, stats, "mpcl_xent_stats_read"));
     uint32_t w[MPCL_XENT_STATS_COLS];
     mpcl_status st = MPCL_OK;
+    ctx->syncs++;
     CHECK_CL(ctx,
              clEnqueueReadBuffer(ctx->queue, stats->mem, CL_TRUE, 0, sizeof w, w, 0, NULL, NULL));
     float loss, comp;

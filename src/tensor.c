@@ -95,6 +95,7 @@ mpcl_status mpcl_tensor_upload_raw(mpcl_tensor *t, const void *src, size_t bytes
     if (bytes != t->bytes)
         return MPCL_ERROR(ctx, MPCL_ERR_SHAPE, "upload of %zu bytes into a tensor of %zu bytes",
                           bytes, t->bytes);
+    ctx->syncs++;
     CHECK_CL(ctx, clEnqueueWriteBuffer(ctx->queue, t->mem, CL_TRUE, 0, bytes, src, 0, NULL, NULL));
 cleanup:
     return st;
@@ -106,6 +107,7 @@ mpcl_status mpcl_tensor_download_raw(const mpcl_tensor *t, void *dst, size_t byt
     if (bytes != t->bytes)
         return MPCL_ERROR(ctx, MPCL_ERR_SHAPE, "download of %zu bytes from a tensor of %zu bytes",
                           bytes, t->bytes);
+    ctx->syncs++;
     CHECK_CL(ctx, clEnqueueReadBuffer(ctx->queue, t->mem, CL_TRUE, 0, bytes, dst, 0, NULL, NULL));
 cleanup:
     return st;
@@ -174,6 +176,13 @@ mpcl_status mpcl_tensor_fill(mpcl_tensor *t, float value) {
     return mpcl__launch_1d(ctx, k, "mpcl_fill", n, 64);
 }
 
+mpcl_tensor mpcl__tensor_rows(const mpcl_tensor *t, size_t B) {
+    mpcl_tensor v = *t;
+    v.rows = B;
+    v.bytes = B * t->cols * mpcl_dtype_size(t->dtype);
+    return v;
+}
+
 mpcl_status mpcl__set_args(mpcl_context *ctx, cl_kernel k, const char *name, ...) {
     va_list ap;
     va_start(ap, name);
@@ -206,6 +215,7 @@ mpcl_status mpcl__launch_1d(mpcl_context *ctx, cl_kernel k, const char *name, si
         return MPCL_ERROR(ctx, mpcl__cl_status(err),
                           "clEnqueueNDRangeKernel(%s, %zu items) returned %s (%d)", name, global,
                           mpcl_cl_error_name(err), (int)err);
+    ctx->launches++;
     return MPCL_OK;
 }
 
@@ -217,6 +227,7 @@ mpcl_status mpcl__launch_2d(mpcl_context *ctx, cl_kernel k, const char *name, si
         return MPCL_ERROR(ctx, mpcl__cl_status(err),
                           "clEnqueueNDRangeKernel(%s, %zux%zu items) returned %s (%d)", name,
                           global[0], global[1], mpcl_cl_error_name(err), (int)err);
+    ctx->launches++;
     return MPCL_OK;
 }
 

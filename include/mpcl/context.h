@@ -4,6 +4,7 @@
 #define MPCL_CONTEXT_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "mpcl/device.h"
 #include "mpcl/plan.h"
@@ -40,6 +41,12 @@ const char *mpcl_context_errmsg(const mpcl_context *ctx);
 /* Builds (or loads from the binary cache) the programs for these storage
  * dtypes now rather than on first use; the tools call it at start-up. */
 mpcl_status mpcl_context_warm_up(mpcl_context *ctx);
+
+/* Counters for benchmarks and tests: commands launched (mpcl kernels and
+ * CLBlast calls) and blocking calls made (finishes, blocking transfers) since
+ * the context was created. A training step adds launches and no blocking call. */
+uint64_t mpcl_context_launch_count(const mpcl_context *ctx);
+uint64_t mpcl_context_sync_count(const mpcl_context *ctx);
 
 /* Waits for everything enqueued so far. */
 mpcl_status mpcl_context_finish(mpcl_context *ctx);
