@@ -1,0 +1,281 @@
+/* mpcl-bench train: training throughput of the 784-128-10 MLP (batch 128) per
+ * policy, the time of one step split by phase, and launches per step.
+ *
+ * The split times each phase alone, on the same shapes, dtypes and GEMM path
+ * as the step, back to back for a few hundred repetitions with one finish at
+ * the end: GEMM (the five GEMMs), elementwise (batch gather, bias+activation
+ * forward and backward, loss, bias gradients) and optimizer (non-finite check,
+ * update, loss-scale update). What the whole step costs beyond their sum is
+ * launch overhead and the host's enqueueing. A step has no host wait: it
+ * never reads the device (the "host waits" column counts blocking calls made
+ * inside the timed steps: 0 by construction, checked by the launch counter's
+ * twin, mpcl_context_sync_count). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "bench.h"
+
+enum { IN = 784, HID = 128, OUT = 10, B = 128 };
+
+typedef struct phase_times {
+    double step_us, gemm_us, elementwise_us, optimizer_us, host_enqueue_us;
+    double samples_per_s;
+    double launches_per_step, syncs_per_step;
+} phase_times;
+
+static mpcl_tensor *make(mpcl_context *ctx, mpcl_dtype dtype, size_t rows, size_t cols) {
+    mpcl_tensor *t = NULL;
+    if (mpcl_tensor_create(ctx, dtype, rows, cols, &t) != MPCL_OK) return NULL;
+    return t;
+}
+
+/* The training set's first 12800 images, so that every policy sees the same
+ * batches whatever the data folder holds. */
+static mpcl_status load_data(mpcl_dataset **out) {
+    mpcl_dataset *all = NULL;
+    mpcl_status st = mpcl_idx_load(NULL, "train", &all);
+    if (st != MPCL_OK) return st;
+    size_t n = mpcl_dataset_count(all) < 12800 ? mpcl_dataset_count(all) : 12800;
+    st = mpcl_dataset_subset(all, n, out);
+    mpcl_dataset_destroy(all);
+    return st;
+}
+
+/* Seconds per repetition of fn over `reps` repetitions (one finish at the end). */
+typedef mpcl_status (*phase_fn)(void *state);
+static double time_phase(mpcl_context *ctx, phase_fn fn, void *state, int reps) {
+    if (fn(state) != MPCL_OK || mpcl_context_finish(ctx) != MPCL_OK) return NAN;
+    double t0 = bench_now_s();
+    for (int i = 0; i < reps; i++)
+        if (fn(state) != MPCL_OK) return NAN;
+    if (mpcl_context_finish(ctx) != MPCL_OK) return NAN;
+    return (bench_now_s() - t0) / reps;
+}
+
+typedef struct step_state {
+    mpcl_context *ctx;
+    mpcl_model *model;
+    mpcl_device_dataset *data;
+    mpcl_tensor *order, *x, *y;
+    size_t count, next;
+    /* phase operands */
+    mpcl_gemm_path path;
+    mpcl_tensor *w1, *w2, *h, *logits, *dlogits, *dh, *dw1, *dw2, *b1, *b2, *db1, *db2, *stats;
+    mpcl_optimizer *opt_w, *opt_b;
+    mpcl_loss_scale *ls;
+} step_state;
+
+static mpcl_status full_step(void *p) {
+    step_state *s = p;
+    mpcl_status st = mpcl_device_dataset_gather(s->ctx, s->data, s->order, s->next, s->x, s->y);
+    if (st == MPCL_OK) st = mpcl_model_train_step(s->model, s->x, s->y);
+    s->next = (s->next + B) % (s->count - B + 1);
+    return st;
+}
+
+static mpcl_status gemm_phase(void *p) {
+    step_state *s = p;
+    mpcl_context *c = s->ctx;
+    mpcl_status st = mpcl_gemm(c, s->path, false, false, 1, s->x, s->w1, 0, s->h);
+    if (st == MPCL_OK) st = mpcl_gemm(c, s->path, false, false, 1, s->h, s->w2, 0, s->logits);
+    if (st == MPCL_OK) st = mpcl_gemm(c, s->path, true, false, 1, s->h, s->dlogits, 0, s->dw2);
+    if (st == MPCL_OK) st = mpcl_gemm(c, s->path, false, true, 1, s->dlogits, s->w2, 0, s->dh);
+    if (st == MPCL_OK) st = mpcl_gemm(c, s->path, true, false, 1, s->x, s->dh, 0, s->dw1);
+    return st;
+}
+
+static mpcl_status elementwise_phase(void *p) {
+    step_state *s = p;
+    mpcl_context *c = s->ctx;
+    mpcl_status st = mpcl_device_dataset_gather(c, s->data, s->order, 0, s->x, s->y);
+    if (st == MPCL_OK) st = mpcl_bias_act_forward(c, s->h, s->h, s->b1, MPCL_ACT_RELU);
+    if (st == MPCL_OK)
+        st = mpcl_bias_act_forward(c, s->logits, s->logits, s->b2, MPCL_ACT_IDENTITY);
+    if (st == MPCL_OK)
+        st = mpcl_softmax_xent_forward_backward(c, s->stats, s->dlogits, s->logits, s->y,
+                                                s->ls ? mpcl_loss_scale_tensor(s->ls) : NULL);
+    if (st == MPCL_OK) st = mpcl_bias_grad(c, s->db2, s->dlogits);
+    if (st == MPCL_OK) st = mpcl_bias_act_backward(c, s->dh, s->dh, s->h, MPCL_ACT_RELU);
+    if (st == MPCL_OK) st = mpcl_bias_grad(c, s->db1, s->dh);
+    return st;
+}
+
+static mpcl_status optimizer_phase(void *p) {
+    step_state *s = p;
+    mpcl_context *c = s->ctx;
+    mpcl_tensor *all[4] = {s->dw1, s->db1, s->dw2, s->db2};
+    mpcl_status st = MPCL_OK;
+    if (s->ls) st = mpcl_loss_scale_check(c, s->ls, all, 4);
+    if (s->opt_b) {
+        mpcl_tensor *gw[2] = {s->dw1, s->dw2}, *gb[2] = {s->db1, s->db2};
+        if (st == MPCL_OK) st = mpcl_optimizer_step(c, s->opt_w, gw, 2, s->ls);
+        if (st == MPCL_OK) st = mpcl_optimizer_step(c, s->opt_b, gb, 2, s->ls);
+    } else if (st == MPCL_OK) {
+        st = mpcl_optimizer_step(c, s->opt_w, all, 4, s->ls);
+    }
+    if (st == MPCL_OK && s->ls) st = mpcl_loss_scale_update(c, s->ls);
+    return st;
+}
+
+static mpcl_status setup(step_state *s, mpcl_context *ctx, const mpcl_dataset *ds,
+                         mpcl_policy policy) {
+    memset(s, 0, sizeof *s);
+    s->ctx = ctx;
+    mpcl_model_params mp = mpcl_model_default_params();
+    mp.policy = policy;
+    mpcl_status st = mpcl_model_create(ctx, &mp, &s->model);
+    if (st != MPCL_OK) return st;
+    const mpcl_plan *plan = mpcl_model_plan(s->model);
+    mpcl_dtype d = plan->storage, f = MPCL_DTYPE_F32;
+    s->path = plan->gemm;
+    s->count = mpcl_dataset_count(ds);
+    int32_t *order = malloc(s->count * sizeof *order);
+    if (!order) return MPCL_ERR_OUT_OF_MEMORY;
+    mpcl_iota_indices(order, s->count);
+    s->order = make(ctx, MPCL_DTYPE_I32, s->count, 1);
+    st = s->order ? mpcl_tensor_upload_i32(s->order, order, s->count) : MPCL_ERR_OUT_OF_MEMORY;
+    free(order);
+    if (st == MPCL_OK) st = mpcl_device_dataset_create(ctx, ds, &s->data);
+    if (st != MPCL_OK) return st;
+    s->x = make(ctx, d, B, IN);
+    s->y = make(ctx, MPCL_DTYPE_I32, B, 1);
+    s->w1 = make(ctx, d, IN, HID);
+    s->w2 = make(ctx, d, HID, OUT);
+    s->h = make(ctx, d, B, HID);
+    s->dh = make(ctx, d, B, HID);
+    s->logits = make(ctx, d, B, OUT);
+    s->dlogits = make(ctx, d, B, OUT);
+    s->dw1 = make(ctx, d, IN, HID);
+    s->dw2 = make(ctx, d, HID, OUT);
+    s->b1 = make(ctx, f, 1, HID);
+    s->b2 = make(ctx, f, 1, OUT);
+    s->db1 = make(ctx, f, 1, HID);
+    s->db2 = make(ctx, f, 1, OUT);
+    if (!s->x || !s->y || !s->w1 || !s->w2 || !s->h || !s->dh || !s->logits || !s->dlogits ||
+        !s->dw1 || !s->dw2 || !s->b1 || !s->b2 || !s->db1 || !s->db2)
+        return MPCL_ERR_OUT_OF_MEMORY;
+    if ((st = mpcl_xent_stats_create(ctx, &s->stats)) != MPCL_OK) return st;
+    if (plan->loss_scaling) {
+        mpcl_loss_scale_params lp = mpcl_loss_scale_default_params();
+        if ((st = mpcl_loss_scale_create(ctx, &lp, &s->ls)) != MPCL_OK) return st;
+    }
+    mpcl_optim_params op = mpcl_optim_default_params(MPCL_OPTIM_ADAM);
+    if (d == MPCL_DTYPE_F32) {
+        mpcl_tensor *all[4] = {s->w1, s->b1, s->w2, s->b2};
+        return mpcl_optimizer_create(ctx, &op, all, 4, &s->opt_w);
+    }
+    mpcl_tensor *w[2] = {s->w1, s->w2}, *b[2] = {s->b1, s->b2};
+    st = mpcl_optimizer_create(ctx, &op, w, 2, &s->opt_w);
+    if (st == MPCL_OK) st = mpcl_optimizer_create(ctx, &op, b, 2, &s->opt_b);
+    return st;
+}
+
+static void teardown(step_state *s) {
+    mpcl_tensor *all[] = {s->order,   s->x,   s->y,   s->w1, s->w2, s->h,   s->dh,  s->logits,
+                          s->dlogits, s->dw1, s->dw2, s->b1, s->b2, s->db1, s->db2, s->stats};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) mpcl_tensor_destroy(all[i]);
+    mpcl_optimizer_destroy(s->opt_w);
+    mpcl_optimizer_destroy(s->opt_b);
+    mpcl_loss_scale_destroy(s->ls);
+    mpcl_device_dataset_destroy(s->data);
+    mpcl_model_destroy(s->model);
+}
+
+static mpcl_status measure(mpcl_context *ctx, const mpcl_dataset *ds, mpcl_policy policy,
+                           phase_times *t) {
+    step_state s;
+    mpcl_status st = setup(&s, ctx, ds, policy);
+    const int reps = 300;
+    if (st == MPCL_OK) {
+        /* Launches and blocking calls per step, counted over the timed steps. */
+        for (int i = 0; i < 10 && st == MPCL_OK; i++) st = full_step(&s); /* warm-up */
+        if (st == MPCL_OK) st = mpcl_context_finish(ctx);
+        uint64_t l0 = mpcl_context_launch_count(ctx), s0 = mpcl_context_sync_count(ctx);
+        double t0 = bench_now_s(), enqueue = 0;
+        for (int i = 0; i < reps && st == MPCL_OK; i++) {
+            double e0 = bench_now_s();
+            st = full_step(&s);
+            enqueue += bench_now_s() - e0;
+        }
+        t->launches_per_step = (double)(mpcl_context_launch_count(ctx) - l0) / reps;
+        t->syncs_per_step = (double)(mpcl_context_sync_count(ctx) - s0) / reps;
+        if (st == MPCL_OK) st = mpcl_context_finish(ctx);
+        double dt = (bench_now_s() - t0) / reps;
+        t->step_us = dt * 1e6;
+        t->host_enqueue_us = enqueue / reps * 1e6;
+        t->samples_per_s = B / dt;
+    }
+    if (st == MPCL_OK) {
+        t->gemm_us = time_phase(ctx, gemm_phase, &s, reps) * 1e6;
+        t->elementwise_us = time_phase(ctx, elementwise_phase, &s, reps) * 1e6;
+        t->optimizer_us = time_phase(ctx, optimizer_phase, &s, reps) * 1e6;
+    }
+    teardown(&s);
+    return st;
+}
+
+int bench_cmd_train(mpcl_context *ctx, const bench_opts *opts) {
+    mpcl_dataset *ds = NULL;
+    mpcl_status st = load_data(&ds);
+    if (st != MPCL_OK) return bench_fail("loading Fashion-MNIST", st);
+    const mpcl_policy policies[] = {MPCL_POLICY_FLOAT32, MPCL_POLICY_MIXED_FLOAT16};
+    phase_times t[2];
+    mpcl_plan plans[2];
+    bool ran[2] = {false, false};
+    for (int i = 0; i < 2; i++) {
+        plans[i] = mpcl_context_plan(ctx, policies[i]);
+        if (!plans[i].usable) continue;
+        memset(&t[i], 0, sizeof t[i]);
+        if ((st = measure(ctx, ds, policies[i], &t[i])) != MPCL_OK) {
+            mpcl_dataset_destroy(ds);
+            return bench_fail("timing a training step", st);
+        }
+        ran[i] = true;
+    }
+    mpcl_dataset_destroy(ds);
+    if (opts->json) {
+        jsonw w;
+        jsonw_init(&w, stdout);
+        jsonw_array_begin(&w);
+        for (int i = 0; i < 2; i++) {
+            if (!ran[i]) continue;
+            jsonw_object_begin(&w);
+            jsonw_kv_string(&w, "policy", mpcl_policy_name(policies[i]));
+            jsonw_kv_string(&w, "storage", mpcl_dtype_name(plans[i].storage));
+            jsonw_kv_string(&w, "gemm", mpcl_gemm_path_name(plans[i].gemm));
+            jsonw_kv_number(&w, "samples_per_s", t[i].samples_per_s);
+            jsonw_kv_number(&w, "step_us", t[i].step_us);
+            jsonw_kv_number(&w, "gemm_us", t[i].gemm_us);
+            jsonw_kv_number(&w, "elementwise_us", t[i].elementwise_us);
+            jsonw_kv_number(&w, "optimizer_us", t[i].optimizer_us);
+            jsonw_kv_number(&w, "host_enqueue_us", t[i].host_enqueue_us);
+            jsonw_kv_number(&w, "host_waits_per_step", t[i].syncs_per_step);
+            jsonw_kv_number(&w, "launches_per_step", t[i].launches_per_step);
+            jsonw_object_end(&w);
+        }
+        jsonw_array_end(&w);
+        return 0;
+    }
+    printf("784-128-10 MLP, batch 128, Adam; one step = gather, forward, loss, backward, update\n");
+    printf("%-14s %-8s %-11s %11s %9s %9s %12s %10s %10s %10s %9s\n", "policy", "storage", "gemm",
+           "samples/s", "step us", "GEMM us", "elementw us", "optim us", "enqueue us", "host waits",
+           "launches");
+    for (int i = 0; i < 2; i++) {
+        if (!ran[i]) {
+            printf("%-14s not usable here: %s\n", mpcl_policy_name(policies[i]), plans[i].reason);
+            continue;
+        }
+        printf("%-14s %-8s %-11s %11.0f %9.0f %9.0f %12.0f %10.0f %10.0f %10.0f %9.0f\n",
+               mpcl_policy_name(policies[i]), mpcl_dtype_name(plans[i].storage),
+               mpcl_gemm_path_name(plans[i].gemm), t[i].samples_per_s, t[i].step_us, t[i].gemm_us,
+               t[i].elementwise_us, t[i].optimizer_us, t[i].host_enqueue_us, t[i].syncs_per_step,
+               t[i].launches_per_step);
+    }
+    printf(
+        "phases are timed alone on the same shapes; step - (GEMM + elementwise + optim) is\n"
+        "launch overhead. host waits: blocking calls inside a step (0: no host round trip).\n");
+    return 0;
+}
