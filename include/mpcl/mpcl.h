@@ -17,6 +17,7 @@
 #include "mpcl/safetensors.h"
 #include "mpcl/batch.h"
 #include "mpcl/model.h"
+#include "mpcl/train.h"
 #include "mpcl/version.h"
 
 #endif
