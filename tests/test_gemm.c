@@ -38,28 +38,6 @@ static float stored(mpcl_dtype dtype, float x) {
     return dtype == MPCL_DTYPE_F16 ? mpcl_f16_to_f32(mpcl_f32_to_f16(x)) : x;
 }
 
-static mpcl_tensor *make(mpcl_context *ctx, mpcl_dtype dtype, size_t rows, size_t cols) {
-    mpcl_tensor *t = NULL;
-    TU_ASSERT_OK(mpcl_tensor_create(ctx, dtype, rows, cols, &t));
-    return t;
-}
-
-/* Fills C with the poison NaN (f32 or f16 bit pattern). */
-static void poison(mpcl_tensor *c) {
-    size_t n = mpcl_tensor_count(c);
-    if (mpcl_tensor_dtype(c) == MPCL_DTYPE_F16) {
-        uint16_t *h = malloc(n * sizeof *h);
-        for (size_t i = 0; i < n; i++) h[i] = TU_POISON_F16;
-        TU_ASSERT_OK(mpcl_tensor_upload_raw(c, h, n * sizeof *h));
-        free(h);
-    } else {
-        float *f = malloc(n * sizeof *f);
-        for (size_t i = 0; i < n; i++) f[i] = tu_poison_f32();
-        TU_ASSERT_OK(mpcl_tensor_upload_f32(c, f, n));
-        free(f);
-    }
-}
-
 /* Runs one case and checks it. a_h (m x k or k x m), b_h, c_h are the exact
  * values the tensors hold. */
 static void run_case(mpcl_context *ctx, const gemm_variant *v, const gemm_case *gc, bool ta,
@@ -78,13 +56,13 @@ static void run_case(mpcl_context *ctx, const gemm_variant *v, const gemm_case *
     float alpha = (float)tu_uniform(&rng, 0.25, 2.0), beta = (float)tu_uniform(&rng, -1.5, 1.5);
     if (zero_beta) beta = 0.0f;
 
-    mpcl_tensor *a = make(ctx, v->in, ta ? k : m, ta ? m : k);
-    mpcl_tensor *b = make(ctx, v->in, tb ? n : k, tb ? k : n);
-    mpcl_tensor *c = make(ctx, v->out, m, n);
+    mpcl_tensor *a = tu_tensor(ctx, v->in, ta ? k : m, ta ? m : k);
+    mpcl_tensor *b = tu_tensor(ctx, v->in, tb ? n : k, tb ? k : n);
+    mpcl_tensor *c = tu_tensor(ctx, v->out, m, n);
     TU_ASSERT_OK(mpcl_tensor_upload_f32(a, a_h, m * k));
     TU_ASSERT_OK(mpcl_tensor_upload_f32(b, b_h, k * n));
     if (zero_beta)
-        poison(c);
+        tu_poison(c);
     else
         TU_ASSERT_OK(mpcl_tensor_upload_f32(c, c_h, m * n));
 
@@ -214,7 +192,7 @@ static void test_clblast_hgemm(void **state) {
 static void expect_error(mpcl_context *ctx, mpcl_status want, mpcl_gemm_path path, bool ta, bool tb,
                          const mpcl_tensor *a, const mpcl_tensor *b, float beta, mpcl_tensor *c,
                          const char *needle) {
-    poison(c);
+    tu_poison(c);
     mpcl_status st = mpcl_gemm(ctx, path, ta, tb, 1.0f, a, b, beta, c);
     if (st != want)
         fail_msg("expected %s, got %s: %s", mpcl_status_name(want), mpcl_status_name(st),
@@ -241,9 +219,11 @@ static void expect_error(mpcl_context *ctx, mpcl_status want, mpcl_gemm_path pat
 static void test_shape_errors(void **state) {
     (void)state;
     mpcl_context *ctx = tu_context();
-    mpcl_tensor *a = make(ctx, MPCL_DTYPE_F32, 4, 5), *b = make(ctx, MPCL_DTYPE_F32, 6, 3);
-    mpcl_tensor *c = make(ctx, MPCL_DTYPE_F32, 4, 3), *b_ok = make(ctx, MPCL_DTYPE_F32, 5, 3);
-    mpcl_tensor *c_bad = make(ctx, MPCL_DTYPE_F32, 3, 4);
+    mpcl_tensor *a = tu_tensor(ctx, MPCL_DTYPE_F32, 4, 5),
+                *b = tu_tensor(ctx, MPCL_DTYPE_F32, 6, 3);
+    mpcl_tensor *c = tu_tensor(ctx, MPCL_DTYPE_F32, 4, 3),
+                *b_ok = tu_tensor(ctx, MPCL_DTYPE_F32, 5, 3);
+    mpcl_tensor *c_bad = tu_tensor(ctx, MPCL_DTYPE_F32, 3, 4);
     for (int p = 0; p < 2; p++) {
         mpcl_gemm_path path = p ? MPCL_GEMM_CLBLAST_SGEMM : MPCL_GEMM_MPCL_F32;
         /* Inner dimensions 5 vs 6. */
@@ -266,11 +246,13 @@ static void test_shape_errors(void **state) {
 static void test_dtype_errors(void **state) {
     (void)state;
     mpcl_context *ctx = tu_context();
-    mpcl_tensor *a32 = make(ctx, MPCL_DTYPE_F32, 4, 5), *b32 = make(ctx, MPCL_DTYPE_F32, 5, 3);
-    mpcl_tensor *c32 = make(ctx, MPCL_DTYPE_F32, 4, 3);
-    mpcl_tensor *a16 = make(ctx, MPCL_DTYPE_F16, 4, 5), *b16 = make(ctx, MPCL_DTYPE_F16, 5, 3);
-    mpcl_tensor *c16 = make(ctx, MPCL_DTYPE_F16, 4, 3);
-    mpcl_tensor *ci = make(ctx, MPCL_DTYPE_I32, 4, 3);
+    mpcl_tensor *a32 = tu_tensor(ctx, MPCL_DTYPE_F32, 4, 5),
+                *b32 = tu_tensor(ctx, MPCL_DTYPE_F32, 5, 3);
+    mpcl_tensor *c32 = tu_tensor(ctx, MPCL_DTYPE_F32, 4, 3);
+    mpcl_tensor *a16 = tu_tensor(ctx, MPCL_DTYPE_F16, 4, 5),
+                *b16 = tu_tensor(ctx, MPCL_DTYPE_F16, 5, 3);
+    mpcl_tensor *c16 = tu_tensor(ctx, MPCL_DTYPE_F16, 4, 3);
+    mpcl_tensor *ci = tu_tensor(ctx, MPCL_DTYPE_I32, 4, 3);
     /* Wrong dtype and wrong shape together: the dtype is reported. */
     expect_error(ctx, MPCL_ERR_DTYPE, MPCL_GEMM_MPCL_F32, false, false, a16, b16, 0.0f, c32,
                  "mpcl-f32");
@@ -282,7 +264,7 @@ static void test_dtype_errors(void **state) {
                  "B f32");
     expect_error(ctx, MPCL_ERR_DTYPE, MPCL_GEMM_CLBLAST_HGEMM, false, false, a16, b16, 0.0f, c32,
                  "clblast-hgemm");
-    /* i32 C: not touched; poison() cannot fill it, so check the status only. */
+    /* i32 C: not touched; tu_poison() cannot fill it, so check the status only. */
     assert_int_equal(mpcl_gemm(ctx, MPCL_GEMM_MPCL_MIXED, false, false, 1.0f, a16, b16, 0.0f, ci),
                      MPCL_ERR_DTYPE);
     assert_int_equal(mpcl_gemm(ctx, MPCL_GEMM_PATH_COUNT, false, false, 1.0f, a32, b32, 0.0f, c32),
@@ -322,8 +304,9 @@ static void test_default_path_and_override(void **state) {
     /* An f16 path for f32 tensors: DTYPE, naming MPCL_GEMM. */
     setenv("MPCL_GEMM", "mpcl-mixed", 1);
     ctx = tu_context();
-    mpcl_tensor *a = make(ctx, MPCL_DTYPE_F32, 3, 2), *b = make(ctx, MPCL_DTYPE_F32, 2, 4);
-    mpcl_tensor *c = make(ctx, MPCL_DTYPE_F32, 3, 4);
+    mpcl_tensor *a = tu_tensor(ctx, MPCL_DTYPE_F32, 3, 2),
+                *b = tu_tensor(ctx, MPCL_DTYPE_F32, 2, 4);
+    mpcl_tensor *c = tu_tensor(ctx, MPCL_DTYPE_F32, 3, 4);
     mpcl_gemm_path p = mpcl_gemm_default_path(ctx, MPCL_DTYPE_F32);
     assert_int_equal(p, MPCL_GEMM_MPCL_MIXED);
     expect_error(ctx, MPCL_ERR_DTYPE, p, false, false, a, b, 0.0f, c, "MPCL_GEMM");
@@ -336,9 +319,9 @@ static void test_default_path_and_override(void **state) {
     setenv("MPCL_GEMM", "clblast-hgemm", 1);
     ctx = tu_context();
     if (!mpcl_plan_fp16_math_usable(mpcl_context_device(ctx), mpcl_context_overrides(ctx)->fp16)) {
-        a = make(ctx, MPCL_DTYPE_F16, 3, 2);
-        b = make(ctx, MPCL_DTYPE_F16, 2, 4);
-        c = make(ctx, MPCL_DTYPE_F16, 3, 4);
+        a = tu_tensor(ctx, MPCL_DTYPE_F16, 3, 2);
+        b = tu_tensor(ctx, MPCL_DTYPE_F16, 2, 4);
+        c = tu_tensor(ctx, MPCL_DTYPE_F16, 3, 4);
         p = mpcl_gemm_default_path(ctx, MPCL_DTYPE_F16);
         assert_int_equal(p, MPCL_GEMM_CLBLAST_HGEMM);
         expect_error(ctx, MPCL_ERR_UNSUPPORTED, p, false, false, a, b, 0.0f, c, "MPCL_GEMM");

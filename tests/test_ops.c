@@ -37,37 +37,16 @@ static float stored(mpcl_dtype dtype, float x) {
     return dtype == MPCL_DTYPE_F16 ? mpcl_f16_to_f32(mpcl_f32_to_f16(x)) : x;
 }
 
-static mpcl_tensor *make(mpcl_context *ctx, mpcl_dtype dtype, size_t rows, size_t cols) {
-    mpcl_tensor *t = NULL;
-    TU_ASSERT_OK(mpcl_tensor_create(ctx, dtype, rows, cols, &t));
-    return t;
-}
-
 static mpcl_tensor *make_from(mpcl_context *ctx, mpcl_dtype dtype, size_t rows, size_t cols,
                               const float *x) {
-    mpcl_tensor *t = make(ctx, dtype, rows, cols);
+    mpcl_tensor *t = tu_tensor(ctx, dtype, rows, cols);
     TU_ASSERT_OK(mpcl_tensor_upload_f32(t, x, rows * cols));
     return t;
 }
 
-static void poison(mpcl_tensor *t) {
-    size_t n = mpcl_tensor_count(t);
-    if (mpcl_tensor_dtype(t) == MPCL_DTYPE_F16) {
-        uint16_t *h = malloc(n * sizeof *h);
-        for (size_t i = 0; i < n; i++) h[i] = TU_POISON_F16;
-        TU_ASSERT_OK(mpcl_tensor_upload_raw(t, h, n * sizeof *h));
-        free(h);
-    } else {
-        float *f = malloc(n * sizeof *f);
-        for (size_t i = 0; i < n; i++) f[i] = tu_poison_f32();
-        TU_ASSERT_OK(mpcl_tensor_upload_raw(t, f, n * sizeof *f));
-        free(f);
-    }
-}
-
 static mpcl_tensor *make_poisoned(mpcl_context *ctx, mpcl_dtype dtype, size_t rows, size_t cols) {
-    mpcl_tensor *t = make(ctx, dtype, rows, cols);
-    poison(t);
+    mpcl_tensor *t = tu_tensor(ctx, dtype, rows, cols);
+    tu_poison(t);
     return t;
 }
 
@@ -407,7 +386,7 @@ static void check_xent_case(mpcl_context *ctx, tu_rng *r, mpcl_dtype dt, xent_ca
     }
     for (size_t b = 0; b < B; b++) labels[b] = (int32_t)tu_uniform(r, 0, (double)C - 1e-9);
     mpcl_tensor *t_logits = make_from(ctx, dt, B, C, logits);
-    mpcl_tensor *t_labels = make(ctx, MPCL_DTYPE_I32, B, 1);
+    mpcl_tensor *t_labels = tu_tensor(ctx, MPCL_DTYPE_I32, B, 1);
     TU_ASSERT_OK(mpcl_tensor_upload_i32(t_labels, labels, B));
     mpcl_tensor *t_scale = make_from(ctx, MPCL_DTYPE_F32, 1, 1, &xc.scale);
     mpcl_tensor *t_d = make_poisoned(ctx, dt, B, C);
@@ -486,7 +465,7 @@ static void test_xent_overflow(void **state) {
         const float zero2[2] = {0, 0}, scale = 0x1p20f;
         const int32_t label = 0;
         mpcl_tensor *logits = make_from(ctx, dt, 1, 2, zero2);
-        mpcl_tensor *labels = make(ctx, MPCL_DTYPE_I32, 1, 1);
+        mpcl_tensor *labels = tu_tensor(ctx, MPCL_DTYPE_I32, 1, 1);
         TU_ASSERT_OK(mpcl_tensor_upload_i32(labels, &label, 1));
         mpcl_tensor *t_scale = make_from(ctx, MPCL_DTYPE_F32, 1, 1, &scale);
         mpcl_tensor *grad = make_poisoned(ctx, dt, 1, 2);
@@ -522,7 +501,8 @@ static void test_xent_bad_label(void **state) {
     tu_fill_uniform(&r, logits, B * C, -3, 3);
     int32_t good[B] = {0, 1, 2, 3, 4, 0, 1}, bad[B] = {0, 1, 2, 5, 4, -1, 1};
     mpcl_tensor *t_logits = make_from(ctx, MPCL_DTYPE_F32, B, C, logits);
-    mpcl_tensor *t_good = make(ctx, MPCL_DTYPE_I32, B, 1), *t_bad = make(ctx, MPCL_DTYPE_I32, B, 1);
+    mpcl_tensor *t_good = tu_tensor(ctx, MPCL_DTYPE_I32, B, 1),
+                *t_bad = tu_tensor(ctx, MPCL_DTYPE_I32, B, 1);
     TU_ASSERT_OK(mpcl_tensor_upload_i32(t_good, good, B));
     TU_ASSERT_OK(mpcl_tensor_upload_i32(t_bad, bad, B));
     mpcl_tensor *grad = make_poisoned(ctx, MPCL_DTYPE_F32, B, C);
@@ -634,7 +614,7 @@ static void test_cast_all(void **state) {
     tu_rng r = tu_rng_make(seed_now("cast_all"));
     uint16_t *all = malloc(65536 * sizeof *all);
     for (size_t i = 0; i < 65536; i++) all[i] = (uint16_t)i;
-    mpcl_tensor *h = make(ctx, MPCL_DTYPE_F16, 256, 256);
+    mpcl_tensor *h = tu_tensor(ctx, MPCL_DTYPE_F16, 256, 256);
     TU_ASSERT_OK(mpcl_tensor_upload_raw(h, all, 65536 * sizeof *all));
     mpcl_tensor *f = make_poisoned(ctx, MPCL_DTYPE_F32, 256, 256);
     TU_ASSERT_OK(mpcl_cast(ctx, f, h));
@@ -695,15 +675,16 @@ static void test_errors(void **state) {
     (void)state;
     mpcl_context *ctx = tu_context();
     const mpcl_dtype F32 = MPCL_DTYPE_F32, F16 = MPCL_DTYPE_F16, I32 = MPCL_DTYPE_I32;
-    mpcl_tensor *in = make(ctx, F32, 4, 3), *in16 = make(ctx, F16, 4, 3);
-    mpcl_tensor *bias = make(ctx, F32, 1, 3), *bias16 = make(ctx, F16, 1, 3);
-    mpcl_tensor *bias4 = make(ctx, F32, 1, 4), *i32 = make(ctx, I32, 4, 3);
+    mpcl_tensor *in = tu_tensor(ctx, F32, 4, 3), *in16 = tu_tensor(ctx, F16, 4, 3);
+    mpcl_tensor *bias = tu_tensor(ctx, F32, 1, 3), *bias16 = tu_tensor(ctx, F16, 1, 3);
+    mpcl_tensor *bias4 = tu_tensor(ctx, F32, 1, 4), *i32 = tu_tensor(ctx, I32, 4, 3);
     mpcl_tensor *out = make_poisoned(ctx, F32, 4, 3), *out16 = make_poisoned(ctx, F16, 4, 3);
     mpcl_tensor *out_t = make_poisoned(ctx, F32, 3, 4), *z = make_poisoned(ctx, F32, 4, 3);
     mpcl_tensor *db = make_poisoned(ctx, F32, 1, 3), *db16 = make_poisoned(ctx, F16, 1, 3);
-    mpcl_tensor *labels = make(ctx, I32, 4, 1), *labels_f = make(ctx, F32, 4, 1);
-    mpcl_tensor *labels5 = make(ctx, I32, 5, 1), *stats = NULL, *stats_small = make(ctx, F32, 1, 4);
-    mpcl_tensor *scale2 = make(ctx, F32, 1, 2);
+    mpcl_tensor *labels = tu_tensor(ctx, I32, 4, 1), *labels_f = tu_tensor(ctx, F32, 4, 1);
+    mpcl_tensor *labels5 = tu_tensor(ctx, I32, 5, 1), *stats = NULL,
+                *stats_small = tu_tensor(ctx, F32, 1, 4);
+    mpcl_tensor *scale2 = tu_tensor(ctx, F32, 1, 2);
     TU_ASSERT_OK(mpcl_xent_stats_create(ctx, &stats));
 
     EXPECT_STATUS(MPCL_ERR_SHAPE, mpcl_bias_act_forward(ctx, out_t, in, bias, MPCL_ACT_RELU));

@@ -78,3 +78,24 @@ bool tu_check_close(const char *what, const float *got, const double *want, size
     }
     return true;
 }
+
+mpcl_tensor *tu_tensor(mpcl_context *ctx, mpcl_dtype dtype, size_t rows, size_t cols) {
+    mpcl_tensor *t = NULL;
+    TU_ASSERT_OK(mpcl_tensor_create(ctx, dtype, rows, cols, &t));
+    return t;
+}
+
+void tu_poison(mpcl_tensor *t) {
+    size_t n = mpcl_tensor_count(t);
+    if (mpcl_tensor_dtype(t) == MPCL_DTYPE_F16) {
+        uint16_t *h = malloc(n * sizeof *h);
+        for (size_t i = 0; i < n; i++) h[i] = TU_POISON_F16;
+        TU_ASSERT_OK(mpcl_tensor_upload_raw(t, h, n * sizeof *h));
+        free(h);
+    } else {
+        float *f = malloc(n * sizeof *f);
+        for (size_t i = 0; i < n; i++) f[i] = tu_poison_f32();
+        TU_ASSERT_OK(mpcl_tensor_upload_raw(t, f, n * sizeof *f));
+        free(f);
+    }
+}

@@ -36,6 +36,13 @@ void tu_fill_uniform(tu_rng *r, float *x, size_t n, float lo, float hi);
 bool tu_check_close(const char *what, const float *got, const double *want, size_t n, double atol,
                     double rtol, double norm_tol);
 
+/* A rows x cols tensor; fails the test when it cannot be made. */
+mpcl_tensor *tu_tensor(mpcl_context *ctx, mpcl_dtype dtype, size_t rows, size_t cols);
+
+/* Fills an f32 or f16 tensor with the poison NaN, so that an element a kernel
+ * fails to write shows up. */
+void tu_poison(mpcl_tensor *t);
+
 /* The float that poisons outputs: a NaN with a payload no kernel produces. */
 float tu_poison_f32(void);
 #define TU_POISON_F16 ((uint16_t)0x7e55)
