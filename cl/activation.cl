@@ -57,29 +57,50 @@ static float activation_grad(int act, float s) {
     }
 }
 
+// One kernel per activation (and per "also write z"), made by the macros
+// below: with the activation a compile-time constant the switch folds away and
+// PoCL vectorizes the loop over work-items; with the activation as a runtime
+// argument it ran scalar (relu forward/backward on 16 MB: 0.6x/0.8x memcpy in
+// f32 and 0.06x in f16, against 1.4x and 0.4x specialized).
+
 // out[b,j] = act(in[b,j] + bias[j]) over a (cols, rows) range, so the bias
-// index is the first id (no division); with write_z, also z[b,j] = in[b,j] +
-// bias[j] (otherwise z is not touched and may be any buffer). out may alias in.
-__kernel void mpcl_bias_act_forward(__global storage_t *out, __global storage_t *z,
-                                    __global const storage_t *in, __global const float *bias,
-                                    uint cols, uint rows, int act, int write_z) {
-    uint j = get_global_id(0), b = get_global_id(1);
-    if (j >= cols || b >= rows) return;
-    size_t i = (size_t)b * cols + j;
-    float v = LOAD(in, i) + bias[j];
-    if (write_z) STORE(z, i, v);
-    STORE(out, i, activation_apply(act, v));
-}
+// index is the first id (no division); the _z kernels also write z[b,j] =
+// in[b,j] + bias[j]. out may alias in.
+#define ACTIVATION_FORWARD(NAME, ACT, WRITE_Z)                                          \
+    __kernel void NAME(__global storage_t *out, __global storage_t *z,                 \
+                       __global const storage_t *in, __global const float *bias,       \
+                       uint cols, uint rows) {                                         \
+        uint j = get_global_id(0), b = get_global_id(1);                               \
+        if (j >= cols || b >= rows) return;                                            \
+        size_t i = (size_t)b * cols + j;                                               \
+        float v = LOAD(in, i) + bias[j];                                               \
+        if (WRITE_Z) STORE(z, i, v);                                                   \
+        STORE(out, i, activation_apply((ACT), v));                                     \
+    }
 
 // d_pre[i] = d_out[i] * act'(saved[i]) for i < n. Identity does not read
 // saved. d_pre may alias d_out.
-__kernel void mpcl_bias_act_backward(__global storage_t *d_pre, __global const storage_t *d_out,
-                                     __global const storage_t *saved, uint n, int act) {
-    uint i = get_global_id(0);
-    if (i >= n) return;
-    float g = act == ACTIVATION_IDENTITY ? 1.0f : activation_grad(act, LOAD(saved, i));
-    STORE(d_pre, i, LOAD(d_out, i) * g);
-}
+#define ACTIVATION_BACKWARD(NAME, ACT)                                                  \
+    __kernel void NAME(__global storage_t *d_pre, __global const storage_t *d_out,     \
+                       __global const storage_t *saved, uint n) {                      \
+        uint i = get_global_id(0);                                                     \
+        if (i >= n) return;                                                            \
+        float g = (ACT) == ACTIVATION_IDENTITY ? 1.0f : activation_grad((ACT), LOAD(saved, i)); \
+        STORE(d_pre, i, LOAD(d_out, i) * g);                                           \
+    }
+
+// Names: mpcl_bias_act_forward_<act>, mpcl_bias_act_forward_z_<act>,
+// mpcl_bias_act_backward_<act>, <act> as mpcl_activation_name() spells it.
+#define ACTIVATION_KERNELS(NAME, ACT)                             \
+    ACTIVATION_FORWARD(mpcl_bias_act_forward_##NAME, ACT, 0)      \
+    ACTIVATION_FORWARD(mpcl_bias_act_forward_z_##NAME, ACT, 1)    \
+    ACTIVATION_BACKWARD(mpcl_bias_act_backward_##NAME, ACT)
+
+ACTIVATION_KERNELS(identity, ACTIVATION_IDENTITY)
+ACTIVATION_KERNELS(relu, ACTIVATION_RELU)
+ACTIVATION_KERNELS(gelu, ACTIVATION_GELU)
+ACTIVATION_KERNELS(sigmoid, ACTIVATION_SIGMOID)
+ACTIVATION_KERNELS(tanh, ACTIVATION_TANH)
 
 // d_bias[j] = sum over rows of d_pre[b * cols + j], one work-item per column
 // summing in row order: deterministic, no atomics, and neighbouring items read

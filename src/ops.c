@@ -131,18 +131,26 @@ mpcl_status mpcl_bias_act_forward_z(mpcl_context *ctx, mpcl_tensor *out, mpcl_te
     TRY(check_shape(ctx, bias, 1, pre_in->cols, op, "bias"));
     TRY(check_count(ctx, pre_in, op));
 
+    /* One kernel per activation (cl/activation.cl says why). */
+    static const char *const plain[MPCL_ACT_COUNT] = {
+        "mpcl_bias_act_forward_identity", "mpcl_bias_act_forward_relu",
+        "mpcl_bias_act_forward_gelu", "mpcl_bias_act_forward_sigmoid",
+        "mpcl_bias_act_forward_tanh"};
+    static const char *const with_z[MPCL_ACT_COUNT] = {
+        "mpcl_bias_act_forward_z_identity", "mpcl_bias_act_forward_z_relu",
+        "mpcl_bias_act_forward_z_gelu", "mpcl_bias_act_forward_z_sigmoid",
+        "mpcl_bias_act_forward_z_tanh"};
+    const char *name = z ? with_z[act] : plain[act];
     cl_kernel k;
-    TRY(mpcl__kernel(ctx, pre_in->dtype, "mpcl_bias_act_forward", &k));
+    TRY(mpcl__kernel(ctx, pre_in->dtype, name, &k));
     cl_uint cols = (cl_uint)pre_in->cols, rows = (cl_uint)pre_in->rows;
-    cl_int a = (cl_int)act, write_z = z != NULL;
     /* Without z the kernel never touches that argument; out stands in. */
     cl_mem z_mem = z ? z->mem : out->mem;
-    TRY(mpcl__set_args(ctx, k, "mpcl_bias_act_forward", MPCL_ARG(out->mem), MPCL_ARG(z_mem),
-                       MPCL_ARG(pre_in->mem), MPCL_ARG(bias->mem), MPCL_ARG(cols), MPCL_ARG(rows),
-                       MPCL_ARG(a), MPCL_ARG(write_z), MPCL_ARGS_END));
+    TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(out->mem), MPCL_ARG(z_mem), MPCL_ARG(pre_in->mem),
+                       MPCL_ARG(bias->mem), MPCL_ARG(cols), MPCL_ARG(rows), MPCL_ARGS_END));
     /* (cols, rows) so that the kernel needs no division for the bias index;
      * the driver picks a group that divides the range exactly. */
-    return mpcl__launch_2d(ctx, k, "mpcl_bias_act_forward", cols, rows, NULL);
+    return mpcl__launch_2d(ctx, k, name, cols, rows, NULL);
 }
 
 mpcl_status mpcl_bias_act_forward(mpcl_context *ctx, mpcl_tensor *out, const mpcl_tensor *pre_in,
@@ -165,15 +173,19 @@ mpcl_status mpcl_bias_act_backward(mpcl_context *ctx, mpcl_tensor *d_pre, const 
     if (saved) TRY(check_shape(ctx, saved, d_out->rows, d_out->cols, op, "saved"));
     TRY(check_count(ctx, d_out, op));
 
+    static const char *const names[MPCL_ACT_COUNT] = {
+        "mpcl_bias_act_backward_identity", "mpcl_bias_act_backward_relu",
+        "mpcl_bias_act_backward_gelu", "mpcl_bias_act_backward_sigmoid",
+        "mpcl_bias_act_backward_tanh"};
+    const char *name = names[act];
     cl_kernel k;
-    TRY(mpcl__kernel(ctx, d_out->dtype, "mpcl_bias_act_backward", &k));
+    TRY(mpcl__kernel(ctx, d_out->dtype, name, &k));
     cl_uint n = (cl_uint)(d_out->rows * d_out->cols);
-    cl_int a = (cl_int)act;
     /* Identity never reads saved; d_out stands in when it is NULL. */
     cl_mem saved_mem = saved ? saved->mem : d_out->mem;
-    TRY(mpcl__set_args(ctx, k, "mpcl_bias_act_backward", MPCL_ARG(d_pre->mem), MPCL_ARG(d_out->mem),
-                       MPCL_ARG(saved_mem), MPCL_ARG(n), MPCL_ARG(a), MPCL_ARGS_END));
-    return mpcl__launch_1d(ctx, k, "mpcl_bias_act_backward", n, ELEMENTWISE_WG);
+    TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(d_pre->mem), MPCL_ARG(d_out->mem),
+                       MPCL_ARG(saved_mem), MPCL_ARG(n), MPCL_ARGS_END));
+    return mpcl__launch_1d(ctx, k, name, n, ELEMENTWISE_WG);
 }
 
 mpcl_status mpcl_bias_grad(mpcl_context *ctx, mpcl_tensor *d_bias, const mpcl_tensor *d_pre) {
