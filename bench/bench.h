@@ -18,5 +18,6 @@ int bench_fail(const char *what, mpcl_status st);
 
 int bench_cmd_gemm(mpcl_context *ctx, const bench_opts *opts);
 int bench_cmd_train(mpcl_context *ctx, const bench_opts *opts);
+int bench_cmd_elementwise(mpcl_context *ctx, const bench_opts *opts);
 
 #endif

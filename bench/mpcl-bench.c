@@ -1,7 +1,7 @@
 /* mpcl-bench: timings as tables (or JSON), each against a reference measured
  * in the same run. Subcommands live in one table; add a row to add one.
  *
- *   mpcl-bench gemm|train [--device SEL] [--json]
+ *   mpcl-bench gemm|train|elementwise [--device SEL] [--json]
  */
 #include <cblas.h>
 #include <math.h>
@@ -260,6 +260,8 @@ static const bench_cmd commands[] = {
      "every GEMM path the device runs on the MLP shapes and 1024^3, against OpenBLAS"},
     {"train", bench_cmd_train,
      "training samples/s per policy, one step split by phase, launches per step"},
+    {"elementwise", bench_cmd_elementwise,
+     "bandwidth of the elementwise kernels at 16 MB, against host memcpy"},
 };
 #define COMMAND_COUNT (sizeof commands / sizeof commands[0])
 
