@@ -17,6 +17,9 @@ configure() { # DIR OPTIONS...
     fi
 }
 
+echo "== formatting (.clang-format)"
+git ls-files '*.c' '*.h' | xargs clang-format --dry-run --Werror
+
 configure build -Dwerror=true
 meson compile -C build
 
