@@ -149,6 +149,10 @@ struct mpcl_tensor {
  * smaller than the buffers allocated for max_batch. Never destroyed. */
 mpcl_tensor mpcl__tensor_rows(const mpcl_tensor *t, size_t B);
 
+/* Sets argument `index` of k; a failure names the kernel and the index. */
+mpcl_status mpcl__set_arg(mpcl_context *ctx, cl_kernel k, const char *name, cl_uint index,
+                          size_t size, const void *value);
+
 /* Sets the arguments of k from a list of (size, pointer) pairs ended by
  * MPCL_ARGS_END; a failure names the kernel and the argument index. */
 mpcl_status mpcl__set_args(mpcl_context *ctx, cl_kernel k, const char *name, ...);

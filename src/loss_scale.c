@@ -124,17 +124,13 @@ static mpcl_status check_launch(mpcl_context *ctx, mpcl_loss_scale *ls, mpcl_dty
         const mpcl_tensor *t = a < n ? list[a] : list[0];
         cl_uint count = a < n ? (cl_uint)(t->rows * t->cols) : 0;
         if (count > most) most = count;
-        cl_int err = clSetKernelArg(k, 2 * a, sizeof t->mem, &t->mem);
-        if (err == CL_SUCCESS) err = clSetKernelArg(k, 2 * a + 1, sizeof count, &count);
-        if (err != CL_SUCCESS)
-            return MPCL_ERROR(ctx, mpcl__cl_status(err), "clSetKernelArg(%s, %u) returned %s (%d)",
-                              name, 2 * a, mpcl_cl_error_name(err), (int)err);
+        st = mpcl__set_arg(ctx, k, name, 2 * a, sizeof t->mem, &t->mem);
+        if (st == MPCL_OK) st = mpcl__set_arg(ctx, k, name, 2 * a + 1, sizeof count, &count);
+        if (st != MPCL_OK) return st;
     }
-    cl_int err = clSetKernelArg(k, 2 * MPCL_LOSS_SCALE_CHECK_PER_LAUNCH, sizeof ls->state->mem,
-                                &ls->state->mem);
-    if (err != CL_SUCCESS)
-        return MPCL_ERROR(ctx, mpcl__cl_status(err), "clSetKernelArg(%s, state) returned %s (%d)",
-                          name, mpcl_cl_error_name(err), (int)err);
+    st = mpcl__set_arg(ctx, k, name, 2 * MPCL_LOSS_SCALE_CHECK_PER_LAUNCH, sizeof ls->state->mem,
+                       &ls->state->mem);
+    if (st != MPCL_OK) return st;
     /* Each item strides over every tensor; 64K items are plenty to fill a
      * GPU and keep the per-item loop short for MLP-sized gradients. */
     size_t items = most < 65536 ? most : 65536;

@@ -173,18 +173,10 @@ mpcl_status mpcl_optimizer_set_lr(mpcl_optimizer *opt, float lr) {
     return MPCL_OK;
 }
 
-static mpcl_status set_arg(mpcl_context *ctx, cl_kernel k, const char *name, cl_uint index,
-                           size_t size, const void *value) {
-    cl_int err = clSetKernelArg(k, index, size, value);
-    if (err != CL_SUCCESS)
-        return MPCL_ERROR(ctx, mpcl__cl_status(err), "clSetKernelArg(%s, %u) returned %s (%d)",
-                          name, index, mpcl_cl_error_name(err), (int)err);
-    return MPCL_OK;
-}
-#define SET_ARG(i, x)                                                   \
-    do {                                                                \
-        st = set_arg(ctx, k, name, (i), sizeof(x), (const void *)&(x)); \
-        if (st != MPCL_OK) return st;                                   \
+#define SET_ARG(i, x)                                                         \
+    do {                                                                      \
+        st = mpcl__set_arg(ctx, k, name, (i), sizeof(x), (const void *)&(x)); \
+        if (st != MPCL_OK) return st;                                         \
     } while (0)
 
 /* One launch over parameters [first, first + n), n <= MPCL_OPTIM_PARAMS_PER_LAUNCH. */

@@ -183,20 +183,24 @@ mpcl_tensor mpcl__tensor_rows(const mpcl_tensor *t, size_t B) {
     return v;
 }
 
+mpcl_status mpcl__set_arg(mpcl_context *ctx, cl_kernel k, const char *name, cl_uint index,
+                          size_t size, const void *value) {
+    cl_int err = clSetKernelArg(k, index, size, value);
+    if (err != CL_SUCCESS)
+        return MPCL_ERROR(ctx, mpcl__cl_status(err), "clSetKernelArg(%s, %u) returned %s (%d)",
+                          name, index, mpcl_cl_error_name(err), (int)err);
+    return MPCL_OK;
+}
+
 mpcl_status mpcl__set_args(mpcl_context *ctx, cl_kernel k, const char *name, ...) {
     va_list ap;
     va_start(ap, name);
     mpcl_status st = MPCL_OK;
-    for (cl_uint i = 0;; i++) {
+    for (cl_uint i = 0; st == MPCL_OK; i++) {
         size_t size = va_arg(ap, size_t);
         if (size == 0) break;
         const void *value = va_arg(ap, const void *);
-        cl_int err = clSetKernelArg(k, i, size, value);
-        if (err != CL_SUCCESS) {
-            st = MPCL_ERROR(ctx, mpcl__cl_status(err), "clSetKernelArg(%s, %u) returned %s (%d)",
-                            name, i, mpcl_cl_error_name(err), (int)err);
-            break;
-        }
+        st = mpcl__set_arg(ctx, k, name, i, size, value);
     }
     va_end(ap);
     return st;
