@@ -19,6 +19,8 @@ configure() { # DIR OPTIONS...
 
 echo "== formatting (.clang-format)"
 git ls-files '*.c' '*.h' | xargs clang-format --dry-run --Werror
+echo "== area order (scripts/check_areas.py)"
+python3 scripts/check_areas.py
 
 configure build -Dwerror=true
 meson compile -C build

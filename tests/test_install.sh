@@ -34,4 +34,9 @@ C
 cc -std=c11 -Wall -Werror $cflags "$tmp/hello.c" -o "$tmp/hello" $libs
 LD_LIBRARY_PATH="$libdir" "$tmp/hello"
 [ -x "$(find "$tmp/dest" -name mpcl-probe -type f | head -n 1)" ] || { echo "mpcl-probe not installed" >&2; exit 1; }
+# Only the public API is exported: every other symbol is hidden.
+lib=$(find "$tmp/dest" -name 'libmpcl.so.*.*' -type f | head -n 1)
+leaked=$(nm -D --defined-only "$lib" | awk '{print $3}' | grep -v '^mpcl_[a-z0-9]' || true)
+[ -z "$leaked" ] || { echo "libmpcl exports non-public symbols:" >&2; echo "$leaked" >&2; exit 1; }
+nm -D --defined-only "$lib" | awk '{print $3}' | grep -q '^mpcl_version$' || { echo "mpcl_version not exported" >&2; exit 1; }
 echo "install test passed"

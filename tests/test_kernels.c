@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "runtime/runtime.h"
 #include "testutil.h"
 
 static char cache_dir[64];

@@ -1,7 +1,7 @@
 /* Status names and sentences, OpenCL error names, and the error detail. */
 #include <string.h>
 
-#include "internal.h"
+#include "runtime/runtime.h"
 #include "testutil.h"
 
 static void status_names_are_distinct_and_prefixed(void **state) {

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "checkpoint.h"
+#include "train/train_internal.h"
 #include "testutil.h"
 
 enum { MAX_REPORTS = 256 };

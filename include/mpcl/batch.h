@@ -14,6 +14,9 @@
 extern "C" {
 #endif
 
+/* Exported from libmpcl, which hides every other symbol. */
+#pragma GCC visibility push(default)
+
 typedef struct mpcl_device_dataset mpcl_device_dataset;
 
 /* Uploads ds (count x features bytes, count labels) to the device. */
@@ -31,6 +34,8 @@ size_t mpcl_device_dataset_features(const mpcl_device_dataset *dd);
 mpcl_status mpcl_device_dataset_gather(mpcl_context *ctx, const mpcl_device_dataset *dd,
                                        const mpcl_tensor *order, size_t first, mpcl_tensor *x,
                                        mpcl_tensor *labels);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

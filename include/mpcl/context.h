@@ -13,6 +13,9 @@
 extern "C" {
 #endif
 
+/* Exported from libmpcl, which hides every other symbol. */
+#pragma GCC visibility push(default)
+
 typedef struct mpcl_context mpcl_context;
 
 typedef struct mpcl_context_params {
@@ -50,6 +53,8 @@ uint64_t mpcl_context_sync_count(const mpcl_context *ctx);
 
 /* Waits for everything enqueued so far. */
 mpcl_status mpcl_context_finish(mpcl_context *ctx);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

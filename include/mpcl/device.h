@@ -12,6 +12,9 @@
 extern "C" {
 #endif
 
+/* Exported from libmpcl, which hides every other symbol. */
+#pragma GCC visibility push(default)
+
 typedef enum mpcl_device_type {
     MPCL_DEVICE_TYPE_CPU,
     MPCL_DEVICE_TYPE_GPU,
@@ -115,6 +118,8 @@ bool mpcl_has_extension(const char *extensions, const char *name);
 const char *mpcl_device_type_name(mpcl_device_type type);
 const char *mpcl_fp16_math_name(mpcl_fp16_math math);
 const char *mpcl_fp16_storage_name(mpcl_fp16_storage storage);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

@@ -12,6 +12,9 @@
 extern "C" {
 #endif
 
+/* Exported from libmpcl, which hides every other symbol. */
+#pragma GCC visibility push(default)
+
 /* C = alpha * op(A) * op(B) + beta * C, all row-major, op(X) = X or X^T.
  *   a: M x K (trans_a false) or K x M (trans_a true)
  *   b: K x N (trans_b false) or N x K (trans_b true)
@@ -34,6 +37,8 @@ mpcl_status mpcl_gemm(mpcl_context *ctx, mpcl_gemm_path path, bool trans_a, bool
  * MPCL_GEMM included. When MPCL_GEMM names a path this device or storage
  * cannot run, that path is returned anyway, so that mpcl_gemm reports why. */
 mpcl_gemm_path mpcl_gemm_default_path(const mpcl_context *ctx, mpcl_dtype storage);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

@@ -44,6 +44,9 @@
 extern "C" {
 #endif
 
+/* Exported from libmpcl, which hides every other symbol. */
+#pragma GCC visibility push(default)
+
 typedef enum mpcl_loss_scale_mode {
     MPCL_LOSS_SCALE_DYNAMIC,
     MPCL_LOSS_SCALE_FIXED,
@@ -105,6 +108,8 @@ mpcl_status mpcl_loss_scale_read(mpcl_context *ctx, const mpcl_loss_scale *ls,
  * The scale must be finite and > 0 (MPCL_ERR_INVALID_ARG, state untouched). */
 mpcl_status mpcl_loss_scale_write_state(mpcl_context *ctx, mpcl_loss_scale *ls,
                                         const mpcl_loss_scale_state *st);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

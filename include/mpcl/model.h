@@ -32,6 +32,9 @@
 extern "C" {
 #endif
 
+/* Exported from libmpcl, which hides every other symbol. */
+#pragma GCC visibility push(default)
+
 #define MPCL_MAX_HIDDEN 7
 
 typedef struct mpcl_model_params {
@@ -102,6 +105,8 @@ mpcl_status mpcl_model_write_param(mpcl_model *m, size_t index, mpcl_optim_slot 
 /* The optimizer's step counter (completed updates). */
 mpcl_status mpcl_model_read_step(mpcl_model *m, uint32_t *step);
 mpcl_status mpcl_model_write_step(mpcl_model *m, uint32_t step);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

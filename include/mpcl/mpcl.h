@@ -13,6 +13,7 @@
 #include "mpcl/gemm.h"
 #include "mpcl/loss_scale.h"
 #include "mpcl/optim.h"
+#include "mpcl/rng.h"
 #include "mpcl/data.h"
 #include "mpcl/safetensors.h"
 #include "mpcl/batch.h"

@@ -19,6 +19,9 @@
 extern "C" {
 #endif
 
+/* Exported from libmpcl, which hides every other symbol. */
+#pragma GCC visibility push(default)
+
 typedef enum mpcl_activation {
     MPCL_ACT_IDENTITY,
     MPCL_ACT_RELU,
@@ -128,6 +131,8 @@ mpcl_status mpcl_softmax_xent_forward_backward(mpcl_context *ctx, mpcl_tensor *s
  * +-inf; f16 -> f32 is exact; the same dtype is a copy. inf and NaN pass
  * through. dst, src: the same shape, f32 or f16. */
 mpcl_status mpcl_cast(mpcl_context *ctx, mpcl_tensor *dst, const mpcl_tensor *src);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

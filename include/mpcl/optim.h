@@ -44,6 +44,9 @@
 extern "C" {
 #endif
 
+/* Exported from libmpcl, which hides every other symbol. */
+#pragma GCC visibility push(default)
+
 #define MPCL_OPTIM_PARAMS_PER_LAUNCH 8
 
 typedef enum mpcl_optim_kind {
@@ -111,6 +114,8 @@ mpcl_status mpcl_optimizer_write(mpcl_context *ctx, mpcl_optimizer *opt, mpcl_op
 /* The step counter (completed, not skipped, updates). Blocking. */
 mpcl_status mpcl_optimizer_read_step(mpcl_context *ctx, const mpcl_optimizer *opt, uint32_t *step);
 mpcl_status mpcl_optimizer_write_step(mpcl_context *ctx, mpcl_optimizer *opt, uint32_t step);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

@@ -12,6 +12,9 @@
 extern "C" {
 #endif
 
+/* Exported from libmpcl, which hides every other symbol. */
+#pragma GCC visibility push(default)
+
 typedef enum mpcl_dtype {
     MPCL_DTYPE_F32,
     MPCL_DTYPE_F16,
@@ -74,6 +77,8 @@ const char *mpcl_gemm_path_name(mpcl_gemm_path path);
 /* Name to value; false for an unknown name. */
 bool mpcl_policy_parse(const char *name, mpcl_policy *out);
 bool mpcl_gemm_path_parse(const char *name, mpcl_gemm_path *out);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

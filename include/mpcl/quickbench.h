@@ -8,6 +8,9 @@
 extern "C" {
 #endif
 
+/* Exported from libmpcl, which hides every other symbol. */
+#pragma GCC visibility push(default)
+
 typedef struct mpcl_quick_bench {
     double sgemm_gflops;  /* CLBlast SGEMM, 1024^3, row-major NN */
     double hgemm_gflops;  /* CLBlast HGEMM, same shape; NAN when fp16 math is not usable */
@@ -16,6 +19,8 @@ typedef struct mpcl_quick_bench {
 } mpcl_quick_bench;
 
 mpcl_status mpcl_quick_bench_run(mpcl_context *ctx, mpcl_quick_bench *out);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

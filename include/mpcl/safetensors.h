@@ -15,6 +15,9 @@
 extern "C" {
 #endif
 
+/* Exported from libmpcl, which hides every other symbol. */
+#pragma GCC visibility push(default)
+
 /* The dtypes mpcl reads and writes, by their safetensors names. */
 #define MPCL_ST_DTYPE_MAP(X) \
     X(F64, 8)                \
@@ -99,6 +102,8 @@ const mpcl_st_tensor *mpcl_safetensors_find(const mpcl_safetensors *st, const ch
 size_t mpcl_safetensors_meta_count(const mpcl_safetensors *st);
 const mpcl_st_meta *mpcl_safetensors_meta(const mpcl_safetensors *st, size_t index);
 const char *mpcl_safetensors_meta_get(const mpcl_safetensors *st, const char *key);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

@@ -7,6 +7,9 @@
 extern "C" {
 #endif
 
+/* Exported from libmpcl, which hides every other symbol. */
+#pragma GCC visibility push(default)
+
 /* X(suffix, sentence) */
 #define MPCL_STATUS_MAP(X)                             \
     X(OK, "success")                                   \
@@ -44,6 +47,8 @@ const char *mpcl_errmsg(void);
 
 /* "CL_INVALID_VALUE" for -30; "CL_UNKNOWN_ERROR" for codes OpenCL does not name. */
 const char *mpcl_cl_error_name(int cl_error);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

@@ -13,6 +13,9 @@
 extern "C" {
 #endif
 
+/* Exported from libmpcl, which hides every other symbol. */
+#pragma GCC visibility push(default)
+
 typedef struct mpcl_tensor mpcl_tensor;
 
 /* A rows x cols tensor, zero-filled. A request over the device's maximum
@@ -48,6 +51,8 @@ mpcl_status mpcl_tensor_fill(mpcl_tensor *t, float value);
 /* Device bytes held by this context's tensors now, and the most ever held. */
 size_t mpcl_context_bytes_now(const mpcl_context *ctx);
 size_t mpcl_context_bytes_peak(const mpcl_context *ctx);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

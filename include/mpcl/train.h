@@ -16,6 +16,9 @@
 extern "C" {
 #endif
 
+/* Exported from libmpcl, which hides every other symbol. */
+#pragma GCC visibility push(default)
+
 typedef struct mpcl_train_report {
     uint64_t step;        /* global step (batches done since the start of training) */
     uint32_t epoch;       /* 0-based */
@@ -98,6 +101,8 @@ void mpcl_trainer_summary(const mpcl_trainer *tr, mpcl_train_summary *out);
  * with the flags that would match; so is an inconsistent position. */
 mpcl_status mpcl_trainer_save(mpcl_trainer *tr, const char *path);
 mpcl_status mpcl_trainer_load(mpcl_trainer *tr, const char *path);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

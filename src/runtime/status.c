@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "runtime/runtime.h"
 
 #define MPCL__ERRMSG_SIZE 65536 /* room for a whole build log */
 

@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <zlib.h>
 
-#include "internal.h"
+#include "io/io.h"
 #include "mpcl/data.h"
 
 #define IDX_MAGIC_IMAGES 0x00000803u /* u8, 3 dimensions */
@@ -417,35 +417,4 @@ mpcl_status mpcl_dataset_batch(const mpcl_dataset *ds, const int32_t *idx, size_
         if (labels) labels[i] = ds->labels[idx[i]];
     }
     return MPCL_OK;
-}
-
-uint64_t mpcl_rng_next(uint64_t *state) {
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-uint64_t mpcl_rng_below(uint64_t *state, uint64_t bound) {
-    if (bound <= 1) return 0;
-    /* 2^64 mod bound, computed in 64 bits: the draws below it would make the
-     * low residues one more likely than the others. */
-    uint64_t threshold = (0 - bound) % bound;
-    uint64_t r;
-    do r = mpcl_rng_next(state);
-    while (r < threshold);
-    return r % bound;
-}
-
-void mpcl_iota_indices(int32_t *idx, size_t n) {
-    for (size_t i = 0; i < n; i++) idx[i] = (int32_t)i;
-}
-
-void mpcl_shuffle_indices(uint64_t *rng_state, int32_t *idx, size_t n) {
-    for (size_t i = n; i > 1; i--) {
-        size_t j = (size_t)mpcl_rng_below(rng_state, i);
-        int32_t t = idx[i - 1];
-        idx[i - 1] = idx[j];
-        idx[j] = t;
-    }
 }

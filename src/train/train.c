@@ -6,7 +6,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "checkpoint.h"
+#include "train/train_internal.h"
 
 static double now_s(void) {
     struct timespec ts;

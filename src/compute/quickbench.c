@@ -5,7 +5,7 @@
 #include <math.h>
 #include <time.h>
 
-#include "internal.h"
+#include "compute/compute.h"
 #include "mpcl/gemm.h"
 
 static double now_s(void) {

@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "runtime/runtime.h"
 
 #define HEADER_BYTES 40
 static const char MAGIC[8] = {'M', 'P', 'C', 'L', 'B', 'I', 'N', '1'};

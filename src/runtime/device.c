@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "runtime/runtime.h"
 
 #ifndef CL_DEVICE_HALF_FP_CONFIG
 #define CL_DEVICE_HALF_FP_CONFIG 0x1033

@@ -2,7 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "compute/compute.h"
 
 size_t mpcl_dtype_size(mpcl_dtype dtype) {
     switch (dtype) {

@@ -1,7 +1,7 @@
 /* The data set on the device and the batch gather. */
 #include <stdlib.h>
 
-#include "internal.h"
+#include "io/io.h"
 #include "mpcl/batch.h"
 
 struct mpcl_device_dataset {

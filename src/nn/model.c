@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
-#include "mpcl/data.h"
+#include "nn/nn.h"
+#include "mpcl/rng.h"
 #include "mpcl/gemm.h"
 
 typedef struct layer {

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "runtime/runtime.h"
 
 static const char *const policy_names[MPCL_POLICY_COUNT] = {"auto", "mixed_float16", "float32"};
 static const char *const gemm_names[MPCL_GEMM_PATH_COUNT] = {"clblast-sgemm", "clblast-hgemm",

@@ -1,7 +1,7 @@
-/* Internal declarations shared by the library's files: error recording, the
- * context's insides, the kernels area. Nothing here is installed. */
-#ifndef MPCL_INTERNAL_H
-#define MPCL_INTERNAL_H
+/* The runtime area's internal declarations (status, device, kernels, cache,
+ * context), for the areas above it. Nothing here is installed. */
+#ifndef MPCL_RUNTIME_H
+#define MPCL_RUNTIME_H
 
 #ifndef CL_TARGET_OPENCL_VERSION
 #define CL_TARGET_OPENCL_VERSION 120
@@ -10,8 +10,14 @@
 #include <stdarg.h>
 #include <stddef.h>
 
-#include "mpcl/mpcl.h"
 #include "mpcl/cl_interop.h"
+#include "mpcl/context.h"
+#include "mpcl/device.h"
+#include "mpcl/plan.h"
+#include "mpcl/status.h"
+#include "mpcl/half.h"
+#include "mpcl/rng.h"
+#include "mpcl/version.h"
 
 #if defined(__GNUC__)
 #define MPCL_PRINTF(f, a) __attribute__((format(printf, f, a)))
@@ -134,37 +140,5 @@ struct mpcl_context {
     uint64_t syncs;    /* blocking calls: finishes, blocking reads and writes */
     char *errmsg;      /* owned; never NULL after create */
 };
-
-/* ---- tensor ---- */
-
-struct mpcl_tensor {
-    mpcl_context *ctx;
-    cl_mem mem;
-    mpcl_dtype dtype;
-    size_t rows, cols;
-    size_t bytes;
-};
-
-/* The first B rows of t as a tensor value sharing t's memory: batches
- * smaller than the buffers allocated for max_batch. Never destroyed. */
-mpcl_tensor mpcl__tensor_rows(const mpcl_tensor *t, size_t B);
-
-/* Sets argument `index` of k; a failure names the kernel and the index. */
-mpcl_status mpcl__set_arg(mpcl_context *ctx, cl_kernel k, const char *name, cl_uint index,
-                          size_t size, const void *value);
-
-/* Sets the arguments of k from a list of (size, pointer) pairs ended by
- * MPCL_ARGS_END; a failure names the kernel and the argument index. */
-mpcl_status mpcl__set_args(mpcl_context *ctx, cl_kernel k, const char *name, ...);
-#define MPCL_ARG(x) sizeof(x), (const void *)&(x)
-#define MPCL_ARGS_END (size_t)0
-
-/* Enqueues a 1-D kernel over n items; the global size is rounded up to a
- * multiple of `local` (0 lets the driver choose the work-group). */
-mpcl_status mpcl__launch_1d(mpcl_context *ctx, cl_kernel k, const char *name, size_t n,
-                            size_t local);
-/* Enqueues a 2-D kernel; with `local`, global sizes are rounded up to it. */
-mpcl_status mpcl__launch_2d(mpcl_context *ctx, cl_kernel k, const char *name, size_t gx, size_t gy,
-                            const size_t *local);
 
 #endif

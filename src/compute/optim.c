@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "loss_scale_internal.h"
+#include "compute/compute.h"
 
 struct mpcl_optimizer {
     mpcl_context *ctx;

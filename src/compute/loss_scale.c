@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "loss_scale_internal.h"
+#include "compute/compute.h"
 
 struct mpcl_loss_scale {
     mpcl_context *ctx;

@@ -1,6 +1,6 @@
 /* CLBlast status codes: names for error messages and the mpcl status each
  * maps to. The table follows clblast_c.h of CLBlast 1.5. */
-#include "clblast_status.h"
+#include "runtime/clblast_status.h"
 
 #include <stdio.h>
 

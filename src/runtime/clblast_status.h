@@ -2,7 +2,7 @@
 #ifndef MPCL_CLBLAST_STATUS_H
 #define MPCL_CLBLAST_STATUS_H
 
-#include "internal.h"
+#include "runtime/runtime.h"
 
 const char *mpcl__clblast_name(int code);
 mpcl_status mpcl__clblast_error(mpcl_context *ctx, int code, const char *call, const char *file,

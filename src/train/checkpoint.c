@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checkpoint.h"
+#include "train/train_internal.h"
 #include "mpcl/safetensors.h"
 
 #define FORMAT_NAME "mpcl-checkpoint"

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "runtime/runtime.h"
 
 /* Never -cl-fast-relaxed-math or -cl-finite-math-only: the non-finite check
  * of loss scaling relies on real inf and NaN. */

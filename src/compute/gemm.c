@@ -3,8 +3,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "clblast_status.h"
-#include "internal.h"
+#include "runtime/clblast_status.h"
+#include "compute/compute.h"
 #include "mpcl/gemm.h"
 
 #include <clblast_c.h>

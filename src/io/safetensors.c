@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "io/io.h"
 #include "mpcl/safetensors.h"
 
 typedef unsigned long long ull;

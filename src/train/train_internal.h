@@ -1,12 +1,13 @@
 /* The trainer's insides, shared by train.c (the loop) and checkpoint.c (save
  * and load of its state). Nothing here is installed. */
-#ifndef MPCL_CHECKPOINT_H
-#define MPCL_CHECKPOINT_H
+#ifndef MPCL_TRAIN_INTERNAL_H
+#define MPCL_TRAIN_INTERNAL_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "internal.h"
+#include "io/io.h"
+#include "mpcl/train.h"
 
 struct mpcl_trainer {
     mpcl_context *ctx;

@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "internal.h"
+#include "compute/compute.h"
 
 /* Work-group sizes: a few dozen items suit PoCL's work-group vectorizer and
  * any GPU. LOSS_WG must match cl/loss.cl (reqd_work_group_size). */

@@ -1,0 +1,61 @@
+/* The compute area's internal declarations (tensor insides, kernel argument
+ * and launch helpers, what the optimizer reads of the loss scaler), for the
+ * areas above it. Nothing here is installed. */
+#ifndef MPCL_COMPUTE_H
+#define MPCL_COMPUTE_H
+
+#include "mpcl/gemm.h"
+#include "mpcl/loss_scale.h"
+#include "mpcl/ops.h"
+#include "mpcl/optim.h"
+#include "mpcl/quickbench.h"
+#include "mpcl/tensor.h"
+#include "runtime/runtime.h"
+
+/* ---- tensor ---- */
+
+struct mpcl_tensor {
+    mpcl_context *ctx;
+    cl_mem mem;
+    mpcl_dtype dtype;
+    size_t rows, cols;
+    size_t bytes;
+};
+
+/* The first B rows of t as a tensor value sharing t's memory: batches
+ * smaller than the buffers allocated for max_batch. Never destroyed. */
+mpcl_tensor mpcl__tensor_rows(const mpcl_tensor *t, size_t B);
+
+/* Sets argument `index` of k; a failure names the kernel and the index. */
+mpcl_status mpcl__set_arg(mpcl_context *ctx, cl_kernel k, const char *name, cl_uint index,
+                          size_t size, const void *value);
+
+/* Sets the arguments of k from a list of (size, pointer) pairs ended by
+ * MPCL_ARGS_END; a failure names the kernel and the argument index. */
+mpcl_status mpcl__set_args(mpcl_context *ctx, cl_kernel k, const char *name, ...);
+#define MPCL_ARG(x) sizeof(x), (const void *)&(x)
+#define MPCL_ARGS_END (size_t)0
+
+/* Enqueues a 1-D kernel over n items; the global size is rounded up to a
+ * multiple of `local` (0 lets the driver choose the work-group). */
+mpcl_status mpcl__launch_1d(mpcl_context *ctx, cl_kernel k, const char *name, size_t n,
+                            size_t local);
+/* Enqueues a 2-D kernel; with `local`, global sizes are rounded up to it. */
+mpcl_status mpcl__launch_2d(mpcl_context *ctx, cl_kernel k, const char *name, size_t gx, size_t gy,
+                            const size_t *local);
+
+/* ---- loss scale ---- */
+
+/* The uint [4] state buffer: good_steps, found_inf, skipped_steps,
+ * last_found_inf (cl/loss_scale.cl names the indices). */
+enum {
+    MPCL__LS_GOOD,
+    MPCL__LS_FOUND_INF,
+    MPCL__LS_SKIPPED,
+    MPCL__LS_LAST_FOUND_INF,
+    MPCL__LS_STATE_LEN
+};
+cl_mem mpcl__loss_scale_state_mem(const mpcl_loss_scale *ls);
+cl_mem mpcl__loss_scale_scale_mem(const mpcl_loss_scale *ls);
+
+#endif
