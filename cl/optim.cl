@@ -1,53 +1,30 @@
-// Optimizer updates over a flat f32 master buffer, up to eight parameter
-// tensors per launch (see include/mpcl/optim.h). Each work-item i < e7 owns
-// master element base + i, which belongs to parameter k where
-// e(k-1) <= i < e(k) (e are cumulative element ends within this launch;
-// unused slots repeat the last end and are never selected).
+// Optimizer updates over flat arenas (see include/mpcl/optim.h). Work-item i
+// owns element i of every arena: master, state, working copy and gradient.
 //
 // Common arguments:
 //   scale:    f32 [1], the loss scale; gradients are multiplied by 1/scale.
-//   ls_state: uint [4], the loss scaler's state; [1] is found_inf (the index
-//             loss_scale.cl calls LOSS_SCALE_FOUND_INF). When set, nothing is
-//             written except the step counter's copy below.
+//   ls_state: uint [4], the loss scaler's state; [OPTIM_FOUND_INF] is
+//             found_inf. When set, nothing is written except the step
+//             counter's copy below.
+//   clip:     f32 [2] {norm, factor}: gradients are multiplied by factor
+//             (1 when not clipping).
 //   step:     uint [8], two slots of four: {count, the bits of the f32
 //             bias corrections 1 - beta1^(count+1) and 1 - beta2^(count+1)
 //             for the coming step, unused}. Ping-ponged: this step reads slot
-//             `parity` and, when write_step, work-item 0 writes the next state
-//             to the other slot, so no item reads what another item of the
-//             same launch writes. The corrections are computed there, by one
-//             item, because transcendentals per element made the update 50x
-//             slower on PoCL (pown or expm1/log1p are scalar calls there).
+//             `parity` and work-item 0 writes the next state to the other
+//             slot, so no item reads what another item of the same launch
+//             writes. The corrections are computed there, by one item,
+//             because transcendentals per element made the update 50x slower
+//             on PoCL (pown or expm1/log1p are scalar calls there).
 #define OPTIM_FOUND_INF 1
-
-#define OPTIM_PARAM_ARGS                                                                 \
-    __global storage_t *w0, __global const storage_t *g0, __global storage_t *w1,        \
-        __global const storage_t *g1, __global storage_t *w2, __global const storage_t *g2, \
-        __global storage_t *w3, __global const storage_t *g3, __global storage_t *w4,    \
-        __global const storage_t *g4, __global storage_t *w5, __global const storage_t *g5, \
-        __global storage_t *w6, __global const storage_t *g6, __global storage_t *w7,    \
-        __global const storage_t *g7, uint e0, uint e1, uint e2, uint e3, uint e4, uint e5, \
-        uint e6, uint e7, uint base
-
-// Picks parameter k's working and gradient buffers and the index j inside it.
-#define OPTIM_PICK                                                      \
-    __global storage_t *w = w7;                                         \
-    __global const storage_t *g = g7;                                   \
-    uint j = i - e6;                                                    \
-    if (i < e0) {                                                       \
-        w = w0; g = g0; j = i;                                          \
-    } else if (i < e1) {                                                \
-        w = w1; g = g1; j = i - e0;                                     \
-    } else if (i < e2) {                                                \
-        w = w2; g = g2; j = i - e1;                                     \
-    } else if (i < e3) {                                                \
-        w = w3; g = g3; j = i - e2;                                     \
-    } else if (i < e4) {                                                \
-        w = w4; g = g4; j = i - e3;                                     \
-    } else if (i < e5) {                                                \
-        w = w5; g = g5; j = i - e4;                                     \
-    } else if (i < e6) {                                                \
-        w = w6; g = g6; j = i - e5;                                     \
-    }
+#define OPTIM_STEP_SLOT 4
+#define OPTIM_STEP_COUNT 0
+#define OPTIM_STEP_BC1 1
+#define OPTIM_STEP_BC2 2
+#define OPTIM_CLIP_NORM 0
+#define OPTIM_CLIP_FACTOR 1
+#define OPTIM_NORM_WG 64
+#define OPTIM_NORM_GROUPS 64
 
 // 1 - beta^t as -expm1(t * log1p(beta - 1)): a few ulp even at t = 1, where
 // 1 - beta^t cancels (beta - 1 is exact for beta in [0.5, 1)). beta = 0 gives
@@ -61,75 +38,117 @@ static float optim_bias_correction(float beta, uint t) {
 // bits the update kernel would have produced.
 __kernel void mpcl_optim_set_step(__global uint *step, uint t, float beta1, float beta2) {
     for (uint s = 0; s < 2u; s++) {
-        step[4u * s] = t;
-        step[4u * s + 1u] = as_uint(optim_bias_correction(beta1, t + 1u));
-        step[4u * s + 2u] = as_uint(optim_bias_correction(beta2, t + 1u));
-        step[4u * s + 3u] = 0u;
+        __global uint *slot = step + OPTIM_STEP_SLOT * s;
+        slot[OPTIM_STEP_COUNT] = t;
+        slot[OPTIM_STEP_BC1] = as_uint(optim_bias_correction(beta1, t + 1u));
+        slot[OPTIM_STEP_BC2] = as_uint(optim_bias_correction(beta2, t + 1u));
+        slot[3] = 0u;
     }
 }
 
-// Whether this step updates (found_inf clear); work-item 0 of the first
-// launch of the step writes the next step state into the other slot (a plain
-// copy when the step is skipped).
+// Whether this step updates (found_inf clear); work-item 0 writes the next
+// step state into the other slot (a plain copy when the step is skipped).
 static int optim_begin(__global const uint *ls_state, __global uint *step, uint parity,
-                       uint write_step, float beta1, float beta2, uint i) {
+                       float beta1, float beta2, uint i) {
     int go = ls_state[OPTIM_FOUND_INF] == 0u;
-    if (write_step && i == 0) {
-        __global const uint *cur = step + 4u * parity;
-        __global uint *next = step + 4u * (parity ^ 1u);
-        uint t = cur[0] + (go ? 1u : 0u);
-        next[0] = t;
-        next[1] = go ? as_uint(optim_bias_correction(beta1, t + 1u)) : cur[1];
-        next[2] = go ? as_uint(optim_bias_correction(beta2, t + 1u)) : cur[2];
+    if (i == 0) {
+        __global const uint *cur = step + OPTIM_STEP_SLOT * parity;
+        __global uint *next = step + OPTIM_STEP_SLOT * (parity ^ 1u);
+        uint t = cur[OPTIM_STEP_COUNT] + (go ? 1u : 0u);
+        next[OPTIM_STEP_COUNT] = t;
+        next[OPTIM_STEP_BC1] = go ? as_uint(optim_bias_correction(beta1, t + 1u)) : cur[OPTIM_STEP_BC1];
+        next[OPTIM_STEP_BC2] = go ? as_uint(optim_bias_correction(beta2, t + 1u)) : cur[OPTIM_STEP_BC2];
         next[3] = 0u;
     }
     return go;
 }
 
-// Adam and AdamW (decoupled != 0). master, m, v: f32, indexed base + i.
+// Adam and AdamW (decoupled != 0).
 __kernel void mpcl_optim_adam(__global float *master, __global float *m, __global float *v,
-                              OPTIM_PARAM_ARGS, __global const float *scale,
-                              __global const uint *ls_state, __global uint *step, uint parity,
-                              uint write_step, float lr, float beta1, float beta2, float eps,
-                              float weight_decay, uint decoupled) {
+                              __global storage_t *w, __global const storage_t *g, uint n,
+                              __global const float *scale, __global const uint *ls_state,
+                              __global const float *clip, __global uint *step, uint parity,
+                              float lr, float beta1, float beta2, float eps, float weight_decay,
+                              uint decoupled) {
     uint i = get_global_id(0);
-    int go = optim_begin(ls_state, step, parity, write_step, beta1, beta2, i);
-    if (i >= e7 || !go) return;
-    OPTIM_PICK
-    uint k = base + i;
-    float inv_scale = 1.0f / scale[0];
-    float bc1 = as_float(step[4u * parity + 1u]), bc2 = as_float(step[4u * parity + 2u]);
-    float gr = LOAD(g, j) * inv_scale;
-    float x = master[k];
+    int go = optim_begin(ls_state, step, parity, beta1, beta2, i);
+    if (i >= n || !go) return;
+    float gscale = clip[OPTIM_CLIP_FACTOR] / scale[0];
+    __global const uint *cur = step + OPTIM_STEP_SLOT * parity;
+    float bc1 = as_float(cur[OPTIM_STEP_BC1]), bc2 = as_float(cur[OPTIM_STEP_BC2]);
+    float gr = LOAD(g, i) * gscale;
+    float x = master[i];
     if (decoupled)
         x -= lr * weight_decay * x;
     else
         gr += weight_decay * x;
-    float mk = beta1 * m[k] + (1.0f - beta1) * gr;
-    float vk = beta2 * v[k] + (1.0f - beta2) * gr * gr;
-    x -= lr * (mk / bc1) / (sqrt(vk / bc2) + eps);
-    m[k] = mk;
-    v[k] = vk;
-    master[k] = x;
-    STORE(w, j, x);
+    float mi = beta1 * m[i] + (1.0f - beta1) * gr;
+    float vi = beta2 * v[i] + (1.0f - beta2) * gr * gr;
+    x -= lr * (mi / bc1) / (sqrt(vi / bc2) + eps);
+    m[i] = mi;
+    v[i] = vi;
+    master[i] = x;
+    STORE(w, i, x);
 }
 
-// SGD with momentum (PyTorch form, dampening 0). master, buf: f32.
-__kernel void mpcl_optim_sgd(__global float *master, __global float *buf, OPTIM_PARAM_ARGS,
+// SGD with momentum (PyTorch form, dampening 0).
+__kernel void mpcl_optim_sgd(__global float *master, __global float *buf,
+                             __global storage_t *w, __global const storage_t *g, uint n,
                              __global const float *scale, __global const uint *ls_state,
-                             __global uint *step, uint parity, uint write_step, float lr,
-                             float momentum, float weight_decay, uint nesterov) {
+                             __global const float *clip, __global uint *step, uint parity,
+                             float lr, float momentum, float weight_decay, uint nesterov) {
     uint i = get_global_id(0);
-    int go = optim_begin(ls_state, step, parity, write_step, 0.0f, 0.0f, i);
-    if (i >= e7 || !go) return;
-    OPTIM_PICK
-    uint k = base + i;
-    float inv_scale = 1.0f / scale[0];
-    float x = master[k];
-    float gr = LOAD(g, j) * inv_scale + weight_decay * x;
-    float b = momentum * buf[k] + gr;
+    int go = optim_begin(ls_state, step, parity, 0.0f, 0.0f, i);
+    if (i >= n || !go) return;
+    float gscale = clip[OPTIM_CLIP_FACTOR] / scale[0];
+    float x = master[i];
+    float gr = LOAD(g, i) * gscale + weight_decay * x;
+    float b = momentum * buf[i] + gr;
     x -= lr * (nesterov ? gr + momentum * b : b);
-    buf[k] = b;
-    master[k] = x;
-    STORE(w, j, x);
+    buf[i] = b;
+    master[i] = x;
+    STORE(w, i, x);
+}
+
+// working[offset + i] = master[offset + i] rounded to the storage dtype: after
+// the host wrote masters (initial weights, a checkpoint), the same rounding
+// as an update.
+__kernel void mpcl_optim_refresh(__global storage_t *w, __global const float *master,
+                                 uint offset, uint n) {
+    uint i = get_global_id(0);
+    if (i < n) STORE(w, offset + i, master[offset + i]);
+}
+
+// The first pass of the global norm: OPTIM_NORM_GROUPS work-groups of
+// OPTIM_NORM_WG items stride over the gradients, each group writes its sum of
+// squares to partial[group]. Fixed order everywhere: the same gradients give
+// the same bits.
+__kernel __attribute__((reqd_work_group_size(OPTIM_NORM_WG, 1, 1))) void mpcl_optim_grad_sumsq(
+    __global const storage_t *g, uint n, __global float *partial) {
+    __local float acc[OPTIM_NORM_WG];
+    uint lid = get_local_id(0), gid = get_global_id(0), gsz = get_global_size(0);
+    float s = 0.0f;
+    for (uint i = gid; i < n; i += gsz) {
+        float x = LOAD(g, i);
+        s = fma(x, x, s);
+    }
+    acc[lid] = s;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint half_size = OPTIM_NORM_WG / 2; half_size > 0; half_size /= 2) {
+        if (lid < half_size) acc[lid] += acc[lid + half_size];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (lid == 0) partial[get_group_id(0)] = acc[0];
+}
+
+// The second pass, one work-item: norm = sqrt(sum) / scale (the unscaled
+// gradient's norm) and the clip factor min(1, clip_norm / norm).
+__kernel void mpcl_optim_grad_norm(__global const float *partial, __global const float *scale,
+                                   float clip_norm, __global float *clip) {
+    if (get_global_id(0) != 0) return;
+    float s = 0.0f;
+    for (uint k = 0; k < OPTIM_NORM_GROUPS; k++) s += partial[k];
+    float norm = sqrt(s) / scale[0];
+    clip[OPTIM_CLIP_NORM] = norm;
+    clip[OPTIM_CLIP_FACTOR] = norm > clip_norm ? clip_norm / norm : 1.0f;
 }

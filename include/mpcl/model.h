@@ -1,19 +1,33 @@
-/* Model: a sequential MLP of Dense layers (bias, activation) with its training
- * state -- optimizer, loss scaler, loss statistics -- on one device. Forward,
- * backward and update are enqueued without any host read; the host reads the
- * device only when it asks for statistics.
+/* Model: a list of layers (Dense today) over a parameter table, with its
+ * training state -- optimizer, loss scaler, loss statistics -- on one device.
  *
- * Layout of one training step (B = rows of the batch, L layers):
- *   forward   h_l = act_l(x_l W_l + b_l)          GEMM NN, then fused bias+act
- *   loss      stats += xent(h_{L-1}, labels);  d_L = (softmax - onehot) * scale / B
- *   backward  dW_l = x_l^T d_l                     GEMM TN
- *             db_l = column sums of d_l            f32
- *             d_{l-1} = (d_l W_l^T) * act'         GEMM NT, then fused act backward
- *   scaling   found_inf |= any non-finite in dW, db   (mixed_float16 only)
- *   update    optimizer: unscale, update f32 masters, rewrite working copies,
- *             all skipped on the device when found_inf is set
- *   scale     dynamic loss-scale state machine
- * Weights are kept as Keras keeps them: kernel [inputs, units], bias [units]. */
+ * Parameters live in flat arenas described by one table, as llm.c carves one
+ * block for all parameters: every trainable tensor is a row {name, shape,
+ * offset}, and the same offset indexes each arena -- the f32 master weights,
+ * the working copy in the storage dtype that the GEMMs read, the gradients
+ * (storage dtype), and the optimizer's state (f32). Offsets are aligned to the
+ * device's sub-buffer alignment, so a layer sees its parameters and gradients
+ * as views (sub-buffers) while the loss-scale check, the clip norm and the
+ * optimizer each run once over a whole arena.
+ *
+ * One training step, in three phases, all enqueued without any host read:
+ *   forward   h_l = act_l(x_l W_l + b_l)           GEMM NN, then fused bias+act
+ *             loss: stats += xent(logits, labels); d_L = (softmax - onehot) * scale / B
+ *   backward  per layer from the top: d_pre = d_out * act'   (fused)
+ *             dW = x^T d_pre                         GEMM TN, into the gradient arena
+ *             db = column sums of d_pre              into the gradient arena
+ *             d_in = d_pre W^T                       GEMM NT (not for the first layer)
+ *   apply     found_inf |= any non-finite in the gradient arena (with a loss scaler);
+ *             optional global-norm clip; the optimizer (unscale, update the f32
+ *             masters and state, rewrite the working copy; skipped on the
+ *             device when found_inf is set); the loss-scale update.
+ * Between backward and apply a caller may work on the gradient arena (a
+ * data-parallel all-reduce goes there).
+ *
+ * Biases are read by the bias kernel from the f32 master arena directly (no
+ * double rounding); their gradients are in the storage dtype like every
+ * other. Weights are named and shaped as Keras names them: dense_N.kernel
+ * [inputs, units], dense_N.bias [units]. */
 #ifndef MPCL_MODEL_H
 #define MPCL_MODEL_H
 
@@ -36,9 +50,34 @@ extern "C" {
 #pragma GCC visibility push(default)
 
 #define MPCL_MAX_HIDDEN 7
+#define MPCL_MAX_LAYERS (MPCL_MAX_HIDDEN + 1)
+#define MPCL_MAX_RANK 4
+
+/* One layer of a model spec. kind names a registered layer ("dense"). */
+typedef struct mpcl_layer_spec {
+    char kind[16];
+    size_t units;
+    mpcl_activation activation;
+} mpcl_layer_spec;
+
+/* Whether kind is a registered layer kind. */
+bool mpcl_layer_kind_known(const char *kind);
+
+/* Loss scaling: as the plan says (on for mixed_float16, off for float32 and
+ * mixed_bfloat16), or forced on or off. */
+typedef enum mpcl_loss_scaling {
+    MPCL_LOSS_SCALING_PLAN,
+    MPCL_LOSS_SCALING_ON,
+    MPCL_LOSS_SCALING_OFF,
+} mpcl_loss_scaling;
 
 typedef struct mpcl_model_params {
-    size_t inputs;                     /* 784 */
+    size_t inputs;                  /* 784: features per sample */
+    /* The layers. With layer_count 0 (the default) they are an MLP made from
+     * the three fields below: Dense(hidden[i], activation) for each hidden
+     * width, then Dense(classes) with identity activation. */
+    mpcl_layer_spec layers[MPCL_MAX_LAYERS];
+    size_t layer_count;                /* 0 */
     size_t hidden[MPCL_MAX_HIDDEN];    /* widths of the hidden layers: {128} */
     size_t hidden_count;               /* 1 */
     size_t classes;                    /* 10: the output layer, identity activation */
@@ -47,57 +86,96 @@ typedef struct mpcl_model_params {
     size_t max_batch;                  /* 128: batches may be smaller, never larger */
     uint64_t seed;                     /* 42: the Glorot-uniform initial weights */
     mpcl_optim_params optim;           /* Adam, lr 1e-3, betas 0.9/0.999, eps 1e-7 */
-    mpcl_loss_scale_params loss_scale; /* dynamic, 2^15; used when the plan scales */
+    mpcl_loss_scaling loss_scaling;    /* as the plan says */
+    mpcl_loss_scale_params loss_scale; /* dynamic, 2^15; used when scaling is on */
 } mpcl_model_params;
 
 mpcl_model_params mpcl_model_default_params(void);
 
+/* The layer list params describe (explicit, or the MLP), into out[0..*count);
+ * MPCL_ERR_INVALID_ARG for a bad spec. ctx may be NULL. */
+mpcl_status mpcl_model_params_layers(mpcl_context *ctx, const mpcl_model_params *params,
+                                     mpcl_layer_spec out[MPCL_MAX_LAYERS], size_t *count);
+
 typedef struct mpcl_model mpcl_model;
 
 /* Resolves params->policy through the context's plan (MPCL_ERR_UNSUPPORTED
- * with the plan's reason when it is not usable), allocates every tensor for
- * batches up to max_batch, and initializes the weights: Glorot-uniform kernels
- * drawn on the host from params->seed (the same numbers on every device and
- * policy), zero biases. MPCL_ERR_INVALID_ARG names a bad parameter. */
+ * with the plan's reason when it is not usable), builds the layers, lays out
+ * the arenas, allocates every tensor for batches up to max_batch, and
+ * initializes the weights: Glorot-uniform kernels drawn on the host from
+ * params->seed (the same numbers on every device and policy), zero biases.
+ * MPCL_ERR_INVALID_ARG names a bad parameter. */
 mpcl_status mpcl_model_create(mpcl_context *ctx, const mpcl_model_params *params, mpcl_model **out);
 void mpcl_model_destroy(mpcl_model *m);
 
 const mpcl_model_params *mpcl_model_params_of(const mpcl_model *m);
 const mpcl_plan *mpcl_model_plan(const mpcl_model *m);
 size_t mpcl_model_layer_count(const mpcl_model *m);
-/* NULL when the plan does not scale the loss (float32). */
+const mpcl_layer_spec *mpcl_model_layer(const mpcl_model *m, size_t index);
+/* NULL when loss scaling is off. */
 mpcl_loss_scale *mpcl_model_loss_scale(const mpcl_model *m);
 
-/* One training step, enqueued: forward, loss, backward, loss-scale check,
- * update, scale update.
- * x: [B, inputs] in the plan's storage dtype; labels: [B, 1] i32; 1 <= B <=
- * max_batch. Loss and accuracy go to the training statistics. */
+/* ---- the step in three phases ---- */
+
+/* Forward with the loss: the logits of x, the training loss and accuracy
+ * into the training statistics, and the loss gradient (times the loss scale)
+ * for backward. x: [B, inputs] in the plan's storage dtype; labels: [B, 1]
+ * i32; 1 <= B <= max_batch. x and labels must stay alive until backward. */
+mpcl_status mpcl_model_forward(mpcl_model *m, const mpcl_tensor *x, const mpcl_tensor *labels);
+/* Gradients of the last forward into the gradient arena (overwritten, not
+ * accumulated). MPCL_ERR_INVALID_ARG without a forward before it. */
+mpcl_status mpcl_model_backward(mpcl_model *m);
+/* The finite check, the optional clip, the optimizer and the loss-scale
+ * update. MPCL_ERR_INVALID_ARG without a backward before it. */
+mpcl_status mpcl_model_apply(mpcl_model *m);
+
+/* forward, backward and apply. */
 mpcl_status mpcl_model_train_step(mpcl_model *m, const mpcl_tensor *x, const mpcl_tensor *labels);
 
 /* Forward and loss only, into the evaluation statistics. Same shapes. */
 mpcl_status mpcl_model_eval_step(mpcl_model *m, const mpcl_tensor *x, const mpcl_tensor *labels);
+
+/* The gradient arena, [1, arena elements] in the storage dtype: between
+ * backward and apply a caller may read or rewrite it (owned by the model). */
+mpcl_tensor *mpcl_model_grad_arena(mpcl_model *m);
 
 /* Blocking reads of the statistics (see mpcl_xent_stats_read: MPCL_ERR_LABEL
  * when a label was out of range since the last reset). */
 mpcl_status mpcl_model_read_train_stats(mpcl_model *m, mpcl_xent_stats *out, bool reset);
 mpcl_status mpcl_model_read_eval_stats(mpcl_model *m, mpcl_xent_stats *out, bool reset);
 
+/* The global gradient norm of the last applied step (clip_norm > 0 only;
+ * NaN otherwise). Blocking. */
+mpcl_status mpcl_model_read_grad_norm(mpcl_model *m, float *norm);
+
 /* The logits of the last step, [B, classes] in the storage dtype, B as given
  * to that step; for tests and inspection. */
 mpcl_status mpcl_model_read_logits(mpcl_model *m, float *dst, size_t count);
 
-/* ---- parameters, for checkpoints ---- */
+/* ---- the parameter table, for checkpoints ---- */
 
-/* 2 per layer, in order: dense_0.kernel, dense_0.bias, dense_1.kernel, ... */
+typedef struct mpcl_param_info {
+    char name[48];               /* "dense_1.kernel" */
+    size_t rank;                 /* 1 to MPCL_MAX_RANK */
+    size_t shape[MPCL_MAX_RANK]; /* Keras' shape: kernel [inputs, units], bias [units] */
+    size_t offset;               /* elements from the start of every arena */
+    size_t count;                /* elements: the product of the shape */
+} mpcl_param_info;
+
+/* In layer order: dense_0.kernel, dense_0.bias, dense_1.kernel, ... */
 size_t mpcl_model_param_count(const mpcl_model *m);
-/* The Keras name ("dense_1.kernel") and shape ([inputs, units] for a kernel,
- * [1, units] for a bias). */
+/* NULL past the end. */
+const mpcl_param_info *mpcl_model_param(const mpcl_model *m, size_t index);
 const char *mpcl_model_param_name(const mpcl_model *m, size_t index);
-void mpcl_model_param_shape(const mpcl_model *m, size_t index, size_t *rows, size_t *cols);
+/* Elements in each arena (the rows plus alignment padding) and the alignment
+ * of every row's offset, in elements. */
+size_t mpcl_model_arena_elements(const mpcl_model *m);
+size_t mpcl_model_arena_align(const mpcl_model *m);
+
 bool mpcl_model_has_slot(const mpcl_model *m, mpcl_optim_slot slot);
-/* Blocking copies of a parameter's f32 master weights or optimizer moments;
- * count = rows * cols (MPCL_ERR_SHAPE). Writing the master also rewrites the
- * working copy the GEMMs read. */
+/* Blocking copies of a parameter's f32 master weights or optimizer state;
+ * count = the parameter's element count (MPCL_ERR_SHAPE). Writing the master
+ * also rewrites the working copy the GEMMs read. */
 mpcl_status mpcl_model_read_param(mpcl_model *m, size_t index, mpcl_optim_slot slot, float *dst,
                                   size_t count);
 mpcl_status mpcl_model_write_param(mpcl_model *m, size_t index, mpcl_optim_slot slot,

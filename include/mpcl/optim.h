@@ -1,23 +1,32 @@
-/* Optimizers: SGD with momentum, Adam and AdamW, with f32 master weights and
- * f32 moments on the device, one launch for all parameters.
+/* Optimizers: SGD with momentum (optionally Nesterov), Adam and AdamW, rows
+ * of one table, over flat arenas with f32 master weights and f32 state.
  *
- * Layout. The model owns its working weights (storage dtype tensors, f16 in
- * mixed precision, f32 otherwise) and its gradients (same dtype). The
- * optimizer owns one flat f32 buffer of master weights and one per moment,
- * holding every parameter back to back in the order given at creation. One
- * update kernel covers that flat range and takes the working and gradient
- * tensors as a fixed list of MPCL_OPTIM_PARAMS_PER_LAUNCH buffer arguments
- * (OpenCL 1.2 has no arrays of pointers): up to 8 parameter tensors -- an MLP
- * of four Dense layers -- are one launch, more are ceil(count/8) launches of
- * the same step. Model tensors need no particular allocation.
+ * Layout. The caller owns two arenas of n elements: the f32 master weights and
+ * the working copy in the storage dtype (f32, f16 or bf16) that the GEMMs
+ * read; every parameter is a range of both, at the same element offsets. The
+ * optimizer owns its state arenas (first and second moment, or the momentum
+ * buffer) with the same layout, and the step counter. One update is one
+ * launch over the whole range: straight-line code per element, which a CPU
+ * runtime vectorizes.
  *
- * Per element, in that one kernel: g = grad * (1/scale) (the loss scale read
- * on the device), the update of the master weight and moments in f32, and the
- * working copy rewritten as the master rounded to the storage dtype (round to
- * nearest even for f16). When the loss scaler's found_inf is set the kernel
- * writes nothing -- weights, moments and the step counter stay as they were
- * (PyTorch's fused Adam with a GradScaler skips the same way). The step
- * counter lives on the device; the host never reads it during training.
+ * Per element, in that one kernel: g = grad * (1/scale) * clip (the loss scale
+ * and the clip factor read on the device), the update of the master weight
+ * and state in f32, and the working copy rewritten as the master rounded to
+ * the storage dtype (round to nearest even). When the loss scaler's found_inf
+ * is set the kernel writes nothing: weights, state and the step counter stay
+ * as they were (PyTorch's GradScaler skips the same way; TF-Keras'
+ * LossScaleOptimizer also skips the update but its optimizer's iteration
+ * counter still advances, which shifts Adam's bias correction; mpcl's does
+ * not). The step counter lives on the device; the host reads it only when
+ * asked.
+ *
+ * Clipping by global norm (clip_norm > 0): before the update, two launches
+ * compute the L2 norm of the whole unscaled gradient arena on the device (a
+ * fixed-order reduction, so the same inputs give the same bits) and the factor
+ * min(1, clip_norm / norm); the update multiplies every gradient by it. This
+ * is Keras' global_clipnorm. A gradient whose squared sum overflows f32 (norm
+ * inf) gets factor 0; a non-finite gradient gives a NaN norm and factor 1, and
+ * such a step is skipped by the loss scaler when there is one.
  *
  * The updates, with t the step counter after this step (1 on the first):
  *   SGD:   g += weight_decay * w (L2);  b = momentum * b + g;
@@ -33,6 +42,7 @@
 #ifndef MPCL_OPTIM_H
 #define MPCL_OPTIM_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -47,13 +57,19 @@ extern "C" {
 /* Exported from libmpcl, which hides every other symbol. */
 #pragma GCC visibility push(default)
 
-#define MPCL_OPTIM_PARAMS_PER_LAUNCH 8
-
 typedef enum mpcl_optim_kind {
     MPCL_OPTIM_SGD,
     MPCL_OPTIM_ADAM,
     MPCL_OPTIM_ADAMW,
+    MPCL_OPTIM_COUNT,
 } mpcl_optim_kind;
+
+/* "sgd", "adam", "adamw"; NULL for an unknown kind. */
+const char *mpcl_optim_kind_name(mpcl_optim_kind kind);
+/* Name to kind (case-sensitive); false for an unknown name. */
+bool mpcl_optim_kind_parse(const char *name, mpcl_optim_kind *out);
+/* "adam, adamw or sgd": the accepted names, for messages and --help. */
+const char *mpcl_optim_kind_names(void);
 
 typedef struct mpcl_optim_params {
     mpcl_optim_kind kind; /* as given to the defaults function */
@@ -64,52 +80,66 @@ typedef struct mpcl_optim_params {
     float weight_decay;   /* 0 for SGD and Adam (L2), 0.004 for AdamW (Keras) */
     float momentum;       /* SGD only: 0.9 */
     int nesterov;         /* SGD only: 0 */
+    float clip_norm;      /* 0: no clipping; else clip the global L2 norm to it */
 } mpcl_optim_params;
 
 mpcl_optim_params mpcl_optim_default_params(mpcl_optim_kind kind);
 
+/* Validates p: MPCL_ERR_INVALID_ARG naming the field (lr finite >= 0, betas
+ * in [0, 1), eps > 0, momentum in [0, 1], weight_decay and clip_norm finite
+ * >= 0). ctx may be NULL (the message then goes to the thread only). */
+mpcl_status mpcl_optim_params_check(mpcl_context *ctx, const mpcl_optim_params *p);
+
 typedef struct mpcl_optimizer mpcl_optimizer;
 
-/* working[0..count): the parameters' working weights, all of one storage
- * dtype (f32 or f16), any shapes, borrowed (they must outlive the optimizer).
- * The master weights start as the working values (converted to f32); use
- * mpcl_optimizer_write(MPCL_OPTIM_SLOT_MASTER) to start from f32 values
- * instead. Moments and the step counter start at 0. Errors:
- * MPCL_ERR_INVALID_ARG (a bad hyperparameter, count 0), MPCL_ERR_DTYPE. */
+/* Optimizer state per element, for checkpoints. */
+typedef enum mpcl_optim_slot {
+    MPCL_OPTIM_SLOT_MASTER, /* f32 master weights (the caller's arena) */
+    MPCL_OPTIM_SLOT_M,      /* Adam first moment; SGD momentum buffer */
+    MPCL_OPTIM_SLOT_V,      /* Adam second moment (Adam/AdamW only) */
+    MPCL_OPTIM_SLOT_COUNT,
+} mpcl_optim_slot;
+
+/* The optimizer of kind `kind` has this slot (SGD has no V). */
+bool mpcl_optim_has_slot(mpcl_optim_kind kind, mpcl_optim_slot slot);
+
+/* master: f32 [1, n]; working: [1, n] in a float storage dtype; both
+ * borrowed, they must outlive the optimizer. Master and working are taken as
+ * they are (write the master through mpcl_optimizer_write to set both). State
+ * and the step counter start at 0. Errors: MPCL_ERR_INVALID_ARG (a bad
+ * hyperparameter), MPCL_ERR_SHAPE (sizes differ, or over 2^32 elements),
+ * MPCL_ERR_DTYPE. */
 mpcl_status mpcl_optimizer_create(mpcl_context *ctx, const mpcl_optim_params *p,
-                                  mpcl_tensor *const *working, size_t count, mpcl_optimizer **out);
+                                  mpcl_tensor *master, mpcl_tensor *working, mpcl_optimizer **out);
 void mpcl_optimizer_destroy(mpcl_optimizer *opt);
 
 mpcl_optim_params mpcl_optimizer_get_params(const mpcl_optimizer *opt);
-size_t mpcl_optimizer_param_count(const mpcl_optimizer *opt);
 /* Learning-rate schedules: takes effect at the next step. lr must be finite
  * and >= 0 (MPCL_ERR_INVALID_ARG). */
 mpcl_status mpcl_optimizer_set_lr(mpcl_optimizer *opt, float lr);
 
-/* Enqueues one update of every parameter. grads[i] has the shape and dtype of
- * working[i] (MPCL_ERR_SHAPE / MPCL_ERR_DTYPE, nothing enqueued). ls may be
- * NULL (no loss scaling: scale 1, never skipped); otherwise its found_inf
+/* Enqueues one update of every element: the clip-norm launches when
+ * clip_norm > 0, then the update. grads has the shape and dtype of the
+ * working arena (MPCL_ERR_SHAPE / MPCL_ERR_DTYPE, nothing enqueued). ls may
+ * be NULL (no loss scaling: scale 1, never skipped); otherwise its found_inf
  * must already hold this step's check (see loss_scale.h for the order). */
-mpcl_status mpcl_optimizer_step(mpcl_context *ctx, mpcl_optimizer *opt, mpcl_tensor *const *grads,
-                                size_t count, const mpcl_loss_scale *ls);
+mpcl_status mpcl_optimizer_step(mpcl_context *ctx, mpcl_optimizer *opt, const mpcl_tensor *grads,
+                                const mpcl_loss_scale *ls);
 
-/* Optimizer state per parameter, for checkpoints. */
-typedef enum mpcl_optim_slot {
-    MPCL_OPTIM_SLOT_MASTER, /* f32 master weights */
-    MPCL_OPTIM_SLOT_M,      /* Adam first moment; SGD momentum buffer */
-    MPCL_OPTIM_SLOT_V,      /* Adam second moment (Adam/AdamW only) */
-} mpcl_optim_slot;
+/* The global L2 norm of the unscaled gradients of the last step with
+ * clipping (blocking read); NaN before the first such step or without
+ * clipping. */
+mpcl_status mpcl_optimizer_read_grad_norm(mpcl_context *ctx, const mpcl_optimizer *opt,
+                                          float *norm);
 
-/* Whether this optimizer has the slot (SGD has no V). */
-int mpcl_optimizer_has_slot(const mpcl_optimizer *opt, mpcl_optim_slot slot);
-
-/* Blocking host copies of parameter `index`'s slot: count must equal the
- * element count of working[index] (MPCL_ERR_SHAPE). Writing the master also
- * rewrites the working copy as the master rounded to the storage dtype. */
+/* Blocking host copies of elements [offset, offset + count) of a slot
+ * (MPCL_ERR_SHAPE past the end, MPCL_ERR_INVALID_ARG for a slot this kind
+ * lacks). Writing the master also rewrites that range of the working copy as
+ * the master rounded to the storage dtype, on the device, as an update does. */
 mpcl_status mpcl_optimizer_read(mpcl_context *ctx, const mpcl_optimizer *opt, mpcl_optim_slot slot,
-                                size_t index, float *dst, size_t count);
+                                size_t offset, float *dst, size_t count);
 mpcl_status mpcl_optimizer_write(mpcl_context *ctx, mpcl_optimizer *opt, mpcl_optim_slot slot,
-                                 size_t index, const float *src, size_t count);
+                                 size_t offset, const float *src, size_t count);
 
 /* The step counter (completed, not skipped, updates). Blocking. */
 mpcl_status mpcl_optimizer_read_step(mpcl_context *ctx, const mpcl_optimizer *opt, uint32_t *step);

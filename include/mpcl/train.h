@@ -28,6 +28,7 @@ typedef struct mpcl_train_report {
     double accuracy;      /* training accuracy over the same batches */
     float loss_scale;     /* 1 when the plan does not scale */
     uint32_t skipped;     /* steps skipped for non-finite gradients, in total */
+    double grad_norm;     /* global gradient norm of the last step (with clip_norm > 0; else NaN) */
     double samples_per_s; /* since the last report */
     double elapsed_s;     /* since fit started */
     bool epoch_end;       /* this report closes an epoch (test figures below are set) */

@@ -4,6 +4,8 @@
 #ifndef MPCL_COMPUTE_H
 #define MPCL_COMPUTE_H
 
+#include <stdbool.h>
+
 #include "mpcl/gemm.h"
 #include "mpcl/loss_scale.h"
 #include "mpcl/ops.h"
@@ -20,7 +22,17 @@ struct mpcl_tensor {
     mpcl_dtype dtype;
     size_t rows, cols;
     size_t bytes;
+    bool view; /* a sub-buffer of another tensor: not counted in the context's bytes */
 };
+
+/* A rows x cols view of base's elements [offset, offset + rows * cols): an
+ * OpenCL sub-buffer, destroyed with mpcl_tensor_destroy. The byte offset must
+ * be a multiple of mpcl__sub_buffer_align (MPCL_ERR_INVALID_ARG). */
+mpcl_status mpcl__tensor_view(mpcl_tensor *base, size_t offset, size_t rows, size_t cols,
+                              mpcl_tensor **out);
+/* CL_DEVICE_MEM_BASE_ADDR_ALIGN in bytes: the alignment of a sub-buffer's
+ * origin. */
+size_t mpcl__sub_buffer_align(mpcl_context *ctx);
 
 /* The first B rows of t as a tensor value sharing t's memory: batches
  * smaller than the buffers allocated for max_batch. Never destroyed. */

@@ -1,26 +1,68 @@
-/* SGD, Adam and AdamW over a flat f32 master buffer (include/mpcl/optim.h). */
+/* SGD, Adam and AdamW over flat arenas (include/mpcl/optim.h). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "compute/compute.h"
 
+/* The kernels' layout of the step and clip buffers (cl/optim.cl). */
+enum { STEP_SLOT = 4, STEP_LEN = 2 * STEP_SLOT, NORM_WG = 64, NORM_GROUPS = 64 };
+
+/* One row per optimizer: its name, its update kernel and the state slots it
+ * keeps. Everything else that differs is in its kernel. */
+static const struct optim_kind_row {
+    const char *name;
+    const char *kernel;
+    bool slot_v;
+} OPTIM_KINDS[MPCL_OPTIM_COUNT] = {
+    [MPCL_OPTIM_SGD] = {"sgd", "mpcl_optim_sgd", false},
+    [MPCL_OPTIM_ADAM] = {"adam", "mpcl_optim_adam", true},
+    [MPCL_OPTIM_ADAMW] = {"adamw", "mpcl_optim_adam", true},
+};
+
+const char *mpcl_optim_kind_name(mpcl_optim_kind kind) {
+    return (unsigned)kind < MPCL_OPTIM_COUNT ? OPTIM_KINDS[kind].name : NULL;
+}
+
+bool mpcl_optim_kind_parse(const char *name, mpcl_optim_kind *out) {
+    for (int k = 0; name && k < MPCL_OPTIM_COUNT; k++)
+        if (strcmp(name, OPTIM_KINDS[k].name) == 0) {
+            *out = (mpcl_optim_kind)k;
+            return true;
+        }
+    return false;
+}
+
+const char *mpcl_optim_kind_names(void) {
+    return "adam, adamw or sgd";
+}
+
+bool mpcl_optim_has_slot(mpcl_optim_kind kind, mpcl_optim_slot slot) {
+    if ((unsigned)kind >= MPCL_OPTIM_COUNT) return false;
+    switch (slot) {
+    case MPCL_OPTIM_SLOT_MASTER:
+    case MPCL_OPTIM_SLOT_M: return true;
+    case MPCL_OPTIM_SLOT_V: return OPTIM_KINDS[kind].slot_v;
+    default: return false;
+    }
+}
+
 struct mpcl_optimizer {
     mpcl_context *ctx;
     mpcl_optim_params p;
-    mpcl_dtype storage;
-    size_t count;
-    mpcl_tensor **working; /* borrowed, [count] */
-    size_t *offset;        /* [count + 1]: element offsets into the flat buffers */
-    mpcl_tensor *master;   /* f32 [1, total] */
-    mpcl_tensor *m;        /* f32 [1, total]: Adam first moment or SGD momentum */
-    mpcl_tensor *v;        /* f32 [1, total]: Adam second moment; NULL for SGD */
-    mpcl_tensor *step;     /* i32 [1, 8]: two slots of the step state (cl/optim.cl) */
-    cl_uint parity;        /* which step slot holds the current count */
+    size_t n;
+    mpcl_tensor *master;  /* borrowed: f32 [1, n] */
+    mpcl_tensor *working; /* borrowed: storage [1, n] */
+    mpcl_tensor *m;       /* f32 [1, n]: Adam first moment or SGD momentum */
+    mpcl_tensor *v;       /* f32 [1, n]: Adam second moment; NULL for SGD */
+    mpcl_tensor *step;    /* i32 [1, STEP_LEN]: two slots of the step state */
+    cl_uint parity;       /* which step slot holds the current count */
+    mpcl_tensor *clip;    /* f32 [1, 2]: {norm, factor}; {NaN, 1} without clipping */
+    mpcl_tensor *partial; /* f32 [1, NORM_GROUPS]: the norm's first pass; with clipping */
     /* Stand-ins for a missing loss scaler: scale 1 and a found_inf that is
      * never raised, so that one kernel serves both cases. */
     mpcl_tensor *unit_scale; /* f32 [1,1] = 1 */
-    mpcl_tensor *no_state;   /* i32 [1,4] = 0 */
+    mpcl_tensor *no_state;   /* i32 [1, LS_STATE_LEN] = 0 */
 };
 
 mpcl_optim_params mpcl_optim_default_params(mpcl_optim_kind kind) {
@@ -33,20 +75,22 @@ mpcl_optim_params mpcl_optim_default_params(mpcl_optim_kind kind) {
         .weight_decay = kind == MPCL_OPTIM_ADAMW ? 0.004f : 0.0f,
         .momentum = 0.9f,
         .nesterov = 0,
+        .clip_norm = 0.0f,
     };
     return p;
 }
 
-static mpcl_status check_params(mpcl_context *ctx, const mpcl_optim_params *p) {
-    if (p->kind != MPCL_OPTIM_SGD && p->kind != MPCL_OPTIM_ADAM && p->kind != MPCL_OPTIM_ADAMW)
+mpcl_status mpcl_optim_params_check(mpcl_context *ctx, const mpcl_optim_params *p) {
+    if ((unsigned)p->kind >= MPCL_OPTIM_COUNT)
         return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "unknown optimizer kind %d", (int)p->kind);
-    if (!isfinite(p->lr) || p->lr < 0.0f)
-        return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "optimizer lr %g is not finite and >= 0",
-                          (double)p->lr);
-    if (!isfinite(p->weight_decay) || p->weight_decay < 0.0f)
-        return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG,
-                          "optimizer weight_decay %g is not finite and >= 0",
-                          (double)p->weight_decay);
+    const struct {
+        const char *name;
+        float value;
+    } nonneg[] = {{"lr", p->lr}, {"weight_decay", p->weight_decay}, {"clip_norm", p->clip_norm}};
+    for (size_t i = 0; i < sizeof nonneg / sizeof nonneg[0]; i++)
+        if (!isfinite(nonneg[i].value) || nonneg[i].value < 0.0f)
+            return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "optimizer %s %g is not finite and >= 0",
+                              nonneg[i].name, (double)nonneg[i].value);
     if (p->kind == MPCL_OPTIM_SGD) {
         if (!(p->momentum >= 0.0f && p->momentum <= 1.0f))
             return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "SGD momentum %g is not in [0, 1]",
@@ -65,90 +109,55 @@ static mpcl_status check_params(mpcl_context *ctx, const mpcl_optim_params *p) {
 
 void mpcl_optimizer_destroy(mpcl_optimizer *opt) {
     if (!opt) return;
-    mpcl_tensor_destroy(opt->master);
-    mpcl_tensor_destroy(opt->m);
-    mpcl_tensor_destroy(opt->v);
-    mpcl_tensor_destroy(opt->step);
-    mpcl_tensor_destroy(opt->unit_scale);
-    mpcl_tensor_destroy(opt->no_state);
-    free(opt->working);
-    free(opt->offset);
+    mpcl_tensor *own[] = {opt->m,    opt->v,       opt->step,       opt->clip,
+                          opt->partial, opt->unit_scale, opt->no_state};
+    for (size_t i = 0; i < sizeof own / sizeof own[0]; i++) mpcl_tensor_destroy(own[i]);
     free(opt);
 }
 
-/* Copies working[i] (converted to f32) into its range of the master buffer. */
-static mpcl_status init_master(mpcl_optimizer *opt, size_t i) {
-    mpcl_context *ctx = opt->ctx;
-    size_t n = opt->offset[i + 1] - opt->offset[i];
-    float *host = malloc(n * sizeof *host);
-    if (!host) return MPCL_ERROR(ctx, MPCL_ERR_OUT_OF_MEMORY, "staging %zu master weights", n);
-    mpcl_status st = mpcl_tensor_download_f32(opt->working[i], host, n);
-    if (st == MPCL_OK) {
-        ctx->syncs++;
-        cl_int err = clEnqueueWriteBuffer(ctx->queue, opt->master->mem, CL_TRUE,
-                                          opt->offset[i] * sizeof(float), n * sizeof(float), host,
-                                          0, NULL, NULL);
-        if (err != CL_SUCCESS)
-            st = mpcl__cl_error(ctx, err, "clEnqueueWriteBuffer", __FILE__, __LINE__);
-    }
-    free(host);
-    return st;
-}
-
 mpcl_status mpcl_optimizer_create(mpcl_context *ctx, const mpcl_optim_params *p,
-                                  mpcl_tensor *const *working, size_t count, mpcl_optimizer **out) {
+                                  mpcl_tensor *master, mpcl_tensor *working, mpcl_optimizer **out) {
     *out = NULL;
-    mpcl_status st = check_params(ctx, p);
+    mpcl_status st = mpcl_optim_params_check(ctx, p);
     if (st != MPCL_OK) return st;
-    if (count == 0) return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "optimizer over 0 parameters");
-    mpcl_dtype storage = working[0]->dtype;
-    size_t total = 0;
-    for (size_t i = 0; i < count; i++) {
-        const mpcl_tensor *t = working[i];
-        if (t->dtype != MPCL_DTYPE_F32 && t->dtype != MPCL_DTYPE_F16)
-            return MPCL_ERROR(ctx, MPCL_ERR_DTYPE, "optimizer parameter %zu is %s, not f16 or f32",
-                              i, mpcl_dtype_name(t->dtype));
-        if (t->dtype != storage)
-            return MPCL_ERROR(ctx, MPCL_ERR_DTYPE,
-                              "optimizer parameter %zu is %s but parameter 0 is %s; one storage "
-                              "dtype per optimizer",
-                              i, mpcl_dtype_name(t->dtype), mpcl_dtype_name(storage));
-        total += t->rows * t->cols;
-    }
-    /* Kernels index the flat buffers with uint. */
-    if (total > 0xffffffffu)
-        return MPCL_ERROR(ctx, MPCL_ERR_SHAPE, "optimizer over %zu elements (over 2^32)", total);
+    size_t n = master->rows * master->cols;
+    /* TODO(bf16 merge): mpcl_dtype_is_float from the dtype table. */
+    bool float_storage = working->dtype == MPCL_DTYPE_F32 || working->dtype == MPCL_DTYPE_F16;
+    if (master->dtype != MPCL_DTYPE_F32 || !float_storage)
+        return MPCL_ERROR(ctx, MPCL_ERR_DTYPE,
+                          "optimizer over a %s master and a %s working arena; it needs f32 and a "
+                          "float storage dtype",
+                          mpcl_dtype_name(master->dtype), mpcl_dtype_name(working->dtype));
+    if (working->rows * working->cols != n)
+        return MPCL_ERROR(ctx, MPCL_ERR_SHAPE,
+                          "optimizer master arena has %zu elements, working arena %zu", n,
+                          working->rows * working->cols);
+    /* Kernels index the arenas with uint. */
+    if (n > 0xffffffffu)
+        return MPCL_ERROR(ctx, MPCL_ERR_SHAPE, "optimizer over %zu elements (over 2^32)", n);
 
     mpcl_optimizer *opt = calloc(1, sizeof *opt);
     if (!opt) return MPCL_ERROR(ctx, MPCL_ERR_OUT_OF_MEMORY, "allocating an optimizer");
     opt->ctx = ctx;
     opt->p = *p;
-    opt->storage = storage;
-    opt->count = count;
-    opt->working = malloc(count * sizeof *opt->working);
-    opt->offset = malloc((count + 1) * sizeof *opt->offset);
-    if (!opt->working || !opt->offset) {
-        mpcl_optimizer_destroy(opt);
-        return MPCL_ERROR(ctx, MPCL_ERR_OUT_OF_MEMORY, "allocating an optimizer's parameter list");
-    }
-    opt->offset[0] = 0;
-    for (size_t i = 0; i < count; i++) {
-        opt->working[i] = working[i];
-        opt->offset[i + 1] = opt->offset[i] + working[i]->rows * working[i]->cols;
-    }
-    const float one = 1.0f;
-    /* Tensors start zero-filled: moments, step counter and the stand-in state. */
-    st = mpcl_tensor_create(ctx, MPCL_DTYPE_F32, 1, total, &opt->master);
-    if (st == MPCL_OK) st = mpcl_tensor_create(ctx, MPCL_DTYPE_F32, 1, total, &opt->m);
-    if (st == MPCL_OK && p->kind != MPCL_OPTIM_SGD)
-        st = mpcl_tensor_create(ctx, MPCL_DTYPE_F32, 1, total, &opt->v);
-    if (st == MPCL_OK) st = mpcl_tensor_create(ctx, MPCL_DTYPE_I32, 1, 8, &opt->step);
+    opt->n = n;
+    opt->master = master;
+    opt->working = working;
+    const float one = 1.0f, no_clip[2] = {NAN, 1.0f};
+    /* Tensors start zero-filled: state, step counter and the stand-in state. */
+    st = mpcl_tensor_create(ctx, MPCL_DTYPE_F32, 1, n, &opt->m);
+    if (st == MPCL_OK && OPTIM_KINDS[p->kind].slot_v)
+        st = mpcl_tensor_create(ctx, MPCL_DTYPE_F32, 1, n, &opt->v);
+    if (st == MPCL_OK) st = mpcl_tensor_create(ctx, MPCL_DTYPE_I32, 1, STEP_LEN, &opt->step);
+    if (st == MPCL_OK) st = mpcl_tensor_create(ctx, MPCL_DTYPE_F32, 1, 2, &opt->clip);
+    if (st == MPCL_OK && p->clip_norm > 0.0f)
+        st = mpcl_tensor_create(ctx, MPCL_DTYPE_F32, 1, NORM_GROUPS, &opt->partial);
     if (st == MPCL_OK) st = mpcl_tensor_create(ctx, MPCL_DTYPE_F32, 1, 1, &opt->unit_scale);
     if (st == MPCL_OK)
         st = mpcl_tensor_create(ctx, MPCL_DTYPE_I32, 1, MPCL__LS_STATE_LEN, &opt->no_state);
     if (st == MPCL_OK) st = mpcl_tensor_upload_f32(opt->unit_scale, &one, 1);
+    if (st == MPCL_OK) st = mpcl_tensor_upload_f32(opt->clip, no_clip, 2);
     if (st == MPCL_OK) st = mpcl_optimizer_write_step(ctx, opt, 0);
-    for (size_t i = 0; st == MPCL_OK && i < count; i++) st = init_master(opt, i);
     if (st != MPCL_OK) {
         mpcl_optimizer_destroy(opt);
         return st;
@@ -161,10 +170,6 @@ mpcl_optim_params mpcl_optimizer_get_params(const mpcl_optimizer *opt) {
     return opt->p;
 }
 
-size_t mpcl_optimizer_param_count(const mpcl_optimizer *opt) {
-    return opt->count;
-}
-
 mpcl_status mpcl_optimizer_set_lr(mpcl_optimizer *opt, float lr) {
     if (!isfinite(lr) || lr < 0.0f)
         return MPCL_ERROR(opt->ctx, MPCL_ERR_INVALID_ARG, "optimizer lr %g is not finite and >= 0",
@@ -173,116 +178,102 @@ mpcl_status mpcl_optimizer_set_lr(mpcl_optimizer *opt, float lr) {
     return MPCL_OK;
 }
 
-#define SET_ARG(i, x)                                                         \
-    do {                                                                      \
-        st = mpcl__set_arg(ctx, k, name, (i), sizeof(x), (const void *)&(x)); \
-        if (st != MPCL_OK) return st;                                         \
+/* The global norm's two passes: sums of squares per work-group, then the norm
+ * and the clip factor into opt->clip. */
+static mpcl_status clip_launch(mpcl_context *ctx, mpcl_optimizer *opt, const mpcl_tensor *grads,
+                               cl_mem scale) {
+    static const char sumsq[] = "mpcl_optim_grad_sumsq", norm[] = "mpcl_optim_grad_norm";
+    cl_kernel k;
+    cl_uint n = (cl_uint)opt->n;
+    mpcl_status st = mpcl__kernel(ctx, grads->dtype, sumsq, &k);
+    if (st == MPCL_OK)
+        st = mpcl__set_args(ctx, k, sumsq, MPCL_ARG(grads->mem), MPCL_ARG(n),
+                            MPCL_ARG(opt->partial->mem), MPCL_ARGS_END);
+    if (st == MPCL_OK) st = mpcl__launch_1d(ctx, k, sumsq, NORM_WG * NORM_GROUPS, NORM_WG);
+    if (st == MPCL_OK) st = mpcl__kernel(ctx, grads->dtype, norm, &k);
+    if (st == MPCL_OK)
+        st = mpcl__set_args(ctx, k, norm, MPCL_ARG(opt->partial->mem), MPCL_ARG(scale),
+                            MPCL_ARG(opt->p.clip_norm), MPCL_ARG(opt->clip->mem), MPCL_ARGS_END);
+    if (st == MPCL_OK) st = mpcl__launch_1d(ctx, k, norm, 1, 1);
+    return st;
+}
+
+#define SET_ARG(x)                                                              \
+    do {                                                                        \
+        st = mpcl__set_arg(ctx, k, name, a++, sizeof(x), (const void *)&(x)); \
+        if (st != MPCL_OK) return st;                                           \
     } while (0)
 
-/* One launch over parameters [first, first + n), n <= MPCL_OPTIM_PARAMS_PER_LAUNCH. */
-static mpcl_status step_launch(mpcl_context *ctx, mpcl_optimizer *opt, mpcl_tensor *const *grads,
-                               size_t first, size_t n, cl_mem scale, cl_mem ls_state) {
-    const int adam = opt->p.kind != MPCL_OPTIM_SGD;
-    const char *name = adam ? "mpcl_optim_adam" : "mpcl_optim_sgd";
-    cl_kernel k;
-    mpcl_status st = mpcl__kernel(ctx, opt->storage, name, &k);
-    if (st != MPCL_OK) return st;
-    cl_uint a = 0;
-    SET_ARG(a++, opt->master->mem);
-    SET_ARG(a++, opt->m->mem);
-    if (adam) SET_ARG(a++, opt->v->mem);
-    cl_uint base = (cl_uint)opt->offset[first];
-    cl_uint ends[MPCL_OPTIM_PARAMS_PER_LAUNCH];
-    for (size_t s = 0; s < MPCL_OPTIM_PARAMS_PER_LAUNCH; s++) {
-        /* Unused slots repeat the last parameter with an empty range. */
-        size_t i = first + (s < n ? s : n - 1);
-        SET_ARG(a++, opt->working[i]->mem);
-        SET_ARG(a++, grads[i]->mem);
-        ends[s] = (cl_uint)(opt->offset[i + 1] - opt->offset[first]);
-    }
-    for (size_t s = 0; s < MPCL_OPTIM_PARAMS_PER_LAUNCH; s++) SET_ARG(a++, ends[s]);
-    SET_ARG(a++, base);
-    SET_ARG(a++, scale);
-    SET_ARG(a++, ls_state);
-    SET_ARG(a++, opt->step->mem);
-    SET_ARG(a++, opt->parity);
-    /* Only the first launch of a step advances the counter; all of them read
-     * the same slot. */
-    cl_uint write_step = first == 0;
-    SET_ARG(a++, write_step);
-    SET_ARG(a++, opt->p.lr);
-    if (adam) {
-        cl_uint decoupled = opt->p.kind == MPCL_OPTIM_ADAMW;
-        SET_ARG(a++, opt->p.beta1);
-        SET_ARG(a++, opt->p.beta2);
-        SET_ARG(a++, opt->p.eps);
-        SET_ARG(a++, opt->p.weight_decay);
-        SET_ARG(a++, decoupled);
-    } else {
-        cl_uint nesterov = opt->p.nesterov != 0;
-        SET_ARG(a++, opt->p.momentum);
-        SET_ARG(a++, opt->p.weight_decay);
-        SET_ARG(a++, nesterov);
-    }
-    return mpcl__launch_1d(ctx, k, name, ends[MPCL_OPTIM_PARAMS_PER_LAUNCH - 1], 64);
-}
-#undef SET_ARG
-
-mpcl_status mpcl_optimizer_step(mpcl_context *ctx, mpcl_optimizer *opt, mpcl_tensor *const *grads,
-                                size_t count, const mpcl_loss_scale *ls) {
-    if (count != opt->count)
+mpcl_status mpcl_optimizer_step(mpcl_context *ctx, mpcl_optimizer *opt, const mpcl_tensor *grads,
+                                const mpcl_loss_scale *ls) {
+    if (grads->dtype != opt->working->dtype)
+        return MPCL_ERROR(ctx, MPCL_ERR_DTYPE,
+                          "optimizer gradients are %s but the working arena is %s",
+                          mpcl_dtype_name(grads->dtype), mpcl_dtype_name(opt->working->dtype));
+    if (grads->rows * grads->cols != opt->n)
         return MPCL_ERROR(ctx, MPCL_ERR_SHAPE,
-                          "optimizer step with %zu gradients for %zu parameters", count,
-                          opt->count);
-    for (size_t i = 0; i < count; i++) {
-        const mpcl_tensor *g = grads[i], *w = opt->working[i];
-        if (g->dtype != w->dtype)
-            return MPCL_ERROR(ctx, MPCL_ERR_DTYPE,
-                              "optimizer gradient %zu is %s but its parameter is %s", i,
-                              mpcl_dtype_name(g->dtype), mpcl_dtype_name(w->dtype));
-        if (g->rows != w->rows || g->cols != w->cols)
-            return MPCL_ERROR(ctx, MPCL_ERR_SHAPE,
-                              "optimizer gradient %zu is %zux%zu but its parameter is %zux%zu", i,
-                              g->rows, g->cols, w->rows, w->cols);
-    }
+                          "optimizer gradients have %zu elements for %zu parameters",
+                          grads->rows * grads->cols, opt->n);
     cl_mem scale = ls ? mpcl__loss_scale_scale_mem(ls) : opt->unit_scale->mem;
     cl_mem state = ls ? mpcl__loss_scale_state_mem(ls) : opt->no_state->mem;
-    for (size_t first = 0; first < count; first += MPCL_OPTIM_PARAMS_PER_LAUNCH) {
-        size_t n = count - first;
-        if (n > MPCL_OPTIM_PARAMS_PER_LAUNCH) n = MPCL_OPTIM_PARAMS_PER_LAUNCH;
-        mpcl_status st = step_launch(ctx, opt, grads, first, n, scale, state);
-        if (st != MPCL_OK) {
-            /* The first launch wrote the other slot; keep reading the right one. */
-            if (first > 0) opt->parity ^= 1u;
-            return st;
-        }
+    mpcl_status st = MPCL_OK;
+    if (opt->p.clip_norm > 0.0f && (st = clip_launch(ctx, opt, grads, scale)) != MPCL_OK)
+        return st;
+
+    const char *name = OPTIM_KINDS[opt->p.kind].kernel;
+    cl_kernel k;
+    if ((st = mpcl__kernel(ctx, opt->working->dtype, name, &k)) != MPCL_OK) return st;
+    cl_uint a = 0, n = (cl_uint)opt->n;
+    SET_ARG(opt->master->mem);
+    SET_ARG(opt->m->mem);
+    if (opt->v) SET_ARG(opt->v->mem);
+    SET_ARG(opt->working->mem);
+    SET_ARG(grads->mem);
+    SET_ARG(n);
+    SET_ARG(scale);
+    SET_ARG(state);
+    SET_ARG(opt->clip->mem);
+    SET_ARG(opt->step->mem);
+    SET_ARG(opt->parity);
+    SET_ARG(opt->p.lr);
+    if (opt->p.kind == MPCL_OPTIM_SGD) {
+        cl_uint nesterov = opt->p.nesterov != 0;
+        SET_ARG(opt->p.momentum);
+        SET_ARG(opt->p.weight_decay);
+        SET_ARG(nesterov);
+    } else {
+        cl_uint decoupled = opt->p.kind == MPCL_OPTIM_ADAMW;
+        SET_ARG(opt->p.beta1);
+        SET_ARG(opt->p.beta2);
+        SET_ARG(opt->p.eps);
+        SET_ARG(opt->p.weight_decay);
+        SET_ARG(decoupled);
     }
+    if ((st = mpcl__launch_1d(ctx, k, name, opt->n, 64)) != MPCL_OK) return st;
     opt->parity ^= 1u;
     return MPCL_OK;
 }
+#undef SET_ARG
 
-int mpcl_optimizer_has_slot(const mpcl_optimizer *opt, mpcl_optim_slot slot) {
-    switch (slot) {
-    case MPCL_OPTIM_SLOT_MASTER:
-    case MPCL_OPTIM_SLOT_M: return 1;
-    case MPCL_OPTIM_SLOT_V: return opt->v != NULL;
-    default: return 0;
-    }
+mpcl_status mpcl_optimizer_read_grad_norm(mpcl_context *ctx, const mpcl_optimizer *opt,
+                                          float *norm) {
+    float clip[2];
+    mpcl_status st = mpcl_tensor_download_f32(opt->clip, clip, 2);
+    if (st != MPCL_OK) return st;
+    (void)ctx;
+    *norm = clip[0];
+    return MPCL_OK;
 }
 
 static mpcl_status slot_range(mpcl_context *ctx, const mpcl_optimizer *opt, mpcl_optim_slot slot,
-                              size_t index, size_t count, const char *what, cl_mem *mem) {
-    if (!mpcl_optimizer_has_slot(opt, slot))
-        return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "optimizer %s of slot %d, which it lacks",
-                          what, (int)slot);
-    if (index >= opt->count)
-        return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "optimizer %s of parameter %zu of %zu", what,
-                          index, opt->count);
-    size_t n = opt->offset[index + 1] - opt->offset[index];
-    if (count != n)
+                              size_t offset, size_t count, const char *what, cl_mem *mem) {
+    if (!mpcl_optim_has_slot(opt->p.kind, slot))
+        return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "optimizer %s of slot %d, which %s lacks",
+                          what, (int)slot, OPTIM_KINDS[opt->p.kind].name);
+    if (offset > opt->n || count > opt->n - offset)
         return MPCL_ERROR(ctx, MPCL_ERR_SHAPE,
-                          "optimizer %s of %zu elements for parameter %zu of %zu elements", what,
-                          count, index, n);
+                          "optimizer %s of elements [%zu, %zu) of an arena of %zu", what, offset,
+                          offset + count, opt->n);
     *mem = slot == MPCL_OPTIM_SLOT_MASTER ? opt->master->mem
            : slot == MPCL_OPTIM_SLOT_M    ? opt->m->mem
                                           : opt->v->mem;
@@ -290,29 +281,41 @@ static mpcl_status slot_range(mpcl_context *ctx, const mpcl_optimizer *opt, mpcl
 }
 
 mpcl_status mpcl_optimizer_read(mpcl_context *ctx, const mpcl_optimizer *opt, mpcl_optim_slot slot,
-                                size_t index, float *dst, size_t count) {
+                                size_t offset, float *dst, size_t count) {
     cl_mem mem;
-    mpcl_status st = slot_range(ctx, opt, slot, index, count, "read", &mem);
-    if (st != MPCL_OK) return st;
+    mpcl_status st = slot_range(ctx, opt, slot, offset, count, "read", &mem);
+    if (st != MPCL_OK || count == 0) return st;
     ctx->syncs++;
-    CHECK_CL(ctx, clEnqueueReadBuffer(ctx->queue, mem, CL_TRUE, opt->offset[index] * sizeof(float),
+    CHECK_CL(ctx, clEnqueueReadBuffer(ctx->queue, mem, CL_TRUE, offset * sizeof(float),
                                       count * sizeof(float), dst, 0, NULL, NULL));
 cleanup:
     return st;
 }
 
+/* working[offset, offset + count) = master rounded to the storage dtype. */
+static mpcl_status refresh_working(mpcl_context *ctx, mpcl_optimizer *opt, size_t offset,
+                                   size_t count) {
+    static const char name[] = "mpcl_optim_refresh";
+    cl_kernel k;
+    cl_uint off = (cl_uint)offset, n = (cl_uint)count;
+    mpcl_status st = mpcl__kernel(ctx, opt->working->dtype, name, &k);
+    if (st == MPCL_OK)
+        st = mpcl__set_args(ctx, k, name, MPCL_ARG(opt->working->mem), MPCL_ARG(opt->master->mem),
+                            MPCL_ARG(off), MPCL_ARG(n), MPCL_ARGS_END);
+    if (st == MPCL_OK) st = mpcl__launch_1d(ctx, k, name, count, 64);
+    if (st == MPCL_OK) st = mpcl_context_finish(ctx); /* blocking, as documented */
+    return st;
+}
+
 mpcl_status mpcl_optimizer_write(mpcl_context *ctx, mpcl_optimizer *opt, mpcl_optim_slot slot,
-                                 size_t index, const float *src, size_t count) {
+                                 size_t offset, const float *src, size_t count) {
     cl_mem mem;
-    mpcl_status st = slot_range(ctx, opt, slot, index, count, "write", &mem);
-    if (st != MPCL_OK) return st;
+    mpcl_status st = slot_range(ctx, opt, slot, offset, count, "write", &mem);
+    if (st != MPCL_OK || count == 0) return st;
     ctx->syncs++;
-    CHECK_CL(ctx, clEnqueueWriteBuffer(ctx->queue, mem, CL_TRUE, opt->offset[index] * sizeof(float),
+    CHECK_CL(ctx, clEnqueueWriteBuffer(ctx->queue, mem, CL_TRUE, offset * sizeof(float),
                                        count * sizeof(float), src, 0, NULL, NULL));
-    /* The host rounds as vstore_half_rte does (half.h), so this working copy
-     * is what the update kernel would have stored. */
-    if (slot == MPCL_OPTIM_SLOT_MASTER)
-        st = mpcl_tensor_upload_f32(opt->working[index], src, count);
+    if (slot == MPCL_OPTIM_SLOT_MASTER) st = refresh_working(ctx, opt, offset, count);
 cleanup:
     return st;
 }
@@ -321,25 +324,25 @@ mpcl_status mpcl_optimizer_read_step(mpcl_context *ctx, const mpcl_optimizer *op
     mpcl_status st = MPCL_OK;
     ctx->syncs++;
     CHECK_CL(ctx, clEnqueueReadBuffer(ctx->queue, opt->step->mem, CL_TRUE,
-                                      4 * opt->parity * sizeof(uint32_t), sizeof(uint32_t), step, 0,
-                                      NULL, NULL));
+                                      STEP_SLOT * opt->parity * sizeof(uint32_t), sizeof(uint32_t),
+                                      step, 0, NULL, NULL));
 cleanup:
     return st;
 }
 
-/* 1 - beta^t in double, rounded once to f32. */
 /* The bias corrections of the coming step are computed by the device, with
  * the very function the update kernel uses: a host value, even correctly
  * rounded, differs from the device's f32 expm1/log1p by an ulp for some t, and
  * a resumed run would then drift from the uninterrupted one. */
 mpcl_status mpcl_optimizer_write_step(mpcl_context *ctx, mpcl_optimizer *opt, uint32_t step) {
+    static const char name[] = "mpcl_optim_set_step";
     cl_kernel k;
-    mpcl_status st = mpcl__kernel(ctx, opt->storage, "mpcl_optim_set_step", &k);
+    mpcl_status st = mpcl__kernel(ctx, opt->working->dtype, name, &k);
     if (st != MPCL_OK) return st;
     cl_uint t = step;
-    st = mpcl__set_args(ctx, k, "mpcl_optim_set_step", MPCL_ARG(opt->step->mem), MPCL_ARG(t),
+    st = mpcl__set_args(ctx, k, name, MPCL_ARG(opt->step->mem), MPCL_ARG(t),
                         MPCL_ARG(opt->p.beta1), MPCL_ARG(opt->p.beta2), MPCL_ARGS_END);
-    if (st == MPCL_OK) st = mpcl__launch_1d(ctx, k, "mpcl_optim_set_step", 1, 1);
+    if (st == MPCL_OK) st = mpcl__launch_1d(ctx, k, name, 1, 1);
     if (st == MPCL_OK) st = mpcl_context_finish(ctx); /* blocking, as documented */
     return st;
 }

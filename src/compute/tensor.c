@@ -55,7 +55,7 @@ cleanup:
 
 void mpcl_tensor_destroy(mpcl_tensor *t) {
     if (!t) return;
-    t->ctx->bytes_now -= t->bytes;
+    if (!t->view) t->ctx->bytes_now -= t->bytes;
     clReleaseMemObject(t->mem);
     free(t);
 }

@@ -36,17 +36,22 @@ static const char usage[] =
     "  --batch N               batch size (default 128)\n"
     "  --optimizer O           adam, adamw or sgd (default adam)\n"
     "  --lr X                  learning rate (default 1e-3; 1e-2 for sgd)\n"
+    "  --momentum X            sgd momentum in [0, 1] (default 0.9)\n"
+    "  --nesterov              sgd with Nesterov momentum\n"
+    "  --clip-norm X           clip the global gradient L2 norm to X (default: no clipping)\n"
     "  --seed N                initial weights and shuffling (default 42)\n"
     "Precision:\n"
     "  --precision P           auto, float32 or mixed_float16 (default auto)\n"
-    "  --loss-scale S          dynamic, or a number for a fixed scale (default dynamic)\n"
+    "  --loss-scale S          dynamic, off, or a number for a fixed scale (default: dynamic\n"
+    "                          where the plan scales, i.e. mixed_float16; off otherwise)\n"
     "  --initial-loss-scale X  first dynamic scale (default 32768)\n"
     "  --device SEL            P:D id, cpu, gpu, accelerator or part of a name\n"
     "                          (default $MPCL_DEVICE, else the first GPU, accelerator, CPU)\n"
     "Files and output:\n"
     "  --save PATH             write a safetensors checkpoint at the end or on Ctrl-C\n"
     "  --resume PATH           continue from a checkpoint (same model flags)\n"
-    "  --metrics PATH          CSV: step,epoch,loss,accuracy,loss_scale,skipped,samples_per_s\n"
+    "  --metrics PATH          CSV: step,epoch,loss,accuracy,loss_scale,skipped,samples_per_s,\n"
+    "                          grad_norm (empty without --clip-norm)\n"
     "  --report-every N        steps between progress reports (default 50)\n"
     "  --json                  JSON summary on stdout; the human text goes to stderr\n"
     "  --quiet                 no human text, only errors (and --json)\n"
@@ -106,9 +111,12 @@ static void format_eta(char *buf, size_t size, double seconds) {
 static void on_report(void *user, const mpcl_train_report *r) {
     ui *u = user;
     if (u->metrics && !u->metrics_failed) {
-        fprintf(u->metrics, "%llu,%u,%.6g,%.6g,%.9g,%u,%.6g\n", (unsigned long long)r->step,
+        fprintf(u->metrics, "%llu,%u,%.6g,%.6g,%.9g,%u,%.6g,", (unsigned long long)r->step,
                 r->epoch, r->loss, r->accuracy, (double)r->loss_scale, r->skipped,
                 r->samples_per_s);
+        /* Empty without --clip-norm: the norm is computed only to clip. */
+        if (isfinite(r->grad_norm)) fprintf(u->metrics, "%.6g", r->grad_norm);
+        fputc('\n', u->metrics);
         if (fflush(u->metrics) != 0 || ferror(u->metrics)) {
             /* A full disk must not go unnoticed: stop like Ctrl-C would. */
             snprintf(u->metrics_error, sizeof u->metrics_error, "--metrics: write failed: %s",
@@ -157,7 +165,7 @@ static FILE *open_metrics(const char *path, bool append, char *err, size_t size)
         snprintf(err, size, "--metrics: cannot open '%s': %s", path, strerror(errno));
         return NULL;
     }
-    if (!append) fputs("step,epoch,loss,accuracy,loss_scale,skipped,samples_per_s\n", f);
+    if (!append) fputs("step,epoch,loss,accuracy,loss_scale,skipped,samples_per_s,grad_norm\n", f);
     fflush(f);
     return f;
 }
@@ -204,6 +212,12 @@ static void write_json(const train_args *a, const mpcl_device_info *dev, const m
     fputc('\n', stdout);
 }
 
+/* Whether this run scales the loss: the flag when given, else the plan. */
+static bool scaling_on(const train_args *a, const mpcl_plan *plan) {
+    return a->loss_scaling == MPCL_LOSS_SCALING_ON ||
+           (a->loss_scaling == MPCL_LOSS_SCALING_PLAN && plan->loss_scaling);
+}
+
 static void print_start(FILE *h, const train_args *a, const mpcl_device_info *dev,
                         const mpcl_plan *plan) {
     fprintf(h, "mpcl-train %s\n", mpcl_version());
@@ -211,7 +225,7 @@ static void print_start(FILE *h, const train_args *a, const mpcl_device_info *de
     fprintf(h, "precision %s -> %s: storage %s, GEMM %s, loss scaling %s\n",
             mpcl_policy_name(plan->policy), mpcl_policy_name(plan->resolved),
             mpcl_dtype_name(plan->storage), mpcl_gemm_path_name(plan->gemm),
-            !plan->loss_scaling                      ? "off"
+            !scaling_on(a, plan)                     ? "off"
             : a->loss_scale == MPCL_LOSS_SCALE_FIXED ? "fixed"
                                                      : "dynamic");
     fprintf(h, "          %s\n", plan->reason);
@@ -225,9 +239,7 @@ static void print_model(FILE *h, const train_args *a, const mpcl_model_params *m
     for (size_t i = 0; i < m->hidden_count; i++) fprintf(h, "-%zu", m->hidden[i]);
     fprintf(h, "-%zu %s; %s lr %g; batch %zu, %u epochs, seed %llu\n", m->classes,
             mpcl_activation_name(m->activation),
-            m->optim.kind == MPCL_OPTIM_SGD     ? "sgd"
-            : m->optim.kind == MPCL_OPTIM_ADAMW ? "adamw"
-                                                : "adam",
+            mpcl_optim_kind_name(m->optim.kind),
             (double)m->optim.lr, a->batch, a->epochs, (unsigned long long)a->seed);
     if (a->resume) fprintf(h, "resume    %s\n", a->resume);
     fflush(h);
@@ -244,7 +256,7 @@ static void print_end(FILE *h, const train_args *a, const mpcl_plan *plan,
         fprintf(h, "test      not evaluated\n");
     fprintf(h, "time      %.1f s, %.0f samples/s, %llu steps\n", s->seconds, s->train_samples_per_s,
             (unsigned long long)s->steps);
-    if (plan->loss_scaling)
+    if (scaling_on(a, plan))
         fprintf(h, "scaling   %u skipped steps, final loss scale %g\n", s->skipped_steps,
                 (double)s->final_loss_scale);
     else

@@ -24,6 +24,7 @@ void train_args_defaults(train_args *a) {
     a->hidden_count = 1;
     a->activation = MPCL_ACT_RELU;
     a->optimizer = MPCL_OPTIM_ADAM;
+    a->momentum = 0.9f;
     a->policy = MPCL_POLICY_AUTO;
     a->loss_scale = MPCL_LOSS_SCALE_DYNAMIC;
     a->initial_scale = 32768.0f;
@@ -127,7 +128,9 @@ static const struct {
     {"--save", FLAG_VALUE},        {"--resume", FLAG_VALUE},
     {"--metrics", FLAG_VALUE},     {"--report-every", FLAG_VALUE},
     {"--train-limit", FLAG_VALUE}, {"--test-limit", FLAG_VALUE},
-    {"--json", FLAG_BOOL},         {"--quiet", FLAG_BOOL},
+    {"--clip-norm", FLAG_VALUE},   {"--momentum", FLAG_VALUE},
+    {"--nesterov", FLAG_BOOL},     {"--json", FLAG_BOOL},
+    {"--quiet", FLAG_BOOL},
     {"--help", FLAG_BOOL},         {"--version", FLAG_BOOL},
 };
 
@@ -170,25 +173,37 @@ static bool apply(train_args *a, const char *f, const char *v, char *err, size_t
         if (!mpcl_activation_parse(v, &act) || act == MPCL_ACT_IDENTITY)
             return fail(err, size, "%s: unknown activation '%s' (relu, gelu, tanh, sigmoid)", f, v);
         a->activation = act;
+    } else if (strcmp(f, "--nesterov") == 0) {
+        a->nesterov = true;
     } else if (strcmp(f, "--optimizer") == 0) {
-        if (strcmp(v, "adam") == 0)
-            a->optimizer = MPCL_OPTIM_ADAM;
-        else if (strcmp(v, "adamw") == 0)
-            a->optimizer = MPCL_OPTIM_ADAMW;
-        else if (strcmp(v, "sgd") == 0)
-            a->optimizer = MPCL_OPTIM_SGD;
-        else
-            return fail(err, size, "%s: unknown optimizer '%s' (adam, adamw, sgd)", f, v);
+        if (!mpcl_optim_kind_parse(v, &a->optimizer))
+            return fail(err, size, "%s: unknown optimizer '%s' (%s)", f, v,
+                        mpcl_optim_kind_names());
+    } else if (strcmp(f, "--clip-norm") == 0) {
+        if (!parse_positive_float(f, v, false, &a->clip_norm, err, size)) return false;
+    } else if (strcmp(f, "--momentum") == 0) {
+        if (!parse_positive_float(f, v, true, &a->momentum, err, size)) return false;
+        if (a->momentum > 1.0f)
+            return fail(err, size, "%s: '%s' is above 1 (momentum is in [0, 1])", f, v);
+        a->momentum_set = true;
     } else if (strcmp(f, "--precision") == 0) {
         if (!mpcl_policy_parse(v, &a->policy))
             return fail(err, size, "%s: unknown policy '%s' (auto, float32, mixed_float16)", f, v);
     } else if (strcmp(f, "--loss-scale") == 0) {
+        /* Given at all, it applies whatever the plan's default: loss scaling
+         * on (dynamic or fixed) or off. */
+        if (strcmp(v, "off") == 0) {
+            a->loss_scaling = MPCL_LOSS_SCALING_OFF;
+            return true;
+        }
+        a->loss_scaling = MPCL_LOSS_SCALING_ON;
         if (strcmp(v, "dynamic") == 0) {
             a->loss_scale = MPCL_LOSS_SCALE_DYNAMIC;
         } else {
             char sub[256];
             if (!parse_positive_float(f, v, false, &a->fixed_scale, sub, sizeof sub))
-                return fail(err, size, "%s (expected 'dynamic' or a fixed scale > 0)", sub);
+                return fail(err, size, "%s (expected 'dynamic', 'off' or a fixed scale > 0)",
+                            sub);
             a->loss_scale = MPCL_LOSS_SCALE_FIXED;
         }
     } else if (strcmp(f, "--initial-loss-scale") == 0) {
@@ -239,6 +254,12 @@ bool train_args_parse(train_args *a, int argc, char **argv, char *err, size_t er
         return fail(err, err_size,
                     "--initial-loss-scale applies to --loss-scale dynamic only (a fixed scale "
                     "is its own initial value)");
+    if (a->initial_scale_set && a->loss_scaling == MPCL_LOSS_SCALING_OFF)
+        return fail(err, err_size, "--initial-loss-scale contradicts --loss-scale off");
+    /* A dynamic scale's start was asked for: scale, whatever the plan says. */
+    if (a->initial_scale_set) a->loss_scaling = MPCL_LOSS_SCALING_ON;
+    if ((a->momentum_set || a->nesterov) && a->optimizer != MPCL_OPTIM_SGD)
+        return fail(err, err_size, "--momentum and --nesterov apply to --optimizer sgd only");
     return true;
 }
 
@@ -277,6 +298,12 @@ mpcl_train_params train_args_to_params(const train_args *a) {
     m->seed = a->seed;
     m->optim = mpcl_optim_default_params(a->optimizer);
     if (a->lr_set) m->optim.lr = a->lr;
+    m->optim.clip_norm = a->clip_norm;
+    if (a->optimizer == MPCL_OPTIM_SGD) {
+        m->optim.momentum = a->momentum;
+        m->optim.nesterov = a->nesterov;
+    }
+    m->loss_scaling = a->loss_scaling;
     mpcl_loss_scale_params *ls = &m->loss_scale;
     ls->mode = a->loss_scale;
     ls->initial_scale = a->loss_scale == MPCL_LOSS_SCALE_FIXED ? a->fixed_scale : a->initial_scale;

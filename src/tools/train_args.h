@@ -26,7 +26,11 @@ typedef struct train_args {
     size_t hidden_count;
     mpcl_activation activation;      /* relu */
     mpcl_optim_kind optimizer;       /* adam */
+    float clip_norm;                 /* 0: no clipping */
+    float momentum;                  /* SGD: 0.9 */
+    bool momentum_set, nesterov;
     mpcl_policy policy;              /* auto */
+    mpcl_loss_scaling loss_scaling;  /* as the plan says, until --loss-scale is given */
     mpcl_loss_scale_mode loss_scale; /* dynamic */
     float fixed_scale;               /* the N of --loss-scale N */
     float initial_scale;             /* 32768 */

@@ -14,16 +14,16 @@
 #define FORMAT_NAME "mpcl-checkpoint"
 #define FORMAT_VERSION "1"
 
-/* At most 2 * (MPCL_MAX_HIDDEN + 1) parameters, 3 slots each. */
-#define MAX_TENSORS (2 * (MPCL_MAX_HIDDEN + 1) * 3)
+/* Every parameter, in each optimizer slot. */
+#define MAX_TENSORS (MPCL__MAX_PARAMS * MPCL_OPTIM_SLOT_COUNT)
 #define MAX_META 40
 #define META_VALUE 64
 
-static const char *const OPTIM_NAMES[] = {"sgd", "adam", "adamw"};
 static const char *const SLOT_SUFFIX[] = {"", ".m", ".v"};
 
 static const char *optim_name(mpcl_optim_kind k) {
-    return (unsigned)k < sizeof OPTIM_NAMES / sizeof *OPTIM_NAMES ? OPTIM_NAMES[k] : "unknown";
+    const char *name = mpcl_optim_kind_name(k);
+    return name ? name : "unknown";
 }
 
 static const char *scale_mode_name(const mpcl_loss_scale *ls) {
@@ -33,27 +33,27 @@ static const char *scale_mode_name(const mpcl_loss_scale *ls) {
 
 /* One tensor the model expects: parameter `param`, optimizer slot `slot`. */
 typedef struct expected {
-    char name[48];
+    char name[64];
     size_t param;
     mpcl_optim_slot slot;
-    size_t ndim, shape[2];
+    size_t ndim, shape[MPCL_MAX_RANK], count;
 } expected;
 
+/* Walks the parameter table: every row in every slot the optimizer keeps,
+ * named and shaped as the table says (kernels [in, out], biases [out], as
+ * Keras stores them). */
 static size_t expected_tensors(mpcl_model *m, expected *e) {
     size_t n = 0, np = mpcl_model_param_count(m);
-    for (int slot = MPCL_OPTIM_SLOT_MASTER; slot <= MPCL_OPTIM_SLOT_V; slot++) {
+    for (int slot = MPCL_OPTIM_SLOT_MASTER; slot < MPCL_OPTIM_SLOT_COUNT; slot++) {
         if (!mpcl_model_has_slot(m, (mpcl_optim_slot)slot)) continue;
         for (size_t i = 0; i < np; i++, n++) {
-            size_t r, c;
-            mpcl_model_param_shape(m, i, &r, &c);
-            snprintf(e[n].name, sizeof e[n].name, "%s%s", mpcl_model_param_name(m, i),
-                     SLOT_SUFFIX[slot]);
+            const mpcl_param_info *r = mpcl_model_param(m, i);
+            snprintf(e[n].name, sizeof e[n].name, "%s%s", r->name, SLOT_SUFFIX[slot]);
             e[n].param = i;
             e[n].slot = (mpcl_optim_slot)slot;
-            /* Kernels [in, out]; biases 1-D [out], as Keras stores them. */
-            e[n].ndim = i % 2 ? 1 : 2;
-            e[n].shape[0] = i % 2 ? c : r;
-            e[n].shape[1] = c;
+            e[n].ndim = r->rank;
+            memcpy(e[n].shape, r->shape, sizeof e[n].shape);
+            e[n].count = r->count;
         }
     }
     return n;
@@ -63,9 +63,8 @@ static size_t expected_tensors(mpcl_model *m, expected *e) {
 static void model_shape(const mpcl_model *m, char *buf, size_t size) {
     const mpcl_model_params *p = mpcl_model_params_of(m);
     int k = snprintf(buf, size, "%zu", p->inputs);
-    for (size_t i = 0; i < p->hidden_count && k > 0 && (size_t)k < size; i++)
-        k += snprintf(buf + k, size - (size_t)k, ",%zu", p->hidden[i]);
-    if (k > 0 && (size_t)k < size) snprintf(buf + k, size - (size_t)k, ",%zu", p->classes);
+    for (size_t i = 0; i < mpcl_model_layer_count(m) && k > 0 && (size_t)k < size; i++)
+        k += snprintf(buf + k, size - (size_t)k, ",%zu", mpcl_model_layer(m, i)->units);
 }
 
 typedef struct meta_list {
@@ -99,7 +98,7 @@ mpcl_status mpcl_trainer_save(mpcl_trainer *tr, const char *path) {
     float *data[MAX_TENSORS] = {0};
     mpcl_status st = MPCL_OK;
     for (size_t i = 0; i < n && st == MPCL_OK; i++) {
-        size_t count = e[i].ndim == 2 ? e[i].shape[0] * e[i].shape[1] : e[i].shape[0];
+        size_t count = e[i].count;
         data[i] = malloc(count * sizeof(float));
         if (!data[i]) {
             st = MPCL_ERROR(ctx, MPCL_ERR_OUT_OF_MEMORY, "checkpoint copy of %s", e[i].name);
@@ -110,8 +109,7 @@ mpcl_status mpcl_trainer_save(mpcl_trainer *tr, const char *path) {
         t[i].name = e[i].name;
         t[i].dtype = MPCL_ST_F32;
         t[i].ndim = e[i].ndim;
-        t[i].shape[0] = e[i].shape[0];
-        t[i].shape[1] = e[i].shape[1];
+        for (size_t d = 0; d < e[i].ndim; d++) t[i].shape[d] = e[i].shape[d];
         t[i].data = data[i];
     }
     uint32_t opt_step = 0;
@@ -150,6 +148,7 @@ mpcl_status mpcl_trainer_save(mpcl_trainer *tr, const char *path) {
         meta_add(l, "eps", "%.9g", (double)o->eps);
     }
     meta_add(l, "weight_decay", "%.9g", (double)o->weight_decay);
+    meta_add(l, "clip_norm", "%.9g", (double)o->clip_norm);
     meta_add(l, "step", "%llu", (unsigned long long)tr->step);
     meta_add(l, "optimizer_step", "%lu", (unsigned long)opt_step);
     meta_add(l, "epoch", "%lu", (unsigned long)tr->epoch);

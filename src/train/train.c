@@ -234,6 +234,12 @@ static mpcl_status report(mpcl_trainer *tr, fit_clock *c, bool epoch_end) {
     r.accuracy = (double)s.correct / n;
     r.loss_scale = tr->loss_scale;
     r.skipped = tr->skipped_steps;
+    r.grad_norm = NAN;
+    if (mpcl_model_params_of(tr->model)->optim.clip_norm > 0.0f) {
+        float norm;
+        if ((st = mpcl_model_read_grad_norm(tr->model, &norm)) != MPCL_OK) return st;
+        r.grad_norm = norm;
+    }
     r.samples_per_s = t > c->last ? (double)c->samples / (t - c->last) : 0.0;
     r.epoch_end = epoch_end;
     r.test_loss = NAN;
