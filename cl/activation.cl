@@ -109,7 +109,7 @@ ACTIVATION_KERNELS(tanh, ACTIVATION_TANH)
 // (a vectorized, contiguous read of the row) instead of walking one column
 // at a time down a 4-KB stride (10x slower). Every item reaches it: the range
 // check is inside.
-__kernel void mpcl_bias_grad(__global float *d_bias, __global const storage_t *d_pre, uint rows,
+__kernel void mpcl_bias_grad(__global storage_t *d_bias, __global const storage_t *d_pre, uint rows,
                              uint cols) {
     uint j = get_global_id(0);
     float s = 0.0f;
@@ -117,5 +117,5 @@ __kernel void mpcl_bias_grad(__global float *d_bias, __global const storage_t *d
         if (j < cols) s += LOAD(d_pre, (size_t)b * cols + j);
         barrier(CLK_LOCAL_MEM_FENCE);
     }
-    if (j < cols) d_bias[j] = s;
+    if (j < cols) STORE(d_bias, j, s);
 }

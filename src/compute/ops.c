@@ -193,7 +193,7 @@ mpcl_status mpcl_bias_grad(mpcl_context *ctx, mpcl_tensor *d_bias, const mpcl_te
     TRY(check_present(ctx, d_bias, op, "d_bias"));
     TRY(check_present(ctx, d_pre, op, "d_pre"));
     TRY(check_storage(ctx, d_pre, op, "d_pre"));
-    TRY(check_dtype(ctx, d_bias, MPCL_DTYPE_F32, op, "d_bias"));
+    TRY(check_dtype(ctx, d_bias, d_pre->dtype, op, "d_bias"));
     TRY(check_shape(ctx, d_bias, 1, d_pre->cols, op, "d_bias"));
     TRY(check_count(ctx, d_pre, op));
 
