@@ -189,10 +189,10 @@ static mpcl_status setup(step_state *s, mpcl_context *ctx, const mpcl_dataset *d
 
 static void teardown(step_state *s) {
     mpcl_optimizer_destroy(s->opt);
-    mpcl_tensor *all[] = {s->order,  s->x,       s->y,     s->w1,       s->w2,      s->h,
-                          s->dh,     s->logits,  s->dlogits, s->dw1,    s->dw2,     s->b1,
-                          s->b2,     s->db1,     s->db2,   s->stats,    s->master,  s->working,
-                          s->grads,  s->copy_src, s->copy_dst};
+    mpcl_tensor *all[] = {s->order, s->x,        s->y,       s->w1,    s->w2,     s->h,
+                          s->dh,    s->logits,   s->dlogits, s->dw1,   s->dw2,    s->b1,
+                          s->b2,    s->db1,      s->db2,     s->stats, s->master, s->working,
+                          s->grads, s->copy_src, s->copy_dst};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) mpcl_tensor_destroy(all[i]);
     mpcl_loss_scale_destroy(s->ls);
     mpcl_device_dataset_destroy(s->data);
@@ -289,8 +289,8 @@ int bench_cmd_train(mpcl_context *ctx, const bench_opts *opts) {
         printf("%-14s %-8s %-11s %11.0f %9.0f %9.0f %12.0f %10.0f %10.0f %10.0f %10.0f %9.0f\n",
                mpcl_policy_name(policies[i]), mpcl_dtype_name(plans[i].storage),
                mpcl_gemm_path_name(plans[i].gemm), t[i].samples_per_s, t[i].step_us, t[i].gemm_us,
-               t[i].elementwise_us, t[i].optimizer_us, t[i].optimizer_copy_us,
-               t[i].host_enqueue_us, t[i].syncs_per_step, t[i].launches_per_step);
+               t[i].elementwise_us, t[i].optimizer_us, t[i].optimizer_copy_us, t[i].host_enqueue_us,
+               t[i].syncs_per_step, t[i].launches_per_step);
     }
     printf(
         "phases are timed alone on the same shapes; step - (GEMM + elementwise + optim) is\n"

@@ -57,23 +57,7 @@ typedef struct snapshot {
 
 static void snap(mpcl_trainer *tr, snapshot *s) {
     mpcl_model *m = mpcl_trainer_model(tr);
-    size_t np = mpcl_model_param_count(m), n = 0;
-    for (size_t i = 0; i < np; i++) {
-        size_t r, c;
-        mpcl_model_param_shape(m, i, &r, &c);
-        n += 3 * r * c;
-    }
-    s->data = calloc(n, sizeof(float));
-    s->n = n;
-    float *p = s->data;
-    for (int slot = 0; slot < 3; slot++)
-        for (size_t i = 0; i < np; i++) {
-            size_t r, c;
-            mpcl_model_param_shape(m, i, &r, &c);
-            if (mpcl_model_has_slot(m, (mpcl_optim_slot)slot))
-                TU_ASSERT_OK(mpcl_model_read_param(m, i, (mpcl_optim_slot)slot, p, r * c));
-            p += r * c;
-        }
+    s->data = tu_model_state(m, &s->n);
     TU_ASSERT_OK(mpcl_model_read_step(m, &s->opt_step));
     memset(&s->ls, 0, sizeof s->ls);
     if (mpcl_model_loss_scale(m))

@@ -1,11 +1,14 @@
-/* The MLP end to end: 20 training steps on the device follow a host
+/* The model end to end: 20 training steps on the device follow a host
  * double-precision implementation of the same steps (same initial weights,
- * same batches), and a step whose gradients overflow is skipped exactly. */
+ * same batches), and a step whose gradients overflow is skipped exactly. Also
+ * the parameter table's arena layout, the three public phases of a step, and
+ * models built from an explicit layer spec. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "mpcl/cl_interop.h"
 #include "mpcl/data.h"
 #include "mpcl/model.h"
 #include "ref_ops.h"
@@ -264,12 +267,203 @@ static void bad_batches_are_refused(void **state) {
     mpcl_context_destroy(ctx);
 }
 
+/* A batch of random pixels and cyclic labels in the model's storage dtype. */
+static void random_batch(mpcl_context *ctx, mpcl_dtype storage, uint64_t seed, mpcl_tensor **x,
+                         mpcl_tensor **y) {
+    static float xf[BATCH * IN];
+    int32_t labels[BATCH];
+    tu_rng rng = tu_rng_make(seed);
+    tu_fill_uniform(&rng, xf, BATCH * IN, 0, 1);
+    for (int b = 0; b < BATCH; b++) labels[b] = (b * 7) % OUT;
+    TU_ASSERT_OK(mpcl_tensor_create(ctx, storage, BATCH, IN, x));
+    TU_ASSERT_OK(mpcl_tensor_create(ctx, MPCL_DTYPE_I32, BATCH, 1, y));
+    TU_ASSERT_OK(mpcl_tensor_upload_f32(*x, xf, BATCH * IN));
+    TU_ASSERT_OK(mpcl_tensor_upload_i32(*y, labels, BATCH));
+}
+
+static void assert_same_state(mpcl_model *a, mpcl_model *b) {
+    size_t na, nb;
+    float *sa = tu_model_state(a, &na), *sb = tu_model_state(b, &nb);
+    assert_int_equal(na, nb);
+    assert_memory_equal(sa, sb, na * sizeof(float));
+    free(sa);
+    free(sb);
+}
+
+/* Every row of the table: Keras names and shapes, offsets aligned for a
+ * sub-buffer in an f32 and in a 16-bit arena, no two rows overlapping, all
+ * inside the arena; in every policy and for a deeper model. */
+static void arena_layout_is_aligned_and_disjoint(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    cl_uint bits = 0;
+    assert_int_equal(clGetDeviceInfo(mpcl_context_cl_device(ctx), CL_DEVICE_MEM_BASE_ADDR_ALIGN,
+                                     sizeof bits, &bits, NULL),
+                     CL_SUCCESS);
+    const size_t align_bytes = bits / 8;
+    const size_t widths[3] = {33, 7, 130};
+    for (int deep = 0; deep < 2; deep++) {
+        mpcl_model_params p = mpcl_model_default_params();
+        p.inputs = IN;
+        p.hidden_count = deep ? 3 : 1;
+        for (size_t i = 0; i < p.hidden_count; i++) p.hidden[i] = deep ? widths[i] : HID;
+        p.classes = OUT;
+        p.max_batch = BATCH;
+        p.policy = MPCL_POLICY_FLOAT32;
+        mpcl_model *m = NULL;
+        TU_ASSERT_OK(mpcl_model_create(ctx, &p, &m));
+        size_t np = mpcl_model_param_count(m), total = mpcl_model_arena_elements(m);
+        assert_int_equal(np, 2 * (p.hidden_count + 1));
+        assert_null(mpcl_model_param(m, np));
+        size_t in = IN, end = 0;
+        for (size_t i = 0; i < np; i++) {
+            const mpcl_param_info *r = mpcl_model_param(m, i);
+            size_t layer = i / 2, units = layer < p.hidden_count ? p.hidden[layer] : OUT;
+            char want[48];
+            snprintf(want, sizeof want, "dense_%zu.%s", layer, i % 2 ? "bias" : "kernel");
+            assert_string_equal(r->name, want);
+            if (i % 2 == 0) {
+                assert_int_equal(r->rank, 2);
+                assert_int_equal(r->shape[0], in);
+                assert_int_equal(r->shape[1], units);
+            } else {
+                assert_int_equal(r->rank, 1);
+                assert_int_equal(r->shape[0], units);
+                in = units;
+            }
+            size_t count = 1;
+            for (size_t d = 0; d < r->rank; d++) count *= r->shape[d];
+            assert_int_equal(r->count, count);
+            if ((r->offset * 2) % align_bytes || (r->offset * 4) % align_bytes)
+                fail_msg("%s at element %zu: not aligned to %zu bytes", r->name, r->offset,
+                         align_bytes);
+            assert_true(r->offset >= end); /* after the previous row: no overlap */
+            end = r->offset + r->count;
+        }
+        assert_true(end <= total);
+        mpcl_model_destroy(m);
+    }
+    mpcl_context_destroy(ctx);
+}
+
+/* forward, backward and apply: out of order they are refused without
+ * touching anything; in order they are the one-call step bit for bit; and
+ * between backward and apply the gradient arena is the caller's (zeroed
+ * there, a fresh Adam's step moves nothing but still counts). */
+static void phases_compose_the_step(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    mpcl_model *a = small_model(ctx, MPCL_POLICY_FLOAT32),
+               *b = small_model(ctx, MPCL_POLICY_FLOAT32);
+    mpcl_tensor *x = NULL, *y = NULL;
+    random_batch(ctx, MPCL_DTYPE_F32, 11, &x, &y);
+    assert_int_equal(mpcl_model_backward(a), MPCL_ERR_INVALID_ARG);
+    assert_int_equal(mpcl_model_apply(a), MPCL_ERR_INVALID_ARG);
+    TU_ASSERT_OK(mpcl_model_forward(a, x, y));
+    assert_int_equal(mpcl_model_apply(a), MPCL_ERR_INVALID_ARG);
+    /* An evaluation overwrites the activations a backward would read. */
+    TU_ASSERT_OK(mpcl_model_eval_step(a, x, y));
+    assert_int_equal(mpcl_model_backward(a), MPCL_ERR_INVALID_ARG);
+    assert_same_state(a, b);
+
+    for (int s = 0; s < 3; s++) {
+        TU_ASSERT_OK(mpcl_model_forward(a, x, y));
+        TU_ASSERT_OK(mpcl_model_backward(a));
+        TU_ASSERT_OK(mpcl_model_apply(a));
+        TU_ASSERT_OK(mpcl_model_train_step(b, x, y));
+    }
+    assert_same_state(a, b);
+    assert_int_equal(mpcl_model_apply(a), MPCL_ERR_INVALID_ARG); /* one apply per backward */
+
+    mpcl_model *c = small_model(ctx, MPCL_POLICY_FLOAT32);
+    size_t n0, n1;
+    float *before = tu_model_state(c, &n0);
+    TU_ASSERT_OK(mpcl_model_forward(c, x, y));
+    TU_ASSERT_OK(mpcl_model_backward(c));
+    mpcl_tensor *g = mpcl_model_grad_arena(c);
+    assert_int_equal(mpcl_tensor_count(g), mpcl_model_arena_elements(c));
+    TU_ASSERT_OK(mpcl_tensor_fill(g, 0.0f));
+    TU_ASSERT_OK(mpcl_model_apply(c));
+    float *after = tu_model_state(c, &n1);
+    assert_memory_equal(before, after, n0 * sizeof(float));
+    uint32_t t = 0;
+    TU_ASSERT_OK(mpcl_model_read_step(c, &t));
+    assert_int_equal(t, 1);
+    free(before);
+    free(after);
+    mpcl_model_destroy(c);
+    mpcl_tensor_destroy(x);
+    mpcl_tensor_destroy(y);
+    mpcl_model_destroy(a);
+    mpcl_model_destroy(b);
+    mpcl_context_destroy(ctx);
+}
+
+/* An explicit layer list is the same model as the MLP fields describe, bit
+ * for bit after a few steps; per-layer activations and a bad spec. */
+static void layer_spec_builds_the_model(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    mpcl_model *mlp = small_model(ctx, MPCL_POLICY_FLOAT32), *spec = NULL;
+    mpcl_model_params p = *mpcl_model_params_of(mlp);
+    mpcl_layer_spec layers[MPCL_MAX_LAYERS];
+    size_t count = 0;
+    TU_ASSERT_OK(mpcl_model_params_layers(ctx, &p, layers, &count));
+    assert_int_equal(count, 2);
+    assert_string_equal(layers[0].kind, "dense");
+    assert_int_equal(layers[0].units, HID);
+    assert_int_equal(layers[0].activation, MPCL_ACT_RELU);
+    assert_int_equal(layers[1].units, OUT);
+    assert_int_equal(layers[1].activation, MPCL_ACT_IDENTITY);
+    p.hidden_count = 0; /* ignored once layers are given */
+    memcpy(p.layers, layers, sizeof layers);
+    p.layer_count = count;
+    TU_ASSERT_OK(mpcl_model_create(ctx, &p, &spec));
+    assert_int_equal(mpcl_model_layer_count(spec), 2);
+    mpcl_tensor *x = NULL, *y = NULL;
+    random_batch(ctx, MPCL_DTYPE_F32, 12, &x, &y);
+    for (int s = 0; s < 3; s++) {
+        TU_ASSERT_OK(mpcl_model_train_step(mlp, x, y));
+        TU_ASSERT_OK(mpcl_model_train_step(spec, x, y));
+    }
+    assert_same_state(mlp, spec);
+
+    /* Different activations per layer: a model the MLP fields cannot say. */
+    mpcl_model *mixed_acts = NULL;
+    p.layers[0].activation = MPCL_ACT_TANH;
+    TU_ASSERT_OK(mpcl_model_create(ctx, &p, &mixed_acts));
+    assert_int_equal(mpcl_model_layer(mixed_acts, 0)->activation, MPCL_ACT_TANH);
+    TU_ASSERT_OK(mpcl_model_train_step(mixed_acts, x, y));
+
+    mpcl_model *bad = (mpcl_model *)0x1;
+    snprintf(p.layers[1].kind, sizeof p.layers[1].kind, "conv9d");
+    assert_int_equal(mpcl_model_create(ctx, &p, &bad), MPCL_ERR_INVALID_ARG);
+    assert_null(bad);
+    assert_false(mpcl_layer_kind_known("conv9d"));
+    assert_true(mpcl_layer_kind_known("dense"));
+    snprintf(p.layers[1].kind, sizeof p.layers[1].kind, "dense");
+    p.layers[1].units = 0;
+    assert_int_equal(mpcl_model_create(ctx, &p, &bad), MPCL_ERR_INVALID_ARG);
+    p.layers[1].units = OUT;
+    p.layer_count = MPCL_MAX_LAYERS + 1;
+    assert_int_equal(mpcl_model_create(ctx, &p, &bad), MPCL_ERR_INVALID_ARG);
+    mpcl_tensor_destroy(x);
+    mpcl_tensor_destroy(y);
+    mpcl_model_destroy(mixed_acts);
+    mpcl_model_destroy(mlp);
+    mpcl_model_destroy(spec);
+    mpcl_context_destroy(ctx);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(float32_follows_reference),
         cmocka_unit_test(mixed_follows_reference),
         cmocka_unit_test(overflowing_step_is_skipped_exactly),
         cmocka_unit_test(bad_batches_are_refused),
+        cmocka_unit_test(arena_layout_is_aligned_and_disjoint),
+        cmocka_unit_test(phases_compose_the_step),
+        cmocka_unit_test(layer_spec_builds_the_model),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -49,26 +49,8 @@ static mpcl_trainer *make(mpcl_context *ctx, const mpcl_train_params *p) {
     return tr;
 }
 
-/* Every master weight and moment, concatenated, for bitwise comparison. */
 static float *all_state(mpcl_trainer *tr, size_t *n_out) {
-    mpcl_model *m = mpcl_trainer_model(tr);
-    size_t n = 0, np = mpcl_model_param_count(m);
-    for (size_t i = 0; i < np; i++) {
-        size_t r, c;
-        mpcl_model_param_shape(m, i, &r, &c);
-        n += 3 * r * c;
-    }
-    float *buf = calloc(n, sizeof *buf), *p = buf;
-    for (int slot = 0; slot < 3; slot++)
-        for (size_t i = 0; i < np; i++) {
-            size_t r, c;
-            mpcl_model_param_shape(m, i, &r, &c);
-            if (mpcl_model_has_slot(m, (mpcl_optim_slot)slot))
-                TU_ASSERT_OK(mpcl_model_read_param(m, i, (mpcl_optim_slot)slot, p, r * c));
-            p += r * c;
-        }
-    *n_out = n;
-    return buf;
+    return tu_model_state(mpcl_trainer_model(tr), n_out);
 }
 
 /* Stop mid-epoch 1, save, destroy, load into a fresh trainer, finish: every

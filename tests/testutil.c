@@ -99,3 +99,19 @@ void tu_poison(mpcl_tensor *t) {
         free(f);
     }
 }
+
+float *tu_model_state(mpcl_model *m, size_t *n_out) {
+    size_t n = 0, np = mpcl_model_param_count(m);
+    for (size_t i = 0; i < np; i++) n += MPCL_OPTIM_SLOT_COUNT * mpcl_model_param(m, i)->count;
+    float *buf = calloc(n, sizeof *buf), *p = buf;
+    assert_non_null(buf);
+    for (int slot = 0; slot < MPCL_OPTIM_SLOT_COUNT; slot++)
+        for (size_t i = 0; i < np; i++) {
+            size_t count = mpcl_model_param(m, i)->count;
+            if (mpcl_model_has_slot(m, (mpcl_optim_slot)slot))
+                TU_ASSERT_OK(mpcl_model_read_param(m, i, (mpcl_optim_slot)slot, p, count));
+            p += count;
+        }
+    *n_out = n;
+    return buf;
+}

@@ -45,6 +45,11 @@ void tu_poison(mpcl_tensor *t);
 
 /* The float that poisons outputs: a NaN with a payload no kernel produces. */
 float tu_poison_f32(void);
+
+/* Every parameter's master weights and optimizer state (slots the optimizer
+ * lacks are zeros), concatenated slot by slot, malloc'ed; for bitwise
+ * comparisons of whole model states. */
+float *tu_model_state(mpcl_model *m, size_t *n_out);
 #define TU_POISON_F16 ((uint16_t)0x7e55)
 
 /* assert_int_equal with the error detail printed when it fails. */

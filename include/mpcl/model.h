@@ -72,7 +72,7 @@ typedef enum mpcl_loss_scaling {
 } mpcl_loss_scaling;
 
 typedef struct mpcl_model_params {
-    size_t inputs;                  /* 784: features per sample */
+    size_t inputs; /* 784: features per sample */
     /* The layers. With layer_count 0 (the default) they are an MLP made from
      * the three fields below: Dense(hidden[i], activation) for each hidden
      * width, then Dense(classes) with identity activation. */

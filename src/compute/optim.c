@@ -109,7 +109,7 @@ mpcl_status mpcl_optim_params_check(mpcl_context *ctx, const mpcl_optim_params *
 
 void mpcl_optimizer_destroy(mpcl_optimizer *opt) {
     if (!opt) return;
-    mpcl_tensor *own[] = {opt->m,    opt->v,       opt->step,       opt->clip,
+    mpcl_tensor *own[] = {opt->m,       opt->v,          opt->step,    opt->clip,
                           opt->partial, opt->unit_scale, opt->no_state};
     for (size_t i = 0; i < sizeof own / sizeof own[0]; i++) mpcl_tensor_destroy(own[i]);
     free(opt);
@@ -198,10 +198,10 @@ static mpcl_status clip_launch(mpcl_context *ctx, mpcl_optimizer *opt, const mpc
     return st;
 }
 
-#define SET_ARG(x)                                                              \
-    do {                                                                        \
+#define SET_ARG(x)                                                            \
+    do {                                                                      \
         st = mpcl__set_arg(ctx, k, name, a++, sizeof(x), (const void *)&(x)); \
-        if (st != MPCL_OK) return st;                                           \
+        if (st != MPCL_OK) return st;                                         \
     } while (0)
 
 mpcl_status mpcl_optimizer_step(mpcl_context *ctx, mpcl_optimizer *opt, const mpcl_tensor *grads,
@@ -217,8 +217,7 @@ mpcl_status mpcl_optimizer_step(mpcl_context *ctx, mpcl_optimizer *opt, const mp
     cl_mem scale = ls ? mpcl__loss_scale_scale_mem(ls) : opt->unit_scale->mem;
     cl_mem state = ls ? mpcl__loss_scale_state_mem(ls) : opt->no_state->mem;
     mpcl_status st = MPCL_OK;
-    if (opt->p.clip_norm > 0.0f && (st = clip_launch(ctx, opt, grads, scale)) != MPCL_OK)
-        return st;
+    if (opt->p.clip_norm > 0.0f && (st = clip_launch(ctx, opt, grads, scale)) != MPCL_OK) return st;
 
     const char *name = OPTIM_KINDS[opt->p.kind].kernel;
     cl_kernel k;
@@ -340,8 +339,8 @@ mpcl_status mpcl_optimizer_write_step(mpcl_context *ctx, mpcl_optimizer *opt, ui
     mpcl_status st = mpcl__kernel(ctx, opt->working->dtype, name, &k);
     if (st != MPCL_OK) return st;
     cl_uint t = step;
-    st = mpcl__set_args(ctx, k, name, MPCL_ARG(opt->step->mem), MPCL_ARG(t),
-                        MPCL_ARG(opt->p.beta1), MPCL_ARG(opt->p.beta2), MPCL_ARGS_END);
+    st = mpcl__set_args(ctx, k, name, MPCL_ARG(opt->step->mem), MPCL_ARG(t), MPCL_ARG(opt->p.beta1),
+                        MPCL_ARG(opt->p.beta2), MPCL_ARGS_END);
     if (st == MPCL_OK) st = mpcl__launch_1d(ctx, k, name, 1, 1);
     if (st == MPCL_OK) st = mpcl_context_finish(ctx); /* blocking, as documented */
     return st;

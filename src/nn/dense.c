@@ -87,7 +87,8 @@ static mpcl_status dense_backward(mpcl__layer *L, const mpcl_tensor *in, mpcl_te
         mpcl_tensor saved = mpcl__tensor_rows(d->z ? d->z : L->output, B);
         st = mpcl_bias_act_backward(env->ctx, &dpre, &dpre, &saved, L->spec.activation);
     }
-    if (st == MPCL_OK) st = mpcl_gemm(env->ctx, env->gemm, true, false, 1.0f, in, &dpre, 0.0f, d->dw);
+    if (st == MPCL_OK)
+        st = mpcl_gemm(env->ctx, env->gemm, true, false, 1.0f, in, &dpre, 0.0f, d->dw);
     if (st == MPCL_OK) st = mpcl_bias_grad(env->ctx, d->db, &dpre);
     if (st == MPCL_OK && d_in)
         st = mpcl_gemm(env->ctx, env->gemm, false, true, 1.0f, &dpre, d->w, 0.0f, d_in);

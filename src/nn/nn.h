@@ -24,8 +24,8 @@ void mpcl__params_init(mpcl__param_table *t, size_t align_bytes);
 /* Appends a row; its offset is the previous end rounded up to the alignment.
  * MPCL_ERR_INVALID_ARG for a bad rank or a zero dimension, a full table or
  * an over-long name. *index receives the row's index. */
-mpcl_status mpcl__params_add(mpcl_context *ctx, mpcl__param_table *t, const char *name,
-                             size_t rank, const size_t *shape, size_t *index);
+mpcl_status mpcl__params_add(mpcl_context *ctx, mpcl__param_table *t, const char *name, size_t rank,
+                             const size_t *shape, size_t *index);
 
 /* The arenas a model's layers take views of: every row's offset indexes
  * each of them. */
@@ -72,13 +72,13 @@ struct mpcl__layer {
     const mpcl__layer_kind *kind;
     const mpcl__layer_env *env;
     mpcl_layer_spec spec;
-    size_t index;            /* its position among the layers of its kind: dense_<index> */
-    size_t inputs, outputs;  /* features per sample */
-    size_t first_param;      /* its rows in the table: [first_param, first_param + params) */
+    size_t index;           /* its position among the layers of its kind: dense_<index> */
+    size_t inputs, outputs; /* features per sample */
+    size_t first_param;     /* its rows in the table: [first_param, first_param + params) */
     size_t params;
-    mpcl_tensor *output;     /* [max_batch, outputs] storage */
-    mpcl_tensor *d_output;   /* [max_batch, outputs] storage */
-    void *state;             /* the kind's own */
+    mpcl_tensor *output;   /* [max_batch, outputs] storage */
+    mpcl_tensor *d_output; /* [max_batch, outputs] storage */
+    void *state;           /* the kind's own */
 };
 
 /* The registered kind of that name; NULL when there is none. */

@@ -13,14 +13,14 @@ static size_t round_up(size_t x, size_t a) {
     return (x + a - 1) / a * a;
 }
 
-mpcl_status mpcl__params_add(mpcl_context *ctx, mpcl__param_table *t, const char *name,
-                             size_t rank, const size_t *shape, size_t *index) {
+mpcl_status mpcl__params_add(mpcl_context *ctx, mpcl__param_table *t, const char *name, size_t rank,
+                             const size_t *shape, size_t *index) {
     if (t->count == MPCL__MAX_PARAMS)
-        return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "parameter %s: more than %d parameters",
-                          name, MPCL__MAX_PARAMS);
+        return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "parameter %s: more than %d parameters", name,
+                          MPCL__MAX_PARAMS);
     if (rank == 0 || rank > MPCL_MAX_RANK)
-        return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "parameter %s: rank %zu (1 to %d)", name,
-                          rank, MPCL_MAX_RANK);
+        return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "parameter %s: rank %zu (1 to %d)", name, rank,
+                          MPCL_MAX_RANK);
     mpcl_param_info *r = &t->rows[t->count];
     memset(r, 0, sizeof *r);
     if ((size_t)snprintf(r->name, sizeof r->name, "%s", name) >= sizeof r->name)
@@ -28,16 +28,16 @@ mpcl_status mpcl__params_add(mpcl_context *ctx, mpcl__param_table *t, const char
     size_t count = 1;
     for (size_t d = 0; d < rank; d++) {
         if (shape[d] == 0 || count > SIZE_MAX / shape[d])
-            return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "parameter %s: dimension %zu is %zu",
-                              name, d, shape[d]);
+            return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "parameter %s: dimension %zu is %zu", name,
+                              d, shape[d]);
         r->shape[d] = shape[d];
         count *= shape[d];
     }
     r->rank = rank;
     r->count = count;
-    r->offset = t->count ? round_up(t->rows[t->count - 1].offset + t->rows[t->count - 1].count,
-                                    t->align)
-                         : 0;
+    r->offset = t->count
+                    ? round_up(t->rows[t->count - 1].offset + t->rows[t->count - 1].count, t->align)
+                    : 0;
     t->total = round_up(r->offset + count, t->align);
     if (index) *index = t->count;
     t->count++;

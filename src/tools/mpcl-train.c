@@ -238,8 +238,7 @@ static void print_model(FILE *h, const train_args *a, const mpcl_model_params *m
     fprintf(h, "model     %zu", m->inputs);
     for (size_t i = 0; i < m->hidden_count; i++) fprintf(h, "-%zu", m->hidden[i]);
     fprintf(h, "-%zu %s; %s lr %g; batch %zu, %u epochs, seed %llu\n", m->classes,
-            mpcl_activation_name(m->activation),
-            mpcl_optim_kind_name(m->optim.kind),
+            mpcl_activation_name(m->activation), mpcl_optim_kind_name(m->optim.kind),
             (double)m->optim.lr, a->batch, a->epochs, (unsigned long long)a->seed);
     if (a->resume) fprintf(h, "resume    %s\n", a->resume);
     fflush(h);

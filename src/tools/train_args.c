@@ -130,8 +130,8 @@ static const struct {
     {"--train-limit", FLAG_VALUE}, {"--test-limit", FLAG_VALUE},
     {"--clip-norm", FLAG_VALUE},   {"--momentum", FLAG_VALUE},
     {"--nesterov", FLAG_BOOL},     {"--json", FLAG_BOOL},
-    {"--quiet", FLAG_BOOL},
-    {"--help", FLAG_BOOL},         {"--version", FLAG_BOOL},
+    {"--quiet", FLAG_BOOL},        {"--help", FLAG_BOOL},
+    {"--version", FLAG_BOOL},
 };
 
 static bool apply(train_args *a, const char *f, const char *v, char *err, size_t size) {
@@ -202,8 +202,7 @@ static bool apply(train_args *a, const char *f, const char *v, char *err, size_t
         } else {
             char sub[256];
             if (!parse_positive_float(f, v, false, &a->fixed_scale, sub, sizeof sub))
-                return fail(err, size, "%s (expected 'dynamic', 'off' or a fixed scale > 0)",
-                            sub);
+                return fail(err, size, "%s (expected 'dynamic', 'off' or a fixed scale > 0)", sub);
             a->loss_scale = MPCL_LOSS_SCALE_FIXED;
         }
     } else if (strcmp(f, "--initial-loss-scale") == 0) {

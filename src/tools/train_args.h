@@ -24,10 +24,10 @@ typedef struct train_args {
     bool lr_set;
     size_t hidden[MPCL_MAX_HIDDEN]; /* {128} */
     size_t hidden_count;
-    mpcl_activation activation;      /* relu */
-    mpcl_optim_kind optimizer;       /* adam */
-    float clip_norm;                 /* 0: no clipping */
-    float momentum;                  /* SGD: 0.9 */
+    mpcl_activation activation; /* relu */
+    mpcl_optim_kind optimizer;  /* adam */
+    float clip_norm;            /* 0: no clipping */
+    float momentum;             /* SGD: 0.9 */
     bool momentum_set, nesterov;
     mpcl_policy policy;              /* auto */
     mpcl_loss_scaling loss_scaling;  /* as the plan says, until --loss-scale is given */
