@@ -115,6 +115,22 @@ static void every_flag_both_spellings(void **state) {
     assert_true(parse(&a, err, sizeof err, "--help", NULL) && a.help);
     assert_true(parse(&a, err, sizeof err, "-h", NULL) && a.help);
     assert_true(parse(&a, err, sizeof err, "--version", NULL) && a.version);
+    /* The training-core flags: clipping, SGD's momentum, loss scaling on or
+     * off whatever the plan says. */
+    assert_true(parse(&a, err, sizeof err, "--optimizer", "sgd", "--momentum=0.5", "--nesterov",
+                      "--clip-norm", "1.5", "--loss-scale", "off", NULL));
+    p = train_args_to_params(&a);
+    assert_true(p.model.optim.momentum == 0.5f && p.model.optim.nesterov);
+    assert_true(p.model.optim.clip_norm == 1.5f);
+    assert_int_equal(p.model.loss_scaling, MPCL_LOSS_SCALING_OFF);
+    assert_true(parse(&a, err, sizeof err, NULL));
+    p = train_args_to_params(&a);
+    assert_int_equal(p.model.loss_scaling, MPCL_LOSS_SCALING_PLAN);
+    assert_true(p.model.optim.clip_norm == 0.0f);
+    assert_true(parse(&a, err, sizeof err, "--loss-scale=dynamic", NULL));
+    assert_int_equal(train_args_to_params(&a).model.loss_scaling, MPCL_LOSS_SCALING_ON);
+    assert_true(parse(&a, err, sizeof err, "--initial-loss-scale", "256", NULL));
+    assert_int_equal(train_args_to_params(&a).model.loss_scaling, MPCL_LOSS_SCALING_ON);
     /* Seven hidden layers is the model's limit, and allowed. */
     assert_true(parse(&a, err, sizeof err, "--hidden", "1,2,3,4,5,6,7", NULL));
     assert_int_equal(a.hidden_count, 7);
@@ -158,6 +174,11 @@ static void rejects(void **state) {
         {"--activation", "swish"},
         {"--activation", "identity"},
         {"--optimizer", "lamb"},
+        {"--clip-norm", "0"},
+        {"--clip-norm", "-1"},
+        {"--clip-norm", "inf"},
+        {"--momentum", "1.5"},
+        {"--momentum", "-0.1"},
         {"--precision", "half"},
         {"--loss-scale", "banana"},
         {"--loss-scale", "0"},
@@ -204,6 +225,13 @@ static void rejects_structure(void **state) {
     assert_false(
         parse(&a, err, sizeof err, "--loss-scale", "64", "--initial-loss-scale", "8", NULL));
     assert_non_null(strstr(err, "--initial-loss-scale"));
+    assert_false(
+        parse(&a, err, sizeof err, "--loss-scale", "off", "--initial-loss-scale", "8", NULL));
+    assert_non_null(strstr(err, "--loss-scale off"));
+    assert_false(parse(&a, err, sizeof err, "--momentum", "0.5", NULL));
+    assert_non_null(strstr(err, "--optimizer sgd"));
+    assert_false(parse(&a, err, sizeof err, "--nesterov", "--optimizer", "adamw", NULL));
+    assert_non_null(strstr(err, "--nesterov"));
 }
 
 static void output_paths(void **state) {

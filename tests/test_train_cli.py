@@ -214,7 +214,8 @@ def test_run_save_resume(d):
     with open(metrics) as f:
         rows = list(csv.reader(f))
     check(rows and rows[0] == ["step", "epoch", "loss", "accuracy", "loss_scale", "skipped",
-                               "samples_per_s"], f"metrics header {rows[:1]}")
+                               "samples_per_s", "grad_norm"], f"metrics header {rows[:1]}")
+    check(all(r[7] == "" for r in rows[1:]), "no grad_norm without --clip-norm")
     check(len(rows) >= 1 + 16 // 3, f"metrics has a row per report ({len(rows) - 1} rows)")
     steps = [int(r[0]) for r in rows[1:]]
     check(steps == sorted(steps) and steps[-1] == 16, f"metrics steps rise to 16: {steps}")
@@ -258,6 +259,28 @@ def test_run_save_resume(d):
         check(rc == 1 and "--resume" in err and "bad.safetensors" in err,
               f"corrupt checkpoint ({what}): exit 1 naming it ({rc}: {err[-300:]!r})")
     return ck
+
+
+def test_clip_and_scaling_flags(d):
+    """--clip-norm: the metrics carry the global gradient norm of each report's
+    last step; a clip far below it still trains. --loss-scale off on
+    mixed_float16 and dynamic on float32 are applied and shown."""
+    metrics = os.path.join(d, "clip.csv")
+    rc, out, err = run(TINY + ["--epochs", "1", "--json", "--report-every", "2", "--clip-norm",
+                               "0.05", "--metrics", metrics])
+    if check(rc == 0, f"--clip-norm run exits 0 ({rc}: {err[-500:]})"):
+        with open(metrics) as f:
+            rows = list(csv.DictReader(f))
+        norms = [float(r["grad_norm"]) for r in rows]
+        check(norms and all(n > 0.05 and n < 1e3 for n in norms),
+              f"--clip-norm 0.05: finite norms above the clip in the metrics: {norms}")
+        check(json.loads(out)["test_accuracy"] > 0.2, "clipped run still learns")
+    for policy, flag, want in (("mixed_float16", "off", False), ("float32", "dynamic", True)):
+        rc, out, err = run(TINY + ["--epochs", "1", "--json", "--precision", policy,
+                                   "--loss-scale", flag])
+        if check(rc == 0, f"{policy} --loss-scale {flag} exits 0 ({rc}: {err[-300:]})"):
+            check(json.loads(out)["plan"]["loss_scaling"] == want,
+                  f"{policy} --loss-scale {flag}: loss_scaling {want} in the JSON")
 
 
 def wait_for_line(proc, needle, limit_s):
@@ -362,6 +385,7 @@ def main():
     test_bad_data()
     with tempfile.TemporaryDirectory() as d:
         test_run_save_resume(d)
+        test_clip_and_scaling_flags(d)
         test_sigint(d)
         test_save_fails_late(d)
     test_sigterm()

@@ -108,6 +108,12 @@ static void format_eta(char *buf, size_t size, double seconds) {
         snprintf(buf, size, "%lu:%02lu", s / 60, s % 60);
 }
 
+/* Whether this run scales the loss: the flag when given, else the plan. */
+static bool scaling_on(const train_args *a, const mpcl_plan *plan) {
+    return a->loss_scaling == MPCL_LOSS_SCALING_ON ||
+           (a->loss_scaling == MPCL_LOSS_SCALING_PLAN && plan->loss_scaling);
+}
+
 static void on_report(void *user, const mpcl_train_report *r) {
     ui *u = user;
     if (u->metrics && !u->metrics_failed) {
@@ -185,7 +191,7 @@ static void write_json(const train_args *a, const mpcl_device_info *dev, const m
     jsonw_kv_string(&w, "resolved", mpcl_policy_name(plan->resolved));
     jsonw_kv_string(&w, "storage", mpcl_dtype_name(plan->storage));
     jsonw_kv_string(&w, "gemm", mpcl_gemm_path_name(plan->gemm));
-    jsonw_kv_bool(&w, "loss_scaling", plan->loss_scaling);
+    jsonw_kv_bool(&w, "loss_scaling", scaling_on(a, plan));
     jsonw_kv_string(&w, "reason", plan->reason);
     jsonw_object_end(&w);
     jsonw_kv_uint(&w, "epochs", s->epochs_done);
@@ -210,12 +216,6 @@ static void write_json(const train_args *a, const mpcl_device_info *dev, const m
         jsonw_null(&w);
     jsonw_object_end(&w);
     fputc('\n', stdout);
-}
-
-/* Whether this run scales the loss: the flag when given, else the plan. */
-static bool scaling_on(const train_args *a, const mpcl_plan *plan) {
-    return a->loss_scaling == MPCL_LOSS_SCALING_ON ||
-           (a->loss_scaling == MPCL_LOSS_SCALING_PLAN && plan->loss_scaling);
 }
 
 static void print_start(FILE *h, const train_args *a, const mpcl_device_info *dev,
