@@ -6,7 +6,7 @@
 #include "compute/compute.h"
 
 /* The kernels' layout of the step and clip buffers (cl/optim.cl). */
-enum { STEP_SLOT = 4, STEP_LEN = 2 * STEP_SLOT, NORM_WG = 64, NORM_GROUPS = 64 };
+enum { STEP_LEN = 4, NORM_WG = 64, NORM_GROUPS = 64 };
 
 /* One row per optimizer: its name, its update kernel and the state slots it
  * keeps. Everything else that differs is in its kernel. */
@@ -55,8 +55,7 @@ struct mpcl_optimizer {
     mpcl_tensor *working; /* borrowed: storage [1, n] */
     mpcl_tensor *m;       /* f32 [1, n]: Adam first moment or SGD momentum */
     mpcl_tensor *v;       /* f32 [1, n]: Adam second moment; NULL for SGD */
-    mpcl_tensor *step;    /* i32 [1, STEP_LEN]: two slots of the step state */
-    cl_uint parity;       /* which step slot holds the current count */
+    mpcl_tensor *step;    /* i32 [1, STEP_LEN]: the step state (count, bias corrections) */
     mpcl_tensor *clip;    /* f32 [1, 2]: {norm, factor}; {NaN, 1} without clipping */
     mpcl_tensor *partial; /* f32 [1, NORM_GROUPS]: the norm's first pass; with clipping */
     /* Stand-ins for a missing loss scaler: scale 1 and a found_inf that is
@@ -198,6 +197,19 @@ static mpcl_status clip_launch(mpcl_context *ctx, mpcl_optimizer *opt, const mpc
     return st;
 }
 
+/* The step counter and bias corrections move on after the update (one
+ * work-item; not for a skipped step). */
+static mpcl_status advance_step(mpcl_context *ctx, mpcl_optimizer *opt, cl_mem ls_state) {
+    static const char name[] = "mpcl_optim_advance";
+    cl_kernel k;
+    mpcl_status st = mpcl__kernel(ctx, opt->working->dtype, name, &k);
+    if (st == MPCL_OK)
+        st = mpcl__set_args(ctx, k, name, MPCL_ARG(opt->step->mem), MPCL_ARG(ls_state),
+                            MPCL_ARG(opt->p.beta1), MPCL_ARG(opt->p.beta2), MPCL_ARGS_END);
+    if (st == MPCL_OK) st = mpcl__launch_1d(ctx, k, name, 1, 1);
+    return st;
+}
+
 #define SET_ARG(x)                                                            \
     do {                                                                      \
         st = mpcl__set_arg(ctx, k, name, a++, sizeof(x), (const void *)&(x)); \
@@ -232,8 +244,7 @@ mpcl_status mpcl_optimizer_step(mpcl_context *ctx, mpcl_optimizer *opt, const mp
     SET_ARG(scale);
     SET_ARG(state);
     SET_ARG(opt->clip->mem);
-    SET_ARG(opt->step->mem);
-    SET_ARG(opt->parity);
+    if (opt->v) SET_ARG(opt->step->mem); /* Adam's bias corrections */
     SET_ARG(opt->p.lr);
     if (opt->p.kind == MPCL_OPTIM_SGD) {
         cl_uint nesterov = opt->p.nesterov != 0;
@@ -249,8 +260,7 @@ mpcl_status mpcl_optimizer_step(mpcl_context *ctx, mpcl_optimizer *opt, const mp
         SET_ARG(decoupled);
     }
     if ((st = mpcl__launch_1d(ctx, k, name, opt->n, 64)) != MPCL_OK) return st;
-    opt->parity ^= 1u;
-    return MPCL_OK;
+    return advance_step(ctx, opt, state);
 }
 #undef SET_ARG
 
@@ -322,8 +332,7 @@ cleanup:
 mpcl_status mpcl_optimizer_read_step(mpcl_context *ctx, const mpcl_optimizer *opt, uint32_t *step) {
     mpcl_status st = MPCL_OK;
     ctx->syncs++;
-    CHECK_CL(ctx, clEnqueueReadBuffer(ctx->queue, opt->step->mem, CL_TRUE,
-                                      STEP_SLOT * opt->parity * sizeof(uint32_t), sizeof(uint32_t),
+    CHECK_CL(ctx, clEnqueueReadBuffer(ctx->queue, opt->step->mem, CL_TRUE, 0, sizeof(uint32_t),
                                       step, 0, NULL, NULL));
 cleanup:
     return st;
