@@ -1,9 +1,11 @@
 /* The compute area's internal declarations (tensor insides, kernel argument
  * and launch helpers, what the optimizer reads of the loss scaler), for the
- * areas above it. Nothing here is installed. */
+ * areas above it, and the host/device ABI constants (cl/abi.h) for the
+ * launchers. Nothing here is installed. */
 #ifndef MPCL_COMPUTE_H
 #define MPCL_COMPUTE_H
 
+#include "cl/abi.h"
 #include "mpcl/gemm.h"
 #include "mpcl/loss_scale.h"
 #include "mpcl/ops.h"
