@@ -2,12 +2,13 @@
 // Math in f32; tensors in the storage dtype through LOAD/STORE; the bias and
 // its gradient are always f32 (the master copy is read directly).
 
-// The activation codes match enum mpcl_activation in include/mpcl/ops.h.
-#define ACTIVATION_IDENTITY 0
-#define ACTIVATION_RELU 1
-#define ACTIVATION_GELU 2
-#define ACTIVATION_SIGMOID 3
-#define ACTIVATION_TANH 4
+// The activation codes: cl/abi.h, whose values enum mpcl_activation in
+// include/mpcl/ops.h has (ops.c asserts it).
+#define ACTIVATION_IDENTITY MPCL_ABI_ACT_IDENTITY
+#define ACTIVATION_RELU MPCL_ABI_ACT_RELU
+#define ACTIVATION_GELU MPCL_ABI_ACT_GELU
+#define ACTIVATION_SIGMOID MPCL_ABI_ACT_SIGMOID
+#define ACTIVATION_TANH MPCL_ABI_ACT_TANH
 
 // tanh(u) = 1 - 2 / (1 + exp(2u)): exp vectorizes where the builtin tanh is
 // a slow scalar call (PoCL: 20x), and the absolute error (an ulp of 1) is

@@ -6,8 +6,12 @@ __kernel void mpcl_fill(__global storage_t *x, float value, uint n) {
     if (i < n) STORE(x, i, value);
 }
 
-// dst[i] = src[i] for i < n, four floats per item (f32 buffers only; used to
-// measure device copy bandwidth).
+// dst[i] = src[i] for i < n4, four floats per item (f32 buffers only; used to
+// measure device copy bandwidth). The host divides its float count by
+// MPCL_ABI_COPY_F32_LANES (cl/abi.h), which the float4 fixes.
+#if MPCL_ABI_COPY_F32_LANES != 4
+#error "mpcl_copy_f32x4 copies float4s: MPCL_ABI_COPY_F32_LANES must be 4"
+#endif
 __kernel void mpcl_copy_f32x4(__global float4 *dst, __global const float4 *src, uint n4) {
     uint i = get_global_id(0);
     if (i < n4) dst[i] = src[i];

@@ -153,10 +153,14 @@
 #define GEMM_CLOAD LOAD
 #define GEMM_CSTORE STORE
 
-// Wide: 16 rows x 16 columns (N >= 16).
+// Wide: 16 rows x 16 columns (N >= 16). The host sizes the range with the
+// tile of cl/abi.h, which the vector type fixes.
+#if MPCL_ABI_GEMM_TILE_WIDE != 16
+#error "mpcl_gemm_w16 computes float16 tiles: MPCL_ABI_GEMM_TILE_WIDE must be 16"
+#endif
 #define GEMM_VT float16
-#define GEMM_W 16
-#define GEMM_TM 16
+#define GEMM_W MPCL_ABI_GEMM_TILE_WIDE
+#define GEMM_TM MPCL_ABI_GEMM_TILE_WIDE
 #define GEMM_ROWS GEMM_ROWS16
 #define GEMM_BVLOAD GEMM_VLOAD16
 #define GEMM_FVSTORE_BLOCK(v, i, p) vstore16((v), (i), (p))
@@ -195,9 +199,12 @@ GEMM_KERNEL(mpcl_gemm_w16_cf32)
 
 // Narrow: 8 rows x 8 columns, for N < 16 (the output layer: N = 10 wastes
 // nothing, its second column tile is shifted to columns 2..9).
+#if MPCL_ABI_GEMM_TILE_NARROW != 8
+#error "mpcl_gemm_w8 computes float8 tiles: MPCL_ABI_GEMM_TILE_NARROW must be 8"
+#endif
 #define GEMM_VT float8
-#define GEMM_W 8
-#define GEMM_TM 8
+#define GEMM_W MPCL_ABI_GEMM_TILE_NARROW
+#define GEMM_TM MPCL_ABI_GEMM_TILE_NARROW
 #define GEMM_ROWS GEMM_ROWS8
 #define GEMM_BVLOAD GEMM_VLOAD8
 #define GEMM_FVSTORE_BLOCK(v, i, p) vstore8((v), (i), (p))

@@ -2,37 +2,28 @@
 // the device and, fused in the same pass, the gradient of the scaled mean loss.
 // Always f32 math; logits and their gradient in the storage dtype.
 
-// One work-group of LOSS_WG items does the whole batch (rows strided over the
-// items) and then reduces its partial sums in local memory, so that the
-// statistics are updated by a single work-item: no float atomics, and the
-// result does not depend on scheduling. A batch is at most a few thousand
-// rows of a few thousand classes, so one work-group is enough.
-#define LOSS_WG 64
-
-// The layout of the statistics buffer, as 32-bit words; must match ops.c.
-// The loss sum is a float with its Kahan compensation; the rest are uints.
-#define LOSS_STAT_LOSS 0
-#define LOSS_STAT_COMP 1
-#define LOSS_STAT_CORRECT 2
-#define LOSS_STAT_SAMPLES 3
-#define LOSS_STAT_CALLS 4
-#define LOSS_STAT_BAD 5
-#define LOSS_STAT_BAD_CALL 6
-#define LOSS_STAT_BAD_ROW 7
-#define LOSS_STAT_BAD_LABEL 8
-
-// logits, d_logits: [rows, classes]. labels: [rows] int. stats: the words
-// above. With write_grad, d_logits[r,c] = (p[r,c] - (c == label)) * scale /
-// rows, where scale is scale_buf[0] when use_scale_buf and scale_value
-// otherwise; without it d_logits is not touched (and may be any buffer).
+// One work-group of MPCL_ABI_LOSS_WG items (cl/abi.h; the host launches
+// exactly one) does the whole batch (rows strided over the items) and then
+// reduces its partial sums in local memory, so that the statistics are
+// updated by a single work-item: no float atomics, and the result does not
+// depend on scheduling. A batch is at most a few thousand rows of a few
+// thousand classes, so one work-group is enough.
+//
+// logits, d_logits: [rows, classes]. labels: [rows] int. stats: 32-bit words
+// at the MPCL_ABI_XENT_STAT_* offsets of cl/abi.h, which ops.c reads: the
+// loss sum as a float with its Kahan compensation, the rest uints. With
+// write_grad, d_logits[r,c] = (p[r,c] - (c == label)) * scale / rows, where
+// scale is scale_buf[0] when use_scale_buf and scale_value otherwise; without
+// it d_logits is not touched (and may be any buffer).
 // A label outside [0, classes) counts as bad: the row adds no loss, its
 // gradient row is zero, and the first bad (call, row, label) is recorded.
-__kernel __attribute__((reqd_work_group_size(LOSS_WG, 1, 1))) void mpcl_softmax_xent(
+__kernel __attribute__((reqd_work_group_size(MPCL_ABI_LOSS_WG, 1, 1))) void mpcl_softmax_xent(
     __global uint *stats, __global storage_t *d_logits, __global const storage_t *logits,
     __global const int *labels, uint rows, uint classes, __global const float *scale_buf,
     float scale_value, int use_scale_buf, int write_grad) {
-    __local float l_loss[LOSS_WG];
-    __local uint l_correct[LOSS_WG], l_valid[LOSS_WG], l_bad[LOSS_WG], l_first[LOSS_WG];
+    __local float l_loss[MPCL_ABI_LOSS_WG];
+    __local uint l_correct[MPCL_ABI_LOSS_WG], l_valid[MPCL_ABI_LOSS_WG];
+    __local uint l_bad[MPCL_ABI_LOSS_WG], l_first[MPCL_ABI_LOSS_WG];
     const uint lid = get_local_id(0);
 
     float g = 0.0f;
@@ -40,7 +31,7 @@ __kernel __attribute__((reqd_work_group_size(LOSS_WG, 1, 1))) void mpcl_softmax_
 
     float loss = 0.0f;
     uint correct = 0, valid = 0, bad = 0, first_bad = UINT_MAX;
-    for (uint r = lid; r < rows; r += LOSS_WG) {
+    for (uint r = lid; r < rows; r += MPCL_ABI_LOSS_WG) {
         const size_t base = (size_t)r * classes;
         const int label = labels[r];
         const bool ok = label >= 0 && (uint)label < classes;
@@ -81,7 +72,7 @@ __kernel __attribute__((reqd_work_group_size(LOSS_WG, 1, 1))) void mpcl_softmax_
     l_bad[lid] = bad;
     l_first[lid] = first_bad;
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (uint half_n = LOSS_WG / 2; half_n > 0; half_n /= 2) {
+    for (uint half_n = MPCL_ABI_LOSS_WG / 2; half_n > 0; half_n /= 2) {
         if (lid < half_n) {
             l_loss[lid] += l_loss[lid + half_n];
             l_correct[lid] += l_correct[lid + half_n];
@@ -94,18 +85,18 @@ __kernel __attribute__((reqd_work_group_size(LOSS_WG, 1, 1))) void mpcl_softmax_
     if (lid != 0) return;
 
     // Kahan summation: the loss sum of an epoch stays accurate in f32.
-    float sum = as_float(stats[LOSS_STAT_LOSS]);
-    float y = l_loss[0] - as_float(stats[LOSS_STAT_COMP]);
+    float sum = as_float(stats[MPCL_ABI_XENT_STAT_LOSS]);
+    float y = l_loss[0] - as_float(stats[MPCL_ABI_XENT_STAT_COMP]);
     float t = sum + y;
-    stats[LOSS_STAT_COMP] = as_uint((t - sum) - y);
-    stats[LOSS_STAT_LOSS] = as_uint(t);
-    stats[LOSS_STAT_CORRECT] += l_correct[0];
-    stats[LOSS_STAT_SAMPLES] += l_valid[0];
-    if (l_bad[0] != 0 && stats[LOSS_STAT_BAD] == 0) {
-        stats[LOSS_STAT_BAD_CALL] = stats[LOSS_STAT_CALLS];
-        stats[LOSS_STAT_BAD_ROW] = l_first[0];
-        stats[LOSS_STAT_BAD_LABEL] = (uint)labels[l_first[0]];
+    stats[MPCL_ABI_XENT_STAT_COMP] = as_uint((t - sum) - y);
+    stats[MPCL_ABI_XENT_STAT_LOSS] = as_uint(t);
+    stats[MPCL_ABI_XENT_STAT_CORRECT] += l_correct[0];
+    stats[MPCL_ABI_XENT_STAT_SAMPLES] += l_valid[0];
+    if (l_bad[0] != 0 && stats[MPCL_ABI_XENT_STAT_BAD] == 0) {
+        stats[MPCL_ABI_XENT_STAT_BAD_CALL] = stats[MPCL_ABI_XENT_STAT_CALLS];
+        stats[MPCL_ABI_XENT_STAT_BAD_ROW] = l_first[0];
+        stats[MPCL_ABI_XENT_STAT_BAD_LABEL] = (uint)labels[l_first[0]];
     }
-    stats[LOSS_STAT_BAD] += l_bad[0];
-    stats[LOSS_STAT_CALLS] += 1;
+    stats[MPCL_ABI_XENT_STAT_BAD] += l_bad[0];
+    stats[MPCL_ABI_XENT_STAT_CALLS] += 1;
 }

@@ -1,10 +1,7 @@
 // Loss scaling: the non-finite scan of gradients and the scale state machine.
-// The state is a uint[4] buffer on the device, laid out as below; the
-// optimizer kernels read found_inf from it (optim.cl uses the same index).
-#define LOSS_SCALE_GOOD 0
-#define LOSS_SCALE_FOUND_INF 1
-#define LOSS_SCALE_SKIPPED 2
-#define LOSS_SCALE_LAST_FOUND_INF 3
+// The state is a uint[MPCL_ABI_LS_STATE_WORDS] buffer on the device at the
+// MPCL_ABI_LS_* offsets of cl/abi.h, which src/compute/loss_scale.c reads and
+// writes too; the optimizer kernels read found_inf from it.
 
 // A bit test rather than isfinite(): it cannot be folded away by a compiler
 // that assumes finite math, and vload_half keeps inf and NaN as they are.
@@ -15,7 +12,12 @@
 
 // Up to eight gradient tensors g0..g7 of n0..n7 elements (unused ones have
 // n = 0). Each work-item strides over every tensor; one that met inf or NaN
-// ORs 1 into state[FOUND_INF] (atomically: many may report at once).
+// ORs 1 into state[FOUND_INF] (atomically: many may report at once). The host
+// sets MPCL_ABI_LS_CHECK_TENSORS pairs and then the state, so the arity below
+// must be that.
+#if MPCL_ABI_LS_CHECK_TENSORS != 8
+#error "mpcl_loss_scale_check spells out eight (g, n) pairs: MPCL_ABI_LS_CHECK_TENSORS must be 8"
+#endif
 __kernel void mpcl_loss_scale_check(__global const storage_t *g0, uint n0,
                                     __global const storage_t *g1, uint n1,
                                     __global const storage_t *g2, uint n2,
@@ -35,33 +37,34 @@ __kernel void mpcl_loss_scale_check(__global const storage_t *g0, uint n0,
     LOSS_SCALE_SCAN(g5, n5)
     LOSS_SCALE_SCAN(g6, n6)
     LOSS_SCALE_SCAN(g7, n7)
-    if (bad) atomic_or(&state[LOSS_SCALE_FOUND_INF], 1u);
+    if (bad) atomic_or(&state[MPCL_ABI_LS_FOUND_INF], 1u);
 }
 
 // One work-item: the step's scale update (see include/mpcl/loss_scale.h).
-// scale: f32 [1]; state: uint [4]. dynamic = 0 keeps the scale fixed.
+// scale: f32 [1]; state: uint [MPCL_ABI_LS_STATE_WORDS]. dynamic = 0 keeps the
+// scale fixed.
 __kernel void mpcl_loss_scale_update(__global float *scale, __global uint *state, uint dynamic,
                                      uint growth_interval, float growth_factor,
                                      float backoff_factor, float min_scale, float max_scale) {
     if (get_global_id(0) != 0) return;
-    uint found = state[LOSS_SCALE_FOUND_INF] != 0u;
+    uint found = state[MPCL_ABI_LS_FOUND_INF] != 0u;
     float s = scale[0];
     if (found) {
-        state[LOSS_SCALE_SKIPPED] += 1u;
+        state[MPCL_ABI_LS_SKIPPED] += 1u;
         if (dynamic) {
             s = fmax(s * backoff_factor, min_scale);
-            state[LOSS_SCALE_GOOD] = 0u;
+            state[MPCL_ABI_LS_GOOD] = 0u;
         }
     } else if (dynamic) {
-        uint good = state[LOSS_SCALE_GOOD] + 1u;
+        uint good = state[MPCL_ABI_LS_GOOD] + 1u;
         if (good >= growth_interval) {
             float grown = s * growth_factor;
             if (!loss_scale_nonfinite(grown) && grown <= max_scale) s = grown;
             good = 0u;
         }
-        state[LOSS_SCALE_GOOD] = good;
+        state[MPCL_ABI_LS_GOOD] = good;
     }
     scale[0] = s;
-    state[LOSS_SCALE_LAST_FOUND_INF] = found;
-    state[LOSS_SCALE_FOUND_INF] = 0u;
+    state[MPCL_ABI_LS_LAST_FOUND_INF] = found;
+    state[MPCL_ABI_LS_FOUND_INF] = 0u;
 }

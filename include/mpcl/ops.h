@@ -77,10 +77,11 @@ mpcl_status mpcl_bias_grad(mpcl_context *ctx, mpcl_tensor *d_bias, const mpcl_te
 /* ---- softmax cross-entropy ---- */
 
 /* The statistics accumulator: a [1, MPCL_XENT_STATS_COLS] f32 tensor whose
- * layout is private to ops.c (it also holds integer counters and the label
- * error flag). The loss kernels add to it on the device, so a training loop
- * reads it only when it reports. Create it zeroed with mpcl_xent_stats_create
- * (or mpcl_tensor_create + mpcl_xent_stats_reset). */
+ * layout is private to the library (it also holds integer counters and the
+ * label error flag; the loss kernel and ops.c share it through cl/abi.h).
+ * The loss kernels add to it on the device, so a training loop reads it only
+ * when it reports. Create it zeroed with mpcl_xent_stats_create (or
+ * mpcl_tensor_create + mpcl_xent_stats_reset). */
 #define MPCL_XENT_STATS_COLS 12
 
 typedef struct mpcl_xent_stats {

@@ -1,11 +1,13 @@
 /* The compute area's internal declarations (tensor insides, kernel argument
  * and launch helpers, what the optimizer reads of the loss scaler), for the
- * areas above it. Nothing here is installed. */
+ * areas above it, and the host/device ABI constants (cl/abi.h) for the
+ * launchers. Nothing here is installed. */
 #ifndef MPCL_COMPUTE_H
 #define MPCL_COMPUTE_H
 
 #include <stdbool.h>
 
+#include "cl/abi.h"
 #include "mpcl/gemm.h"
 #include "mpcl/loss_scale.h"
 #include "mpcl/ops.h"
@@ -58,15 +60,10 @@ mpcl_status mpcl__launch_2d(mpcl_context *ctx, cl_kernel k, const char *name, si
 
 /* ---- loss scale ---- */
 
-/* The uint [4] state buffer: good_steps, found_inf, skipped_steps,
- * last_found_inf (cl/loss_scale.cl names the indices). */
-enum {
-    MPCL__LS_GOOD,
-    MPCL__LS_FOUND_INF,
-    MPCL__LS_SKIPPED,
-    MPCL__LS_LAST_FOUND_INF,
-    MPCL__LS_STATE_LEN
-};
+/* The state buffer: MPCL_ABI_LS_STATE_WORDS uints at the MPCL_ABI_LS_*
+ * offsets of cl/abi.h (good_steps, found_inf, skipped_steps, last_found_inf).
+ * MPCL__LS_STATE_LEN is the older name, which optim.c still uses. */
+#define MPCL__LS_STATE_LEN MPCL_ABI_LS_STATE_WORDS
 cl_mem mpcl__loss_scale_state_mem(const mpcl_loss_scale *ls);
 cl_mem mpcl__loss_scale_scale_mem(const mpcl_loss_scale *ls);
 

@@ -58,9 +58,10 @@ static mpcl_status run_mpcl(mpcl_context *ctx, mpcl_gemm_path path, bool ta, boo
                             size_t n, size_t k, float alpha, const mpcl_tensor *a,
                             const mpcl_tensor *b, float beta, mpcl_tensor *c) {
     /* N >= 16: 16x16 tiles; narrower outputs (the 10-class layer) use 8x8
-     * tiles so that little work is wasted (see cl/gemm.cl). */
-    bool wide = n >= 16;
-    size_t tile = wide ? 16 : 8;
+     * tiles so that little work is wasted (see cl/gemm.cl). Each item
+     * computes one tile, whose size the kernels share through cl/abi.h. */
+    bool wide = n >= MPCL_ABI_GEMM_TILE_WIDE;
+    size_t tile = wide ? MPCL_ABI_GEMM_TILE_WIDE : MPCL_ABI_GEMM_TILE_NARROW;
     bool f32_out = path == MPCL_GEMM_MPCL_MIXED && c->dtype == MPCL_DTYPE_F32;
     const char *name = wide ? (f32_out ? "mpcl_gemm_w16_cf32" : "mpcl_gemm_w16")
                             : (f32_out ? "mpcl_gemm_w8_cf32" : "mpcl_gemm_w8");

@@ -6,11 +6,15 @@
 
 #include "compute/compute.h"
 
+/* The public arity is the check kernel's (cl/abi.h). */
+_Static_assert(MPCL_LOSS_SCALE_CHECK_PER_LAUNCH == MPCL_ABI_LS_CHECK_TENSORS,
+               "mpcl_loss_scale_check takes MPCL_ABI_LS_CHECK_TENSORS gradients");
+
 struct mpcl_loss_scale {
     mpcl_context *ctx;
     mpcl_loss_scale_params p;
     mpcl_tensor *scale; /* f32 [1,1] */
-    mpcl_tensor *state; /* i32 [1,4] holding uint counters, see loss_scale_internal.h */
+    mpcl_tensor *state; /* i32 [1, MPCL_ABI_LS_STATE_WORDS] holding uints (cl/abi.h) */
     /* The update kernel is dtype-independent; it runs from the program of the
      * last checked gradients so that an f16-only run builds one program. */
     mpcl_dtype program;
@@ -74,11 +78,11 @@ mpcl_status mpcl_loss_scale_create(mpcl_context *ctx, const mpcl_loss_scale_para
     /* Tensors start zero-filled: counters and flags at 0. */
     st = mpcl_tensor_create(ctx, MPCL_DTYPE_F32, 1, 1, &ls->scale);
     if (st == MPCL_OK)
-        st = mpcl_tensor_create(ctx, MPCL_DTYPE_I32, 1, MPCL__LS_STATE_LEN, &ls->state);
+        st = mpcl_tensor_create(ctx, MPCL_DTYPE_I32, 1, MPCL_ABI_LS_STATE_WORDS, &ls->state);
     if (st == MPCL_OK) st = mpcl_tensor_upload_f32(ls->scale, &p->initial_scale, 1);
     /* Written although the tensor starts zero-filled: Oclgrind does not count
      * clEnqueueFillBuffer as initializing memory and would report every read. */
-    const uint32_t zeros[MPCL__LS_STATE_LEN] = {0};
+    const uint32_t zeros[MPCL_ABI_LS_STATE_WORDS] = {0};
     if (st == MPCL_OK) st = mpcl_tensor_upload_raw(ls->state, zeros, sizeof zeros);
     if (st != MPCL_OK) {
         mpcl_loss_scale_destroy(ls);
@@ -193,15 +197,15 @@ mpcl_status mpcl_loss_scale_read(mpcl_context *ctx, const mpcl_loss_scale *ls,
                                  mpcl_loss_scale_state *out) {
     (void)ctx;
     float scale;
-    uint32_t state[MPCL__LS_STATE_LEN];
+    uint32_t state[MPCL_ABI_LS_STATE_WORDS];
     mpcl_status st = mpcl_tensor_download_f32(ls->scale, &scale, 1);
     if (st == MPCL_OK) st = mpcl_tensor_download_raw(ls->state, state, sizeof state);
     if (st != MPCL_OK) return st;
     out->scale = scale;
-    out->good_steps = state[MPCL__LS_GOOD];
-    out->skipped_steps = state[MPCL__LS_SKIPPED];
-    out->found_inf = state[MPCL__LS_FOUND_INF] != 0;
-    out->last_found_inf = state[MPCL__LS_LAST_FOUND_INF] != 0;
+    out->good_steps = state[MPCL_ABI_LS_GOOD];
+    out->skipped_steps = state[MPCL_ABI_LS_SKIPPED];
+    out->found_inf = state[MPCL_ABI_LS_FOUND_INF] != 0;
+    out->last_found_inf = state[MPCL_ABI_LS_LAST_FOUND_INF] != 0;
     return MPCL_OK;
 }
 
@@ -210,10 +214,10 @@ mpcl_status mpcl_loss_scale_write_state(mpcl_context *ctx, mpcl_loss_scale *ls,
     if (!isfinite(in->scale) || !(in->scale > 0.0f))
         return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG,
                           "loss scale state: scale %g is not finite and > 0", (double)in->scale);
-    uint32_t state[MPCL__LS_STATE_LEN] = {0};
-    state[MPCL__LS_GOOD] = in->good_steps;
-    state[MPCL__LS_SKIPPED] = in->skipped_steps;
-    state[MPCL__LS_LAST_FOUND_INF] = in->last_found_inf != 0;
+    uint32_t state[MPCL_ABI_LS_STATE_WORDS] = {0};
+    state[MPCL_ABI_LS_GOOD] = in->good_steps;
+    state[MPCL_ABI_LS_SKIPPED] = in->skipped_steps;
+    state[MPCL_ABI_LS_LAST_FOUND_INF] = in->last_found_inf != 0;
     mpcl_status st = mpcl_tensor_upload_f32(ls->scale, &in->scale, 1);
     if (st == MPCL_OK) st = mpcl_tensor_upload_raw(ls->state, state, sizeof state);
     return st;

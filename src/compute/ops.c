@@ -6,25 +6,20 @@
 
 #include "compute/compute.h"
 
-/* Work-group sizes: a few dozen items suit PoCL's work-group vectorizer and
- * any GPU. LOSS_WG must match cl/loss.cl (reqd_work_group_size). */
+/* The work-group of the elementwise launches: a few dozen items suit PoCL's
+ * work-group vectorizer and any GPU. A host choice only (the kernels check
+ * their range), so not in cl/abi.h; the loss kernel's group, which the kernel
+ * requires, is MPCL_ABI_LOSS_WG there. */
 #define ELEMENTWISE_WG 64
-#define LOSS_WG 64
 
-/* Word offsets in the statistics buffer; must match cl/loss.cl. */
-enum {
-    STAT_LOSS,
-    STAT_COMP,
-    STAT_CORRECT,
-    STAT_SAMPLES,
-    STAT_CALLS,
-    STAT_BAD,
-    STAT_BAD_CALL,
-    STAT_BAD_ROW,
-    STAT_BAD_LABEL,
-    STAT_WORDS_USED
-};
-_Static_assert(STAT_WORDS_USED <= MPCL_XENT_STATS_COLS, "stats layout exceeds the tensor");
+/* What the kernels share with this file lives in cl/abi.h: the statistics
+ * layout (MPCL_ABI_XENT_STAT_*) and the activation codes, which the public
+ * header repeats. */
+_Static_assert(MPCL_ABI_XENT_STAT_WORDS <= MPCL_XENT_STATS_COLS, "stats layout exceeds the tensor");
+_Static_assert(MPCL_ACT_IDENTITY == MPCL_ABI_ACT_IDENTITY && MPCL_ACT_RELU == MPCL_ABI_ACT_RELU &&
+                   MPCL_ACT_GELU == MPCL_ABI_ACT_GELU && MPCL_ACT_SIGMOID == MPCL_ABI_ACT_SIGMOID &&
+                   MPCL_ACT_TANH == MPCL_ABI_ACT_TANH && MPCL_ACT_COUNT == MPCL_ABI_ACT_COUNT,
+               "enum mpcl_activation differs from the MPCL_ABI_ACT_* codes of cl/abi.h");
 
 static const char *const activation_names[MPCL_ACT_COUNT] = {
     [MPCL_ACT_IDENTITY] = "identity", [MPCL_ACT_RELU] = "relu", [MPCL_ACT_GELU] = "gelu",
@@ -240,18 +235,18 @@ mpcl_status mpcl_xent_stats_read(mpcl_context *ctx, mpcl_tensor *stats, mpcl_xen
     CHECK_CL(ctx,
              clEnqueueReadBuffer(ctx->queue, stats->mem, CL_TRUE, 0, sizeof w, w, 0, NULL, NULL));
     float loss, comp;
-    memcpy(&loss, &w[STAT_LOSS], sizeof loss);
-    memcpy(&comp, &w[STAT_COMP], sizeof comp);
+    memcpy(&loss, &w[MPCL_ABI_XENT_STAT_LOSS], sizeof loss);
+    memcpy(&comp, &w[MPCL_ABI_XENT_STAT_COMP], sizeof comp);
     memset(out, 0, sizeof *out);
     /* Kahan keeps sum - comp as the better estimate. */
     out->loss_sum = (double)loss - (double)comp;
-    out->correct = w[STAT_CORRECT];
-    out->samples = w[STAT_SAMPLES];
-    out->calls = w[STAT_CALLS];
-    out->bad = w[STAT_BAD];
-    out->bad_call = out->bad ? (int64_t)w[STAT_BAD_CALL] : -1;
-    out->bad_row = out->bad ? (int64_t)w[STAT_BAD_ROW] : -1;
-    out->bad_label = out->bad ? (int64_t)(int32_t)w[STAT_BAD_LABEL] : -1;
+    out->correct = w[MPCL_ABI_XENT_STAT_CORRECT];
+    out->samples = w[MPCL_ABI_XENT_STAT_SAMPLES];
+    out->calls = w[MPCL_ABI_XENT_STAT_CALLS];
+    out->bad = w[MPCL_ABI_XENT_STAT_BAD];
+    out->bad_call = out->bad ? (int64_t)w[MPCL_ABI_XENT_STAT_BAD_CALL] : -1;
+    out->bad_row = out->bad ? (int64_t)w[MPCL_ABI_XENT_STAT_BAD_ROW] : -1;
+    out->bad_label = out->bad ? (int64_t)(int32_t)w[MPCL_ABI_XENT_STAT_BAD_LABEL] : -1;
     if (reset) TRY(mpcl_xent_stats_reset(ctx, stats));
     if (out->bad)
         return MPCL_ERROR(ctx, MPCL_ERR_LABEL,
@@ -292,7 +287,7 @@ static mpcl_status softmax_xent(mpcl_context *ctx, const char *op, mpcl_tensor *
                        MPCL_ARG(logits->mem), MPCL_ARG(labels->mem), MPCL_ARG(rows),
                        MPCL_ARG(classes), MPCL_ARG(scale_mem), MPCL_ARG(scale_value),
                        MPCL_ARG(use_scale_buf), MPCL_ARG(write_grad), MPCL_ARGS_END));
-    return mpcl__launch_1d(ctx, k, "mpcl_softmax_xent", LOSS_WG, LOSS_WG);
+    return mpcl__launch_1d(ctx, k, "mpcl_softmax_xent", MPCL_ABI_LOSS_WG, MPCL_ABI_LOSS_WG);
 }
 
 mpcl_status mpcl_softmax_xent_forward(mpcl_context *ctx, mpcl_tensor *stats,

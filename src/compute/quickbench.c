@@ -55,7 +55,8 @@ static mpcl_status copy_rate(mpcl_context *ctx, double *gb_per_s) {
     if (st == MPCL_OK) st = mpcl_tensor_fill(src, 1.0f);
     cl_kernel k;
     if (st == MPCL_OK) st = mpcl__kernel(ctx, MPCL_DTYPE_F32, "mpcl_copy_f32x4", &k);
-    cl_uint n4 = (cl_uint)(n / 4);
+    /* The kernel copies MPCL_ABI_COPY_F32_LANES floats per item. */
+    cl_uint n4 = (cl_uint)(n / MPCL_ABI_COPY_F32_LANES);
     if (st == MPCL_OK)
         st = mpcl__set_args(ctx, k, "mpcl_copy_f32x4", MPCL_ARG(dst->mem), MPCL_ARG(src->mem),
                             MPCL_ARG(n4), MPCL_ARGS_END);
@@ -63,7 +64,7 @@ static mpcl_status copy_rate(mpcl_context *ctx, double *gb_per_s) {
     double t0 = 0;
     for (int i = -1; i < reps && st == MPCL_OK; i++) {
         if (i == 0 && (st = mpcl_context_finish(ctx)) == MPCL_OK) t0 = now_s();
-        if (st == MPCL_OK) st = mpcl__launch_1d(ctx, k, "mpcl_copy_f32x4", n / 4, 0);
+        if (st == MPCL_OK) st = mpcl__launch_1d(ctx, k, "mpcl_copy_f32x4", n4, 0);
     }
     if (st == MPCL_OK) st = mpcl_context_finish(ctx);
     if (st == MPCL_OK) *gb_per_s = 2.0 * (double)(n * 4) * reps / (now_s() - t0) * 1e-9;

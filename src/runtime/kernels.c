@@ -54,7 +54,10 @@ char *mpcl__cl_source_load(const char *name, size_t *size) {
 }
 
 /* The library program: every embedded file except the fp16 probe, in the
- * order meson lists them (common.cl first). */
+ * order meson lists them: cl/abi.h first (the constants shared with the C
+ * side, which the C sources include too), then common.cl. Each file, abi.h
+ * included, comes from MPCL_CL_DIR when that is set, so an edited ABI header
+ * reaches the device side without a rebuild (and tests/test_abi.c notices). */
 static char *library_source(void) {
     size_t total = 1, used = 0;
     for (size_t i = 0; i < mpcl__cl_source_count; i++) total += mpcl__cl_sources[i].size + 1;

@@ -1,0 +1,110 @@
+/* The host/device ABI: every constant that the C library and the OpenCL
+ * kernels in cl/ must agree on, written once. Plain #defines and comments
+ * only, so the file is valid C11 and OpenCL C 1.2.
+ *
+ * The C side includes it as "cl/abi.h" (src/compute/compute.h). The device
+ * side gets it through the embedded program: cl/meson.build lists it first,
+ * cl/embed.py checks that it is first, and src/runtime/kernels.c joins the
+ * files in that order, so it heads every library program (also when
+ * MPCL_CL_DIR loads cl/ from disk). tests/test_abi.c runs mpcl_abi_echo
+ * (cl/abi_check.cl) and compares every value in MPCL_ABI_LIST as the device
+ * compiler saw it with the C compiler's. A new constant goes into its group
+ * below and into MPCL_ABI_LIST (the test fails when one is missing there).
+ *
+ * Public enums and defines that must equal these values (mpcl_activation,
+ * MPCL_XENT_STATS_COLS, MPCL_LOSS_SCALE_CHECK_PER_LAUNCH) stay in the public
+ * headers, which do not install this file; the C sources that use them
+ * _Static_assert the match. */
+#ifndef MPCL_ABI_H
+#define MPCL_ABI_H
+
+/* Softmax cross-entropy statistics: 32-bit word offsets in the stats tensor.
+ * cl/loss.cl (mpcl_softmax_xent) accumulates them; src/compute/ops.c zeroes
+ * and reads them. LOSS and COMP hold f32 bits (the Kahan sum of the loss and
+ * its compensation), the rest uint counters. WORDS is how many are used; the
+ * public MPCL_XENT_STATS_COLS must be at least that. */
+#define MPCL_ABI_XENT_STAT_LOSS 0
+#define MPCL_ABI_XENT_STAT_COMP 1
+#define MPCL_ABI_XENT_STAT_CORRECT 2
+#define MPCL_ABI_XENT_STAT_SAMPLES 3
+#define MPCL_ABI_XENT_STAT_CALLS 4
+#define MPCL_ABI_XENT_STAT_BAD 5
+#define MPCL_ABI_XENT_STAT_BAD_CALL 6
+#define MPCL_ABI_XENT_STAT_BAD_ROW 7
+#define MPCL_ABI_XENT_STAT_BAD_LABEL 8
+#define MPCL_ABI_XENT_STAT_WORDS 9
+
+/* The work-group of mpcl_softmax_xent: its reqd_work_group_size and the size
+ * of its local reductions (a power of two); ops.c launches exactly one group
+ * of this size. */
+#define MPCL_ABI_LOSS_WG 64
+
+/* Loss-scale state: uint word offsets in the scaler's state tensor.
+ * cl/loss_scale.cl writes them (the check ORs FOUND_INF, the update advances
+ * the rest and clears FOUND_INF); src/compute/loss_scale.c uploads and reads
+ * them; the optimizer kernels read FOUND_INF to skip a step. */
+#define MPCL_ABI_LS_GOOD 0
+#define MPCL_ABI_LS_FOUND_INF 1
+#define MPCL_ABI_LS_SKIPPED 2
+#define MPCL_ABI_LS_LAST_FOUND_INF 3
+#define MPCL_ABI_LS_STATE_WORDS 4
+
+/* Gradient tensors per mpcl_loss_scale_check launch: the kernel's (g, n)
+ * argument pairs, followed by the state buffer; loss_scale.c sets them all
+ * (the public MPCL_LOSS_SCALE_CHECK_PER_LAUNCH). The kernel spells out eight
+ * and refuses to build with another value. */
+#define MPCL_ABI_LS_CHECK_TENSORS 8
+
+/* Activation codes: the values of the public enum mpcl_activation
+ * (include/mpcl/ops.h, asserted in ops.c), which cl/activation.cl uses to
+ * specialize one kernel per activation. */
+#define MPCL_ABI_ACT_IDENTITY 0
+#define MPCL_ABI_ACT_RELU 1
+#define MPCL_ABI_ACT_GELU 2
+#define MPCL_ABI_ACT_SIGMOID 3
+#define MPCL_ABI_ACT_TANH 4
+#define MPCL_ABI_ACT_COUNT 5
+
+/* mpcl's GEMM tiles: the rows and columns of C that one work-item of
+ * cl/gemm.cl computes. src/compute/gemm.c launches ceil(N / tile) x
+ * ceil(M / tile) items and uses the wide kernels (mpcl_gemm_w16*) when
+ * N >= MPCL_ABI_GEMM_TILE_WIDE, the narrow ones (mpcl_gemm_w8*) below. The
+ * kernels' vector types (float16, float8) fix these values: gemm.cl refuses
+ * to build with others. */
+#define MPCL_ABI_GEMM_TILE_WIDE 16
+#define MPCL_ABI_GEMM_TILE_NARROW 8
+
+/* Floats per work-item of mpcl_copy_f32x4 (cl/fill.cl, a float4 each): the
+ * host passes the element count divided by this (src/compute/quickbench.c). */
+#define MPCL_ABI_COPY_F32_LANES 4
+
+/* Every constant above, for the echo kernel and its test: X(name) each. */
+#define MPCL_ABI_LIST(X)            \
+    X(MPCL_ABI_XENT_STAT_LOSS)      \
+    X(MPCL_ABI_XENT_STAT_COMP)      \
+    X(MPCL_ABI_XENT_STAT_CORRECT)   \
+    X(MPCL_ABI_XENT_STAT_SAMPLES)   \
+    X(MPCL_ABI_XENT_STAT_CALLS)     \
+    X(MPCL_ABI_XENT_STAT_BAD)       \
+    X(MPCL_ABI_XENT_STAT_BAD_CALL)  \
+    X(MPCL_ABI_XENT_STAT_BAD_ROW)   \
+    X(MPCL_ABI_XENT_STAT_BAD_LABEL) \
+    X(MPCL_ABI_XENT_STAT_WORDS)     \
+    X(MPCL_ABI_LOSS_WG)             \
+    X(MPCL_ABI_LS_GOOD)             \
+    X(MPCL_ABI_LS_FOUND_INF)        \
+    X(MPCL_ABI_LS_SKIPPED)          \
+    X(MPCL_ABI_LS_LAST_FOUND_INF)   \
+    X(MPCL_ABI_LS_STATE_WORDS)      \
+    X(MPCL_ABI_LS_CHECK_TENSORS)    \
+    X(MPCL_ABI_ACT_IDENTITY)        \
+    X(MPCL_ABI_ACT_RELU)            \
+    X(MPCL_ABI_ACT_GELU)            \
+    X(MPCL_ABI_ACT_SIGMOID)         \
+    X(MPCL_ABI_ACT_TANH)            \
+    X(MPCL_ABI_ACT_COUNT)           \
+    X(MPCL_ABI_GEMM_TILE_WIDE)      \
+    X(MPCL_ABI_GEMM_TILE_NARROW)    \
+    X(MPCL_ABI_COPY_F32_LANES)
+
+#endif
