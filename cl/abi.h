@@ -78,6 +78,24 @@
  * host passes the element count divided by this (src/compute/quickbench.c). */
 #define MPCL_ABI_COPY_F32_LANES 4
 
+/* The optimizer (cl/optim.cl, src/compute/optim.c). Step state: uint word
+ * offsets of the step tensor; mpcl_optim_set_step and mpcl_optim_advance
+ * write it, the Adam update reads the bias corrections (f32 bits) of the
+ * coming step, optim.c reads COUNT. Clip state: f32 word offsets of the clip
+ * tensor; mpcl_optim_grad_norm writes the global norm and the factor, the
+ * updates multiply gradients by FACTOR, optim.c reads NORM. The norm's first
+ * pass runs NORM_GROUPS work-groups of NORM_WG items (its
+ * reqd_work_group_size; a power of two), each writing one partial sum. */
+#define MPCL_ABI_OPTIM_STEP_COUNT 0
+#define MPCL_ABI_OPTIM_STEP_BC1 1
+#define MPCL_ABI_OPTIM_STEP_BC2 2
+#define MPCL_ABI_OPTIM_STEP_WORDS 4
+#define MPCL_ABI_OPTIM_CLIP_NORM 0
+#define MPCL_ABI_OPTIM_CLIP_FACTOR 1
+#define MPCL_ABI_OPTIM_CLIP_WORDS 2
+#define MPCL_ABI_OPTIM_NORM_WG 64
+#define MPCL_ABI_OPTIM_NORM_GROUPS 64
+
 /* Every constant above, for the echo kernel and its test: X(name) each. */
 #define MPCL_ABI_LIST(X)            \
     X(MPCL_ABI_XENT_STAT_LOSS)      \
@@ -105,6 +123,15 @@
     X(MPCL_ABI_ACT_COUNT)           \
     X(MPCL_ABI_GEMM_TILE_WIDE)      \
     X(MPCL_ABI_GEMM_TILE_NARROW)    \
-    X(MPCL_ABI_COPY_F32_LANES)
+    X(MPCL_ABI_COPY_F32_LANES)      \
+    X(MPCL_ABI_OPTIM_STEP_COUNT)    \
+    X(MPCL_ABI_OPTIM_STEP_BC1)      \
+    X(MPCL_ABI_OPTIM_STEP_BC2)      \
+    X(MPCL_ABI_OPTIM_STEP_WORDS)    \
+    X(MPCL_ABI_OPTIM_CLIP_NORM)     \
+    X(MPCL_ABI_OPTIM_CLIP_FACTOR)   \
+    X(MPCL_ABI_OPTIM_CLIP_WORDS)    \
+    X(MPCL_ABI_OPTIM_NORM_WG)       \
+    X(MPCL_ABI_OPTIM_NORM_GROUPS)
 
 #endif

@@ -3,29 +3,20 @@
 //
 // Common arguments:
 //   scale:    f32 [1], the loss scale; gradients are multiplied by 1/scale.
-//   ls_state: uint [4], the loss scaler's state; [OPTIM_FOUND_INF] is
+//   ls_state: the loss scaler's state (cl/abi.h); [MPCL_ABI_LS_FOUND_INF] is
 //             found_inf. When set, nothing is written except the step
 //             counter's copy below.
-//   clip:     f32 [2] {norm, factor}: gradients are multiplied by factor
-//             (1 when not clipping).
-//   step:     uint [4]: {count, the bits of the f32 bias corrections
-//             1 - beta1^(count+1) and 1 - beta2^(count+1) for the coming step,
-//             unused}. The update reads it; mpcl_optim_advance, one work-item
+//   clip:     f32 {norm, factor} (cl/abi.h): gradients are multiplied by
+//             factor (1 when not clipping).
+//   step:     uint {count, the bits of the f32 bias corrections
+//             1 - beta1^(count+1) and 1 - beta2^(count+1) for the coming step}
+//             (cl/abi.h). The update reads it; mpcl_optim_advance, one work-item
 //             enqueued after the update, moves it to the next step. The
 //             corrections are computed there, once, because transcendentals
 //             per element made the update 50x slower on PoCL (pown or
 //             expm1/log1p are scalar calls there), and because any branch
 //             with such a call in the update kernel keeps PoCL from
 //             vectorizing it (the f16 update ran at 0.05x of a copy).
-#define OPTIM_FOUND_INF 1
-#define OPTIM_STEP_COUNT 0
-#define OPTIM_STEP_BC1 1
-#define OPTIM_STEP_BC2 2
-#define OPTIM_CLIP_NORM 0
-#define OPTIM_CLIP_FACTOR 1
-#define OPTIM_NORM_WG 64
-#define OPTIM_NORM_GROUPS 64
-
 // 1 - beta^t as -expm1(t * log1p(beta - 1)): a few ulp even at t = 1, where
 // 1 - beta^t cancels (beta - 1 is exact for beta in [0.5, 1)). beta = 0 gives
 // log1p(-1) = -inf and so 1.
@@ -37,10 +28,10 @@ static float optim_bias_correction(float beta, uint t) {
 // reset): one work-item. The host never computes them, so they are the same
 // bits the update would have produced.
 static void optim_step_state(__global uint *step, uint t, float beta1, float beta2) {
-    step[OPTIM_STEP_COUNT] = t;
-    step[OPTIM_STEP_BC1] = as_uint(optim_bias_correction(beta1, t + 1u));
-    step[OPTIM_STEP_BC2] = as_uint(optim_bias_correction(beta2, t + 1u));
-    step[3] = 0u;
+    step[MPCL_ABI_OPTIM_STEP_COUNT] = t;
+    step[MPCL_ABI_OPTIM_STEP_BC1] = as_uint(optim_bias_correction(beta1, t + 1u));
+    step[MPCL_ABI_OPTIM_STEP_BC2] = as_uint(optim_bias_correction(beta2, t + 1u));
+    for (uint k = MPCL_ABI_OPTIM_STEP_BC2 + 1u; k < MPCL_ABI_OPTIM_STEP_WORDS; k++) step[k] = 0u;
 }
 
 __kernel void mpcl_optim_set_step(__global uint *step, uint t, float beta1, float beta2) {
@@ -51,8 +42,8 @@ __kernel void mpcl_optim_set_step(__global uint *step, uint t, float beta1, floa
 // skipped (found_inf), which leaves the counter and corrections as they were.
 __kernel void mpcl_optim_advance(__global uint *step, __global const uint *ls_state, float beta1,
                                  float beta2) {
-    if (get_global_id(0) == 0 && ls_state[OPTIM_FOUND_INF] == 0u)
-        optim_step_state(step, step[OPTIM_STEP_COUNT] + 1u, beta1, beta2);
+    if (get_global_id(0) == 0 && ls_state[MPCL_ABI_LS_FOUND_INF] == 0u)
+        optim_step_state(step, step[MPCL_ABI_OPTIM_STEP_COUNT] + 1u, beta1, beta2);
 }
 
 // The update kernels are straight-line code per element, so that a CPU
@@ -69,9 +60,9 @@ __kernel void mpcl_optim_adam(__global float *master, __global float *m, __globa
                               uint decoupled) {
     uint i = get_global_id(0);
     if (i >= n) return;
-    int skip = ls_state[OPTIM_FOUND_INF] != 0u;
-    float gscale = clip[OPTIM_CLIP_FACTOR] / scale[0];
-    float bc1 = as_float(step[OPTIM_STEP_BC1]), bc2 = as_float(step[OPTIM_STEP_BC2]);
+    int skip = ls_state[MPCL_ABI_LS_FOUND_INF] != 0u;
+    float gscale = clip[MPCL_ABI_OPTIM_CLIP_FACTOR] / scale[0];
+    float bc1 = as_float(step[MPCL_ABI_OPTIM_STEP_BC1]), bc2 = as_float(step[MPCL_ABI_OPTIM_STEP_BC2]);
     // Decoupled decay scales the weight; L2 adds to the gradient.
     float x0 = master[i], m0 = m[i], v0 = v[i];
     float x = decoupled ? x0 - lr * weight_decay * x0 : x0;
@@ -95,8 +86,8 @@ __kernel void mpcl_optim_sgd(__global float *master, __global float *buf,
                              float weight_decay, uint nesterov) {
     uint i = get_global_id(0);
     if (i >= n) return;
-    int skip = ls_state[OPTIM_FOUND_INF] != 0u;
-    float gscale = clip[OPTIM_CLIP_FACTOR] / scale[0];
+    int skip = ls_state[MPCL_ABI_LS_FOUND_INF] != 0u;
+    float gscale = clip[MPCL_ABI_OPTIM_CLIP_FACTOR] / scale[0];
     float x0 = master[i], b0 = buf[i];
     float gr = LOAD(g, i) * gscale + weight_decay * x0;
     float b = momentum * b0 + gr;
@@ -116,13 +107,13 @@ __kernel void mpcl_optim_refresh(__global storage_t *w, __global const float *ma
     if (i < n) STORE(w, offset + i, master[offset + i]);
 }
 
-// The first pass of the global norm: OPTIM_NORM_GROUPS work-groups of
-// OPTIM_NORM_WG items stride over the gradients, each group writes its sum of
+// The first pass of the global norm: MPCL_ABI_OPTIM_NORM_GROUPS work-groups of
+// MPCL_ABI_OPTIM_NORM_WG items stride over the gradients, each group writes its sum of
 // squares to partial[group]. Fixed order everywhere: the same gradients give
 // the same bits.
-__kernel __attribute__((reqd_work_group_size(OPTIM_NORM_WG, 1, 1))) void mpcl_optim_grad_sumsq(
+__kernel __attribute__((reqd_work_group_size(MPCL_ABI_OPTIM_NORM_WG, 1, 1))) void mpcl_optim_grad_sumsq(
     __global const storage_t *g, uint n, __global float *partial) {
-    __local float acc[OPTIM_NORM_WG];
+    __local float acc[MPCL_ABI_OPTIM_NORM_WG];
     uint lid = get_local_id(0), gid = get_global_id(0), gsz = get_global_size(0);
     float s = 0.0f;
     for (uint i = gid; i < n; i += gsz) {
@@ -131,7 +122,7 @@ __kernel __attribute__((reqd_work_group_size(OPTIM_NORM_WG, 1, 1))) void mpcl_op
     }
     acc[lid] = s;
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (uint half_size = OPTIM_NORM_WG / 2; half_size > 0; half_size /= 2) {
+    for (uint half_size = MPCL_ABI_OPTIM_NORM_WG / 2; half_size > 0; half_size /= 2) {
         if (lid < half_size) acc[lid] += acc[lid + half_size];
         barrier(CLK_LOCAL_MEM_FENCE);
     }
@@ -144,8 +135,8 @@ __kernel void mpcl_optim_grad_norm(__global const float *partial, __global const
                                    float clip_norm, __global float *clip) {
     if (get_global_id(0) != 0) return;
     float s = 0.0f;
-    for (uint k = 0; k < OPTIM_NORM_GROUPS; k++) s += partial[k];
+    for (uint k = 0; k < MPCL_ABI_OPTIM_NORM_GROUPS; k++) s += partial[k];
     float norm = sqrt(s) / scale[0];
-    clip[OPTIM_CLIP_NORM] = norm;
-    clip[OPTIM_CLIP_FACTOR] = norm > clip_norm ? clip_norm / norm : 1.0f;
+    clip[MPCL_ABI_OPTIM_CLIP_NORM] = norm;
+    clip[MPCL_ABI_OPTIM_CLIP_FACTOR] = norm > clip_norm ? clip_norm / norm : 1.0f;
 }

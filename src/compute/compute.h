@@ -61,9 +61,7 @@ mpcl_status mpcl__launch_2d(mpcl_context *ctx, cl_kernel k, const char *name, si
 /* ---- loss scale ---- */
 
 /* The state buffer: MPCL_ABI_LS_STATE_WORDS uints at the MPCL_ABI_LS_*
- * offsets of cl/abi.h (good_steps, found_inf, skipped_steps, last_found_inf).
- * MPCL__LS_STATE_LEN is the older name, which optim.c still uses. */
-#define MPCL__LS_STATE_LEN MPCL_ABI_LS_STATE_WORDS
+ * offsets of cl/abi.h (good_steps, found_inf, skipped_steps, last_found_inf). */
 cl_mem mpcl__loss_scale_state_mem(const mpcl_loss_scale *ls);
 cl_mem mpcl__loss_scale_scale_mem(const mpcl_loss_scale *ls);
 

@@ -5,8 +5,12 @@
 
 #include "compute/compute.h"
 
-/* The kernels' layout of the step and clip buffers (cl/optim.cl). */
-enum { STEP_LEN = 4, NORM_WG = 64, NORM_GROUPS = 64 };
+enum {
+    STEP_LEN = MPCL_ABI_OPTIM_STEP_WORDS,
+    CLIP_LEN = MPCL_ABI_OPTIM_CLIP_WORDS,
+    NORM_WG = MPCL_ABI_OPTIM_NORM_WG,
+    NORM_GROUPS = MPCL_ABI_OPTIM_NORM_GROUPS,
+};
 
 /* One row per optimizer: its name, its update kernel and the state slots it
  * keeps. Everything else that differs is in its kernel. */
@@ -142,20 +146,23 @@ mpcl_status mpcl_optimizer_create(mpcl_context *ctx, const mpcl_optim_params *p,
     opt->n = n;
     opt->master = master;
     opt->working = working;
-    const float one = 1.0f, no_clip[2] = {NAN, 1.0f};
+    const float one = 1.0f;
+    float no_clip[CLIP_LEN] = {0};
+    no_clip[MPCL_ABI_OPTIM_CLIP_NORM] = NAN;
+    no_clip[MPCL_ABI_OPTIM_CLIP_FACTOR] = 1.0f;
     /* Tensors start zero-filled: state, step counter and the stand-in state. */
     st = mpcl_tensor_create(ctx, MPCL_DTYPE_F32, 1, n, &opt->m);
     if (st == MPCL_OK && OPTIM_KINDS[p->kind].slot_v)
         st = mpcl_tensor_create(ctx, MPCL_DTYPE_F32, 1, n, &opt->v);
     if (st == MPCL_OK) st = mpcl_tensor_create(ctx, MPCL_DTYPE_I32, 1, STEP_LEN, &opt->step);
-    if (st == MPCL_OK) st = mpcl_tensor_create(ctx, MPCL_DTYPE_F32, 1, 2, &opt->clip);
+    if (st == MPCL_OK) st = mpcl_tensor_create(ctx, MPCL_DTYPE_F32, 1, CLIP_LEN, &opt->clip);
     if (st == MPCL_OK && p->clip_norm > 0.0f)
         st = mpcl_tensor_create(ctx, MPCL_DTYPE_F32, 1, NORM_GROUPS, &opt->partial);
     if (st == MPCL_OK) st = mpcl_tensor_create(ctx, MPCL_DTYPE_F32, 1, 1, &opt->unit_scale);
     if (st == MPCL_OK)
-        st = mpcl_tensor_create(ctx, MPCL_DTYPE_I32, 1, MPCL__LS_STATE_LEN, &opt->no_state);
+        st = mpcl_tensor_create(ctx, MPCL_DTYPE_I32, 1, MPCL_ABI_LS_STATE_WORDS, &opt->no_state);
     if (st == MPCL_OK) st = mpcl_tensor_upload_f32(opt->unit_scale, &one, 1);
-    if (st == MPCL_OK) st = mpcl_tensor_upload_f32(opt->clip, no_clip, 2);
+    if (st == MPCL_OK) st = mpcl_tensor_upload_f32(opt->clip, no_clip, CLIP_LEN);
     if (st == MPCL_OK) st = mpcl_optimizer_write_step(ctx, opt, 0);
     if (st != MPCL_OK) {
         mpcl_optimizer_destroy(opt);
@@ -266,11 +273,11 @@ mpcl_status mpcl_optimizer_step(mpcl_context *ctx, mpcl_optimizer *opt, const mp
 
 mpcl_status mpcl_optimizer_read_grad_norm(mpcl_context *ctx, const mpcl_optimizer *opt,
                                           float *norm) {
-    float clip[2];
-    mpcl_status st = mpcl_tensor_download_f32(opt->clip, clip, 2);
+    float clip[CLIP_LEN];
+    mpcl_status st = mpcl_tensor_download_f32(opt->clip, clip, CLIP_LEN);
     if (st != MPCL_OK) return st;
     (void)ctx;
-    *norm = clip[0];
+    *norm = clip[MPCL_ABI_OPTIM_CLIP_NORM];
     return MPCL_OK;
 }
 
@@ -332,8 +339,9 @@ cleanup:
 mpcl_status mpcl_optimizer_read_step(mpcl_context *ctx, const mpcl_optimizer *opt, uint32_t *step) {
     mpcl_status st = MPCL_OK;
     ctx->syncs++;
-    CHECK_CL(ctx, clEnqueueReadBuffer(ctx->queue, opt->step->mem, CL_TRUE, 0, sizeof(uint32_t),
-                                      step, 0, NULL, NULL));
+    CHECK_CL(ctx, clEnqueueReadBuffer(ctx->queue, opt->step->mem, CL_TRUE,
+                                      MPCL_ABI_OPTIM_STEP_COUNT * sizeof(uint32_t),
+                                      sizeof(uint32_t), step, 0, NULL, NULL));
 cleanup:
     return st;
 }
