@@ -126,7 +126,31 @@ static void gemm_override(void **state) {
     o.gemm = MPCL_GEMM_MPCL_MIXED; /* f16 path under an f32 policy */
     p = mpcl_plan_resolve(&gpu, MPCL_POLICY_FLOAT32, &o);
     assert_false(p.usable);
-    assert_non_null(strstr(p.reason, "needs f16 storage"));
+    assert_non_null(strstr(p.reason, "needs f16 or bf16 storage"));
+}
+
+/* The dtype table: values kept (f32, f16, i32, u8 as before, bf16 after),
+ * names, sizes, and which dtypes are float. */
+static void dtype_table(void **state) {
+    (void)state;
+    assert_int_equal(MPCL_DTYPE_F32, 0);
+    assert_int_equal(MPCL_DTYPE_F16, 1);
+    assert_int_equal(MPCL_DTYPE_I32, 2);
+    assert_int_equal(MPCL_DTYPE_U8, 3);
+    assert_int_equal(MPCL_DTYPE_BF16, 4);
+    assert_int_equal(MPCL_DTYPE_COUNT, 5);
+    const char *names[] = {"f32", "f16", "i32", "u8", "bf16"};
+    const size_t sizes[] = {4, 2, 4, 1, 2};
+    const bool is_float[] = {true, true, false, false, true};
+    for (int i = 0; i < MPCL_DTYPE_COUNT; i++) {
+        assert_string_equal(mpcl_dtype_name((mpcl_dtype)i), names[i]);
+        assert_int_equal(mpcl_dtype_size((mpcl_dtype)i), sizes[i]);
+        assert_int_equal(mpcl_dtype_is_float((mpcl_dtype)i), is_float[i]);
+    }
+    assert_string_equal(mpcl_dtype_name(MPCL_DTYPE_COUNT), "unknown");
+    assert_int_equal(mpcl_dtype_size(MPCL_DTYPE_COUNT), 0);
+    assert_false(mpcl_dtype_is_float(MPCL_DTYPE_COUNT));
+    assert_false(mpcl_dtype_is_float((mpcl_dtype)-1));
 }
 
 static void overrides_from_the_environment(void **state) {
@@ -166,6 +190,7 @@ static void names_parse_back(void **state) {
     }
     mpcl_policy p;
     assert_false(mpcl_policy_parse("float16", &p));
+    assert_false(mpcl_policy_parse("bfloat16", &p));
     assert_false(mpcl_policy_parse(NULL, &p));
 }
 
@@ -178,6 +203,7 @@ int main(void) {
         cmocka_unit_test(pocl_as_found),
         cmocka_unit_test(broken_f16_storage_makes_mixed_unusable),
         cmocka_unit_test(gemm_override),
+        cmocka_unit_test(dtype_table),
         cmocka_unit_test(overrides_from_the_environment),
         cmocka_unit_test(names_parse_back),
     };
