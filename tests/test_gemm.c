@@ -326,6 +326,23 @@ static void test_default_path_and_override(void **state) {
                      mpcl_context_plan(ctx, MPCL_POLICY_FLOAT32).gemm);
     assert_int_equal(mpcl_gemm_default_path(ctx, MPCL_DTYPE_F16),
                      mpcl_context_plan(ctx, MPCL_POLICY_MIXED_FLOAT16).gemm);
+    assert_int_equal(mpcl_gemm_default_path(ctx, MPCL_DTYPE_BF16), MPCL_GEMM_MPCL_MIXED);
+    assert_int_equal(mpcl_context_plan(ctx, MPCL_POLICY_MIXED_BFLOAT16).gemm, MPCL_GEMM_MPCL_MIXED);
+    mpcl_context_destroy(ctx);
+
+    /* CLBlast for bf16 tensors: the plan refuses it, mpcl_gemm names MPCL_GEMM. */
+    setenv("MPCL_GEMM", "clblast-sgemm", 1);
+    ctx = tu_context();
+    assert_false(mpcl_context_plan(ctx, MPCL_POLICY_MIXED_BFLOAT16).usable);
+    mpcl_tensor *abf = tu_tensor(ctx, MPCL_DTYPE_BF16, 3, 2),
+                *bbf = tu_tensor(ctx, MPCL_DTYPE_BF16, 2, 4);
+    mpcl_tensor *cbf = tu_tensor(ctx, MPCL_DTYPE_BF16, 3, 4);
+    mpcl_gemm_path pb = mpcl_gemm_default_path(ctx, MPCL_DTYPE_BF16);
+    assert_int_equal(pb, MPCL_GEMM_CLBLAST_SGEMM);
+    expect_error(ctx, MPCL_ERR_DTYPE, pb, false, false, abf, bbf, 0.0f, cbf, "MPCL_GEMM");
+    mpcl_tensor_destroy(abf);
+    mpcl_tensor_destroy(bbf);
+    mpcl_tensor_destroy(cbf);
     mpcl_context_destroy(ctx);
 
     /* A possible override is honoured. */

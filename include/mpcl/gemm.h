@@ -34,9 +34,10 @@ mpcl_status mpcl_gemm(mpcl_context *ctx, mpcl_gemm_path path, bool trans_a, bool
                       mpcl_tensor *c);
 
 /* The path the precision plan picks for tensors stored in `storage` (f32 ->
- * the float32 plan, f16 -> the mixed_float16 plan) on this context's device,
- * MPCL_GEMM included. When MPCL_GEMM names a path this device or storage
- * cannot run, that path is returned anyway, so that mpcl_gemm reports why. */
+ * the float32 plan, f16 -> mixed_float16, bf16 -> mixed_bfloat16) on this
+ * context's device, MPCL_GEMM included. When MPCL_GEMM names a path this
+ * device or storage cannot run, that path is returned anyway, so that
+ * mpcl_gemm reports why. */
 mpcl_gemm_path mpcl_gemm_default_path(const mpcl_context *ctx, mpcl_dtype storage);
 
 #pragma GCC visibility pop

@@ -40,6 +40,7 @@ typedef enum mpcl_policy {
     MPCL_POLICY_AUTO,
     MPCL_POLICY_MIXED_FLOAT16,
     MPCL_POLICY_FLOAT32,
+    MPCL_POLICY_MIXED_BFLOAT16,
     MPCL_POLICY_COUNT,
 } mpcl_policy;
 
@@ -66,7 +67,7 @@ typedef struct mpcl_plan_overrides {
 
 typedef struct mpcl_plan {
     mpcl_policy policy;   /* what was asked for */
-    mpcl_policy resolved; /* MPCL_POLICY_FLOAT32 or MPCL_POLICY_MIXED_FLOAT16 */
+    mpcl_policy resolved; /* FLOAT32, MIXED_FLOAT16 or MIXED_BFLOAT16, never AUTO */
     mpcl_dtype storage;   /* activations, gradients and the working copy of weights */
     mpcl_gemm_path gemm;
     bool loss_scaling;

@@ -10,8 +10,9 @@
 #include <clblast_c.h>
 
 mpcl_gemm_path mpcl_gemm_default_path(const mpcl_context *ctx, mpcl_dtype storage) {
-    mpcl_policy policy =
-        storage == MPCL_DTYPE_F16 ? MPCL_POLICY_MIXED_FLOAT16 : MPCL_POLICY_FLOAT32;
+    mpcl_policy policy = storage == MPCL_DTYPE_F16    ? MPCL_POLICY_MIXED_FLOAT16
+                         : storage == MPCL_DTYPE_BF16 ? MPCL_POLICY_MIXED_BFLOAT16
+                                                      : MPCL_POLICY_FLOAT32;
     mpcl_plan plan = mpcl_context_plan(ctx, policy);
     /* An impossible MPCL_GEMM leaves the plan unusable with its default path;
      * hand the requested path on so that mpcl_gemm names the problem. */

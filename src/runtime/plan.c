@@ -7,7 +7,8 @@
 
 #include "runtime/runtime.h"
 
-static const char *const policy_names[MPCL_POLICY_COUNT] = {"auto", "mixed_float16", "float32"};
+static const char *const policy_names[MPCL_POLICY_COUNT] = {"auto", "mixed_float16", "float32",
+                                                            "mixed_bfloat16"};
 static const char *const gemm_names[MPCL_GEMM_PATH_COUNT] = {"clblast-sgemm", "clblast-hgemm",
                                                              "mpcl-f32", "mpcl-mixed"};
 
@@ -163,6 +164,7 @@ mpcl_plan mpcl_plan_resolve(const mpcl_device_info *d, mpcl_policy policy,
     p.usable = true;
     bool fp16_math = mpcl_plan_fp16_math_usable(d, overrides->fp16);
     bool f16_storage = d->fp16_storage == MPCL_FP16_STORAGE_VERIFIED;
+    bool bf16_storage = d->bf16_storage == MPCL_BF16_STORAGE_VERIFIED;
 
     switch (policy) {
     case MPCL_POLICY_FLOAT32:
@@ -183,6 +185,28 @@ mpcl_plan mpcl_plan_resolve(const mpcl_device_info *d, mpcl_policy policy,
                      f16_storage ? why_no_fp16_math(d, overrides->fp16)
                                  : "f16 storage failed verification");
         }
+        break;
+    case MPCL_POLICY_MIXED_BFLOAT16:
+        if (!bf16_storage) {
+            set_float32(&p, d);
+            p.usable = false;
+            snprintf(p.reason, sizeof p.reason,
+                     "mixed_bfloat16 needs bf16 storage, and the bf16 store/load kernel %s on this "
+                     "device",
+                     d->bf16_storage == MPCL_BF16_STORAGE_UNTESTED ? "was not run"
+                                                                   : "failed verification");
+            break;
+        }
+        /* As Keras' mixed_bfloat16: bf16 has f32's exponent range, so the
+         * small gradients f16 loses (below 2^-24) are normal bf16 numbers and
+         * nothing overflows before f32 would; loss scaling is off by default. */
+        p.resolved = MPCL_POLICY_MIXED_BFLOAT16;
+        p.storage = MPCL_DTYPE_BF16;
+        p.gemm = default_gemm(d, MPCL_DTYPE_BF16, fp16_math);
+        p.loss_scaling = false;
+        snprintf(p.reason, sizeof p.reason,
+                 "bf16 storage with f32 math; GEMM mpcl-mixed accumulates in f32 (CLBlast has no "
+                 "bf16 GEMM); no loss scaling (bf16 has f32's exponent range)");
         break;
     case MPCL_POLICY_MIXED_FLOAT16:
     default:
