@@ -38,7 +38,7 @@ static const char usage[] =
     "  --lr X                  learning rate (default 1e-3; 1e-2 for sgd)\n"
     "  --seed N                initial weights and shuffling (default 42)\n"
     "Precision:\n"
-    "  --precision P           auto, float32 or mixed_float16 (default auto)\n"
+    "  --precision P           auto, float32, mixed_float16 or mixed_bfloat16 (default auto)\n"
     "  --loss-scale S          dynamic, or a number for a fixed scale (default dynamic)\n"
     "  --initial-loss-scale X  first dynamic scale (default 32768)\n"
     "  --device SEL            P:D id, cpu, gpu, accelerator or part of a name\n"
