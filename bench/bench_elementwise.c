@@ -70,16 +70,17 @@ int bench_cmd_elementwise(mpcl_context *ctx, const bench_opts *opts) {
     double host = memcpy_seconds(), host_gbs = 2 * n * 4 / host * 1e-9;
     ew_row rows[16];
     size_t nrow = 0;
-    const mpcl_dtype storages[] = {MPCL_DTYPE_F32, MPCL_DTYPE_F16};
-    for (int s = 0; s < 2; s++) {
+    const mpcl_dtype storages[] = {MPCL_DTYPE_F32, MPCL_DTYPE_F16, MPCL_DTYPE_BF16};
+    for (int s = 0; s < 3; s++) {
         mpcl_dtype d = storages[s];
         double e = (double)mpcl_dtype_size(d);
         mpcl_tensor *t[7] = {0};
         mpcl_status st = MPCL_OK;
         const size_t shape[7][2] = {{ROWS, COLS}, {ROWS, COLS}, {ROWS, COLS}, {ROWS, COLS},
                                     {1, COLS},    {1, COLS},    {ROWS, COLS}};
-        const mpcl_dtype dt[7] = {
-            d, d, d, MPCL_DTYPE_F16, MPCL_DTYPE_F32, MPCL_DTYPE_F32, MPCL_DTYPE_F32};
+        /* t[3]: the 16-bit side of the casts (f16 in the f32 round). */
+        const mpcl_dtype half = d == MPCL_DTYPE_F32 ? MPCL_DTYPE_F16 : d;
+        const mpcl_dtype dt[7] = {d, d, d, half, MPCL_DTYPE_F32, MPCL_DTYPE_F32, MPCL_DTYPE_F32};
         for (int i = 0; i < 7 && st == MPCL_OK; i++)
             st = mpcl_tensor_create(ctx, dt[i], shape[i][0], shape[i][1], &t[i]);
         for (int i = 0; i < 7 && st == MPCL_OK; i++)
@@ -89,16 +90,18 @@ int bench_cmd_elementwise(mpcl_context *ctx, const bench_opts *opts) {
             return bench_fail("allocating 16 MB tensors", st);
         }
         const char *tag = mpcl_dtype_name(d);
-        static char names[6][48];
-        snprintf(names[3 * s + 0], sizeof names[0], "bias+relu forward %s", tag);
-        snprintf(names[3 * s + 1], sizeof names[0], "relu backward %s", tag);
-        snprintf(names[3 * s + 2], sizeof names[0], "bias grad %s", tag);
-        rows[nrow++] = (ew_row){names[3 * s + 0], 2 * n * e, time_fn(ctx, relu_fwd, t)};
-        rows[nrow++] = (ew_row){names[3 * s + 1], 3 * n * e, time_fn(ctx, relu_bwd, t)};
-        rows[nrow++] = (ew_row){names[3 * s + 2], n * e, time_fn(ctx, bias_grad, t)};
-        if (s == 0) {
-            rows[nrow++] = (ew_row){"cast f32->f16", n * 6, time_fn(ctx, cast_down, t)};
-            rows[nrow++] = (ew_row){"cast f16->f32", n * 6, time_fn(ctx, cast_up, t)};
+        static char names[15][48];
+        snprintf(names[5 * s + 0], sizeof names[0], "bias+relu forward %s", tag);
+        snprintf(names[5 * s + 1], sizeof names[0], "relu backward %s", tag);
+        snprintf(names[5 * s + 2], sizeof names[0], "bias grad %s", tag);
+        snprintf(names[5 * s + 3], sizeof names[0], "cast f32->%s", tag);
+        snprintf(names[5 * s + 4], sizeof names[0], "cast %s->f32", tag);
+        rows[nrow++] = (ew_row){names[5 * s + 0], 2 * n * e, time_fn(ctx, relu_fwd, t)};
+        rows[nrow++] = (ew_row){names[5 * s + 1], 3 * n * e, time_fn(ctx, relu_bwd, t)};
+        rows[nrow++] = (ew_row){names[5 * s + 2], n * e, time_fn(ctx, bias_grad, t)};
+        if (d != MPCL_DTYPE_F32) {
+            rows[nrow++] = (ew_row){names[5 * s + 3], n * 6, time_fn(ctx, cast_down, t)};
+            rows[nrow++] = (ew_row){names[5 * s + 4], n * 6, time_fn(ctx, cast_up, t)};
         }
         for (int i = 0; i < 7; i++) mpcl_tensor_destroy(t[i]);
     }

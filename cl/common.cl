@@ -1,8 +1,9 @@
 // Precision macros shared by every library kernel. The host builds this
-// program once per storage dtype with -DMPCL_STORAGE_F16 or -DMPCL_STORAGE_F32.
-// Math is always float; f16 is reached only through LOAD/STORE (vload_half /
-// vstore_half_rte are OpenCL 1.2 core and need no cl_khr_fp16), so one source
-// serves every device. Scalar kernel arguments are always float.
+// program once per storage dtype with -DMPCL_STORAGE_F32, -DMPCL_STORAGE_F16
+// or -DMPCL_STORAGE_BF16 (the dtype table in include/mpcl/plan.h). Math is
+// always float; f16 and bf16 are reached only through LOAD/STORE (integer
+// code, needing no cl_khr_fp16 and no bf16 extension), so one source serves
+// every device. Scalar kernel arguments are always float.
 
 // float -> binary16 bits, rounded to nearest even, overflow to inf, NaN kept:
 // exactly vstore_half_rte, in integer operations. PoCL 3.1 runs
@@ -43,14 +44,44 @@ inline float mpcl_f16_value(ushort h) {
 }
 #define LOAD_HALF(p, i) mpcl_f16_value(((__global const ushort *)(p))[(i)])
 
+// bfloat16: the top 16 bits of a float. float -> bf16 bits rounds to
+// nearest even in integer operations, as the f16 store above and for the
+// same reason (it vectorizes): adding 0x7fff carries into bit 16 exactly when
+// the dropped half exceeds a half ulp, and the kept lowest bit breaks ties.
+// A carry out of the mantissa is the right result, up to inf from the
+// largest finite floats (RNE overflow); it never reaches the sign bit. NaN
+// becomes the quiet NaN 0x7fc0 with its sign (the add could carry a NaN into
+// inf). bf16 -> float is exact: bits << 16. The _8 and _16 forms are the same
+// code on vectors, for the GEMM's vector loads and stores; the host checks
+// all of them bit for bit against its own conversion (half.c).
+#define MPCL_BF16_CONVERSIONS(N)                                                       \
+    inline ushort##N mpcl_bf16_bits##N(float##N f) {                                   \
+        uint##N x = as_uint##N(f);                                                     \
+        uint##N r = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;                            \
+        r = (x & 0x7fffffffu) > 0x7f800000u ? ((x >> 16) & 0x8000u) | 0x7fc0u : r;     \
+        return convert_ushort##N(r);                                                   \
+    }                                                                                  \
+    inline float##N mpcl_bf16_value##N(ushort##N h) {                                  \
+        return as_float##N(convert_uint##N(h) << 16);                                  \
+    }
+MPCL_BF16_CONVERSIONS()
+MPCL_BF16_CONVERSIONS(8)
+MPCL_BF16_CONVERSIONS(16)
+#define STORE_BF16(p, i, v) (((__global ushort *)(p))[(i)] = mpcl_bf16_bits(v))
+#define LOAD_BF16(p, i) mpcl_bf16_value(((__global const ushort *)(p))[(i)])
+
 #if defined(MPCL_STORAGE_F16)
 typedef half storage_t;
 #define LOAD(p, i) LOAD_HALF((p), (i))
 #define STORE(p, i, v) STORE_HALF((p), (i), (v))
+#elif defined(MPCL_STORAGE_BF16)
+typedef ushort storage_t;
+#define LOAD(p, i) LOAD_BF16((p), (i))
+#define STORE(p, i, v) STORE_BF16((p), (i), (v))
 #elif defined(MPCL_STORAGE_F32)
 typedef float storage_t;
 #define LOAD(p, i) ((p)[(i)])
 #define STORE(p, i, v) ((p)[(i)] = (v))
 #else
-#error "build with -DMPCL_STORAGE_F16 or -DMPCL_STORAGE_F32"
+#error "build with -DMPCL_STORAGE_F32, -DMPCL_STORAGE_F16 or -DMPCL_STORAGE_BF16"
 #endif

@@ -2,9 +2,10 @@
 //
 // op(A) is M x K: A is stored M x K (ta == 0) or K x M (ta == 1).
 // op(B) is K x N: B is stored K x N (tb == 0) or N x K (tb == 1).
-// C is M x N. One source serves both storages: A and B are storage_t (f32 or
-// f16 through LOAD), C is storage_t or, in the f16 program, float (the
-// *_cf32 kernels: f16 inputs, f32 output). All arithmetic is float.
+// C is M x N. One source serves every storage: A and B are storage_t (f32,
+// or f16 or bf16 through LOAD), C is storage_t or, in the f16 and bf16
+// programs, float (the *_cf32 kernels: 16-bit inputs, f32 output). All
+// arithmetic is float.
 //
 // Each work-item computes GEMM_TM rows by GEMM_W columns of C in GEMM_TM
 // named vector accumulators (PoCL keeps accumulators in registers only when
@@ -31,13 +32,22 @@
 #define GEMM_VLOAD16(p, o) vload_half16(0, (p) + (o))
 #define GEMM_VSTORE8(v, p, o) vstore_half8_rte((v), 0, (p) + (o))
 #define GEMM_VSTORE16(v, p, o) vstore_half16_rte((v), 0, (p) + (o))
+#elif defined(MPCL_STORAGE_BF16)
+// bf16 as ushort vectors, converted with common.cl's vector forms.
+#define GEMM_VLOAD8(p, o) mpcl_bf16_value8(vload8(0, (p) + (o)))
+#define GEMM_VLOAD16(p, o) mpcl_bf16_value16(vload16(0, (p) + (o)))
+#define GEMM_VSTORE8(v, p, o) vstore8(mpcl_bf16_bits8(v), 0, (p) + (o))
+#define GEMM_VSTORE16(v, p, o) vstore16(mpcl_bf16_bits16(v), 0, (p) + (o))
 #else
 #define GEMM_VLOAD8(p, o) vload8(0, (p) + (o))
 #define GEMM_VLOAD16(p, o) vload16(0, (p) + (o))
 #define GEMM_VSTORE8(v, p, o) vstore8((v), 0, (p) + (o))
 #define GEMM_VSTORE16(v, p, o) vstore16((v), 0, (p) + (o))
 #endif
-// C held as float (the f32-output kernels of the f16 program).
+// C held as float (the f32-output kernels of the f16 and bf16 programs).
+#if defined(MPCL_STORAGE_F16) || defined(MPCL_STORAGE_BF16)
+#define GEMM_NARROW_STORAGE 1
+#endif
 #define GEMM_FLOAD(p, i) ((p)[(i)])
 #define GEMM_FSTORE(p, i, v) ((p)[(i)] = (v))
 #define GEMM_FVLOAD8(p, o) vload8(0, (p) + (o))
@@ -58,9 +68,9 @@
     const uint ao##r = min(ri0 + (r), M - 1) * ars; /* row offset */ \
     GEMM_VT acc##r = (GEMM_VT)(0.0f);
 // Staging of a W-deep block of op(A) into the private array abuf, converted
-// to float once: f16 elements are converted with vector loads here instead of
-// one scalar vload_half per multiply (6x slower on PoCL). ta == 0 stores rows
-// (abuf[r * W + kk]), ta == 1 stores columns (abuf[kk * TM + r]).
+// to float once: f16 and bf16 elements are converted with vector loads here
+// instead of one scalar vload_half per multiply (6x slower on PoCL). ta == 0
+// stores rows (abuf[r * W + kk]), ta == 1 stores columns (abuf[kk * TM + r]).
 #define GEMM_STAGE_ROW(r, P) GEMM_FVSTORE_BLOCK(GEMM_BVLOAD(a, ao##r + kb), r, abuf);
 #define GEMM_STAGE_SCALAR(r, P) abuf[(r) * rstride + kk * kstride] = LOAD(a, ao##r + (kb + kk) * aks);
 #define GEMM_FMA(r, P) acc##r = fma((GEMM_VT)(ap[(r) * P]), bv, acc##r);
@@ -168,7 +178,7 @@
 #define GEMM_CVLOAD GEMM_VLOAD16
 #define GEMM_CVSTORE GEMM_VSTORE16
 GEMM_KERNEL(mpcl_gemm_w16)
-#if defined(MPCL_STORAGE_F16)
+#if defined(GEMM_NARROW_STORAGE)
 #undef GEMM_CT
 #undef GEMM_CLOAD
 #undef GEMM_CSTORE
@@ -212,7 +222,7 @@ GEMM_KERNEL(mpcl_gemm_w16_cf32)
 #define GEMM_CVLOAD GEMM_VLOAD8
 #define GEMM_CVSTORE GEMM_VSTORE8
 GEMM_KERNEL(mpcl_gemm_w8)
-#if defined(MPCL_STORAGE_F16)
+#if defined(GEMM_NARROW_STORAGE)
 #undef GEMM_CT
 #undef GEMM_CLOAD
 #undef GEMM_CSTORE
@@ -237,3 +247,4 @@ GEMM_KERNEL(mpcl_gemm_w8_cf32)
 #undef GEMM_CT
 #undef GEMM_CLOAD
 #undef GEMM_CSTORE
+#undef GEMM_NARROW_STORAGE

@@ -94,3 +94,39 @@ size_t ref_softmax_xent(const double *logits, const int32_t *labels, size_t rows
     }
     return bad;
 }
+
+double ref_bf16_value(uint16_t h) {
+    int sign = h >> 15, e = (h >> 7) & 0xff, m = h & 0x7f;
+    double v;
+    if (e == 0xff)
+        v = m ? NAN : INFINITY;
+    else if (e == 0)
+        v = ldexp((double)m, -133);
+    else
+        v = ldexp((double)(m | 0x80), e - 134);
+    return sign ? -v : v;
+}
+
+uint16_t ref_f64_to_bf16(double x) {
+    uint16_t sign = signbit(x) ? 0x8000u : 0u;
+    if (isnan(x)) return (uint16_t)(sign | 0x7fc0u);
+    double a = fabs(x);
+    if (a == 0) return sign;
+    if (isinf(a)) return (uint16_t)(sign | 0x7f80u);
+    /* The nearest multiple of the bf16 quantum at this magnitude: 8
+     * significant bits give 2^(e-8) for a in [2^(e-1), 2^e), never below the
+     * subnormal quantum 2^-133; nearbyint rounds half to even in the default
+     * rounding mode. */
+    int e;
+    frexp(a, &e);
+    int q = e - 8 < -133 ? -133 : e - 8;
+    double r = ldexp(nearbyint(ldexp(a, -q)), q);
+    if (r >= 0x1p128) return (uint16_t)(sign | 0x7f80u);
+    /* r = M 2^q with M < 2^8 (or 2^8 exactly after a carry): encode the
+     * fields. */
+    if (r < 0x1p-126) return (uint16_t)(sign | (uint16_t)ldexp(r, 133)); /* subnormal */
+    int re;
+    double m = frexp(r, &re); /* r = m 2^re, m in [0.5, 1) */
+    uint16_t mant = (uint16_t)(ldexp(m, 8) - 128.0);
+    return (uint16_t)(sign | (uint16_t)((re - 1 + 127) << 7) | mant);
+}

@@ -36,4 +36,14 @@ void ref_bias_grad(double *d_bias, const double *d_pre, size_t rows, size_t cols
 size_t ref_softmax_xent(const double *logits, const int32_t *labels, size_t rows, size_t cols,
                         double scale, double *loss_sum, size_t *correct, double *d_logits);
 
+/* bfloat16 (sign, 8 exponent bits with bias 127, 7 mantissa bits; exponent 0
+ * is subnormal with quantum 2^-133): the value of a bit pattern from its
+ * fields (NaN for NaN patterns), and a double rounded straight to the
+ * nearest bf16, ties to even, computed in double without the bit trick the
+ * library uses: |x| at or past 2^128 after rounding is inf; NaN gives the
+ * quiet NaN 0x7fc0 with the sign. For a float input this is the correctly
+ * rounded f32 -> bf16 conversion. */
+double ref_bf16_value(uint16_t bits);
+uint16_t ref_f64_to_bf16(double x);
+
 #endif

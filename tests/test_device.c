@@ -1,5 +1,5 @@
 /* Enumeration and selection on the real ICDs, exact extension matching, and
- * fp16 verification on the device the suite runs on. */
+ * fp16 and bf16 verification on the device the suite runs on. */
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,8 +36,9 @@ static void enumeration_lists_devices_with_stable_ids(void **state) {
         assert_true(d->compute_units > 0);
         assert_true(d->single_fp.present);
         assert_int_equal(d->has_fp16_extension, mpcl_has_extension(d->extensions, "cl_khr_fp16"));
-        /* Without MPCL_ENUM_VERIFY_FP16 nothing is claimed about fp16. */
+        /* Without MPCL_ENUM_VERIFY_FP16 nothing is claimed about fp16 or bf16. */
         assert_int_equal(d->fp16_math, MPCL_FP16_MATH_UNTESTED);
+        assert_int_equal(d->bf16_storage, MPCL_BF16_STORAGE_UNTESTED);
         for (size_t j = 0; j < i; j++)
             assert_string_not_equal(d->id, mpcl_device_list_get(list, j)->id);
     }
@@ -126,6 +127,11 @@ static void fp16_verification_on_the_suite_device(void **state) {
             mpcl_fp16_math_name(d->fp16_math), mpcl_fp16_storage_name(d->fp16_storage),
             d->fp16_detail);
     assert_int_equal(d->fp16_storage, MPCL_FP16_STORAGE_VERIFIED);
+    /* bf16 storage is integer code in common.cl: every implementation runs it. */
+    fprintf(stderr, "bf16 storage %s: %s\n", mpcl_bf16_storage_name(d->bf16_storage),
+            d->bf16_detail);
+    assert_int_equal(d->bf16_storage, MPCL_BF16_STORAGE_VERIFIED);
+    assert_non_null(strstr(d->bf16_detail, "192/192 exact"));
     bool known_without_fp16 = strstr(d->platform, "Portable Computing Language") ||
                               strstr(d->platform, "rusticl") || strstr(d->name, "Oclgrind");
     if (known_without_fp16) assert_int_equal(d->fp16_math, MPCL_FP16_MATH_NONE);

@@ -35,7 +35,9 @@ static uint64_t seed_counter = 0x5eed0001;
 
 /* The value a tensor of `dtype` holds after uploading x. */
 static float stored(mpcl_dtype dtype, float x) {
-    return dtype == MPCL_DTYPE_F16 ? mpcl_f16_to_f32(mpcl_f32_to_f16(x)) : x;
+    if (dtype == MPCL_DTYPE_F16) return mpcl_f16_to_f32(mpcl_f32_to_f16(x));
+    if (dtype == MPCL_DTYPE_BF16) return mpcl_bf16_to_f32(mpcl_f32_to_bf16(x));
+    return x;
 }
 
 /* Runs one case and checks it. a_h (m x k or k x m), b_h, c_h are the exact
@@ -82,9 +84,15 @@ static void run_case(mpcl_context *ctx, const gemm_variant *v, const gemm_case *
      * every partial sum is rounded to f16, so u = 2^-11 (for K = 784 that
      * allows 38% of S: the worst case is that loose; typical errors are
      * sqrt(K) smaller). An f16 output adds one rounding: 2^-11 |C| relative,
-     * plus 2^-25 absolute for the subnormal range. */
+     * plus 2^-25 absolute for the subnormal range.
+     * bf16 (mpcl-mixed): the inputs were rounded to bf16 before the
+     * reference (a_h, b_h, c_h hold the stored values), and a product of two
+     * 8-bit significands is exact in f32, so the f32 accumulation bound
+     * above holds as is. A bf16 output adds one rounding to 8 significant
+     * bits: 2^-8 |C| relative (the unit roundoff), plus 2^-134 absolute (half
+     * the smallest bf16 subnormal). */
     double u = hgemm ? 0x1p-11 : 0x1p-24;
-    bool f16_out = v->out == MPCL_DTYPE_F16;
+    bool f16_out = v->out == MPCL_DTYPE_F16, bf16_out = v->out == MPCL_DTYPE_BF16;
     double max_tol = 0;
     for (size_t i = 0; i < m; i++) {
         for (size_t j = 0; j < n; j++) {
@@ -99,6 +107,7 @@ static void run_case(mpcl_context *ctx, const gemm_variant *v, const gemm_case *
             double w = al * sum + be * cv;
             double t = (double)(k + 2) * u * (fabs(al) * mag + fabs(be * cv));
             if (f16_out) t += 0x1p-11 * (fabs(w) + t) + 0x1p-25;
+            if (bf16_out) t += 0x1p-8 * (fabs(w) + t) + 0x1p-134;
             want[i * n + j] = w;
             tol[i * n + j] = t;
             if (t > max_tol) max_tol = t;
@@ -118,8 +127,9 @@ static void run_case(mpcl_context *ctx, const gemm_variant *v, const gemm_case *
     if (bad) fail_msg("%s: %zu of %zu elements out of tolerance", what, bad, m * n);
     /* NaN/inf policy and normalized error; the per-element bound above is the
      * sharper check, so the normalized bound is the same worst case. */
+    double out_norm = f16_out ? 0x1p-10 : bf16_out ? 0x1p-7 : 0.0;
     if (!tu_check_close(what, got, want, m * n, max_tol, 0.0,
-                        fmin(0.5, (double)(k + 2) * u + (f16_out ? 0x1p-10 : 0.0) + 1e-6)))
+                        fmin(0.5, (double)(k + 2) * u + out_norm + 1e-6)))
         fail_msg("%s failed", what);
 
     mpcl_tensor_destroy(a);
@@ -138,6 +148,8 @@ static size_t variants_for(mpcl_context *ctx, gemm_variant *out) {
     out[n++] = (gemm_variant){MPCL_GEMM_MPCL_F32, MPCL_DTYPE_F32, MPCL_DTYPE_F32};
     out[n++] = (gemm_variant){MPCL_GEMM_MPCL_MIXED, MPCL_DTYPE_F16, MPCL_DTYPE_F16};
     out[n++] = (gemm_variant){MPCL_GEMM_MPCL_MIXED, MPCL_DTYPE_F16, MPCL_DTYPE_F32};
+    out[n++] = (gemm_variant){MPCL_GEMM_MPCL_MIXED, MPCL_DTYPE_BF16, MPCL_DTYPE_BF16};
+    out[n++] = (gemm_variant){MPCL_GEMM_MPCL_MIXED, MPCL_DTYPE_BF16, MPCL_DTYPE_F32};
     out[n++] = (gemm_variant){MPCL_GEMM_CLBLAST_SGEMM, MPCL_DTYPE_F32, MPCL_DTYPE_F32};
     if (mpcl_plan_fp16_math_usable(mpcl_context_device(ctx), mpcl_context_overrides(ctx)->fp16))
         out[n++] = (gemm_variant){MPCL_GEMM_CLBLAST_HGEMM, MPCL_DTYPE_F16, MPCL_DTYPE_F16};
@@ -203,11 +215,12 @@ static void expect_error(mpcl_context *ctx, mpcl_status want, mpcl_gemm_path pat
     size_t n = mpcl_tensor_bytes(c);
     unsigned char *raw = malloc(n);
     TU_ASSERT_OK(mpcl_tensor_download_raw(c, raw, n));
-    if (mpcl_tensor_dtype(c) == MPCL_DTYPE_F16) {
+    mpcl_dtype dt = mpcl_tensor_dtype(c);
+    if (dt == MPCL_DTYPE_F16 || dt == MPCL_DTYPE_BF16) {
         for (size_t i = 0; i < n / 2; i++) {
             uint16_t h;
             memcpy(&h, raw + 2 * i, 2);
-            assert_int_equal(h, TU_POISON_F16);
+            assert_int_equal(h, TU_POISON_16(dt));
         }
     } else {
         float p = tu_poison_f32();
@@ -253,6 +266,23 @@ static void test_dtype_errors(void **state) {
                 *b16 = tu_tensor(ctx, MPCL_DTYPE_F16, 5, 3);
     mpcl_tensor *c16 = tu_tensor(ctx, MPCL_DTYPE_F16, 4, 3);
     mpcl_tensor *ci = tu_tensor(ctx, MPCL_DTYPE_I32, 4, 3);
+    mpcl_tensor *abf = tu_tensor(ctx, MPCL_DTYPE_BF16, 4, 5),
+                *bbf = tu_tensor(ctx, MPCL_DTYPE_BF16, 5, 3);
+    mpcl_tensor *cbf = tu_tensor(ctx, MPCL_DTYPE_BF16, 4, 3);
+    /* bf16 goes only through mpcl-mixed, with bf16 A and B and a bf16 or f32
+     * C: no mixing with f16, and no CLBlast path (it has no bf16 GEMM). */
+    expect_error(ctx, MPCL_ERR_DTYPE, MPCL_GEMM_MPCL_MIXED, false, false, abf, b16, 0.0f, cbf,
+                 "B f16");
+    expect_error(ctx, MPCL_ERR_DTYPE, MPCL_GEMM_MPCL_MIXED, false, false, a16, bbf, 0.0f, c16,
+                 "B bf16");
+    expect_error(ctx, MPCL_ERR_DTYPE, MPCL_GEMM_MPCL_MIXED, false, false, abf, bbf, 0.0f, c16,
+                 "C f16");
+    expect_error(ctx, MPCL_ERR_DTYPE, MPCL_GEMM_CLBLAST_HGEMM, false, false, abf, bbf, 0.0f, cbf,
+                 "A bf16");
+    expect_error(ctx, MPCL_ERR_DTYPE, MPCL_GEMM_CLBLAST_SGEMM, false, false, abf, bbf, 0.0f, c32,
+                 "A bf16");
+    expect_error(ctx, MPCL_ERR_DTYPE, MPCL_GEMM_MPCL_F32, false, false, abf, bbf, 0.0f, cbf,
+                 "A bf16");
     /* Wrong dtype and wrong shape together: the dtype is reported. */
     expect_error(ctx, MPCL_ERR_DTYPE, MPCL_GEMM_MPCL_F32, false, false, a16, b16, 0.0f, c32,
                  "mpcl-f32");
@@ -280,6 +310,9 @@ static void test_dtype_errors(void **state) {
     mpcl_tensor_destroy(b16);
     mpcl_tensor_destroy(c16);
     mpcl_tensor_destroy(ci);
+    mpcl_tensor_destroy(abf);
+    mpcl_tensor_destroy(bbf);
+    mpcl_tensor_destroy(cbf);
     mpcl_context_destroy(ctx);
 }
 
@@ -293,6 +326,23 @@ static void test_default_path_and_override(void **state) {
                      mpcl_context_plan(ctx, MPCL_POLICY_FLOAT32).gemm);
     assert_int_equal(mpcl_gemm_default_path(ctx, MPCL_DTYPE_F16),
                      mpcl_context_plan(ctx, MPCL_POLICY_MIXED_FLOAT16).gemm);
+    assert_int_equal(mpcl_gemm_default_path(ctx, MPCL_DTYPE_BF16), MPCL_GEMM_MPCL_MIXED);
+    assert_int_equal(mpcl_context_plan(ctx, MPCL_POLICY_MIXED_BFLOAT16).gemm, MPCL_GEMM_MPCL_MIXED);
+    mpcl_context_destroy(ctx);
+
+    /* CLBlast for bf16 tensors: the plan refuses it, mpcl_gemm names MPCL_GEMM. */
+    setenv("MPCL_GEMM", "clblast-sgemm", 1);
+    ctx = tu_context();
+    assert_false(mpcl_context_plan(ctx, MPCL_POLICY_MIXED_BFLOAT16).usable);
+    mpcl_tensor *abf = tu_tensor(ctx, MPCL_DTYPE_BF16, 3, 2),
+                *bbf = tu_tensor(ctx, MPCL_DTYPE_BF16, 2, 4);
+    mpcl_tensor *cbf = tu_tensor(ctx, MPCL_DTYPE_BF16, 3, 4);
+    mpcl_gemm_path pb = mpcl_gemm_default_path(ctx, MPCL_DTYPE_BF16);
+    assert_int_equal(pb, MPCL_GEMM_CLBLAST_SGEMM);
+    expect_error(ctx, MPCL_ERR_DTYPE, pb, false, false, abf, bbf, 0.0f, cbf, "MPCL_GEMM");
+    mpcl_tensor_destroy(abf);
+    mpcl_tensor_destroy(bbf);
+    mpcl_tensor_destroy(cbf);
     mpcl_context_destroy(ctx);
 
     /* A possible override is honoured. */

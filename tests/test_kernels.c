@@ -76,13 +76,24 @@ static void embedded_sources_are_there(void **state) {
     assert_null(mpcl__cl_source_load("no-such-file.cl", NULL));
 }
 
-static void programs_build_for_both_storages(void **state) {
+static void programs_build_for_every_float_storage(void **state) {
     (void)state;
     mpcl_context *ctx = tu_context();
     TU_ASSERT_OK(mpcl_context_warm_up(ctx));
     cl_program p;
-    TU_ASSERT_OK(mpcl__program(ctx, MPCL_DTYPE_F32, &p));
-    TU_ASSERT_OK(mpcl__program(ctx, MPCL_DTYPE_F16, &p));
+    /* One program per float dtype of the table, none for the others. */
+    for (int d = 0; d < MPCL_DTYPE_COUNT; d++) {
+        mpcl_status st = mpcl__program(ctx, (mpcl_dtype)d, &p);
+        if (mpcl_dtype_is_float((mpcl_dtype)d))
+            TU_ASSERT_OK(st);
+        else
+            assert_int_equal(st, MPCL_ERR_DTYPE);
+    }
+    assert_true(mpcl_dtype_is_float(MPCL_DTYPE_F32) && mpcl_dtype_is_float(MPCL_DTYPE_F16) &&
+                mpcl_dtype_is_float(MPCL_DTYPE_BF16));
+    assert_false(mpcl_dtype_is_float(MPCL_DTYPE_I32) || mpcl_dtype_is_float(MPCL_DTYPE_U8) ||
+                 mpcl_dtype_is_float(MPCL_DTYPE_COUNT));
+    assert_int_equal(mpcl__program(ctx, MPCL_DTYPE_COUNT, &p), MPCL_ERR_DTYPE);
     assert_int_equal(mpcl__program(ctx, MPCL_DTYPE_I32, &p), MPCL_ERR_DTYPE);
     cl_kernel k;
     assert_int_equal(mpcl__kernel(ctx, MPCL_DTYPE_F32, "no_such_kernel", &k), MPCL_ERR_OPENCL);
@@ -199,7 +210,7 @@ static void cache_can_be_turned_off(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(embedded_sources_are_there),
-        cmocka_unit_test_setup_teardown(programs_build_for_both_storages, setup, teardown),
+        cmocka_unit_test_setup_teardown(programs_build_for_every_float_storage, setup, teardown),
         cmocka_unit_test_setup_teardown(a_build_failure_carries_the_build_log, setup, teardown),
         cmocka_unit_test_setup_teardown(cache_miss_then_hit_across_contexts, setup, teardown),
         cmocka_unit_test_setup_teardown(corrupt_truncated_and_foreign_entries_are_rebuilt, setup,

@@ -1,8 +1,9 @@
 /* Loss scaling: the dynamic state machine against a table of steps, the
  * floor, the growth guards, fixed mode, resuming from a written state, and
  * the non-finite scan (a single NaN or inf at the first and last element of
- * the first, middle and last of ten gradients (and one in each of the others), f16 and f32, while
- * large finite values such as +-65504 are not flagged). */
+ * the first, middle and last of ten gradients (and one in each of the
+ * others), f32, f16 and bf16, while large finite values such as +-65504 or
+ * the largest bf16 are not flagged). */
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
@@ -231,10 +232,10 @@ static void scan_finds_one_nonfinite_anywhere(void **state) {
     mpcl_loss_scale *ls = NULL;
     mpcl_loss_scale_params p = mpcl_loss_scale_default_params();
     TU_ASSERT_OK(mpcl_loss_scale_create(ctx, &p, &ls));
-    const mpcl_dtype dtypes[] = {MPCL_DTYPE_F32, MPCL_DTYPE_F16};
+    const mpcl_dtype dtypes[] = {MPCL_DTYPE_F32, MPCL_DTYPE_F16, MPCL_DTYPE_BF16};
     const float bad[] = {NAN, INFINITY, -INFINITY};
 
-    for (size_t d = 0; d < 2; d++) {
+    for (size_t d = 0; d < 3; d++) {
         mpcl_tensor *g[NSCAN];
         float *clean[NSCAN];
         for (size_t t = 0; t < NSCAN; t++) {
@@ -279,6 +280,21 @@ static void scan_finds_one_nonfinite_anywhere(void **state) {
             assert_int_equal(scan_flag(ctx, ls, g, NSCAN), 1);
             TU_ASSERT_OK(mpcl_tensor_upload_f32(g[4], clean[4], 1));
         }
+        if (dtypes[d] == MPCL_DTYPE_BF16) {
+            /* bf16 has f32's range: its largest value (0x7f7f) is finite and
+             * not flagged, FLT_MAX rounds past it to inf and is. */
+            size_t n = scan_shapes[4][0] * scan_shapes[4][1];
+            const float largest[2] = {0x1.fep127f, -0x1.fep127f};
+            for (int sgn = 0; sgn < 2; sgn++) {
+                TU_ASSERT_OK(mpcl_tensor_upload_f32(g[4], &largest[sgn], 1));
+                assert_int_equal(scan_flag(ctx, ls, g, NSCAN), 0);
+                float big = sgn ? -FLT_MAX : FLT_MAX;
+                TU_ASSERT_OK(mpcl_tensor_upload_f32(g[4], &big, 1));
+                assert_int_equal(scan_flag(ctx, ls, g, NSCAN), 1);
+            }
+            assert_int_equal(n, 1);
+            TU_ASSERT_OK(mpcl_tensor_upload_f32(g[4], clean[4], 1));
+        }
         for (size_t t = 0; t < NSCAN; t++) {
             mpcl_tensor_destroy(g[t]);
             free(clean[t]);
@@ -303,8 +319,8 @@ static void scan_strides_over_large_gradients(void **state) {
     TU_ASSERT_OK(mpcl_loss_scale_create(ctx, &p, &ls));
     const size_t n = 300 * 300;
     float *x = calloc(n, sizeof *x);
-    const mpcl_dtype dtypes[] = {MPCL_DTYPE_F32, MPCL_DTYPE_F16};
-    for (int d = 0; d < 2; d++) {
+    const mpcl_dtype dtypes[] = {MPCL_DTYPE_F32, MPCL_DTYPE_F16, MPCL_DTYPE_BF16};
+    for (int d = 0; d < 3; d++) {
         mpcl_tensor *g;
         TU_ASSERT_OK(mpcl_tensor_create(ctx, dtypes[d], 300, 300, &g));
         assert_int_equal(scan_flag(ctx, ls, &g, 1), 0);
@@ -330,26 +346,37 @@ static void scan_of_mixed_dtypes_and_bad_dtype(void **state) {
     mpcl_loss_scale *ls = NULL;
     mpcl_loss_scale_params p = mpcl_loss_scale_default_params();
     TU_ASSERT_OK(mpcl_loss_scale_create(ctx, &p, &ls));
-    mpcl_tensor *g[3];
+    mpcl_tensor *g[4];
     TU_ASSERT_OK(mpcl_tensor_create(ctx, MPCL_DTYPE_F16, 4, 4, &g[0]));
     TU_ASSERT_OK(mpcl_tensor_create(ctx, MPCL_DTYPE_F32, 3, 5, &g[1]));
-    TU_ASSERT_OK(mpcl_tensor_create(ctx, MPCL_DTYPE_I32, 2, 2, &g[2]));
+    TU_ASSERT_OK(mpcl_tensor_create(ctx, MPCL_DTYPE_BF16, 2, 3, &g[2]));
+    TU_ASSERT_OK(mpcl_tensor_create(ctx, MPCL_DTYPE_I32, 2, 2, &g[3]));
     float x[16] = {0};
     /* Uploaded although new tensors are zero: Oclgrind does not count the
      * zero fill as initialization. */
     TU_ASSERT_OK(mpcl_tensor_upload_f32(g[0], x, 16));
     TU_ASSERT_OK(mpcl_tensor_upload_f32(g[1], x, 15));
-    assert_int_equal(scan_flag(ctx, ls, g, 2), 0);
+    TU_ASSERT_OK(mpcl_tensor_upload_f32(g[2], x, 6));
+    assert_int_equal(scan_flag(ctx, ls, g, 3), 0);
     x[14] = NAN;
     TU_ASSERT_OK(mpcl_tensor_upload_f32(g[1], x, 15));
-    assert_int_equal(scan_flag(ctx, ls, g, 2), 1);
+    assert_int_equal(scan_flag(ctx, ls, g, 3), 1);
+    x[14] = 0;
+    TU_ASSERT_OK(mpcl_tensor_upload_f32(g[1], x, 15));
+    x[5] = -INFINITY; /* the bf16 tensor, after the f16 and f32 ones in the list */
+    TU_ASSERT_OK(mpcl_tensor_upload_f32(g[2], x, 6));
+    assert_int_equal(scan_flag(ctx, ls, g, 3), 1);
+    x[5] = 0;
+    TU_ASSERT_OK(mpcl_tensor_upload_f32(g[2], x, 6));
+    x[14] = NAN;
+    TU_ASSERT_OK(mpcl_tensor_upload_f32(g[1], x, 15));
     /* An i32 "gradient" fails before anything is enqueued: the NaN in g[1] is
      * not flagged by the part of the list before it. */
-    assert_int_equal(mpcl_loss_scale_check(ctx, ls, g, 3), MPCL_ERR_DTYPE);
+    assert_int_equal(mpcl_loss_scale_check(ctx, ls, g, 4), MPCL_ERR_DTYPE);
     mpcl_loss_scale_state s;
     TU_ASSERT_OK(mpcl_loss_scale_read(ctx, ls, &s));
     assert_int_equal(s.found_inf, 0);
-    for (int i = 0; i < 3; i++) mpcl_tensor_destroy(g[i]);
+    for (int i = 0; i < 4; i++) mpcl_tensor_destroy(g[i]);
     mpcl_loss_scale_destroy(ls);
     mpcl_context_destroy(ctx);
 }

@@ -20,7 +20,23 @@ typedef struct shape {
 static const shape shapes[] = {{1, 1}, {7, 33}, {33, 7}, {130, 10}, {128, 128}, {128, 784}};
 static const size_t slow_shapes = 4;
 
-static const mpcl_dtype storages[] = {MPCL_DTYPE_F32, MPCL_DTYPE_F16};
+static const mpcl_dtype storages[] = {MPCL_DTYPE_F32, MPCL_DTYPE_F16, MPCL_DTYPE_BF16};
+#define NSTORAGES (sizeof storages / sizeof storages[0])
+
+/* What one rounding into a storage dtype adds to a result w: at most
+ * rel |w| + abs. The unit roundoff of the significand (f16: 11 bits, 2^-11;
+ * bf16: 8 bits, 2^-8) and half the smallest subnormal step below the normal
+ * range (f16: 2^-25; bf16, with f32's exponent range: 2^-134). f32 storage
+ * adds nothing to the f32 result. */
+typedef struct rounding {
+    double rel, abs;
+} rounding;
+
+static rounding storage_rounding(mpcl_dtype dt) {
+    if (dt == MPCL_DTYPE_F16) return (rounding){0x1p-11, 0x1p-25};
+    if (dt == MPCL_DTYPE_BF16) return (rounding){0x1p-8, 0x1p-134};
+    return (rounding){0, 0};
+}
 
 static size_t shape_count(mpcl_context *ctx) {
     return tu_slow_device(ctx) ? slow_shapes : sizeof shapes / sizeof shapes[0];
@@ -34,7 +50,9 @@ static uint64_t seed_now(const char *test) {
 
 /* What the tensor will hold after an upload of x. */
 static float stored(mpcl_dtype dtype, float x) {
-    return dtype == MPCL_DTYPE_F16 ? mpcl_f16_to_f32(mpcl_f32_to_f16(x)) : x;
+    if (dtype == MPCL_DTYPE_F16) return mpcl_f16_to_f32(mpcl_f32_to_f16(x));
+    if (dtype == MPCL_DTYPE_BF16) return mpcl_bf16_to_f32(mpcl_f32_to_bf16(x));
+    return x;
 }
 
 static mpcl_tensor *make_from(mpcl_context *ctx, mpcl_dtype dtype, size_t rows, size_t cols,
@@ -63,11 +81,12 @@ static bool still_poisoned(const mpcl_tensor *t) {
     unsigned char *raw = malloc(bytes);
     TU_ASSERT_OK(mpcl_tensor_download_raw(t, raw, bytes));
     bool same = true;
-    if (mpcl_tensor_dtype(t) == MPCL_DTYPE_F16) {
+    mpcl_dtype dt = mpcl_tensor_dtype(t);
+    if (dt == MPCL_DTYPE_F16 || dt == MPCL_DTYPE_BF16) {
         for (size_t i = 0; i < bytes / 2; i++) {
             uint16_t h;
             memcpy(&h, raw + 2 * i, 2);
-            same = same && h == TU_POISON_F16;
+            same = same && h == TU_POISON_16(dt);
         }
     } else {
         float p = tu_poison_f32();
@@ -206,7 +225,12 @@ static void test_reference_fd(void **state) {
  * atol 4e-6. f16 storage adds one rounding of the output (2^-11 relative,
  * 2^-25 absolute below the normal range). Backward from a saved f16 value: y
  * off by 2^-12 moves y(1-y) or 1-y^2 by <= 2^-11, and z off by 5 * 2^-11
- * moves GELU' (|GELU''| < 0.8) by 2e-3, both times |d_out| <= 2. */
+ * moves GELU' (|GELU''| < 0.8) by 2e-3, both times |d_out| <= 2.
+ * bf16 storage: the same with 8 significant bits instead of 11: one output
+ * rounding is 2^-8 relative (2^-134 absolute, f32's range); a saved y in
+ * [-1, 1] is off by at most half an ulp of 2^-8, i.e. 2^-9, which moves
+ * y(1-y) or 1-y^2 by <= 2^-8; z off by 5 * 2^-8 moves GELU' by <= 0.8 * 5 *
+ * 2^-8 < 1.6e-2; both times |d_out| <= 2. */
 static void check_act_case(mpcl_context *ctx, tu_rng *r, mpcl_dtype dt, shape s,
                            mpcl_activation act) {
     const size_t n = s.rows * s.cols;
@@ -218,7 +242,8 @@ static void check_act_case(mpcl_context *ctx, tu_rng *r, mpcl_dtype dt, shape s,
     tu_fill_uniform(r, d_out, n, -2, 2);
     for (size_t i = 0; i < n; i++) {
         /* Keep z off relu's kink by more than f16 can blur: a z that rounds
-         * to 0 in storage would change relu' from 1 to 0. */
+         * to 0 in storage would change relu' from 1 to 0. (bf16 has f32's
+         * range, so a nonzero z never rounds to 0 there.) */
         if (fabs((double)stored(dt, in[i]) + (double)bias[i % s.cols]) < 1e-3) in[i] += 0.01f;
         in[i] = stored(dt, in[i]);
         d_out[i] = stored(dt, d_out[i]);
@@ -237,8 +262,8 @@ static void check_act_case(mpcl_context *ctx, tu_rng *r, mpcl_dtype dt, shape s,
     ref_bias_act_forward(want, zref, din, dbias, s.rows, s.cols, act);
     ref_bias_act_backward(dpre_ref, ddout, zref, s.rows, s.cols, act);
 
-    const bool f16 = dt == MPCL_DTYPE_F16;
-    const double st_rel = f16 ? 0x1p-11 : 0, st_abs = f16 ? 0x1p-25 : 0;
+    const rounding st = storage_rounding(dt);
+    const double st_rel = st.rel, st_abs = st.abs;
 
     TU_ASSERT_OK(mpcl_bias_act_forward_z(ctx, t_out, t_z, t_in, t_bias, act));
     float *out = download(t_out), *z = download(t_z);
@@ -258,7 +283,10 @@ static void check_act_case(mpcl_context *ctx, tu_rng *r, mpcl_dtype dt, shape s,
                                                                 : NULL;
     TU_ASSERT_OK(mpcl_bias_act_backward(ctx, t_dpre, t_dout, saved, act));
     float *dpre = download(t_dpre);
-    double back_abs = 2 * (f16 ? (act == MPCL_ACT_GELU ? 2e-3 : 0x1p-11) : 8e-6) + st_abs;
+    double saved_err = dt == MPCL_DTYPE_F16    ? (act == MPCL_ACT_GELU ? 2e-3 : 0x1p-11)
+                       : dt == MPCL_DTYPE_BF16 ? (act == MPCL_ACT_GELU ? 1.6e-2 : 0x1p-8)
+                                               : 8e-6;
+    double back_abs = 2 * saved_err + st_abs;
     snprintf(what, sizeof what, "backward %s %s %zux%zu", mpcl_activation_name(act), dname(dt),
              s.rows, s.cols);
     assert_true(tu_check_close(what, dpre, dpre_ref, n, back_abs, 8e-6 + st_rel,
@@ -311,7 +339,7 @@ static void test_bias_act(void **state) {
     (void)state;
     mpcl_context *ctx = tu_context();
     tu_rng r = tu_rng_make(seed_now("bias_act"));
-    for (size_t d = 0; d < 2; d++)
+    for (size_t d = 0; d < NSTORAGES; d++)
         for (size_t si = 0; si < shape_count(ctx); si++)
             for (int a = 0; a < MPCL_ACT_COUNT; a++)
                 check_act_case(ctx, &r, storages[d], shapes[si], (mpcl_activation)a);
@@ -373,7 +401,8 @@ typedef struct xent_case {
  * with a few ulp of error relative to max |z| + log C, so the loss sum of B
  * rows is within B * 16 * 2^-24 * (max |z| + log C) (plus f32 summation over
  * the rows). The gradient (p - onehot) * scale / B: p within 8 ulp, so atol
- * 8 * 2^-24 * scale / B and rtol 1e-5 in f32; f16 storage adds one rounding.
+ * 8 * 2^-24 * scale / B and rtol 1e-5 in f32; f16 or bf16 storage adds one
+ * rounding (storage_rounding: 2^-11 or 2^-8 relative).
  * The correct count is exact: both sides compare the same stored values. */
 static void check_xent_case(mpcl_context *ctx, tu_rng *r, mpcl_dtype dt, xent_case xc) {
     const size_t B = xc.s.rows, C = xc.s.cols, n = B * C;
@@ -415,12 +444,12 @@ static void check_xent_case(mpcl_context *ctx, tu_rng *r, mpcl_dtype dt, xent_ca
     assert_int_equal(got.bad_row, -1);
 
     float *d = download(t_d);
-    const bool f16 = dt == MPCL_DTYPE_F16;
+    const rounding st = storage_rounding(dt);
     double g = (double)xc.scale / (double)B;
     char what[128];
     snprintf(what, sizeof what, "xent grad %s %zux%zu scale %g%s", dname(dt), B, C,
              (double)xc.scale, xc.extreme ? " extreme" : "");
-    double ga = 8 * 0x1p-24 * g + (f16 ? 0x1p-25 : 0), gr = 1e-5 + (f16 ? 0x1p-11 : 0);
+    double ga = 8 * 0x1p-24 * g + st.abs, gr = 1e-5 + st.rel;
     assert_true(tu_check_close(what, d, dref, n, ga, gr, norm_tol(ga, gr, dref, n)));
 
     /* The reset by the read left the accumulator at zero. */
@@ -441,7 +470,7 @@ static void test_softmax_xent(void **state) {
     (void)state;
     mpcl_context *ctx = tu_context();
     tu_rng r = tu_rng_make(seed_now("softmax_xent"));
-    for (size_t d = 0; d < 2; d++) {
+    for (size_t d = 0; d < NSTORAGES; d++) {
         for (size_t si = 0; si < shape_count(ctx); si++) {
             shape s = shapes[si];
             check_xent_case(ctx, &r, storages[d], (xent_case){s, -5, 5, false, 1});
@@ -456,11 +485,12 @@ static void test_softmax_xent(void **state) {
 
 /* An f16 gradient past 65504 is +-inf, never NaN: that is what dynamic loss
  * scaling detects. logits (0, 0), label 0: p = (1/2, 1/2), so with scale
- * 2^20 the gradient is (-2^19, +2^19). */
+ * 2^20 the gradient is (-2^19, +2^19). f32 and bf16 (f32's exponent range)
+ * hold it exactly. */
 static void test_xent_overflow(void **state) {
     (void)state;
     mpcl_context *ctx = tu_context();
-    for (size_t d = 0; d < 2; d++) {
+    for (size_t d = 0; d < NSTORAGES; d++) {
         mpcl_dtype dt = storages[d];
         const float zero2[2] = {0, 0}, scale = 0x1p20f;
         const int32_t label = 0;
@@ -661,6 +691,131 @@ static void test_cast_all(void **state) {
     mpcl_context_destroy(ctx);
 }
 
+/* f32 -> bf16 against ref_f64_to_bf16 (ref_ops.c: rounds in double, no bit
+ * trick), bf16 -> f32 exactly, and f16 <-> bf16 (one rounding, through the
+ * exact float value) against the double references, on edges, on every f16
+ * and every bf16 pattern, and on random tensors at each shape. */
+static void test_cast_bf16(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    tu_rng r = tu_rng_make(seed_now("cast_bf16"));
+    const float edges[] = {0.0f,
+                           -0.0f,
+                           1.0f,
+                           1.00390625f, /* 1 + 2^-8: tie, to even (1) */
+                           1.01171875f, /* 1 + 3 * 2^-8: tie, to even, up */
+                           0x1.fep127f,
+                           0x1.ffp127f,
+                           -0x1.ffp127f,    /* largest bf16; the tie above: inf */
+                           0x1.fefffep127f, /* just below that tie */
+                           1e38f,
+                           3.4e38f,
+                           0x1p-133f,
+                           0x1p-134f, /* smallest subnormal; tie to 0 */
+                           0x1.8p-134f,
+                           0x1p-149f,
+                           0x1.fffffcp-127f, /* largest f32 subnormal: up */
+                           65504.0f,
+                           65520.0f,
+                           INFINITY,
+                           -INFINITY,
+                           NAN,
+                           -3.14159265f,
+                           0.1f};
+    const size_t n = sizeof edges / sizeof edges[0];
+    mpcl_tensor *src = make_from(ctx, MPCL_DTYPE_F32, 1, n, edges);
+    mpcl_tensor *b = make_poisoned(ctx, MPCL_DTYPE_BF16, 1, n);
+    mpcl_tensor *back = make_poisoned(ctx, MPCL_DTYPE_F32, 1, n);
+    TU_ASSERT_OK(mpcl_cast(ctx, b, src));
+    TU_ASSERT_OK(mpcl_cast(ctx, back, b));
+    uint16_t bits[sizeof edges / sizeof edges[0]];
+    TU_ASSERT_OK(mpcl_tensor_download_raw(b, bits, sizeof bits));
+    float *f = download(back);
+    for (size_t i = 0; i < n; i++) {
+        uint16_t want = ref_f64_to_bf16(edges[i]);
+        if (bits[i] != want)
+            fail_msg("cast %a -> bf16 0x%04x, want 0x%04x", (double)edges[i], bits[i], want);
+        double wf = ref_bf16_value(want);
+        if (isnan(wf) ? !isnan(f[i]) : ((double)f[i] != wf || !signbit(f[i]) != !signbit(wf)))
+            fail_msg("cast back of 0x%04x = %a, want %a", want, (double)f[i], wf);
+    }
+    free(f);
+    mpcl_tensor_destroy(src);
+    mpcl_tensor_destroy(b);
+    mpcl_tensor_destroy(back);
+
+    /* Every f16 pattern to bf16, and every bf16 pattern to f16 and to f32. */
+    uint16_t *all = malloc(65536 * sizeof *all), *got = malloc(65536 * sizeof *got);
+    for (size_t i = 0; i < 65536; i++) all[i] = (uint16_t)i;
+    mpcl_tensor *h = tu_tensor(ctx, MPCL_DTYPE_F16, 256, 256);
+    b = make_poisoned(ctx, MPCL_DTYPE_BF16, 256, 256);
+    TU_ASSERT_OK(mpcl_tensor_upload_raw(h, all, 65536 * sizeof *all));
+    TU_ASSERT_OK(mpcl_cast(ctx, b, h));
+    TU_ASSERT_OK(mpcl_tensor_download_raw(b, got, 65536 * sizeof *got));
+    for (size_t i = 0; i < 65536; i++) {
+        uint16_t want = ref_f64_to_bf16((double)mpcl_f16_to_f32((uint16_t)i));
+        if (got[i] != want) fail_msg("f16 0x%04zx -> bf16 0x%04x, want 0x%04x", i, got[i], want);
+    }
+    mpcl_tensor *f32 = make_poisoned(ctx, MPCL_DTYPE_F32, 256, 256);
+    tu_poison(h);
+    TU_ASSERT_OK(mpcl_tensor_upload_raw(b, all, 65536 * sizeof *all));
+    TU_ASSERT_OK(mpcl_cast(ctx, h, b));
+    TU_ASSERT_OK(mpcl_cast(ctx, f32, b));
+    TU_ASSERT_OK(mpcl_tensor_download_raw(h, got, 65536 * sizeof *got));
+    float *fl = download(f32);
+    for (size_t i = 0; i < 65536; i++) {
+        double v = ref_bf16_value((uint16_t)i);
+        if (isnan(v)) {
+            assert_true((got[i] & 0x7c00) == 0x7c00 && (got[i] & 0x3ff) != 0);
+            assert_true(isnan(fl[i]));
+            continue;
+        }
+        uint16_t want = mpcl_f64_to_f16(v);
+        if (got[i] != want) fail_msg("bf16 0x%04zx -> f16 0x%04x, want 0x%04x", i, got[i], want);
+        if ((double)fl[i] != v || !signbit(fl[i]) != !signbit(v))
+            fail_msg("bf16 0x%04zx -> %a, want %a", i, (double)fl[i], v);
+    }
+    free(fl);
+    free(all);
+    free(got);
+    mpcl_tensor_destroy(h);
+    mpcl_tensor_destroy(b);
+    mpcl_tensor_destroy(f32);
+
+    for (size_t si = 0; si < shape_count(ctx); si++) {
+        shape s = shapes[si];
+        size_t m = s.rows * s.cols;
+        float *x = malloc(m * sizeof *x);
+        /* Magnitudes from f32 subnormals to past bf16's overflow. */
+        for (size_t i = 0; i < m; i++) {
+            double mag = exp2(tu_uniform(&r, -149, 128.5));
+            x[i] = (float)fmin(mag, 0x1.fffffep127) * (tu_uniform(&r, 0, 1) < 0.5 ? -1.0f : 1.0f);
+        }
+        mpcl_tensor *t = make_from(ctx, MPCL_DTYPE_F32, s.rows, s.cols, x);
+        mpcl_tensor *dst = make_poisoned(ctx, MPCL_DTYPE_BF16, s.rows, s.cols);
+        mpcl_tensor *copy = make_poisoned(ctx, MPCL_DTYPE_BF16, s.rows, s.cols);
+        TU_ASSERT_OK(mpcl_cast(ctx, dst, t));
+        TU_ASSERT_OK(mpcl_cast(ctx, copy, dst)); /* same dtype: a copy */
+        uint16_t *bb = malloc(m * sizeof *bb), *cb = malloc(m * sizeof *cb);
+        TU_ASSERT_OK(mpcl_tensor_download_raw(dst, bb, m * sizeof *bb));
+        TU_ASSERT_OK(mpcl_tensor_download_raw(copy, cb, m * sizeof *cb));
+        for (size_t i = 0; i < m; i++) {
+            uint16_t want = ref_f64_to_bf16(x[i]);
+            if (bb[i] != want)
+                fail_msg("cast %zux%zu [%zu] %a -> 0x%04x, want 0x%04x", s.rows, s.cols, i,
+                         (double)x[i], bb[i], want);
+        }
+        assert_memory_equal(bb, cb, m * sizeof *bb);
+        free(bb);
+        free(cb);
+        free(x);
+        mpcl_tensor_destroy(t);
+        mpcl_tensor_destroy(dst);
+        mpcl_tensor_destroy(copy);
+    }
+    mpcl_context_destroy(ctx);
+}
+
 /* ---- error paths: exact status, outputs untouched ---- */
 
 #define EXPECT_STATUS(want, call)                                                   \
@@ -674,7 +829,10 @@ static void test_cast_all(void **state) {
 static void test_errors(void **state) {
     (void)state;
     mpcl_context *ctx = tu_context();
-    const mpcl_dtype F32 = MPCL_DTYPE_F32, F16 = MPCL_DTYPE_F16, I32 = MPCL_DTYPE_I32;
+    const mpcl_dtype F32 = MPCL_DTYPE_F32, F16 = MPCL_DTYPE_F16, I32 = MPCL_DTYPE_I32,
+                     BF16 = MPCL_DTYPE_BF16;
+    mpcl_tensor *inbf = tu_tensor(ctx, BF16, 4, 3), *outbf = make_poisoned(ctx, BF16, 4, 3);
+    mpcl_tensor *outbf_t = make_poisoned(ctx, BF16, 3, 4);
     mpcl_tensor *in = tu_tensor(ctx, F32, 4, 3), *in16 = tu_tensor(ctx, F16, 4, 3);
     mpcl_tensor *bias = tu_tensor(ctx, F32, 1, 3), *bias16 = tu_tensor(ctx, F16, 1, 3);
     mpcl_tensor *bias4 = tu_tensor(ctx, F32, 1, 4), *i32 = tu_tensor(ctx, I32, 4, 3);
@@ -729,6 +887,17 @@ static void test_errors(void **state) {
     EXPECT_STATUS(MPCL_ERR_DTYPE, mpcl_cast(ctx, out, i32));
     EXPECT_STATUS(MPCL_ERR_DTYPE, mpcl_cast(ctx, i32, in16));
 
+    /* bf16 is a storage dtype of its own: never mixed with f16 or f32 in one op. */
+    EXPECT_STATUS(MPCL_ERR_DTYPE, mpcl_bias_act_forward(ctx, out16, inbf, bias, MPCL_ACT_RELU));
+    EXPECT_STATUS(MPCL_ERR_DTYPE, mpcl_bias_act_forward(ctx, outbf, in, bias, MPCL_ACT_RELU));
+    EXPECT_STATUS(MPCL_ERR_SHAPE, mpcl_bias_act_forward(ctx, outbf_t, inbf, bias, MPCL_ACT_RELU));
+    EXPECT_STATUS(MPCL_ERR_DTYPE, mpcl_bias_act_backward(ctx, outbf, inbf, in16, MPCL_ACT_TANH));
+    EXPECT_STATUS(MPCL_ERR_DTYPE,
+                  mpcl_softmax_xent_forward_backward(ctx, stats, outbf, in, labels, NULL));
+    EXPECT_STATUS(MPCL_ERR_SHAPE, mpcl_cast(ctx, outbf_t, in16));
+    EXPECT_STATUS(MPCL_ERR_DTYPE, mpcl_cast(ctx, outbf, i32));
+    EXPECT_STATUS(MPCL_ERR_DTYPE, mpcl_cast(ctx, i32, inbf));
+
     /* Nothing was written: every output still holds its poison, and the
      * statistics are still zero (no loss call ran). */
     TU_ASSERT_OK(mpcl_context_finish(ctx));
@@ -738,6 +907,8 @@ static void test_errors(void **state) {
     assert_true(still_poisoned(z));
     assert_true(still_poisoned(db));
     assert_true(still_poisoned(db16));
+    assert_true(still_poisoned(outbf));
+    assert_true(still_poisoned(outbf_t));
     mpcl_xent_stats s;
     TU_ASSERT_OK(mpcl_xent_stats_read(ctx, stats, &s, false));
     assert_int_equal(s.calls, 0);
@@ -745,6 +916,9 @@ static void test_errors(void **state) {
     mpcl_tensor *all[] = {in, in16, bias, bias16, bias4,    i32,     out,   out16,       out_t,
                           z,  db,   db16, labels, labels_f, labels5, stats, stats_small, scale2};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) mpcl_tensor_destroy(all[i]);
+    mpcl_tensor_destroy(inbf);
+    mpcl_tensor_destroy(outbf);
+    mpcl_tensor_destroy(outbf_t);
     mpcl_context_destroy(ctx);
 }
 
@@ -754,7 +928,8 @@ int main(void) {
         cmocka_unit_test(test_bias_act),         cmocka_unit_test(test_act_extremes),
         cmocka_unit_test(test_softmax_xent),     cmocka_unit_test(test_xent_overflow),
         cmocka_unit_test(test_xent_bad_label),   cmocka_unit_test(test_cast_edges),
-        cmocka_unit_test(test_cast_all),         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_cast_all),         cmocka_unit_test(test_cast_bf16),
+        cmocka_unit_test(test_errors),
     };
     return cmocka_run_group_tests_name("ops", tests, NULL, NULL);
 }

@@ -126,7 +126,120 @@ static void gemm_override(void **state) {
     o.gemm = MPCL_GEMM_MPCL_MIXED; /* f16 path under an f32 policy */
     p = mpcl_plan_resolve(&gpu, MPCL_POLICY_FLOAT32, &o);
     assert_false(p.usable);
-    assert_non_null(strstr(p.reason, "needs f16 storage"));
+    assert_non_null(strstr(p.reason, "needs f16 or bf16 storage"));
+}
+
+/* mixed_bfloat16: bf16 storage, mpcl-mixed (CLBlast has no bf16 GEMM, so not
+ * HGEMM even where fp16 math is verified), no loss scaling (bf16 has f32's
+ * exponent range, as Keras' mixed_bfloat16); auto never picks it. */
+static void mixed_bfloat16_where_bf16_storage_is_verified(void **state) {
+    (void)state;
+    mpcl_device_info cpu =
+        device(MPCL_DEVICE_TYPE_CPU, false, MPCL_FP16_MATH_NONE, MPCL_FP16_STORAGE_VERIFIED);
+    cpu.bf16_storage = MPCL_BF16_STORAGE_VERIFIED;
+    mpcl_device_info gpu =
+        device(MPCL_DEVICE_TYPE_GPU, true, MPCL_FP16_MATH_VERIFIED, MPCL_FP16_STORAGE_VERIFIED);
+    gpu.bf16_storage = MPCL_BF16_STORAGE_VERIFIED;
+    const mpcl_device_info *both[2] = {&cpu, &gpu};
+    for (int i = 0; i < 2; i++) {
+        mpcl_plan p = mpcl_plan_resolve(both[i], MPCL_POLICY_MIXED_BFLOAT16, &none);
+        expect(p, MPCL_POLICY_MIXED_BFLOAT16, MPCL_DTYPE_BF16, MPCL_GEMM_MPCL_MIXED, false,
+               "no loss scaling");
+        assert_int_equal(p.policy, MPCL_POLICY_MIXED_BFLOAT16);
+        assert_non_null(strstr(p.reason, "CLBlast has no bf16 GEMM"));
+    }
+    expect(mpcl_plan_resolve(&cpu, MPCL_POLICY_AUTO, &none), MPCL_POLICY_FLOAT32, MPCL_DTYPE_F32,
+           MPCL_GEMM_MPCL_F32, false, "device lacks cl_khr_fp16: float32");
+    expect(mpcl_plan_resolve(&gpu, MPCL_POLICY_AUTO, &none), MPCL_POLICY_MIXED_FLOAT16,
+           MPCL_DTYPE_F16, MPCL_GEMM_CLBLAST_HGEMM, true, "verified fp16 math");
+    /* MPCL_FP16 is about half arithmetic, which bf16 never uses. */
+    mpcl_plan_overrides off = none;
+    off.fp16 = MPCL_FP16_OFF;
+    expect(mpcl_plan_resolve(&gpu, MPCL_POLICY_MIXED_BFLOAT16, &off), MPCL_POLICY_MIXED_BFLOAT16,
+           MPCL_DTYPE_BF16, MPCL_GEMM_MPCL_MIXED, false, "bf16 storage");
+}
+
+/* A device whose bf16 store/load check failed (or was not run) cannot run
+ * mixed_bfloat16: unusable, with the reason; the other policies are as they
+ * were, f16 storage included. */
+static void broken_or_untested_bf16_storage_refuses_mixed_bfloat16(void **state) {
+    (void)state;
+    mpcl_device_info d =
+        device(MPCL_DEVICE_TYPE_CPU, false, MPCL_FP16_MATH_NONE, MPCL_FP16_STORAGE_VERIFIED);
+    d.bf16_storage = MPCL_BF16_STORAGE_BROKEN;
+    mpcl_plan p = mpcl_plan_resolve(&d, MPCL_POLICY_MIXED_BFLOAT16, &none);
+    assert_false(p.usable);
+    assert_int_equal(p.policy, MPCL_POLICY_MIXED_BFLOAT16);
+    assert_int_not_equal(p.storage, MPCL_DTYPE_BF16);
+    if (!strstr(p.reason, "bf16") || !strstr(p.reason, "failed verification"))
+        fail_msg("reason '%s'", p.reason);
+    expect(mpcl_plan_resolve(&d, MPCL_POLICY_MIXED_FLOAT16, &none), MPCL_POLICY_MIXED_FLOAT16,
+           MPCL_DTYPE_F16, MPCL_GEMM_MPCL_MIXED, true, "f32 math");
+    expect(mpcl_plan_resolve(&d, MPCL_POLICY_AUTO, &none), MPCL_POLICY_FLOAT32, MPCL_DTYPE_F32,
+           MPCL_GEMM_MPCL_F32, false, "float32");
+    d.bf16_storage = MPCL_BF16_STORAGE_UNTESTED;
+    p = mpcl_plan_resolve(&d, MPCL_POLICY_MIXED_BFLOAT16, &none);
+    assert_false(p.usable);
+    if (!strstr(p.reason, "was not run")) fail_msg("reason '%s'", p.reason);
+}
+
+/* MPCL_GEMM under mixed_bfloat16: only mpcl-mixed reads bf16; every CLBlast
+ * path (and mpcl-f32) is refused with the reason, even on a device with
+ * verified fp16 math. */
+static void gemm_override_under_mixed_bfloat16(void **state) {
+    (void)state;
+    mpcl_device_info gpu =
+        device(MPCL_DEVICE_TYPE_GPU, true, MPCL_FP16_MATH_VERIFIED, MPCL_FP16_STORAGE_VERIFIED);
+    gpu.bf16_storage = MPCL_BF16_STORAGE_VERIFIED;
+    mpcl_plan_overrides o = none;
+    o.gemm_set = true;
+    const struct {
+        mpcl_gemm_path path;
+        const char *needs;
+    } refused[] = {{MPCL_GEMM_CLBLAST_HGEMM, "MPCL_GEMM=clblast-hgemm needs f16 storage"},
+                   {MPCL_GEMM_CLBLAST_SGEMM, "MPCL_GEMM=clblast-sgemm needs f32 storage"},
+                   {MPCL_GEMM_MPCL_F32, "MPCL_GEMM=mpcl-f32 needs f32 storage"}};
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        o.gemm = refused[i].path;
+        mpcl_plan p = mpcl_plan_resolve(&gpu, MPCL_POLICY_MIXED_BFLOAT16, &o);
+        assert_false(p.usable);
+        if (!strstr(p.reason, refused[i].needs) || !strstr(p.reason, "stores bf16") ||
+            !strstr(p.reason, "CLBlast has no bf16 GEMM"))
+            fail_msg("reason '%s'", p.reason);
+    }
+    o.gemm = MPCL_GEMM_MPCL_MIXED;
+    expect(mpcl_plan_resolve(&gpu, MPCL_POLICY_MIXED_BFLOAT16, &o), MPCL_POLICY_MIXED_BFLOAT16,
+           MPCL_DTYPE_BF16, MPCL_GEMM_MPCL_MIXED, false, "GEMM set by MPCL_GEMM");
+}
+
+/* The dtype table: values kept (f32, f16, i32, u8 as before, bf16 after),
+ * names, sizes, and which dtypes are float. */
+static void dtype_table(void **state) {
+    (void)state;
+    assert_int_equal(MPCL_DTYPE_F32, 0);
+    assert_int_equal(MPCL_DTYPE_F16, 1);
+    assert_int_equal(MPCL_DTYPE_I32, 2);
+    assert_int_equal(MPCL_DTYPE_U8, 3);
+    assert_int_equal(MPCL_DTYPE_BF16, 4);
+    assert_int_equal(MPCL_DTYPE_COUNT, 5);
+    const char *names[] = {"f32", "f16", "i32", "u8", "bf16"};
+    const size_t sizes[] = {4, 2, 4, 1, 2};
+    const bool is_float[] = {true, true, false, false, true};
+    for (int i = 0; i < MPCL_DTYPE_COUNT; i++) {
+        assert_string_equal(mpcl_dtype_name((mpcl_dtype)i), names[i]);
+        assert_int_equal(mpcl_dtype_size((mpcl_dtype)i), sizes[i]);
+        assert_int_equal(mpcl_dtype_is_float((mpcl_dtype)i), is_float[i]);
+    }
+    assert_string_equal(mpcl_dtype_name(MPCL_DTYPE_COUNT), "unknown");
+    assert_int_equal(mpcl_dtype_size(MPCL_DTYPE_COUNT), 0);
+    assert_false(mpcl_dtype_is_float(MPCL_DTYPE_COUNT));
+    assert_false(mpcl_dtype_is_float((mpcl_dtype)-1));
+    /* Policy values are kept too; mixed_bfloat16 comes after them. */
+    assert_int_equal(MPCL_POLICY_AUTO, 0);
+    assert_int_equal(MPCL_POLICY_MIXED_FLOAT16, 1);
+    assert_int_equal(MPCL_POLICY_FLOAT32, 2);
+    assert_int_equal(MPCL_POLICY_MIXED_BFLOAT16, 3);
+    assert_string_equal(mpcl_policy_name(MPCL_POLICY_MIXED_BFLOAT16), "mixed_bfloat16");
 }
 
 static void overrides_from_the_environment(void **state) {
@@ -165,7 +278,10 @@ static void names_parse_back(void **state) {
         assert_int_equal(g, i);
     }
     mpcl_policy p;
+    assert_true(mpcl_policy_parse("mixed_bfloat16", &p));
+    assert_int_equal(p, MPCL_POLICY_MIXED_BFLOAT16);
     assert_false(mpcl_policy_parse("float16", &p));
+    assert_false(mpcl_policy_parse("bfloat16", &p));
     assert_false(mpcl_policy_parse(NULL, &p));
 }
 
@@ -178,6 +294,10 @@ int main(void) {
         cmocka_unit_test(pocl_as_found),
         cmocka_unit_test(broken_f16_storage_makes_mixed_unusable),
         cmocka_unit_test(gemm_override),
+        cmocka_unit_test(mixed_bfloat16_where_bf16_storage_is_verified),
+        cmocka_unit_test(broken_or_untested_bf16_storage_refuses_mixed_bfloat16),
+        cmocka_unit_test(gemm_override_under_mixed_bfloat16),
+        cmocka_unit_test(dtype_table),
         cmocka_unit_test(overrides_from_the_environment),
         cmocka_unit_test(names_parse_back),
     };

@@ -33,6 +33,7 @@ DEVICE_KEYS = {
     "opencl_version": str, "type": str, "compute_units": int, "max_clock_mhz": int,
     "global_mem_bytes": int, "local_mem_bytes": int, "max_alloc_bytes": int,
     "extensions": list, "fp16_math": str, "fp16_storage": str, "fp64": bool, "plans": dict,
+    "bf16_storage": str, "bf16_detail": str,
 }
 PLAN_KEYS = {"storage": str, "gemm": str, "loss_scaling": bool, "reason": str}
 
@@ -50,13 +51,17 @@ def test_json_schema():
         check(d["fp16_math"] in ("verified", "declared-but-broken", "undeclared-but-works", "none"),
               f"fp16_math value {d['fp16_math']}")
         check(d["fp16_storage"] in ("verified", "broken"), f"fp16_storage {d['fp16_storage']}")
+        check(d["bf16_storage"] in ("verified", "broken"), f"bf16_storage {d['bf16_storage']}")
         check(("cl_khr_fp16" in d["extensions"]) == (d["fp16_math"] in
               ("verified", "declared-but-broken")), f"{d['id']}: fp16_math agrees with extensions")
-        check(set(d["plans"]) == {"auto", "mixed_float16", "float32"}, "three plans")
+        check(set(d["plans"]) == {"auto", "mixed_float16", "float32", "mixed_bfloat16"},
+              "four plans")
         for name, plan in d["plans"].items():
             for key, typ in PLAN_KEYS.items():
                 check(isinstance(plan.get(key), typ), f"plan {name}: {key} is {typ.__name__}")
-            check(plan["storage"] in ("f32", "f16"), f"plan {name} storage")
+            check(plan["storage"] in ("f32", "f16", "bf16"), f"plan {name} storage")
+            check(plan["resolved"] in ("float32", "mixed_float16", "mixed_bfloat16"),
+                  f"plan {name} resolved")
             check(plan["gemm"] in ("clblast-sgemm", "clblast-hgemm", "mpcl-f32", "mpcl-mixed"),
                   f"plan {name} gemm")
         if "Portable Computing Language" in d["platform"]:
@@ -66,6 +71,13 @@ def test_json_schema():
             auto = d["plans"]["auto"]
             check(auto["storage"] == "f32" and not auto["loss_scaling"], "PoCL: auto is float32")
             check("cl_khr_fp16" in auto["reason"], "PoCL: auto says why")
+            # bf16 storage is integer code: verified, and mixed_bfloat16 runs
+            # bf16 through mpcl-mixed without loss scaling.
+            check(d["bf16_storage"] == "verified", "PoCL: bf16 storage verified")
+            bf = d["plans"]["mixed_bfloat16"]
+            check(bf["usable"] and bf["resolved"] == "mixed_bfloat16" and bf["storage"] == "bf16"
+                  and bf["gemm"] == "mpcl-mixed" and not bf["loss_scaling"],
+                  f"PoCL: mixed_bfloat16 plan {bf}")
     return doc
 
 
@@ -93,8 +105,8 @@ def test_text_report(doc):
     check(rc == 0, "text report exits 0")
     for d in doc["devices"]:
         check(d["name"] in out, f"text names {d['name']}")
-    for word in ("fp16 math", "fp16 storage", "fp64", "auto", "mixed_float16", "float32",
-                 "verdict"):
+    for word in ("fp16 math", "fp16 storage", "bf16 storage", "fp64", "auto", "mixed_float16",
+                 "float32", "mixed_bfloat16", "verdict"):
         check(word in out, f"text report has '{word}'")
 
 
@@ -118,6 +130,12 @@ def test_flags_and_exit_codes(doc):
         check(out == "", "no ICD prints nothing on stdout")
     rc, _, err = run([], env={"MPCL_GEMM": "cublas"})
     check(rc == 1 and "MPCL_GEMM" in err, "bad MPCL_GEMM exits 1 and says so")
+    # A CLBlast path forced under mixed_bfloat16 is shown as not usable, with why.
+    if first["bf16_storage"] == "verified":
+        rc, out, _ = run(["--json", "--device", first["id"]], env={"MPCL_GEMM": "clblast-sgemm"})
+        bf = json.loads(out)["devices"][0]["plans"]["mixed_bfloat16"]
+        check(rc == 0 and not bf["usable"] and "CLBlast has no bf16 GEMM" in bf["reason"],
+              f"MPCL_GEMM=clblast-sgemm refuses mixed_bfloat16 ({bf})")
 
 
 def main():

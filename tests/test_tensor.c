@@ -1,5 +1,7 @@
-/* Tensors: round trips through the device in each dtype, f16 rounding on
- * upload, shape and dtype errors, the allocation limit and accounting. */
+/* Tensors: round trips through the device in each dtype, f16 and bf16
+ * rounding on upload and in the device's stores, shape and dtype errors, the
+ * allocation limit and accounting. */
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,6 +57,88 @@ static void f16_upload_rounds_like_ieee(void **state) {
             assert_true(back[i] == mpcl_f16_to_f32(mpcl_f32_to_f16(edge[i])));
     }
     assert_int_equal(bits[2], 0x7c00); /* 65520 overflows to inf */
+    mpcl_tensor_destroy(t);
+    mpcl_context_destroy(ctx);
+}
+
+static float f32_of(uint32_t bits) {
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+/* bf16 values whose rounding is worked out by hand: x, its bf16 bits, and the
+ * float those bits hold. Used for the upload, the download and the fill. */
+static const struct {
+    float x;
+    uint16_t bits;
+    float back;
+} bf16_cases[] = {
+    {1.0f, 0x3f80, 1.0f},
+    {1.00390625f, 0x3f80, 1.0f},           /* 1 + 2^-8: tie, to even (down) */
+    {1.01171875f, 0x3f82, 1.015625f},      /* 1 + 3 * 2^-8: tie, to even (up) */
+    {-1.01171875f, 0xbf82, -1.015625f},    /* the same with the sign */
+    {0.1f, 0x3dcd, 0.10009765625f},        /* 0x3dcccccd: above half, up */
+    {-2.5f, 0xc020, -2.5f},                /* exact */
+    {65504.0f, 0x4780, 65536.0f},          /* 0x477fe000 rounds up a binade */
+    {0x1.ffp127f, 0x7f80, INFINITY},       /* the tie above the largest bf16: inf */
+    {FLT_MAX, 0x7f80, INFINITY},           /* overflow */
+    {-INFINITY, 0xff80, -INFINITY},        /* inf stays inf */
+    {0x1p-133f, 0x0001, 0x1p-133f},        /* the smallest bf16 subnormal */
+    {0x1p-134f, 0x0000, 0.0f},             /* tie between 0 and it: to even, 0 */
+    {-0x1.8p-134f, 0x8001, -0x1p-133f},    /* above the tie, negative */
+    {-0.0f, 0x8000, -0.0f},                /* the sign of zero is kept */
+    {0x1.fffffcp-127f, 0x0080, 0x1p-126f}, /* an f32 subnormal rounds up to 2^-126 */
+    {0x1.fep127f, 0x7f7f, 0x1.fep127f},    /* the largest bf16 */
+};
+
+static void bf16_upload_download_and_fill(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    const size_t n = sizeof bf16_cases / sizeof bf16_cases[0];
+    float x[sizeof bf16_cases / sizeof bf16_cases[0]], back[sizeof x / sizeof x[0]];
+    uint16_t bits[sizeof x / sizeof x[0]];
+    for (size_t i = 0; i < n; i++) x[i] = bf16_cases[i].x;
+    mpcl_tensor *t = tu_tensor(ctx, MPCL_DTYPE_BF16, 2, n / 2);
+    assert_int_equal(mpcl_tensor_bytes(t), 2 * n);
+    TU_ASSERT_OK(mpcl_tensor_upload_f32(t, x, n));
+    TU_ASSERT_OK(mpcl_tensor_download_raw(t, bits, sizeof bits));
+    TU_ASSERT_OK(mpcl_tensor_download_f32(t, back, n));
+    for (size_t i = 0; i < n; i++) {
+        if (bits[i] != bf16_cases[i].bits)
+            fail_msg("upload %a: 0x%04x, want 0x%04x", (double)x[i], bits[i], bf16_cases[i].bits);
+        if (memcmp(&back[i], &bf16_cases[i].back, sizeof back[i]) != 0)
+            fail_msg("download of 0x%04x: %a, want %a", bits[i], (double)back[i],
+                     (double)bf16_cases[i].back);
+    }
+    /* NaN uploads as the quiet NaN with its sign, and downloads as NaN. */
+    float nans[2] = {NAN, -NAN};
+    mpcl_tensor *tn = tu_tensor(ctx, MPCL_DTYPE_BF16, 1, 2);
+    TU_ASSERT_OK(mpcl_tensor_upload_f32(tn, nans, 2));
+    uint16_t nb[2];
+    TU_ASSERT_OK(mpcl_tensor_download_raw(tn, nb, sizeof nb));
+    assert_int_equal(nb[0], 0x7fc0);
+    assert_int_equal(nb[1], 0xffc0);
+    TU_ASSERT_OK(mpcl_tensor_download_f32(tn, nans, 2));
+    assert_true(isnan(nans[0]) && isnan(nans[1]));
+    mpcl_tensor_destroy(tn);
+
+    /* The fill rounds on the device, to the same bits. */
+    mpcl_tensor *f = tu_tensor(ctx, MPCL_DTYPE_BF16, 3, 5);
+    uint16_t got[15];
+    for (size_t i = 0; i < n; i++) {
+        tu_poison(f);
+        TU_ASSERT_OK(mpcl_tensor_fill(f, bf16_cases[i].x));
+        TU_ASSERT_OK(mpcl_tensor_download_raw(f, got, sizeof got));
+        for (int j = 0; j < 15; j++)
+            if (got[j] != bf16_cases[i].bits)
+                fail_msg("fill %a: element %d 0x%04x, want 0x%04x", (double)bf16_cases[i].x, j,
+                         got[j], bf16_cases[i].bits);
+    }
+    TU_ASSERT_OK(mpcl_tensor_fill(f, -NAN));
+    TU_ASSERT_OK(mpcl_tensor_download_raw(f, got, sizeof got));
+    for (int j = 0; j < 15; j++) assert_int_equal(got[j], 0xffc0);
+    mpcl_tensor_destroy(f);
     mpcl_tensor_destroy(t);
     mpcl_context_destroy(ctx);
 }
@@ -141,10 +225,12 @@ static void accounting_tracks_now_and_peak(void **state) {
     mpcl_tensor *a = NULL, *b = NULL;
     TU_ASSERT_OK(mpcl_tensor_create(ctx, MPCL_DTYPE_F32, 10, 10, &a));
     TU_ASSERT_OK(mpcl_tensor_create(ctx, MPCL_DTYPE_F16, 10, 10, &b));
-    assert_int_equal(mpcl_context_bytes_now(ctx), base + 400 + 200);
+    mpcl_tensor *c = tu_tensor(ctx, MPCL_DTYPE_BF16, 5, 10);
+    assert_int_equal(mpcl_context_bytes_now(ctx), base + 400 + 200 + 100);
     mpcl_tensor_destroy(a);
+    mpcl_tensor_destroy(c);
     assert_int_equal(mpcl_context_bytes_now(ctx), base + 200);
-    assert_true(mpcl_context_bytes_peak(ctx) >= base + 600);
+    assert_true(mpcl_context_bytes_peak(ctx) >= base + 700);
     mpcl_tensor_destroy(b);
     mpcl_tensor_destroy(NULL);
     assert_int_equal(mpcl_context_bytes_now(ctx), base);
@@ -200,11 +286,94 @@ static void f16_store_rounds_every_midpoint_like_the_host(void **state) {
     mpcl_context_destroy(ctx);
 }
 
+/* The device's bf16 store and load (common.cl's STORE_BF16 and LOAD_BF16,
+ * used by every kernel on bf16 tensors) through the casts, bit for bit: for
+ * every finite bf16 value, itself, the float just toward zero from it, and
+ * the float just below, at and just above its upper midpoint (inf above the
+ * largest), with the expected bits from the neighbours (ties to the even
+ * one); NaN, inf and random bit patterns against the host conversion, which
+ * test_half checks against an independent reference. Then every bf16 pattern
+ * loaded back as f32: exactly bits << 16. */
+static void bf16_store_and_load_match_bit_for_bit(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    const size_t extra = tu_slow_device(ctx) ? 4096 : 1 << 20, cap = 65536 * 5 + extra + 8;
+    float *src = malloc(cap * sizeof *src);
+    uint16_t *want = malloc(cap * sizeof *want), *got = malloc(cap * sizeof *got);
+    size_t k = 0;
+    for (uint32_t h = 0; h < 0x10000; h++) {
+        if ((h & 0x7fff) >= 0x7f80) continue; /* inf and NaN: below */
+        uint16_t lo = (uint16_t)h, hi = (uint16_t)(h + 1);
+        float v = mpcl_bf16_to_f32(lo);
+        double next =
+            (h & 0x7fff) == 0x7f7f ? copysign(0x1p128, (double)v) : (double)mpcl_bf16_to_f32(hi);
+        float mid = (float)(((double)v + next) / 2); /* exact: 9 significant bits */
+        uint16_t even = (lo & 1) ? hi : lo;
+        /* One f32 ulp toward zero from v is far inside v's rounding interval
+         * (f32 has 16 more bits), so it rounds to v; zeros stay themselves. */
+        float xs[5] = {v, v == 0.0f ? v : nextafterf(v, 0.0f), nextafterf(mid, 0.0f), mid,
+                       nextafterf(mid, copysignf(INFINITY, v))};
+        uint16_t ws[5] = {lo, lo, lo, even, hi};
+        for (int i = 0; i < 5; i++) {
+            src[k] = xs[i];
+            want[k++] = ws[i];
+        }
+    }
+    const uint32_t special[] = {0x7f800000, 0xff800000, 0x7fc00000, 0xffc00000,
+                                0x7f800001, 0xff80ffff, 0x7fffffff, 0x7f7fffff};
+    for (size_t i = 0; i < sizeof special / sizeof special[0]; i++, k++) {
+        src[k] = f32_of(special[i]);
+        want[k] = mpcl_f32_to_bf16(src[k]);
+    }
+    tu_rng r = tu_rng_make(0xbf16);
+    for (size_t i = 0; i < extra; i++, k++) {
+        src[k] = f32_of((uint32_t)tu_uniform(&r, 0, 4294967296.0));
+        want[k] = mpcl_f32_to_bf16(src[k]);
+    }
+    mpcl_tensor *a = tu_tensor(ctx, MPCL_DTYPE_F32, k, 1);
+    mpcl_tensor *b = tu_tensor(ctx, MPCL_DTYPE_BF16, k, 1);
+    tu_poison(b);
+    TU_ASSERT_OK(mpcl_tensor_upload_raw(a, src, k * sizeof *src));
+    TU_ASSERT_OK(mpcl_cast(ctx, b, a));
+    TU_ASSERT_OK(mpcl_tensor_download_raw(b, got, k * sizeof *got));
+    size_t bad = 0;
+    for (size_t i = 0; i < k; i++) {
+        if (got[i] != want[i] && bad++ < 5)
+            fprintf(stderr, "%a: device 0x%04x, want 0x%04x\n", (double)src[i], got[i], want[i]);
+    }
+    if (bad) fail_msg("%zu of %zu bf16 stores differ", bad, k);
+    mpcl_tensor_destroy(a);
+    mpcl_tensor_destroy(b);
+
+    uint16_t *all = malloc(65536 * sizeof *all);
+    uint32_t *loaded = malloc(65536 * sizeof *loaded);
+    for (uint32_t h = 0; h < 65536; h++) all[h] = (uint16_t)h;
+    b = tu_tensor(ctx, MPCL_DTYPE_BF16, 256, 256);
+    a = tu_tensor(ctx, MPCL_DTYPE_F32, 256, 256);
+    tu_poison(a);
+    TU_ASSERT_OK(mpcl_tensor_upload_raw(b, all, 65536 * sizeof *all));
+    TU_ASSERT_OK(mpcl_cast(ctx, a, b));
+    TU_ASSERT_OK(mpcl_tensor_download_raw(a, loaded, 65536 * sizeof *loaded));
+    for (uint32_t h = 0; h < 65536; h++)
+        if (loaded[h] != h << 16)
+            fail_msg("load of 0x%04x: 0x%08x, want 0x%08x", h, loaded[h], h << 16);
+    mpcl_tensor_destroy(a);
+    mpcl_tensor_destroy(b);
+    free(all);
+    free(loaded);
+    free(src);
+    free(want);
+    free(got);
+    mpcl_context_destroy(ctx);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(f32_round_trip_is_exact),
         cmocka_unit_test(f16_upload_rounds_like_ieee),
         cmocka_unit_test(f16_store_rounds_every_midpoint_like_the_host),
+        cmocka_unit_test(bf16_upload_download_and_fill),
+        cmocka_unit_test(bf16_store_and_load_match_bit_for_bit),
         cmocka_unit_test(i32_round_trip_and_fill),
         cmocka_unit_test(new_tensors_are_zero),
         cmocka_unit_test(shape_and_dtype_errors_touch_nothing),

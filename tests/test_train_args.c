@@ -81,6 +81,15 @@ static void every_flag_both_spellings(void **state) {
     assert_int_equal(a.seed, 0);
     assert_true(a.json);
 
+    /* mixed_bfloat16 by name, both spellings; the message for an unknown
+     * policy lists it. */
+    assert_true(parse(&a, err, sizeof err, "--precision", "mixed_bfloat16", NULL));
+    assert_int_equal(a.policy, MPCL_POLICY_MIXED_BFLOAT16);
+    assert_true(parse(&a, err, sizeof err, "--precision=mixed_bfloat16", NULL));
+    assert_int_equal(a.policy, MPCL_POLICY_MIXED_BFLOAT16);
+    assert_false(parse(&a, err, sizeof err, "--precision", "bfloat16", NULL));
+    assert_non_null(strstr(err, "mixed_bfloat16"));
+
     assert_true(parse(&a, err, sizeof err, "--loss-scale", "128", "--device=cpu", "--save", "x.st",
                       "--resume=y.st", "--metrics", "m.csv", "--report-every=7", "--train-limit",
                       "512", "--test-limit=0", "--quiet", "--seed", "18446744073709551615",
@@ -180,6 +189,7 @@ static void rejects(void **state) {
         {"--momentum", "1.5"},
         {"--momentum", "-0.1"},
         {"--precision", "half"},
+        {"--precision", "bf16"},
         {"--loss-scale", "banana"},
         {"--loss-scale", "0"},
         {"--loss-scale", "-8"},

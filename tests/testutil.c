@@ -87,9 +87,10 @@ mpcl_tensor *tu_tensor(mpcl_context *ctx, mpcl_dtype dtype, size_t rows, size_t 
 
 void tu_poison(mpcl_tensor *t) {
     size_t n = mpcl_tensor_count(t);
-    if (mpcl_tensor_dtype(t) == MPCL_DTYPE_F16) {
+    mpcl_dtype dtype = mpcl_tensor_dtype(t);
+    if (dtype == MPCL_DTYPE_F16 || dtype == MPCL_DTYPE_BF16) {
         uint16_t *h = malloc(n * sizeof *h);
-        for (size_t i = 0; i < n; i++) h[i] = TU_POISON_F16;
+        for (size_t i = 0; i < n; i++) h[i] = TU_POISON_16(dtype);
         TU_ASSERT_OK(mpcl_tensor_upload_raw(t, h, n * sizeof *h));
         free(h);
     } else {

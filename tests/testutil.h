@@ -39,8 +39,8 @@ bool tu_check_close(const char *what, const float *got, const double *want, size
 /* A rows x cols tensor; fails the test when it cannot be made. */
 mpcl_tensor *tu_tensor(mpcl_context *ctx, mpcl_dtype dtype, size_t rows, size_t cols);
 
-/* Fills an f32 or f16 tensor with the poison NaN, so that an element a kernel
- * fails to write shows up. */
+/* Fills an f32, f16 or bf16 tensor with the poison NaN, so that an element a
+ * kernel fails to write shows up. */
 void tu_poison(mpcl_tensor *t);
 
 /* The float that poisons outputs: a NaN with a payload no kernel produces. */
@@ -51,6 +51,10 @@ float tu_poison_f32(void);
  * comparisons of whole model states. */
 float *tu_model_state(mpcl_model *m, size_t *n_out);
 #define TU_POISON_F16 ((uint16_t)0x7e55)
+/* bf16: a signaling NaN, which no bf16 store produces (NaN stores as 0x7fc0). */
+#define TU_POISON_BF16 ((uint16_t)0x7fa5)
+/* The poison bit pattern of a 16-bit float dtype. */
+#define TU_POISON_16(dtype) ((dtype) == MPCL_DTYPE_BF16 ? TU_POISON_BF16 : TU_POISON_F16)
 
 /* assert_int_equal with the error detail printed when it fails. */
 #define TU_ASSERT_OK(call)                                                 \

@@ -22,7 +22,7 @@ typedef struct mpcl_context_params {
     /* Device selector (see mpcl_device_list_select); NULL means $MPCL_DEVICE,
      * and when that is unset too, the default rule. */
     const char *device;
-    /* Run the fp16 verification kernels (needed for the plan); default true. */
+    /* Run the fp16 and bf16 verification kernels (needed for the plan); default true. */
     bool verify_fp16;
 } mpcl_context_params;
 

@@ -39,6 +39,15 @@ typedef enum mpcl_fp16_storage {
     MPCL_FP16_STORAGE_UNTESTED,
 } mpcl_fp16_storage;
 
+/* bf16 storage through common.cl's integer LOAD/STORE (bits << 16 and a
+ * round-to-nearest-even store), checked bit for bit against the host's
+ * conversion: no extension is needed, so only a wrong compiler can fail it. */
+typedef enum mpcl_bf16_storage {
+    MPCL_BF16_STORAGE_VERIFIED,
+    MPCL_BF16_STORAGE_BROKEN,
+    MPCL_BF16_STORAGE_UNTESTED,
+} mpcl_bf16_storage;
+
 /* cl_device_fp_config decoded; `present` is false when the query failed or the
  * device has no such precision (half on most devices, double on some). */
 typedef struct mpcl_fp_config {
@@ -73,6 +82,8 @@ typedef struct mpcl_device_info {
     mpcl_fp16_math fp16_math;
     mpcl_fp16_storage fp16_storage;
     char fp16_detail[MPCL_INFO_STR]; /* what the verification saw, for reports */
+    mpcl_bf16_storage bf16_storage;  /* filled by the same verification as fp16 */
+    char bf16_detail[MPCL_INFO_STR];
 } mpcl_device_info;
 
 /* A platform that was found but contributed no device, and why. */
@@ -86,7 +97,7 @@ typedef struct mpcl_device_list mpcl_device_list;
 
 typedef enum mpcl_enum_flags {
     MPCL_ENUM_DEFAULT = 0,
-    MPCL_ENUM_VERIFY_FP16 = 1, /* run the fp16 kernels on every device (slower) */
+    MPCL_ENUM_VERIFY_FP16 = 1, /* run the fp16 and bf16 kernels on every device (slower) */
 } mpcl_enum_flags;
 
 /* Every device of every platform. Platforms whose queries fail or that have no
@@ -99,8 +110,9 @@ const mpcl_device_info *mpcl_device_list_get(const mpcl_device_list *list, size_
 size_t mpcl_device_list_skipped_count(const mpcl_device_list *list);
 const mpcl_skipped_platform *mpcl_device_list_skipped(const mpcl_device_list *list, size_t index);
 
-/* Runs the fp16 math and storage kernels on device `index` and records the
- * outcome in its info (the only way a list entry changes after creation). */
+/* Runs the fp16 math and storage kernels and the bf16 storage kernel on
+ * device `index` and records the outcome in its info (the only way a list
+ * entry changes after creation). */
 mpcl_status mpcl_device_list_verify_fp16(mpcl_device_list *list, size_t index);
 
 /* Selector: NULL or "" for the default (first GPU, else accelerator, else
@@ -118,6 +130,7 @@ bool mpcl_has_extension(const char *extensions, const char *name);
 const char *mpcl_device_type_name(mpcl_device_type type);
 const char *mpcl_fp16_math_name(mpcl_fp16_math math);
 const char *mpcl_fp16_storage_name(mpcl_fp16_storage storage);
+const char *mpcl_bf16_storage_name(mpcl_bf16_storage storage);
 
 #pragma GCC visibility pop
 

@@ -24,7 +24,8 @@ extern "C" {
  *   MPCL_GEMM_CLBLAST_HGEMM: a, b, c f16; accumulates in f16 and needs usable
  *     half arithmetic (mpcl_plan_fp16_math_usable), else MPCL_ERR_UNSUPPORTED.
  *     alpha and beta are rounded to f16.
- *   MPCL_GEMM_MPCL_MIXED: a, b f16; c f16 or f32; accumulates in f32.
+ *   MPCL_GEMM_MPCL_MIXED: a, b f16 (c f16 or f32), or a, b bf16 (c bf16 or
+ *     f32); accumulates in f32.
  * Shapes and dtypes are checked before anything is enqueued (MPCL_ERR_SHAPE,
  * MPCL_ERR_DTYPE; c untouched). With beta == 0, c is not read (it may hold
  * NaN). Enqueued: the call returns before the result is ready. */
@@ -33,9 +34,10 @@ mpcl_status mpcl_gemm(mpcl_context *ctx, mpcl_gemm_path path, bool trans_a, bool
                       mpcl_tensor *c);
 
 /* The path the precision plan picks for tensors stored in `storage` (f32 ->
- * the float32 plan, f16 -> the mixed_float16 plan) on this context's device,
- * MPCL_GEMM included. When MPCL_GEMM names a path this device or storage
- * cannot run, that path is returned anyway, so that mpcl_gemm reports why. */
+ * the float32 plan, f16 -> mixed_float16, bf16 -> mixed_bfloat16) on this
+ * context's device, MPCL_GEMM included. When MPCL_GEMM names a path this
+ * device or storage cannot run, that path is returned anyway, so that
+ * mpcl_gemm reports why. */
 mpcl_gemm_path mpcl_gemm_default_path(const mpcl_context *ctx, mpcl_dtype storage);
 
 #pragma GCC visibility pop

@@ -1,11 +1,12 @@
 /* Ops: launchers for the fused bias + activation kernels, softmax
- * cross-entropy with device-side statistics, and f32 <-> f16 casts.
+ * cross-entropy with device-side statistics, and casts between f32, f16 and
+ * bf16.
  *
  * Every op is enqueued on the context's in-order queue and returns without
- * waiting. Math is f32 everywhere; f16 is only a storage format. Shapes and
- * dtypes are checked before anything is enqueued: a failing call returns
- * MPCL_ERR_SHAPE or MPCL_ERR_DTYPE (MPCL_ERR_INVALID_ARG for NULL or foreign
- * tensors) and leaves every output untouched. */
+ * waiting. Math is f32 everywhere; f16 and bf16 are only storage formats.
+ * Shapes and dtypes are checked before anything is enqueued: a failing call
+ * returns MPCL_ERR_SHAPE or MPCL_ERR_DTYPE (MPCL_ERR_INVALID_ARG for NULL or
+ * foreign tensors) and leaves every output untouched. */
 #ifndef MPCL_OPS_H
 #define MPCL_OPS_H
 
@@ -49,7 +50,7 @@ typedef enum mpcl_act_saved {
 mpcl_act_saved mpcl_activation_saved(mpcl_activation act);
 
 /* out[b,j] = act(pre_in[b,j] + bias[j]).
- * out, pre_in: [B, N], the same storage dtype (f32 or f16).
+ * out, pre_in: [B, N], the same storage dtype (f32, f16 or bf16).
  * bias: [1, N] f32 always: the f32 master copy is read directly, so no f16
  * working copy of the bias is needed and the addition is not rounded twice.
  * out may be the same tensor as pre_in (in place). */
@@ -71,7 +72,7 @@ mpcl_status mpcl_bias_act_backward(mpcl_context *ctx, mpcl_tensor *d_pre, const 
 
 /* d_bias[0,j] = sum over b of d_pre[b,j], accumulated in f32 in row order
  * (deterministic, no atomics); overwrites d_bias.
- * d_bias: [1, N] f32. d_pre: [B, N] f32 or f16. */
+ * d_bias: [1, N] f32. d_pre: [B, N] f32, f16 or bf16. */
 mpcl_status mpcl_bias_grad(mpcl_context *ctx, mpcl_tensor *d_bias, const mpcl_tensor *d_pre);
 
 /* ---- softmax cross-entropy ---- */
@@ -108,7 +109,7 @@ mpcl_status mpcl_xent_stats_read(mpcl_context *ctx, mpcl_tensor *stats, mpcl_xen
 
 /* Adds the softmax cross-entropy loss of a batch to stats, in f32, stably
  * (max subtracted, log-sum-exp). No host read.
- * stats: [1, MPCL_XENT_STATS_COLS] f32. logits: [B, C] f32 or f16.
+ * stats: [1, MPCL_XENT_STATS_COLS] f32. logits: [B, C] f32, f16 or bf16.
  * labels: [B, 1] i32; a label outside [0, C) sets the error flag in stats and
  * adds nothing for that row. */
 mpcl_status mpcl_softmax_xent_forward(mpcl_context *ctx, mpcl_tensor *stats,
@@ -128,9 +129,10 @@ mpcl_status mpcl_softmax_xent_forward_backward(mpcl_context *ctx, mpcl_tensor *s
 
 /* ---- casts ---- */
 
-/* dst = src converted: f32 -> f16 rounds to nearest even with overflow to
- * +-inf; f16 -> f32 is exact; the same dtype is a copy. inf and NaN pass
- * through. dst, src: the same shape, f32 or f16. */
+/* dst = src converted: to f16 or bf16 rounds to nearest even with overflow
+ * to +-inf (as half.h's host conversions); f16 and bf16 -> f32 are exact;
+ * f16 <-> bf16 rounds once; the same dtype is a copy. inf and NaN pass
+ * through. dst, src: the same shape, f32, f16 or bf16. */
 mpcl_status mpcl_cast(mpcl_context *ctx, mpcl_tensor *dst, const mpcl_tensor *src);
 
 #pragma GCC visibility pop

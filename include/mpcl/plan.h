@@ -15,18 +15,32 @@ extern "C" {
 /* Exported from libmpcl, which hides every other symbol. */
 #pragma GCC visibility push(default)
 
+/* The storage dtypes, in one table: X(SUFFIX, name, bytes, is_float). It
+ * generates the enum, mpcl_dtype_name(), mpcl_dtype_size() and
+ * mpcl_dtype_is_float(); the kernels area builds one program per float dtype
+ * with -DMPCL_STORAGE_<SUFFIX>=1. Values are fixed by the order here: append
+ * only. Float dtypes may hold activations, weights and gradients (math is
+ * always f32; f16 is IEEE binary16, bf16 is the top half of an f32, both
+ * rounded to nearest even); u8 holds data sets on the device. */
+#define MPCL_DTYPE_TABLE(X) \
+    X(F32, "f32", 4, true)  \
+    X(F16, "f16", 2, true)  \
+    X(I32, "i32", 4, false) \
+    X(U8, "u8", 1, false)   \
+    X(BF16, "bf16", 2, true)
+
 typedef enum mpcl_dtype {
-    MPCL_DTYPE_F32,
-    MPCL_DTYPE_F16,
-    MPCL_DTYPE_I32,
-    MPCL_DTYPE_U8, /* data sets on the device */
-    MPCL_DTYPE_COUNT,
+#define MPCL_DTYPE_ENUM_(suffix, name, bytes, is_float) MPCL_DTYPE_##suffix,
+    MPCL_DTYPE_TABLE(MPCL_DTYPE_ENUM_)
+#undef MPCL_DTYPE_ENUM_
+        MPCL_DTYPE_COUNT,
 } mpcl_dtype;
 
 typedef enum mpcl_policy {
     MPCL_POLICY_AUTO,
     MPCL_POLICY_MIXED_FLOAT16,
     MPCL_POLICY_FLOAT32,
+    MPCL_POLICY_MIXED_BFLOAT16,
     MPCL_POLICY_COUNT,
 } mpcl_policy;
 
@@ -34,7 +48,7 @@ typedef enum mpcl_gemm_path {
     MPCL_GEMM_CLBLAST_SGEMM, /* f32 in, out and accumulation */
     MPCL_GEMM_CLBLAST_HGEMM, /* f16 in and out, accumulates in f16: needs fp16 math */
     MPCL_GEMM_MPCL_F32,      /* mpcl's register-tiled kernel, f32 storage */
-    MPCL_GEMM_MPCL_MIXED,    /* the same kernel, f16 storage, f32 accumulation */
+    MPCL_GEMM_MPCL_MIXED,    /* the same kernel, f16 or bf16 storage, f32 accumulation */
     MPCL_GEMM_PATH_COUNT,
 } mpcl_gemm_path;
 
@@ -53,7 +67,7 @@ typedef struct mpcl_plan_overrides {
 
 typedef struct mpcl_plan {
     mpcl_policy policy;   /* what was asked for */
-    mpcl_policy resolved; /* MPCL_POLICY_FLOAT32 or MPCL_POLICY_MIXED_FLOAT16 */
+    mpcl_policy resolved; /* FLOAT32, MIXED_FLOAT16 or MIXED_BFLOAT16, never AUTO */
     mpcl_dtype storage;   /* activations, gradients and the working copy of weights */
     mpcl_gemm_path gemm;
     bool loss_scaling;
@@ -73,6 +87,9 @@ bool mpcl_plan_fp16_math_usable(const mpcl_device_info *device, mpcl_fp16_overri
 
 const char *mpcl_policy_name(mpcl_policy policy);
 const char *mpcl_dtype_name(mpcl_dtype dtype);
+/* True for f32, f16 and bf16: the dtypes that may hold activations, weights
+ * and gradients (and that have a kernel program); false outside the enum. */
+bool mpcl_dtype_is_float(mpcl_dtype dtype);
 const char *mpcl_gemm_path_name(mpcl_gemm_path path);
 /* Name to value; false for an unknown name. */
 bool mpcl_policy_parse(const char *name, mpcl_policy *out);

@@ -32,20 +32,22 @@ size_t mpcl_tensor_count(const mpcl_tensor *t); /* rows * cols */
 size_t mpcl_tensor_bytes(const mpcl_tensor *t);
 size_t mpcl_dtype_size(mpcl_dtype dtype);
 
-/* Host float <-> f32 or f16 tensor (f16 rounded to nearest even, overflow to
- * inf, as IEEE binary16). `count` must equal rows * cols (MPCL_ERR_SHAPE).
+/* Host float <-> f32, f16 or bf16 tensor (f16 and bf16 rounded to nearest
+ * even with overflow to inf, see half.h; the way back is exact). `count` must
+ * equal rows * cols (MPCL_ERR_SHAPE).
  * Blocking: the host buffer may be reused when the call returns. */
 mpcl_status mpcl_tensor_upload_f32(mpcl_tensor *t, const float *src, size_t count);
 mpcl_status mpcl_tensor_download_f32(const mpcl_tensor *t, float *dst, size_t count);
 /* Host int32 <-> i32 tensor. */
 mpcl_status mpcl_tensor_upload_i32(mpcl_tensor *t, const int32_t *src, size_t count);
 mpcl_status mpcl_tensor_download_i32(const mpcl_tensor *t, int32_t *dst, size_t count);
-/* Raw bytes, no conversion (f16 bit patterns, for tests). `bytes` must equal
+/* Raw bytes, no conversion (f16 or bf16 bit patterns, for tests). `bytes` must equal
  * mpcl_tensor_bytes(t). */
 mpcl_status mpcl_tensor_upload_raw(mpcl_tensor *t, const void *src, size_t bytes);
 mpcl_status mpcl_tensor_download_raw(const mpcl_tensor *t, void *dst, size_t bytes);
 
-/* Every element = value (f32 or f16 tensors), enqueued. */
+/* Every element = value, rounded by the device's store (f32, f16 or bf16
+ * tensors), enqueued. */
 mpcl_status mpcl_tensor_fill(mpcl_tensor *t, float value);
 
 /* Device bytes held by this context's tensors now, and the most ever held. */

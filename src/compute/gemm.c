@@ -10,8 +10,9 @@
 #include <clblast_c.h>
 
 mpcl_gemm_path mpcl_gemm_default_path(const mpcl_context *ctx, mpcl_dtype storage) {
-    mpcl_policy policy =
-        storage == MPCL_DTYPE_F16 ? MPCL_POLICY_MIXED_FLOAT16 : MPCL_POLICY_FLOAT32;
+    mpcl_policy policy = storage == MPCL_DTYPE_F16    ? MPCL_POLICY_MIXED_FLOAT16
+                         : storage == MPCL_DTYPE_BF16 ? MPCL_POLICY_MIXED_BFLOAT16
+                                                      : MPCL_POLICY_FLOAT32;
     mpcl_plan plan = mpcl_context_plan(ctx, policy);
     /* An impossible MPCL_GEMM leaves the plan unusable with its default path;
      * hand the requested path on so that mpcl_gemm names the problem. */
@@ -40,9 +41,11 @@ static mpcl_status check_dtypes(mpcl_context *ctx, mpcl_gemm_path path, const mp
         want = "f16 A, B and C";
         break;
     case MPCL_GEMM_MPCL_MIXED:
-        in = MPCL_DTYPE_F16;
+        /* f16 or bf16 inputs (one program each), C in the same dtype or f32. */
+        in = a->dtype == MPCL_DTYPE_BF16 ? MPCL_DTYPE_BF16 : MPCL_DTYPE_F16;
         out_alt = MPCL_DTYPE_F32;
-        want = "f16 A and B, and f16 or f32 C";
+        want = in == MPCL_DTYPE_BF16 ? "bf16 A and B, and bf16 or f32 C"
+                                     : "f16 (or bf16) A and B, and the same or f32 C";
         break;
     default: return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "unknown GEMM path %d", (int)path);
     }
@@ -65,7 +68,7 @@ static mpcl_status run_mpcl(mpcl_context *ctx, mpcl_gemm_path path, bool ta, boo
     bool f32_out = path == MPCL_GEMM_MPCL_MIXED && c->dtype == MPCL_DTYPE_F32;
     const char *name = wide ? (f32_out ? "mpcl_gemm_w16_cf32" : "mpcl_gemm_w16")
                             : (f32_out ? "mpcl_gemm_w8_cf32" : "mpcl_gemm_w8");
-    mpcl_dtype storage = path == MPCL_GEMM_MPCL_MIXED ? MPCL_DTYPE_F16 : MPCL_DTYPE_F32;
+    mpcl_dtype storage = path == MPCL_GEMM_MPCL_MIXED ? a->dtype : MPCL_DTYPE_F32;
     cl_kernel kern;
     mpcl_status st = mpcl__kernel(ctx, storage, name, &kern);
     if (st != MPCL_OK) return st;
@@ -90,9 +93,8 @@ static mpcl_status run_clblast(mpcl_context *ctx, mpcl_gemm_path path, bool ta, 
         /* CLBlast computes beta * C even for beta == 0, so NaN or inf in C
          * would survive; zero C first to give beta == 0 its BLAS meaning. */
         const cl_uint zero = 0;
-        CHECK_CL(ctx,
-                 clEnqueueFillBuffer(ctx->queue, c->mem, &zero, c->dtype == MPCL_DTYPE_F16 ? 2 : 4,
-                                     0, c->bytes, 0, NULL, NULL));
+        CHECK_CL(ctx, clEnqueueFillBuffer(ctx->queue, c->mem, &zero, mpcl_dtype_size(c->dtype), 0,
+                                          c->bytes, 0, NULL, NULL));
         ctx->launches++;
     }
     /* Row-major leading dimensions are the stored column counts. */

@@ -16,7 +16,8 @@ struct mpcl_loss_scale {
     mpcl_tensor *scale; /* f32 [1,1] */
     mpcl_tensor *state; /* i32 [1, MPCL_ABI_LS_STATE_WORDS] holding uints (cl/abi.h) */
     /* The update kernel is dtype-independent; it runs from the program of the
-     * last checked gradients so that an f16-only run builds one program. */
+     * last checked gradients so that an f16- or bf16-only run builds one
+     * program. */
     mpcl_dtype program;
 };
 
@@ -146,31 +147,33 @@ mpcl_status mpcl_loss_scale_check(mpcl_context *ctx, mpcl_loss_scale *ls, mpcl_t
                                   size_t count) {
     for (size_t i = 0; i < count; i++) {
         const mpcl_tensor *t = grads[i];
-        if (t->dtype != MPCL_DTYPE_F32 && t->dtype != MPCL_DTYPE_F16)
+        if (!mpcl_dtype_is_float(t->dtype))
             return MPCL_ERROR(ctx, MPCL_ERR_DTYPE,
-                              "loss scale check of gradient %zu: %s, not f16 or f32", i,
+                              "loss scale check of gradient %zu: %s, not f32, f16 or bf16", i,
                               mpcl_dtype_name(t->dtype));
         if (t->rows * t->cols > 0xffffffffu)
             return MPCL_ERROR(ctx, MPCL_ERR_SHAPE,
                               "loss scale check of gradient %zu: %zux%zu is over 2^32 elements", i,
                               t->rows, t->cols);
     }
-    /* Group by dtype (one program each), in chunks of the kernel's arity. */
-    const mpcl_dtype dtypes[2] = {MPCL_DTYPE_F16, MPCL_DTYPE_F32};
-    for (int d = 0; d < 2; d++) {
+    /* Group by dtype (one program each, every float dtype of the table), in
+     * chunks of the kernel's arity. */
+    for (int d = 0; d < MPCL_DTYPE_COUNT; d++) {
+        mpcl_dtype dtype = (mpcl_dtype)d;
+        if (!mpcl_dtype_is_float(dtype)) continue;
         mpcl_tensor *chunk[MPCL_LOSS_SCALE_CHECK_PER_LAUNCH];
         size_t n = 0;
         for (size_t i = 0; i < count; i++) {
-            if (grads[i]->dtype != dtypes[d]) continue;
+            if (grads[i]->dtype != dtype) continue;
             chunk[n++] = grads[i];
             if (n == MPCL_LOSS_SCALE_CHECK_PER_LAUNCH) {
-                mpcl_status st = check_launch(ctx, ls, dtypes[d], chunk, n);
+                mpcl_status st = check_launch(ctx, ls, dtype, chunk, n);
                 if (st != MPCL_OK) return st;
                 n = 0;
             }
         }
         if (n > 0) {
-            mpcl_status st = check_launch(ctx, ls, dtypes[d], chunk, n);
+            mpcl_status st = check_launch(ctx, ls, dtype, chunk, n);
             if (st != MPCL_OK) return st;
         }
     }

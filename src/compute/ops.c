@@ -64,8 +64,8 @@ static mpcl_status check_present(mpcl_context *ctx, const mpcl_tensor *t, const 
 
 static mpcl_status check_storage(mpcl_context *ctx, const mpcl_tensor *t, const char *op,
                                  const char *what) {
-    if (t->dtype != MPCL_DTYPE_F32 && t->dtype != MPCL_DTYPE_F16)
-        return MPCL_ERROR(ctx, MPCL_ERR_DTYPE, "%s: %s is %s, want f32 or f16", op, what,
+    if (!mpcl_dtype_is_float(t->dtype))
+        return MPCL_ERROR(ctx, MPCL_ERR_DTYPE, "%s: %s is %s, want f32, f16 or bf16", op, what,
                           mpcl_dtype_name(t->dtype));
     return MPCL_OK;
 }
@@ -321,11 +321,23 @@ mpcl_status mpcl_cast(mpcl_context *ctx, mpcl_tensor *dst, const mpcl_tensor *sr
                                               NULL, NULL));
         return MPCL_OK;
     }
-    const char *name =
-        dst->dtype == MPCL_DTYPE_F16 ? "mpcl_cast_f32_to_f16" : "mpcl_cast_f16_to_f32";
+    /* [dst][src] over the float dtypes (cl/cast.cl); the diagonal is the copy above. */
+    static const char *const names[MPCL_DTYPE_COUNT][MPCL_DTYPE_COUNT] = {
+        [MPCL_DTYPE_F16][MPCL_DTYPE_F32] = "mpcl_cast_f32_to_f16",
+        [MPCL_DTYPE_F32][MPCL_DTYPE_F16] = "mpcl_cast_f16_to_f32",
+        [MPCL_DTYPE_BF16][MPCL_DTYPE_F32] = "mpcl_cast_f32_to_bf16",
+        [MPCL_DTYPE_F32][MPCL_DTYPE_BF16] = "mpcl_cast_bf16_to_f32",
+        [MPCL_DTYPE_BF16][MPCL_DTYPE_F16] = "mpcl_cast_f16_to_bf16",
+        [MPCL_DTYPE_F16][MPCL_DTYPE_BF16] = "mpcl_cast_bf16_to_f16",
+    };
+    const char *name = names[dst->dtype][src->dtype];
+    if (!name)
+        return MPCL_ERROR(ctx, MPCL_ERR_DTYPE, "%s: no cast from %s to %s", op,
+                          mpcl_dtype_name(src->dtype), mpcl_dtype_name(dst->dtype));
     cl_kernel k;
-    /* The cast kernels do not use storage_t; the f16 program holds them. */
-    TRY(mpcl__kernel(ctx, MPCL_DTYPE_F16, name, &k));
+    /* The cast kernels do not use storage_t and every program holds them: take
+     * the program of the 16-bit side, which the run builds anyway. */
+    TRY(mpcl__kernel(ctx, dst->dtype != MPCL_DTYPE_F32 ? dst->dtype : src->dtype, name, &k));
     cl_uint n = (cl_uint)(src->rows * src->cols);
     TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(dst->mem), MPCL_ARG(src->mem), MPCL_ARG(n),
                        MPCL_ARGS_END));

@@ -4,14 +4,12 @@
 
 #include "compute/compute.h"
 
+#define DTYPE_SIZE_(suffix, name, bytes, is_float) [MPCL_DTYPE_##suffix] = bytes,
+static const size_t dtype_sizes[MPCL_DTYPE_COUNT] = {MPCL_DTYPE_TABLE(DTYPE_SIZE_)};
+#undef DTYPE_SIZE_
+
 size_t mpcl_dtype_size(mpcl_dtype dtype) {
-    switch (dtype) {
-    case MPCL_DTYPE_U8: return 1;
-    case MPCL_DTYPE_F16: return 2;
-    case MPCL_DTYPE_F32:
-    case MPCL_DTYPE_I32: return 4;
-    default: return 0;
-    }
+    return (unsigned)dtype < MPCL_DTYPE_COUNT ? dtype_sizes[dtype] : 0;
 }
 
 mpcl_status mpcl_tensor_create(mpcl_context *ctx, mpcl_dtype dtype, size_t rows, size_t cols,
@@ -113,18 +111,29 @@ cleanup:
     return st;
 }
 
+/* Host conversions of the 16-bit float dtypes: f16 as vstore_half_rte
+ * rounds, bf16 as common.cl's STORE does (both round to nearest even). */
+static uint16_t to_bits(mpcl_dtype dtype, float x) {
+    return dtype == MPCL_DTYPE_BF16 ? mpcl_f32_to_bf16(x) : mpcl_f32_to_f16(x);
+}
+static float from_bits(mpcl_dtype dtype, uint16_t h) {
+    return dtype == MPCL_DTYPE_BF16 ? mpcl_bf16_to_f32(h) : mpcl_f16_to_f32(h);
+}
+
 mpcl_status mpcl_tensor_upload_f32(mpcl_tensor *t, const float *src, size_t count) {
     mpcl_status st = check_count(t, count, "upload");
     if (st != MPCL_OK) return st;
     if (t->dtype == MPCL_DTYPE_F32) return mpcl_tensor_upload_raw(t, src, t->bytes);
-    if (t->dtype != MPCL_DTYPE_F16)
+    if (!mpcl_dtype_is_float(t->dtype))
         return MPCL_ERROR(t->ctx, MPCL_ERR_DTYPE, "float upload into a %s tensor",
                           mpcl_dtype_name(t->dtype));
-    uint16_t *half = malloc(t->bytes);
-    if (!half) return MPCL_ERROR(t->ctx, MPCL_ERR_OUT_OF_MEMORY, "staging an f16 upload");
-    for (size_t i = 0; i < count; i++) half[i] = mpcl_f32_to_f16(src[i]);
-    st = mpcl_tensor_upload_raw(t, half, t->bytes);
-    free(half);
+    uint16_t *bits = malloc(t->bytes);
+    if (!bits)
+        return MPCL_ERROR(t->ctx, MPCL_ERR_OUT_OF_MEMORY, "staging an %s upload",
+                          mpcl_dtype_name(t->dtype));
+    for (size_t i = 0; i < count; i++) bits[i] = to_bits(t->dtype, src[i]);
+    st = mpcl_tensor_upload_raw(t, bits, t->bytes);
+    free(bits);
     return st;
 }
 
@@ -132,15 +141,17 @@ mpcl_status mpcl_tensor_download_f32(const mpcl_tensor *t, float *dst, size_t co
     mpcl_status st = check_count(t, count, "download");
     if (st != MPCL_OK) return st;
     if (t->dtype == MPCL_DTYPE_F32) return mpcl_tensor_download_raw(t, dst, t->bytes);
-    if (t->dtype != MPCL_DTYPE_F16)
+    if (!mpcl_dtype_is_float(t->dtype))
         return MPCL_ERROR(t->ctx, MPCL_ERR_DTYPE, "float download from a %s tensor",
                           mpcl_dtype_name(t->dtype));
-    uint16_t *half = malloc(t->bytes);
-    if (!half) return MPCL_ERROR(t->ctx, MPCL_ERR_OUT_OF_MEMORY, "staging an f16 download");
-    st = mpcl_tensor_download_raw(t, half, t->bytes);
+    uint16_t *bits = malloc(t->bytes);
+    if (!bits)
+        return MPCL_ERROR(t->ctx, MPCL_ERR_OUT_OF_MEMORY, "staging an %s download",
+                          mpcl_dtype_name(t->dtype));
+    st = mpcl_tensor_download_raw(t, bits, t->bytes);
     if (st == MPCL_OK)
-        for (size_t i = 0; i < count; i++) dst[i] = mpcl_f16_to_f32(half[i]);
-    free(half);
+        for (size_t i = 0; i < count; i++) dst[i] = from_bits(t->dtype, bits[i]);
+    free(bits);
     return st;
 }
 
@@ -164,7 +175,7 @@ mpcl_status mpcl_tensor_download_i32(const mpcl_tensor *t, int32_t *dst, size_t 
 
 mpcl_status mpcl_tensor_fill(mpcl_tensor *t, float value) {
     mpcl_context *ctx = t->ctx;
-    if (t->dtype != MPCL_DTYPE_F32 && t->dtype != MPCL_DTYPE_F16)
+    if (!mpcl_dtype_is_float(t->dtype))
         return MPCL_ERROR(ctx, MPCL_ERR_DTYPE, "fill of a %s tensor", mpcl_dtype_name(t->dtype));
     cl_kernel k;
     mpcl_status st = mpcl__kernel(ctx, t->dtype, "mpcl_fill", &k);

@@ -129,6 +129,8 @@ mpcl_status mpcl__device_query(cl_platform_id platform, cl_device_id d, mpcl_dev
     info->fp16_math = MPCL_FP16_MATH_UNTESTED;
     info->fp16_storage = MPCL_FP16_STORAGE_UNTESTED;
     snprintf(info->fp16_detail, sizeof info->fp16_detail, "not verified");
+    info->bf16_storage = MPCL_BF16_STORAGE_UNTESTED;
+    snprintf(info->bf16_detail, sizeof info->bf16_detail, "not verified");
     return MPCL_OK;
 }
 
@@ -265,6 +267,8 @@ cleanup:
         e->info.fp16_storage = MPCL_FP16_STORAGE_BROKEN;
         snprintf(e->info.fp16_detail, sizeof e->info.fp16_detail,
                  "could not create a context to verify: %s", mpcl_status_name(st));
+        e->info.bf16_storage = MPCL_BF16_STORAGE_BROKEN;
+        snprintf(e->info.bf16_detail, sizeof e->info.bf16_detail, "%s", e->info.fp16_detail);
     }
     return st;
 }
@@ -374,6 +378,14 @@ const char *mpcl_fp16_storage_name(mpcl_fp16_storage storage) {
     switch (storage) {
     case MPCL_FP16_STORAGE_VERIFIED: return "verified";
     case MPCL_FP16_STORAGE_BROKEN: return "broken";
+    default: return "untested";
+    }
+}
+
+const char *mpcl_bf16_storage_name(mpcl_bf16_storage storage) {
+    switch (storage) {
+    case MPCL_BF16_STORAGE_VERIFIED: return "verified";
+    case MPCL_BF16_STORAGE_BROKEN: return "broken";
     default: return "untested";
     }
 }

@@ -1,6 +1,7 @@
-/* fp16 is verified, not trusted: run tiny kernels and check their numbers
- * against the host's binary16 rounding. A successful build proves nothing
- * (Oclgrind builds `half` arithmetic, then leaves the output unwritten). */
+/* fp16 and bf16 storage are verified, not trusted: run tiny kernels and
+ * check their numbers against the host's binary16 and bfloat16 rounding. A
+ * successful build proves nothing (Oclgrind builds `half` arithmetic, then
+ * leaves the output unwritten). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,7 +54,7 @@ static cl_program build(cl_context cl, cl_device_id dev, const char *src, const 
     return p;
 }
 
-/* Runs `kernel` over N items with 4 buffers; the ones marked as outputs are
+/* Runs `kernel` over `items` items with 4 buffers; the ones marked as outputs are
  * poisoned before the launch and read back after. Returns false when any
  * OpenCL call fails. */
 typedef struct arg {
@@ -62,7 +63,8 @@ typedef struct arg {
     bool output;
 } arg;
 
-static bool run4(cl_context cl, cl_command_queue q, cl_program p, const char *name, arg args[4]) {
+static bool run4(cl_context cl, cl_command_queue q, cl_program p, const char *name, arg args[4],
+                 size_t items) {
     cl_int err;
     bool ok = false;
     cl_mem mem[4] = {0};
@@ -74,7 +76,7 @@ static bool run4(cl_context cl, cl_command_queue q, cl_program p, const char *na
         if (err != CL_SUCCESS) goto cleanup;
         if (clSetKernelArg(k, (cl_uint)i, sizeof(cl_mem), &mem[i]) != CL_SUCCESS) goto cleanup;
     }
-    size_t global = N;
+    size_t global = items;
     if (clEnqueueNDRangeKernel(q, k, 1, NULL, &global, NULL, 0, NULL, NULL) != CL_SUCCESS)
         goto cleanup;
     for (int i = 0; i < 4; i++) {
@@ -107,7 +109,7 @@ static int check_storage(cl_context cl, cl_device_id dev, cl_command_queue q, co
                    {srcv, sizeof srcv, false},
                    {stored, sizeof stored, true}};
     int wrong = N + 1;
-    if (run4(cl, q, p, "probe_half_storage", args)) {
+    if (run4(cl, q, p, "probe_half_storage", args, N)) {
         wrong = 0;
         for (int i = 0; i < N; i++) {
             wrong += !same_f32(loaded[i], mpcl_f16_to_f32(load_bits[i]));
@@ -130,7 +132,7 @@ static int check_math(cl_context cl, cl_device_id dev, cl_command_queue q, const
                    {prod, sizeof prod, true},
                    {sum, sizeof sum, true}};
     int wrong = N + 1;
-    if (run4(cl, q, p, "probe_half_math", args)) {
+    if (run4(cl, q, p, "probe_half_math", args, N)) {
         wrong = 0;
         for (int i = 0; i < N; i++) {
             /* Products and sums of two halves are exact in double, so one
@@ -145,13 +147,94 @@ static int check_math(cl_context cl, cl_device_id dev, cl_command_queue q, const
     return wrong;
 }
 
-static void describe(char *buf, size_t size, const char *what, int wrong) {
+/* ---- bf16 ---- */
+
+#define NB 32 /* a multiple of 16: the vector kernels take 8 and 16 per item */
+
+/* Rounding cases for the bf16 store, as f32 bit patterns: ties to even both
+ * ways and either side of a tie, overflow (the largest bf16 0x7f7f, the tie
+ * above it and FLT_MAX round to inf), inf, NaN whose payload is only in the
+ * low half (truncation would make it inf), subnormals (ties between 0 and
+ * the smallest bf16, and into the smallest normal), signed zero. */
+static const uint32_t bf16_store_src[NB] = {
+    0x3f800000, 0x3f808000, 0x3f818000, 0x3f808001, 0x3f817fff, 0xbf818000, 0x3dcccccd, 0x40490fdb,
+    0x7f7f0000, 0x7f7f7fff, 0x7f7f8000, 0x7f7fffff, 0xff7f8000, 0x7f800000, 0xff800000, 0x7fc00000,
+    0xffc00001, 0x7f800001, 0xff800001, 0x7fffffff, 0x80000000, 0x00000001, 0x00008000, 0x00018000,
+    0x00008001, 0x007f8000, 0x007fffff, 0x00800000, 0x807f7fff, 0x477fe000, 0x0d800000, 0x5f7fffff};
+/* Load cases: zeros, subnormals, the normal extremes, inf, quiet NaNs. */
+static const uint16_t bf16_load_bits[NB] = {
+    0x0000, 0x8000, 0x0001, 0x007f, 0x0080, 0x8081, 0x3f80, 0xbf80, 0x7f7f, 0xff7f, 0x7f80,
+    0xff80, 0x7fc0, 0xffc0, 0x7fc1, 0xffff, 0x3eaa, 0x4049, 0xc2f7, 0x0180, 0x1234, 0x4780,
+    0x477f, 0x3c00, 0xbbff, 0x5f00, 0x2000, 0x7f00, 0x00ff, 0x8001, 0x3f81, 0x0100};
+
+static const uint16_t POISON_BF16 = 0x7fa5; /* a NaN no store produces (it quiets to 0x7fc0) */
+
+static bool same_bits(float got, uint32_t want) {
+    return memcmp(&got, &want, sizeof got) == 0;
+}
+
+/* Wrong results of one kernel (scalar, 8- or 16-wide), -1 when it could not
+ * run. Loads must give f32 bits exactly (bits << 16), stores the host's
+ * bits exactly, NaN included (both sides return the quiet NaN 0x7fc0 with
+ * the sign). */
+static int check_bf16_kernel(cl_context cl, cl_command_queue q, cl_program p, const char *name,
+                             size_t width) {
+    uint16_t in[NB], stored[NB];
+    float loaded[NB], srcv[NB];
+    memcpy(in, bf16_load_bits, sizeof in);
+    memcpy(srcv, bf16_store_src, sizeof srcv);
+    for (int i = 0; i < NB; i++) {
+        loaded[i] = poison_f32();
+        stored[i] = POISON_BF16;
+    }
+    arg args[4] = {{in, sizeof in, false},
+                   {loaded, sizeof loaded, true},
+                   {srcv, sizeof srcv, false},
+                   {stored, sizeof stored, true}};
+    if (!run4(cl, q, p, name, args, NB / width)) return -1;
+    int wrong = 0;
+    for (int i = 0; i < NB; i++) {
+        float src_f;
+        memcpy(&src_f, &bf16_store_src[i], sizeof src_f);
+        wrong += !same_bits(loaded[i], (uint32_t)bf16_load_bits[i] << 16);
+        wrong += stored[i] != mpcl_f32_to_bf16(src_f);
+    }
+    return wrong;
+}
+
+/* Number of wrong results over the three kernels (2 * NB checks each),
+ * 6 * NB + 1 when the program did not build or a kernel did not run. */
+static int check_bf16(cl_context cl, cl_device_id dev, cl_command_queue q) {
+    char *common = mpcl__cl_source_load("common.cl", NULL);
+    char *probe = mpcl__cl_source_load("bf16_probe.cl", NULL);
+    char *src = NULL;
+    if (common && probe && (src = malloc(strlen(common) + strlen(probe) + 2)) != NULL)
+        sprintf(src, "%s\n%s", common, probe);
+    free(common);
+    free(probe);
+    cl_program p = src ? build(cl, dev, src, "-cl-std=CL1.2 -DMPCL_STORAGE_BF16=1") : NULL;
+    free(src);
+    if (!p) return 6 * NB + 1;
+    static const char *const names[3] = {"probe_bf16_storage", "probe_bf16_storage8",
+                                         "probe_bf16_storage16"};
+    static const size_t widths[3] = {1, 8, 16};
+    int wrong = 0;
+    for (int k = 0; k < 3 && wrong <= 6 * NB; k++) {
+        int w = check_bf16_kernel(cl, q, p, names[k], widths[k]);
+        wrong = w < 0 ? 6 * NB + 1 : wrong + w;
+    }
+    clReleaseProgram(p);
+    return wrong;
+}
+
+/* `total` results were checked; more than `total` wrong means it never ran. */
+static void describe(char *buf, size_t size, const char *what, int wrong, int total) {
     if (wrong == 0)
-        snprintf(buf, size, "%s: %d/%d exact", what, 2 * N, 2 * N);
-    else if (wrong > N)
+        snprintf(buf, size, "%s: %d/%d exact", what, total, total);
+    else if (wrong > total)
         snprintf(buf, size, "%s: did not build or run", what);
     else
-        snprintf(buf, size, "%s: %d/%d wrong", what, wrong, 2 * N);
+        snprintf(buf, size, "%s: %d/%d wrong", what, wrong, total);
 }
 
 void mpcl__fp16_verify(cl_context cl, cl_device_id dev, cl_command_queue q,
@@ -167,7 +250,13 @@ void mpcl__fp16_verify(cl_context cl, cl_device_id dev, cl_command_queue q,
         info->fp16_math = math_ok ? MPCL_FP16_MATH_UNDECLARED_BUT_WORKS : MPCL_FP16_MATH_NONE;
     info->fp16_storage = storage_wrong == 0 ? MPCL_FP16_STORAGE_VERIFIED : MPCL_FP16_STORAGE_BROKEN;
     char m[96], s[96];
-    describe(m, sizeof m, "half math", math_wrong);
-    describe(s, sizeof s, "vload_half/vstore_half_rte", storage_wrong);
+    describe(m, sizeof m, "half math", math_wrong > N ? 2 * N + 1 : math_wrong, 2 * N);
+    describe(s, sizeof s, "vload_half/vstore_half_rte",
+             storage_wrong > N ? 2 * N + 1 : storage_wrong, 2 * N);
     snprintf(info->fp16_detail, sizeof info->fp16_detail, "%s; %s", m, s);
+
+    int bf16_wrong = check_bf16(cl, dev, q);
+    info->bf16_storage = bf16_wrong == 0 ? MPCL_BF16_STORAGE_VERIFIED : MPCL_BF16_STORAGE_BROKEN;
+    describe(info->bf16_detail, sizeof info->bf16_detail,
+             "bf16 LOAD/STORE (scalar, 8- and 16-wide)", bf16_wrong, 6 * NB);
 }

@@ -1,6 +1,8 @@
-/* IEEE binary16 conversions on the host. Written on the bit patterns so that
- * the result does not depend on the compiler's _Float16 support. */
+/* IEEE binary16 and bfloat16 conversions on the host. Written on the bit
+ * patterns so that the result does not depend on the compiler's _Float16 or
+ * __bf16 support. */
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "mpcl/half.h"
@@ -46,4 +48,23 @@ float mpcl_f16_to_f32(uint16_t bits) {
         v = ldexpf((float)(mant | 0x400), exp_field - 25);
     }
     return sign ? -v : v;
+}
+
+uint16_t mpcl_f32_to_bf16(float value) {
+    uint32_t x;
+    memcpy(&x, &value, sizeof x);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)(((x >> 16) & 0x8000u) | 0x7fc0u);
+    /* Round the low 16 bits away, ties to even: adding 0x7fff carries into
+     * bit 16 exactly when they exceed half, and the kept lowest bit breaks
+     * the tie. A carry out of the mantissa raises the exponent, which is the
+     * right result, up to inf from the largest finite values; it never
+     * reaches the sign bit (|x| <= 0x7f800000 here). */
+    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+float mpcl_bf16_to_f32(uint16_t bits) {
+    uint32_t x = (uint32_t)bits << 16;
+    float f;
+    memcpy(&f, &x, sizeof f);
+    return f;
 }

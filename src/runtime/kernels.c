@@ -6,12 +6,15 @@
 
 #include "runtime/runtime.h"
 
-/* Never -cl-fast-relaxed-math or -cl-finite-math-only: the non-finite check
- * of loss scaling relies on real inf and NaN. */
-static const char *const storage_options[MPCL_DTYPE_COUNT] = {
-    [MPCL_DTYPE_F32] = "-cl-std=CL1.2 -DMPCL_STORAGE_F32=1",
-    [MPCL_DTYPE_F16] = "-cl-std=CL1.2 -DMPCL_STORAGE_F16=1",
-};
+/* One program per float dtype of the table, with -DMPCL_STORAGE_<SUFFIX>=1
+ * (cl/common.cl turns it into storage_t, LOAD and STORE); NULL for the
+ * others, which have no program. Never -cl-fast-relaxed-math or
+ * -cl-finite-math-only: the non-finite check of loss scaling relies on real
+ * inf and NaN. */
+#define STORAGE_OPTION_(suffix, name, bytes, is_float) \
+    [MPCL_DTYPE_##suffix] = is_float ? "-cl-std=CL1.2 -DMPCL_STORAGE_" #suffix "=1" : NULL,
+static const char *const storage_options[MPCL_DTYPE_COUNT] = {MPCL_DTYPE_TABLE(STORAGE_OPTION_)};
+#undef STORAGE_OPTION_
 
 static char *read_file(const char *path, size_t *size) {
     FILE *f = fopen(path, "rb");
@@ -53,9 +56,9 @@ char *mpcl__cl_source_load(const char *name, size_t *size) {
     return NULL;
 }
 
-/* The library program: every embedded file except the fp16 probe, in the
- * order meson lists them: cl/abi.h first (the constants shared with the C
- * side, which the C sources include too), then common.cl. Each file, abi.h
+/* The library program: every embedded file except the probes, in the order
+ * meson lists them: cl/abi.h first (the constants shared with the C side,
+ * which the C sources include too), then common.cl. Each file, abi.h
  * included, comes from MPCL_CL_DIR when that is set, so an edited ABI header
  * reaches the device side without a rebuild (and tests/test_abi.c notices). */
 static char *library_source(void) {
@@ -65,7 +68,7 @@ static char *library_source(void) {
     if (!all) return NULL;
     for (size_t i = 0; i < mpcl__cl_source_count; i++) {
         const char *name = mpcl__cl_sources[i].name;
-        if (strcmp(name, "fp16_probe.cl") == 0) continue;
+        if (strcmp(name, "fp16_probe.cl") == 0 || strcmp(name, "bf16_probe.cl") == 0) continue;
         size_t n = 0;
         char *text = mpcl__cl_source_load(name, &n);
         if (!text) {
@@ -181,7 +184,7 @@ mpcl__cache_outcome mpcl__cache_last_outcome(const mpcl_context *ctx) {
 }
 
 mpcl_status mpcl__program(mpcl_context *ctx, mpcl_dtype storage, cl_program *out) {
-    if (storage != MPCL_DTYPE_F32 && storage != MPCL_DTYPE_F16)
+    if (!mpcl_dtype_is_float(storage) || !storage_options[storage])
         return MPCL_ERROR(ctx, MPCL_ERR_DTYPE, "no program for storage dtype %s",
                           mpcl_dtype_name(storage));
     if (!ctx->programs[storage]) {

@@ -7,7 +7,8 @@
 
 #include "runtime/runtime.h"
 
-static const char *const policy_names[MPCL_POLICY_COUNT] = {"auto", "mixed_float16", "float32"};
+static const char *const policy_names[MPCL_POLICY_COUNT] = {"auto", "mixed_float16", "float32",
+                                                            "mixed_bfloat16"};
 static const char *const gemm_names[MPCL_GEMM_PATH_COUNT] = {"clblast-sgemm", "clblast-hgemm",
                                                              "mpcl-f32", "mpcl-mixed"};
 
@@ -19,14 +20,19 @@ const char *mpcl_gemm_path_name(mpcl_gemm_path path) {
     return (unsigned)path < MPCL_GEMM_PATH_COUNT ? gemm_names[path] : "unknown";
 }
 
+#define DTYPE_NAME_(suffix, name, bytes, is_float) [MPCL_DTYPE_##suffix] = name,
+static const char *const dtype_names[MPCL_DTYPE_COUNT] = {MPCL_DTYPE_TABLE(DTYPE_NAME_)};
+#undef DTYPE_NAME_
+#define DTYPE_FLOAT_(suffix, name, bytes, is_float) [MPCL_DTYPE_##suffix] = is_float,
+static const bool dtype_float[MPCL_DTYPE_COUNT] = {MPCL_DTYPE_TABLE(DTYPE_FLOAT_)};
+#undef DTYPE_FLOAT_
+
 const char *mpcl_dtype_name(mpcl_dtype dtype) {
-    switch (dtype) {
-    case MPCL_DTYPE_F32: return "f32";
-    case MPCL_DTYPE_F16: return "f16";
-    case MPCL_DTYPE_I32: return "i32";
-    case MPCL_DTYPE_U8: return "u8";
-    default: return "unknown";
-    }
+    return (unsigned)dtype < MPCL_DTYPE_COUNT ? dtype_names[dtype] : "unknown";
+}
+
+bool mpcl_dtype_is_float(mpcl_dtype dtype) {
+    return (unsigned)dtype < MPCL_DTYPE_COUNT && dtype_float[dtype];
 }
 
 bool mpcl_policy_parse(const char *name, mpcl_policy *out) {
@@ -96,11 +102,22 @@ static const char *why_no_fp16_math(const mpcl_device_info *d, mpcl_fp16_overrid
  * (PoCL, 128x128x784: ~250-330 GFLOP/s against ~19 for untuned CLBlast), on
  * GPUs CLBlast's tuned SGEMM. f16 storage: CLBlast HGEMM where half arithmetic
  * is usable, else mpcl-mixed (f16 in, f32 accumulation), which runs on every
- * OpenCL 1.2 device. */
+ * OpenCL 1.2 device. bf16 storage: mpcl-mixed always (CLBlast has no bf16
+ * GEMM). */
 static mpcl_gemm_path default_gemm(const mpcl_device_info *d, mpcl_dtype storage, bool fp16_math) {
+    if (storage == MPCL_DTYPE_BF16) return MPCL_GEMM_MPCL_MIXED;
     if (storage == MPCL_DTYPE_F16)
         return fp16_math ? MPCL_GEMM_CLBLAST_HGEMM : MPCL_GEMM_MPCL_MIXED;
     return d->type == MPCL_DEVICE_TYPE_CPU ? MPCL_GEMM_MPCL_F32 : MPCL_GEMM_CLBLAST_SGEMM;
+}
+
+/* Whether a GEMM path reads and writes tensors of this storage dtype. */
+static bool gemm_takes(mpcl_gemm_path path, mpcl_dtype storage) {
+    switch (path) {
+    case MPCL_GEMM_CLBLAST_HGEMM: return storage == MPCL_DTYPE_F16;
+    case MPCL_GEMM_MPCL_MIXED: return storage == MPCL_DTYPE_F16 || storage == MPCL_DTYPE_BF16;
+    default: return storage == MPCL_DTYPE_F32;
+    }
 }
 
 static void set_float32(mpcl_plan *p, const mpcl_device_info *d) {
@@ -114,12 +131,16 @@ static void set_float32(mpcl_plan *p, const mpcl_device_info *d) {
  * is marked unusable with the reason. */
 static void apply_gemm_override(mpcl_plan *p, bool fp16_math, const mpcl_gemm_path *gemm) {
     if (!gemm) return;
-    bool wants_f16 = *gemm == MPCL_GEMM_CLBLAST_HGEMM || *gemm == MPCL_GEMM_MPCL_MIXED;
-    if (wants_f16 != (p->storage == MPCL_DTYPE_F16)) {
+    if (!gemm_takes(*gemm, p->storage)) {
         p->usable = false;
-        snprintf(p->reason, sizeof p->reason, "MPCL_GEMM=%s needs %s storage, but %s stores %s",
-                 mpcl_gemm_path_name(*gemm), wants_f16 ? "f16" : "f32",
-                 mpcl_policy_name(p->resolved), mpcl_dtype_name(p->storage));
+        const char *needs = *gemm == MPCL_GEMM_MPCL_MIXED      ? "f16 or bf16"
+                            : *gemm == MPCL_GEMM_CLBLAST_HGEMM ? "f16"
+                                                               : "f32";
+        snprintf(
+            p->reason, sizeof p->reason, "MPCL_GEMM=%s needs %s storage, but %s stores %s%s",
+            mpcl_gemm_path_name(*gemm), needs, mpcl_policy_name(p->resolved),
+            mpcl_dtype_name(p->storage),
+            p->storage == MPCL_DTYPE_BF16 ? " (CLBlast has no bf16 GEMM: use mpcl-mixed)" : "");
         return;
     }
     if (*gemm == MPCL_GEMM_CLBLAST_HGEMM && !fp16_math) {
@@ -143,6 +164,7 @@ mpcl_plan mpcl_plan_resolve(const mpcl_device_info *d, mpcl_policy policy,
     p.usable = true;
     bool fp16_math = mpcl_plan_fp16_math_usable(d, overrides->fp16);
     bool f16_storage = d->fp16_storage == MPCL_FP16_STORAGE_VERIFIED;
+    bool bf16_storage = d->bf16_storage == MPCL_BF16_STORAGE_VERIFIED;
 
     switch (policy) {
     case MPCL_POLICY_FLOAT32:
@@ -163,6 +185,28 @@ mpcl_plan mpcl_plan_resolve(const mpcl_device_info *d, mpcl_policy policy,
                      f16_storage ? why_no_fp16_math(d, overrides->fp16)
                                  : "f16 storage failed verification");
         }
+        break;
+    case MPCL_POLICY_MIXED_BFLOAT16:
+        if (!bf16_storage) {
+            set_float32(&p, d);
+            p.usable = false;
+            snprintf(p.reason, sizeof p.reason,
+                     "mixed_bfloat16 needs bf16 storage, and the bf16 store/load kernel %s on this "
+                     "device",
+                     d->bf16_storage == MPCL_BF16_STORAGE_UNTESTED ? "was not run"
+                                                                   : "failed verification");
+            break;
+        }
+        /* As Keras' mixed_bfloat16: bf16 has f32's exponent range, so the
+         * small gradients f16 loses (below 2^-24) are normal bf16 numbers and
+         * nothing overflows before f32 would; loss scaling is off by default. */
+        p.resolved = MPCL_POLICY_MIXED_BFLOAT16;
+        p.storage = MPCL_DTYPE_BF16;
+        p.gemm = default_gemm(d, MPCL_DTYPE_BF16, fp16_math);
+        p.loss_scaling = false;
+        snprintf(p.reason, sizeof p.reason,
+                 "bf16 storage with f32 math; GEMM mpcl-mixed accumulates in f32 (CLBlast has no "
+                 "bf16 GEMM); no loss scaling (bf16 has f32's exponent range)");
         break;
     case MPCL_POLICY_MIXED_FLOAT16:
     default:

@@ -54,10 +54,10 @@ void mpcl__error_append(mpcl_context *ctx, const char *text);
 
 /* ---- device ---- */
 
-/* Fills info for one device; the fp16 fields are left UNTESTED. */
+/* Fills info for one device; the fp16 and bf16 fields are left UNTESTED. */
 mpcl_status mpcl__device_query(cl_platform_id platform, cl_device_id device,
                                mpcl_device_info *info);
-/* The fp16 verification kernels on an existing context and queue. */
+/* The fp16 and bf16 verification kernels on an existing context and queue. */
 void mpcl__fp16_verify(cl_context cl, cl_device_id device, cl_command_queue queue,
                        mpcl_device_info *info);
 /* The cl ids behind a list entry. */

@@ -14,9 +14,10 @@ enum { EXIT_OK = 0, EXIT_ERROR = 1, EXIT_NO_DEVICE = 2 };
 static const char usage[] =
     "usage: mpcl-probe [--device SEL] [--json] [--bench]\n"
     "\n"
-    "Reports every OpenCL device: identity, memory, fp16 math and storage (verified by\n"
-    "running kernels, not by trusting the extension list), fp64, and the precision plan\n"
-    "mpcl resolves for each policy (auto, mixed_float16, float32) with its reason.\n"
+    "Reports every OpenCL device: identity, memory, fp16 math and storage and bf16\n"
+    "storage (verified by running kernels, not by trusting the extension list), fp64,\n"
+    "and the precision plan mpcl resolves for each policy (auto, mixed_float16,\n"
+    "float32, mixed_bfloat16) with its reason.\n"
     "\n"
     "  --device SEL  only this device: an id P:D, cpu, gpu, accelerator, or part of the\n"
     "                device or platform name (default: every device; also $MPCL_DEVICE\n"
@@ -74,6 +75,8 @@ static void print_text(const probe *p, const mpcl_plan_overrides *o) {
            d->has_fp16_extension ? "declared" : "not declared");
     printf("  fp16 storage %s\n", mpcl_fp16_storage_name(d->fp16_storage));
     printf("  fp16 check   %s\n", d->fp16_detail);
+    printf("  bf16 storage %s\n", mpcl_bf16_storage_name(d->bf16_storage));
+    printf("  bf16 check   %s\n", d->bf16_detail);
     printf("  fp64         %s\n", d->has_fp64 ? "yes" : "no");
     printf("  fp configs\n");
     print_fp("half", &d->half_fp);
@@ -87,11 +90,11 @@ static void print_text(const probe *p, const mpcl_plan_overrides *o) {
     printf("  plans\n");
     for (int i = 0; i < MPCL_POLICY_COUNT; i++) {
         const mpcl_plan *pl = &p->plans[i];
-        printf("    %-13s -> %s, storage %s, GEMM %s, loss scaling %s%s\n",
+        printf("    %-14s -> %s, storage %s, GEMM %s, loss scaling %s%s\n",
                mpcl_policy_name(pl->policy), mpcl_policy_name(pl->resolved),
                mpcl_dtype_name(pl->storage), mpcl_gemm_path_name(pl->gemm),
                pl->loss_scaling ? "on" : "off", pl->usable ? "" : " [NOT USABLE]");
-        printf("    %-13s    %s\n", "", pl->reason);
+        printf("    %-14s    %s\n", "", pl->reason);
     }
     if (p->benched) {
         printf("  bench        SGEMM 1024^3 %.1f GFLOP/s", p->bench.sgemm_gflops);
@@ -151,6 +154,8 @@ static void json_device(jsonw *w, const probe *p, const mpcl_plan_overrides *o) 
     jsonw_kv_string(w, "fp16_math", mpcl_fp16_math_name(d->fp16_math));
     jsonw_kv_string(w, "fp16_storage", mpcl_fp16_storage_name(d->fp16_storage));
     jsonw_kv_string(w, "fp16_detail", d->fp16_detail);
+    jsonw_kv_string(w, "bf16_storage", mpcl_bf16_storage_name(d->bf16_storage));
+    jsonw_kv_string(w, "bf16_detail", d->bf16_detail);
     jsonw_kv_bool(w, "fp64", d->has_fp64);
     jsonw_key(w, "fp_config");
     jsonw_object_begin(w);

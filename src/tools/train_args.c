@@ -188,7 +188,9 @@ static bool apply(train_args *a, const char *f, const char *v, char *err, size_t
         a->momentum_set = true;
     } else if (strcmp(f, "--precision") == 0) {
         if (!mpcl_policy_parse(v, &a->policy))
-            return fail(err, size, "%s: unknown policy '%s' (auto, float32, mixed_float16)", f, v);
+            return fail(err, size,
+                        "%s: unknown policy '%s' (auto, float32, mixed_float16, mixed_bfloat16)", f,
+                        v);
     } else if (strcmp(f, "--loss-scale") == 0) {
         /* Given at all, it applies whatever the plan's default: loss scaling
          * on (dynamic or fixed) or off. */
