@@ -41,12 +41,9 @@ static const char usage[] =
     "  --clip-norm X           clip the global gradient L2 norm to X (default: no clipping)\n"
     "  --seed N                initial weights and shuffling (default 42)\n"
     "Precision:\n"
-    "  --precision P           auto, float32, mixed_float16 or mixed_bfloat16 (default auto)
-"
-    "  --loss-scale S          dynamic, off, or a number for a fixed scale (default: dynamic
-"
-    "                          where the plan scales, i.e. mixed_float16; off otherwise)
-"
+    "  --precision P           auto, float32, mixed_float16 or mixed_bfloat16 (default auto)\n"
+    "  --loss-scale S          dynamic, off, or a number for a fixed scale (default: dynamic\n"
+    "                          where the plan scales, i.e. mixed_float16; off otherwise)\n"
     "  --initial-loss-scale X  first dynamic scale (default 32768)\n"
     "  --device SEL            P:D id, cpu, gpu, accelerator or part of a name\n"
     "                          (default $MPCL_DEVICE, else the first GPU, accelerator, CPU)\n"
