@@ -162,6 +162,11 @@ static void test_round_trip_mixed(void **state) {
     round_trip(MPCL_POLICY_MIXED_FLOAT16);
 }
 
+static void test_round_trip_bfloat16(void **state) {
+    (void)state;
+    round_trip(MPCL_POLICY_MIXED_BFLOAT16);
+}
+
 /* An independent reader: Python's struct + json over the raw bytes. It checks
  * every tensor's name, dtype and shape, the metadata this test knows, and
  * the values of dense_1.bias against what the model holds. */
@@ -452,7 +457,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip_float32), cmocka_unit_test(test_round_trip_mixed),
         cmocka_unit_test(test_independent_reader), cmocka_unit_test(test_bad_checkpoints),
-        cmocka_unit_test(test_failed_save),
+        cmocka_unit_test(test_failed_save),        cmocka_unit_test(test_round_trip_bfloat16),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

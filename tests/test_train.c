@@ -142,6 +142,11 @@ static void test_resume_mixed(void **state) {
     resume_exact(MPCL_POLICY_MIXED_FLOAT16);
 }
 
+static void test_resume_bfloat16(void **state) {
+    (void)state;
+    resume_exact(MPCL_POLICY_MIXED_BFLOAT16);
+}
+
 /* A stop set before fit does nothing; one set in a report stops after that
  * step; fit again continues from there to the end. */
 static void test_stop(void **state) {
@@ -334,7 +339,7 @@ int main(void) {
         cmocka_unit_test(test_epoch_order),    cmocka_unit_test(test_bad_params),
         cmocka_unit_test(test_resume_float32), cmocka_unit_test(test_resume_mixed),
         cmocka_unit_test(test_stop),           cmocka_unit_test(test_cadence_and_partial_batch),
-        cmocka_unit_test(test_evaluate),
+        cmocka_unit_test(test_evaluate),       cmocka_unit_test(test_resume_bfloat16),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

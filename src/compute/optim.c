@@ -124,9 +124,7 @@ mpcl_status mpcl_optimizer_create(mpcl_context *ctx, const mpcl_optim_params *p,
     mpcl_status st = mpcl_optim_params_check(ctx, p);
     if (st != MPCL_OK) return st;
     size_t n = master->rows * master->cols;
-    /* TODO(bf16 merge): mpcl_dtype_is_float from the dtype table. */
-    bool float_storage = working->dtype == MPCL_DTYPE_F32 || working->dtype == MPCL_DTYPE_F16;
-    if (master->dtype != MPCL_DTYPE_F32 || !float_storage)
+    if (master->dtype != MPCL_DTYPE_F32 || !mpcl_dtype_is_float(working->dtype))
         return MPCL_ERROR(ctx, MPCL_ERR_DTYPE,
                           "optimizer over a %s master and a %s working arena; it needs f32 and a "
                           "float storage dtype",

@@ -65,8 +65,8 @@ mpcl_status mpcl_device_dataset_gather(mpcl_context *ctx, const mpcl_device_data
                           "data set has %zu samples of %zu features",
                           x->rows, x->cols, labels->rows, labels->cols, order->rows, order->cols,
                           first, count, features);
-    if ((x->dtype != MPCL_DTYPE_F32 && x->dtype != MPCL_DTYPE_F16) ||
-        labels->dtype != MPCL_DTYPE_I32 || order->dtype != MPCL_DTYPE_I32)
+    if (!mpcl_dtype_is_float(x->dtype) || labels->dtype != MPCL_DTYPE_I32 ||
+        order->dtype != MPCL_DTYPE_I32)
         return MPCL_ERROR(ctx, MPCL_ERR_DTYPE, "gather into x %s, labels %s, order %s",
                           mpcl_dtype_name(x->dtype), mpcl_dtype_name(labels->dtype),
                           mpcl_dtype_name(order->dtype));
