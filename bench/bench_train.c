@@ -237,7 +237,8 @@ int bench_cmd_train(mpcl_context *ctx, const bench_opts *opts) {
     mpcl_dataset *ds = NULL;
     mpcl_status st = load_data(&ds);
     if (st != MPCL_OK) return bench_fail("loading Fashion-MNIST", st);
-    const mpcl_policy policies[] = {MPCL_POLICY_FLOAT32, MPCL_POLICY_MIXED_FLOAT16};
+    const mpcl_policy policies[] = {MPCL_POLICY_FLOAT32, MPCL_POLICY_MIXED_FLOAT16,
+                                    MPCL_POLICY_MIXED_BFLOAT16};
     enum { NP = sizeof policies / sizeof policies[0] };
     phase_times t[NP];
     mpcl_plan plans[NP];

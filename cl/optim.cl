@@ -4,8 +4,9 @@
 // Common arguments:
 //   scale:    f32 [1], the loss scale; gradients are multiplied by 1/scale.
 //   ls_state: the loss scaler's state (cl/abi.h); [MPCL_ABI_LS_FOUND_INF] is
-//             found_inf. When set, nothing is written except the step
-//             counter's copy below.
+//             found_inf. When set, the update writes back the values it read
+//             (weights, state and working copy keep their bits) and the step
+//             state does not advance.
 //   clip:     f32 {norm, factor} (cl/abi.h): gradients are multiplied by
 //             factor (1 when not clipping).
 //   step:     uint {count, the bits of the f32 bias corrections
@@ -47,19 +48,21 @@ __kernel void mpcl_optim_advance(__global uint *step, __global const uint *ls_st
 }
 
 // The update kernels are straight-line code per element, so that a CPU
-// runtime vectorizes them: a skipped step (found_inf) computes the update and
-// then stores the old values back (the same bits: the working copy is always
-// the master rounded), rather than branching.
+// runtime vectorizes them: no range check (the host launches exactly the
+// elements [base, base + global size); a guard `if (i >= n) return;` made
+// PoCL run the Adam update scalar, 5x slower), and a skipped step
+// (found_inf) computes the update and then stores the old values back (the
+// same bits: the working copy is always the master rounded) rather than
+// branching.
 
 // Adam and AdamW (decoupled != 0).
 __kernel void mpcl_optim_adam(__global float *master, __global float *m, __global float *v,
-                              __global storage_t *w, __global const storage_t *g, uint n,
+                              __global storage_t *w, __global const storage_t *g, uint base,
                               __global const float *scale, __global const uint *ls_state,
                               __global const float *clip, __global const uint *step, float lr,
                               float beta1, float beta2, float eps, float weight_decay,
                               uint decoupled) {
-    uint i = get_global_id(0);
-    if (i >= n) return;
+    uint i = base + get_global_id(0);
     int skip = ls_state[MPCL_ABI_LS_FOUND_INF] != 0u;
     float gscale = clip[MPCL_ABI_OPTIM_CLIP_FACTOR] / scale[0];
     float bc1 = as_float(step[MPCL_ABI_OPTIM_STEP_BC1]), bc2 = as_float(step[MPCL_ABI_OPTIM_STEP_BC2]);
@@ -80,12 +83,11 @@ __kernel void mpcl_optim_adam(__global float *master, __global float *m, __globa
 
 // SGD with momentum (PyTorch form, dampening 0).
 __kernel void mpcl_optim_sgd(__global float *master, __global float *buf,
-                             __global storage_t *w, __global const storage_t *g, uint n,
+                             __global storage_t *w, __global const storage_t *g, uint base,
                              __global const float *scale, __global const uint *ls_state,
                              __global const float *clip, float lr, float momentum,
                              float weight_decay, uint nesterov) {
-    uint i = get_global_id(0);
-    if (i >= n) return;
+    uint i = base + get_global_id(0);
     int skip = ls_state[MPCL_ABI_LS_FOUND_INF] != 0u;
     float gscale = clip[MPCL_ABI_OPTIM_CLIP_FACTOR] / scale[0];
     float x0 = master[i], b0 = buf[i];

@@ -24,9 +24,10 @@
  * compute the L2 norm of the whole unscaled gradient arena on the device (a
  * fixed-order reduction, so the same inputs give the same bits) and the factor
  * min(1, clip_norm / norm); the update multiplies every gradient by it. This
- * is Keras' global_clipnorm. A gradient whose squared sum overflows f32 (norm
- * inf) gets factor 0; a non-finite gradient gives a NaN norm and factor 1, and
- * such a step is skipped by the loss scaler when there is one.
+ * is Keras' global_clipnorm. A norm of inf (an inf gradient, or a squared
+ * sum that overflows f32) gives factor 0, a NaN gradient a NaN norm and
+ * factor 1; with a loss scaler such a step is skipped anyway, without one the
+ * non-finite values reach the weights as they would unclipped.
  *
  * The updates, with t the step counter after this step (1 on the first):
  *   SGD:   g += weight_decay * w (L2);  b = momentum * b + g;

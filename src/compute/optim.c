@@ -239,13 +239,14 @@ mpcl_status mpcl_optimizer_step(mpcl_context *ctx, mpcl_optimizer *opt, const mp
     const char *name = OPTIM_KINDS[opt->p.kind].kernel;
     cl_kernel k;
     if ((st = mpcl__kernel(ctx, opt->working->dtype, name, &k)) != MPCL_OK) return st;
-    cl_uint a = 0, n = (cl_uint)opt->n;
+    cl_uint a = 0, base = 0;
     SET_ARG(opt->master->mem);
     SET_ARG(opt->m->mem);
     if (opt->v) SET_ARG(opt->v->mem);
     SET_ARG(opt->working->mem);
     SET_ARG(grads->mem);
-    SET_ARG(n);
+    cl_uint base_arg = a;
+    SET_ARG(base);
     SET_ARG(scale);
     SET_ARG(state);
     SET_ARG(opt->clip->mem);
@@ -264,7 +265,18 @@ mpcl_status mpcl_optimizer_step(mpcl_context *ctx, mpcl_optimizer *opt, const mp
         SET_ARG(opt->p.weight_decay);
         SET_ARG(decoupled);
     }
-    if ((st = mpcl__launch_1d(ctx, k, name, opt->n, 64)) != MPCL_OK) return st;
+    /* The kernel has no range check (it would keep a CPU runtime from
+     * vectorizing it): whole work-groups first, then the tail, if any, as a
+     * launch of exactly its size. A model's arenas are a multiple of the
+     * group size (mpcl__params), so it is one launch there. */
+    size_t local = mpcl__local_size(ctx, k, MPCL__OPTIM_GROUP), whole = opt->n / local * local;
+    if (whole > 0 && (st = mpcl__launch_1d(ctx, k, name, whole, local)) != MPCL_OK) return st;
+    if (whole < opt->n) {
+        base = (cl_uint)whole;
+        if ((st = mpcl__set_arg(ctx, k, name, base_arg, sizeof base, &base)) != MPCL_OK ||
+            (st = mpcl__launch_1d(ctx, k, name, opt->n - whole, 0)) != MPCL_OK)
+            return st;
+    }
     return advance_step(ctx, opt, state);
 }
 #undef SET_ARG
@@ -316,7 +328,7 @@ static mpcl_status refresh_working(mpcl_context *ctx, mpcl_optimizer *opt, size_
     if (st == MPCL_OK)
         st = mpcl__set_args(ctx, k, name, MPCL_ARG(opt->working->mem), MPCL_ARG(opt->master->mem),
                             MPCL_ARG(off), MPCL_ARG(n), MPCL_ARGS_END);
-    if (st == MPCL_OK) st = mpcl__launch_1d(ctx, k, name, count, 64);
+    if (st == MPCL_OK) st = mpcl__launch_1d(ctx, k, name, count, mpcl__local_size(ctx, k, 256));
     if (st == MPCL_OK) st = mpcl_context_finish(ctx); /* blocking, as documented */
     return st;
 }

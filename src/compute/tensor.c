@@ -221,6 +221,16 @@ static size_t round_up(size_t n, size_t m) {
     return m ? (n + m - 1) / m * m : n;
 }
 
+size_t mpcl__local_size(mpcl_context *ctx, cl_kernel k, size_t want) {
+    size_t most = 0;
+    if (clGetKernelWorkGroupInfo(k, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof most, &most,
+                                 NULL) != CL_SUCCESS ||
+        most == 0)
+        return 1;
+    while (want > most) want /= 2;
+    return want ? want : 1;
+}
+
 mpcl_status mpcl__launch_1d(mpcl_context *ctx, cl_kernel k, const char *name, size_t n,
                             size_t local) {
     size_t global = round_up(n, local);

@@ -14,7 +14,8 @@ typedef struct mpcl__param_table {
     mpcl_param_info rows[MPCL__MAX_PARAMS];
     size_t count;
     size_t align; /* every row's offset is a multiple of it (elements) */
-    size_t total; /* elements of each arena: the last row's end, rounded up to align */
+    size_t total; /* elements of each arena: the last row's end, rounded up to align
+                     and to whole optimizer work-groups (MPCL__OPTIM_GROUP) */
 } mpcl__param_table;
 
 /* An empty table whose offsets are aligned for sub-buffers of every arena:
