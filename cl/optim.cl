@@ -65,7 +65,10 @@ __kernel void mpcl_optim_adam(__global float *master, __global float *m, __globa
     uint i = base + get_global_id(0);
     int skip = ls_state[MPCL_ABI_LS_FOUND_INF] != 0u;
     float gscale = clip[MPCL_ABI_OPTIM_CLIP_FACTOR] / scale[0];
-    float bc1 = as_float(step[MPCL_ABI_OPTIM_STEP_BC1]), bc2 = as_float(step[MPCL_ABI_OPTIM_STEP_BC2]);
+    // Per work-group constants (a CPU runtime computes them once): one
+    // division and one square root per element, not three divisions.
+    float step_size = lr / as_float(step[MPCL_ABI_OPTIM_STEP_BC1]);
+    float inv_bc2 = 1.0f / as_float(step[MPCL_ABI_OPTIM_STEP_BC2]);
     // Decoupled decay scales the weight; L2 adds to the gradient.
     float x0 = master[i], m0 = m[i], v0 = v[i];
     float x = decoupled ? x0 - lr * weight_decay * x0 : x0;
@@ -73,7 +76,7 @@ __kernel void mpcl_optim_adam(__global float *master, __global float *m, __globa
     gr = decoupled ? gr : gr + weight_decay * x0;
     float mi = beta1 * m0 + (1.0f - beta1) * gr;
     float vi = beta2 * v0 + (1.0f - beta2) * gr * gr;
-    x -= lr * (mi / bc1) / (sqrt(vi / bc2) + eps);
+    x -= step_size * mi / (sqrt(vi * inv_bc2) + eps);
     x = skip ? x0 : x;
     m[i] = skip ? m0 : mi;
     v[i] = skip ? v0 : vi;

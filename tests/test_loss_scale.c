@@ -304,9 +304,9 @@ static void scan_finds_one_nonfinite_anywhere(void **state) {
     mpcl_context_destroy(ctx);
 }
 
-/* Over 65536 elements each work-item strides (the launch is capped at 64K
- * items): the last element of a 300x300 gradient is reached by a second
- * pass. Skipped on slow implementations. */
+/* A gradient larger than the arena test's, around the 2^16 mark (the old
+ * per-element launch's cap) and at its very end. Skipped on slow
+ * implementations. */
 static void scan_strides_over_large_gradients(void **state) {
     (void)state;
     mpcl_context *ctx = tu_context();
@@ -336,6 +336,55 @@ static void scan_strides_over_large_gradients(void **state) {
         mpcl_tensor_destroy(g);
     }
     free(x);
+    mpcl_loss_scale_destroy(ls);
+    mpcl_context_destroy(ctx);
+}
+
+/* A flat gradient arena as a model pads it (a multiple of 256 elements), and
+ * one with a 13-element tail past its last whole 16-element vector: the
+ * check launches about one work-item per 256 elements, each striding over
+ * 16-element vectors, and scans a tail element by element. A NaN, inf or -inf
+ * at the first element, the last, the middle, either side of a vector and
+ * of an item's 256 is found in each dtype; a finite arena is not flagged. */
+static void scan_of_a_padded_arena(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    mpcl_loss_scale *ls = NULL;
+    mpcl_loss_scale_params p = mpcl_loss_scale_default_params();
+    TU_ASSERT_OK(mpcl_loss_scale_create(ctx, &p, &ls));
+    const mpcl_dtype dtypes[] = {MPCL_DTYPE_F32, MPCL_DTYPE_F16, MPCL_DTYPE_BF16};
+    const float bad[] = {NAN, INFINITY, -INFINITY};
+    const size_t sizes[] = {17 * 256, 17 * 256 + 13};
+    tu_rng r = tu_rng_make(0xa7e4a);
+    for (size_t d = 0; d < 3; d++) {
+        for (size_t z = 0; z < 2; z++) {
+            const size_t n = sizes[z];
+            float *x = malloc(n * sizeof *x);
+            tu_fill_uniform(&r, x, n, -1000.0f, 1000.0f);
+            mpcl_tensor *g;
+            TU_ASSERT_OK(mpcl_tensor_create(ctx, dtypes[d], 1, n, &g));
+            TU_ASSERT_OK(mpcl_tensor_upload_f32(g, x, n));
+            assert_int_equal(scan_flag(ctx, ls, &g, 1), 0);
+            /* The last whole vector's last element, and the first one past it
+             * (the tail's first, or the last vector's first without a tail). */
+            const size_t whole = n / 16 * 16;
+            const size_t at[] = {
+                0, 15, 16, 255, 256, n / 2, whole - 1, whole < n ? whole : whole - 16, n - 1};
+            for (size_t a = 0; a < sizeof at / sizeof at[0]; a++) {
+                float saved = x[at[a]];
+                x[at[a]] = bad[a % 3];
+                TU_ASSERT_OK(mpcl_tensor_upload_f32(g, x, n));
+                x[at[a]] = saved;
+                if (!scan_flag(ctx, ls, &g, 1))
+                    fail_msg("%s: %g at element %zu of %zu not found", mpcl_dtype_name(dtypes[d]),
+                             (double)bad[a % 3], at[a], n);
+            }
+            TU_ASSERT_OK(mpcl_tensor_upload_f32(g, x, n));
+            assert_int_equal(scan_flag(ctx, ls, &g, 1), 0);
+            mpcl_tensor_destroy(g);
+            free(x);
+        }
+    }
     mpcl_loss_scale_destroy(ls);
     mpcl_context_destroy(ctx);
 }
@@ -391,6 +440,7 @@ int main(void) {
         cmocka_unit_test(bad_params_are_rejected),
         cmocka_unit_test(scan_finds_one_nonfinite_anywhere),
         cmocka_unit_test(scan_strides_over_large_gradients),
+        cmocka_unit_test(scan_of_a_padded_arena),
         cmocka_unit_test(scan_of_mixed_dtypes_and_bad_dtype),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
