@@ -18,12 +18,13 @@ inline ushort mpcl_f16_bits(float f) {
     // Normal results: rebias the exponent (127 -> 15) and round 23 mantissa
     // bits to 10, ties to even; a carry into the exponent is what it should be.
     uint normal = (a - 0x38000000u + 0x0fffu + ((a >> 13) & 1u)) >> 13;
-    // Subnormal results (|f| < 2^-14): the significand shifted right by
-    // 126 - exponent, ties to even; shifts past 24 bits leave 0 (float
-    // subnormals included). Integer-only: rint() here cost 3x the kernel.
-    uint s = min(126u - min(a >> 23, 126u), 31u);
-    uint m = (a & 0x7fffffu) | 0x800000u;
-    uint sub = s > 24u ? 0u : (m + (1u << (s - 1u)) - 1u + ((m >> s) & 1u)) >> s;
+    // Subnormal results (|f| < 2^-14): |f| in units of 2^-24, rounded to
+    // nearest even by the float add itself (0.5 + |f| has an ulp of 2^-24),
+    // then the bits of 0.5 taken off; a result of 0x400 is the smallest
+    // normal, as it should be. A device that flushes f32 denormals to zero
+    // still gets 0, their right f16 value. It replaced a variable shift that
+    // cost the f16 optimizer update a fifth of its time on PoCL.
+    uint sub = as_uint(as_float(a) + 0.5f) - 0x3f000000u;
     uint r = a < 0x38800000u ? sub : normal;
     r = a >= 0x477ff000u ? 0x7c00u : r; // |f| >= 65520 rounds to inf
     r = a > 0x7f800000u ? 0x7e00u : r;  // NaN stays NaN (quiet)
