@@ -1,6 +1,8 @@
 // Fused bias + activation, forward and backward, and the bias gradient.
-// Math in f32; tensors in the storage dtype through LOAD/STORE; the bias and
-// its gradient are always f32 (the master copy is read directly).
+// Math in f32; tensors in the storage dtype through LOAD/STORE (LOAD8/STORE8
+// for eight at a time, common.cl); the bias is always f32 (the master copy is
+// read directly); the bias gradient is in the storage dtype, like every
+// gradient.
 
 // The activation codes match enum mpcl_activation in include/mpcl/ops.h.
 #define ACTIVATION_IDENTITY 0
@@ -102,20 +104,74 @@ ACTIVATION_KERNELS(gelu, ACTIVATION_GELU)
 ACTIVATION_KERNELS(sigmoid, ACTIVATION_SIGMOID)
 ACTIVATION_KERNELS(tanh, ACTIVATION_TANH)
 
-// d_bias[j] = sum over rows of d_pre[b * cols + j], one work-item per column
-// summing in row order: deterministic, no atomics, and neighbouring items read
-// neighbouring addresses. The barrier in the row loop does no synchronizing
-// work; it makes PoCL run the work-items of a group inside each row step
-// (a vectorized, contiguous read of the row) instead of walking one column
-// at a time down a 4-KB stride (10x slower). Every item reaches it: the range
-// check is inside.
-__kernel void mpcl_bias_grad(__global float *d_bias, __global const storage_t *d_pre, uint rows,
-                             uint cols) {
-    uint j = get_global_id(0);
-    float s = 0.0f;
-    for (uint b = 0; b < rows; b++) {
-        if (j < cols) s += LOAD(d_pre, (size_t)b * cols + j);
-        barrier(CLK_LOCAL_MEM_FENCE);
+// The bias gradient's shape; src/compute/ops.c launches with the same values.
+// Each item sums 32 columns (four float8 accumulators, named: an array of
+// them lived in memory on PoCL) over one of BIAS_GRAD_PARTS row blocks; a
+// group of BIAS_GRAD_PARTS items (one column block) adds its partial sums in
+// local memory.
+#define BIAS_GRAD_COLS 32
+#define BIAS_GRAD_PARTS 16
+
+// Adds row b's columns j0 .. j0+31 of d_pre to s0..s3, the last block's
+// columns from cols on left out (LOAD8_PART, or nothing).
+#define BIAS_GRAD_ADD(S, J)                                                         \
+    if ((J) < cols && cols - (J) >= 8) S += LOAD8(d_pre, b * cols + (J));              \
+    else if ((J) < cols) S += LOAD8_PART(d_pre, b * cols + (J), (uint)(cols - (J)));
+#define BIAS_GRAD_STORE(OUT_STORE8, OUT_STORE, T, J)                                      \
+    if ((J) < cols && cols - (J) >= 8) OUT_STORE8(d_bias, (J), T);                        \
+    else if ((J) < cols) STORE8_PART_WITH(OUT_STORE, d_bias, (J), (uint)(cols - (J)), T);
+
+// d_bias[j] = sum over b of d_pre[b * cols + j], in f32, rounded once at the
+// store: into the storage dtype (mpcl_bias_grad) or kept f32
+// (mpcl_bias_grad_f32). Range (ceil(cols / 32), BIAS_GRAD_PARTS), groups
+// (1, BIAS_GRAD_PARTS): item p of a group sums rows [p * ceil(rows / P),
+// (p + 1) * ceil(rows / P)) in row order for its 32 columns (a 128-byte f32
+// or 64-byte f16 run of each row), then item 0 adds the P partial sums in
+// order p = 0, 1, ...: a fixed order for a given shape, so the result is
+// deterministic, with no atomics. Columns from cols on are neither read nor
+// written.
+#define BIAS_GRAD_KERNEL(NAME, OUT_T, OUT_STORE8, OUT_STORE)                                  \
+    __kernel __attribute__((reqd_work_group_size(1, BIAS_GRAD_PARTS, 1))) void NAME(          \
+        __global OUT_T *d_bias, __global const storage_t *d_pre, uint rows, uint cols) {      \
+        __local float8 partial[4][BIAS_GRAD_PARTS];                                           \
+        size_t j0 = get_global_id(0) * BIAS_GRAD_COLS;                                        \
+        uint p = (uint)get_local_id(1);                                                       \
+        uint per = (rows + BIAS_GRAD_PARTS - 1) / BIAS_GRAD_PARTS;                            \
+        size_t b0 = min((size_t)p * per, (size_t)rows), b1 = min(b0 + per, (size_t)rows);     \
+        float8 s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;                                    \
+        if (j0 < cols && cols - j0 >= BIAS_GRAD_COLS) {                                       \
+            for (size_t b = b0; b < b1; b++) {                                                \
+                size_t i = b * cols + j0;                                                     \
+                s0 += LOAD8(d_pre, i);                                                        \
+                s1 += LOAD8(d_pre, i + 8);                                                    \
+                s2 += LOAD8(d_pre, i + 16);                                                   \
+                s3 += LOAD8(d_pre, i + 24);                                                   \
+            }                                                                                 \
+        } else if (j0 < cols) {                                                               \
+            for (size_t b = b0; b < b1; b++) {                                                \
+                BIAS_GRAD_ADD(s0, j0)                                                         \
+                BIAS_GRAD_ADD(s1, j0 + 8)                                                     \
+                BIAS_GRAD_ADD(s2, j0 + 16)                                                    \
+                BIAS_GRAD_ADD(s3, j0 + 24)                                                    \
+            }                                                                                 \
+        }                                                                                     \
+        partial[0][p] = s0;                                                                   \
+        partial[1][p] = s1;                                                                   \
+        partial[2][p] = s2;                                                                   \
+        partial[3][p] = s3;                                                                   \
+        barrier(CLK_LOCAL_MEM_FENCE);                                                         \
+        if (p != 0 || j0 >= cols) return;                                                     \
+        for (uint q = 1; q < BIAS_GRAD_PARTS; q++) {                                          \
+            s0 += partial[0][q];                                                              \
+            s1 += partial[1][q];                                                              \
+            s2 += partial[2][q];                                                              \
+            s3 += partial[3][q];                                                              \
+        }                                                                                     \
+        BIAS_GRAD_STORE(OUT_STORE8, OUT_STORE, s0, j0)                                        \
+        BIAS_GRAD_STORE(OUT_STORE8, OUT_STORE, s1, j0 + 8)                                    \
+        BIAS_GRAD_STORE(OUT_STORE8, OUT_STORE, s2, j0 + 16)                                   \
+        BIAS_GRAD_STORE(OUT_STORE8, OUT_STORE, s3, j0 + 24)                                   \
     }
-    if (j < cols) d_bias[j] = s;
-}
+
+BIAS_GRAD_KERNEL(mpcl_bias_grad, storage_t, STORE8, STORE)
+BIAS_GRAD_KERNEL(mpcl_bias_grad_f32, float, STORE_FLOAT8, STORE_FLOAT)

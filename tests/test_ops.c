@@ -229,7 +229,8 @@ static void check_act_case(mpcl_context *ctx, tu_rng *r, mpcl_dtype dt, shape s,
     mpcl_tensor *t_out = make_poisoned(ctx, dt, s.rows, s.cols);
     mpcl_tensor *t_z = make_poisoned(ctx, dt, s.rows, s.cols);
     mpcl_tensor *t_dpre = make_poisoned(ctx, dt, s.rows, s.cols);
-    mpcl_tensor *t_dbias = make_poisoned(ctx, MPCL_DTYPE_F32, 1, s.cols);
+    mpcl_tensor *t_dbias = make_poisoned(ctx, dt, 1, s.cols);
+    mpcl_tensor *t_dbias32 = make_poisoned(ctx, MPCL_DTYPE_F32, 1, s.cols);
 
     double *din = to_double(in, n), *dbias = to_double(bias, s.cols), *ddout = to_double(d_out, n);
     double *want = malloc(n * sizeof *want), *zref = malloc(n * sizeof *zref);
@@ -264,8 +265,11 @@ static void check_act_case(mpcl_context *ctx, tu_rng *r, mpcl_dtype dt, shape s,
     assert_true(tu_check_close(what, dpre, dpre_ref, n, back_abs, 8e-6 + st_rel,
                                norm_tol(back_abs, 8e-6 + st_rel, dpre_ref, n)));
 
-    /* The bias gradient of what the device wrote: f32 sums of `rows` terms,
-     * error <= rows * 2^-24 * sum |x| per column. */
+    /* The bias gradient of what the device wrote: f32 sums of `rows` terms
+     * (in any order), error <= rows * 2^-24 * sum |x| per column. In the
+     * storage dtype: that sum rounded once more, 2^-11 relative in f16 (of
+     * the f32 sum, so of |want| + eb) and 2^-25 absolute below f16's normal
+     * range; |sum| <= 2 * 130 here, far from f16's overflow. */
     double *dd = to_double(dpre, n), *dbias_ref = malloc(s.cols * sizeof *dbias_ref);
     ref_bias_grad(dbias_ref, dd, s.rows, s.cols);
     double col_abs = 0;
@@ -275,12 +279,19 @@ static void check_act_case(mpcl_context *ctx, tu_rng *r, mpcl_dtype dt, shape s,
         col_abs = fmax(col_abs, a);
     }
     TU_ASSERT_OK(mpcl_bias_grad(ctx, t_dbias, t_dpre));
-    float *db = download(t_dbias);
+    TU_ASSERT_OK(mpcl_bias_grad(ctx, t_dbias32, t_dpre));
+    float *db = download(t_dbias), *db32 = download(t_dbias32);
+    double eb = (double)s.rows * 0x1p-24 * col_abs;
+    double gb_abs = eb * (1 + st_rel) + st_abs;
     snprintf(what, sizeof what, "bias grad %s %s %zux%zu", mpcl_activation_name(act), dname(dt),
              s.rows, s.cols);
-    double eb = (double)s.rows * 0x1p-24 * col_abs;
+    assert_true(tu_check_close(what, db, dbias_ref, s.cols, gb_abs, st_rel,
+                               norm_tol(gb_abs, st_rel, dbias_ref, s.cols)));
+    /* Into an f32 d_bias: the f32 sum itself. */
+    snprintf(what, sizeof what, "bias grad %s %s -> f32 %zux%zu", mpcl_activation_name(act),
+             dname(dt), s.rows, s.cols);
     assert_true(
-        tu_check_close(what, db, dbias_ref, s.cols, eb, 0, norm_tol(eb, 0, dbias_ref, s.cols)));
+        tu_check_close(what, db32, dbias_ref, s.cols, eb, 0, norm_tol(eb, 0, dbias_ref, s.cols)));
 
     /* The plain forward, in place (out = pre_in), gives the same output. */
     TU_ASSERT_OK(mpcl_bias_act_forward(ctx, t_in, t_in, t_bias, act));
@@ -289,6 +300,7 @@ static void check_act_case(mpcl_context *ctx, tu_rng *r, mpcl_dtype dt, shape s,
 
     free(inplace);
     free(db);
+    free(db32);
     free(dbias_ref);
     free(dd);
     free(dpre);
@@ -303,7 +315,7 @@ static void check_act_case(mpcl_context *ctx, tu_rng *r, mpcl_dtype dt, shape s,
     free(in);
     free(d_out);
     free(bias);
-    mpcl_tensor *all[] = {t_in, t_bias, t_dout, t_out, t_z, t_dpre, t_dbias};
+    mpcl_tensor *all[] = {t_in, t_bias, t_dout, t_out, t_z, t_dpre, t_dbias, t_dbias32};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) mpcl_tensor_destroy(all[i]);
 }
 
@@ -356,6 +368,91 @@ static void test_act_extremes(void **state) {
         free(g);
         mpcl_tensor *all[] = {in, bias, d_out, out, z, d_pre};
         for (size_t i = 0; i < 6; i++) mpcl_tensor_destroy(all[i]);
+    }
+    mpcl_context_destroy(ctx);
+}
+
+/* ---- the bias gradient at its edges ---- */
+
+/* Columns with special sums, then random ones: d_bias in the storage dtype
+ * must be the f32 sum rounded once (inf where an f16 sum overflows, NaN where
+ * a NaN or inf - inf enters), and in f32 the sum itself. 40 rows split into
+ * parts of 3 (the last ones empty); 45 columns: one block of 32, then 8 + 5
+ * (a whole vector and a part); 1 row: every part but the first empty. */
+static void check_bias_grad_edges(mpcl_context *ctx, tu_rng *r, mpcl_dtype dt, size_t rows) {
+    enum { COLS = 45 };
+    const size_t n = rows * COLS;
+    float *x = malloc(n * sizeof *x);
+    for (size_t i = 0; i < n; i++) x[i] = stored(dt, (float)tu_uniform(r, -2, 2));
+    for (size_t b = 0; b < rows; b++) {
+        float *row = x + b * COLS;
+        row[0] = 1;
+        row[1] = b == rows - 1 ? INFINITY : 1;
+        row[2] = b == rows / 2 ? NAN : 1;
+        row[3] = b == 0 ? INFINITY : b == rows - 1 ? -INFINITY : 0;
+        row[4] = 60000; /* 40 * 60000 overflows f16 */
+        row[5] = -60000;
+        row[6] = b == 0 ? 65504 : b == rows - 1 ? 16 : 0; /* 65520: f16 rounds to inf */
+        row[7] = 0x1p-24f;                                /* an f16 subnormal sum */
+        row[8] = b == 0 ? 1000 : b == rows - 1 ? -1000 : 0.5f;
+    }
+    mpcl_tensor *t_x = make_from(ctx, dt, rows, COLS, x);
+    mpcl_tensor *t_db = make_poisoned(ctx, dt, 1, COLS);
+    mpcl_tensor *t_db32 = make_poisoned(ctx, MPCL_DTYPE_F32, 1, COLS);
+    TU_ASSERT_OK(mpcl_bias_grad(ctx, t_db, t_x));
+    TU_ASSERT_OK(mpcl_bias_grad(ctx, t_db32, t_x));
+    float *db = download(t_db), *db32 = download(t_db32);
+
+    double *xd = to_double(x, n), want[COLS], want_st[COLS];
+    ref_bias_grad(want, xd, rows, COLS);
+    double col_abs = 0;
+    for (size_t j = 0; j < COLS; j++) {
+        double a = 0;
+        for (size_t b = 0; b < rows; b++)
+            a += isfinite(xd[b * COLS + j]) ? fabs(xd[b * COLS + j]) : 0;
+        col_abs = fmax(col_abs, a);
+        /* The storage rounding's overflow is exact: an f16 sum beyond
+         * 65520 (or at it, a tie to the even inf) is inf. */
+        want_st[j] = want[j];
+        if (dt == MPCL_DTYPE_F16 && isfinite(want[j])) {
+            double rounded = (double)mpcl_f16_to_f32(mpcl_f64_to_f16(want[j]));
+            if (isinf(rounded)) want_st[j] = rounded;
+        }
+    }
+    /* As in check_act_case: f32 summation error, then one storage rounding. */
+    const bool f16 = dt == MPCL_DTYPE_F16;
+    double eb = (double)rows * 0x1p-24 * col_abs, rel = f16 ? 0x1p-11 : 0;
+    double abs_tol = eb * (1 + rel) + (f16 ? 0x1p-25 : 0);
+    char what[96];
+    snprintf(what, sizeof what, "bias grad edges %s %zux%d", dname(dt), rows, COLS);
+    /* Columns 4-6 hold |sums| up to 2.4e6 beside small ones; the normalized
+     * check adds nothing to the elementwise one here. */
+    assert_true(tu_check_close(what, db, want_st, COLS, abs_tol, rel, INFINITY));
+    snprintf(what, sizeof what, "bias grad edges %s -> f32 %zux%d", dname(dt), rows, COLS);
+    assert_true(tu_check_close(what, db32, want, COLS, eb, 0, INFINITY));
+    if (f16 && rows > 1) {
+        assert_true(isinf(db[4]) && db[4] > 0);
+        assert_true(isinf(db[5]) && db[5] < 0);
+        assert_true(isinf(db[6]) && db[6] > 0);
+        assert_true((double)db[7] == 0x1p-24 * (double)rows);
+    }
+
+    free(db);
+    free(db32);
+    free(xd);
+    free(x);
+    mpcl_tensor_destroy(t_x);
+    mpcl_tensor_destroy(t_db);
+    mpcl_tensor_destroy(t_db32);
+}
+
+static void test_bias_grad_edges(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    tu_rng r = tu_rng_make(seed_now("bias_grad_edges"));
+    for (size_t d = 0; d < 2; d++) {
+        check_bias_grad_edges(ctx, &r, storages[d], 40);
+        check_bias_grad_edges(ctx, &r, storages[d], 1);
     }
     mpcl_context_destroy(ctx);
 }
@@ -755,6 +852,7 @@ int main(void) {
         cmocka_unit_test(test_softmax_xent),     cmocka_unit_test(test_xent_overflow),
         cmocka_unit_test(test_xent_bad_label),   cmocka_unit_test(test_cast_edges),
         cmocka_unit_test(test_cast_all),         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_bias_grad_edges),
     };
     return cmocka_run_group_tests_name("ops", tests, NULL, NULL);
 }

@@ -11,6 +11,15 @@
 #define ELEMENTWISE_WG 64
 #define LOSS_WG 64
 
+/* The bias gradient's shape; must match BIAS_GRAD_COLS and BIAS_GRAD_PARTS in
+ * cl/activation.cl (the group size is its reqd_work_group_size). */
+#define BIAS_GRAD_COLS 32
+#define BIAS_GRAD_PARTS 16
+
+static size_t ceil_div(size_t a, size_t b) {
+    return (a + b - 1) / b;
+}
+
 /* Word offsets in the statistics buffer; must match cl/loss.cl. */
 enum {
     STAT_LOSS,
@@ -193,19 +202,24 @@ mpcl_status mpcl_bias_grad(mpcl_context *ctx, mpcl_tensor *d_bias, const mpcl_te
     TRY(check_present(ctx, d_bias, op, "d_bias"));
     TRY(check_present(ctx, d_pre, op, "d_pre"));
     TRY(check_storage(ctx, d_pre, op, "d_pre"));
-    TRY(check_dtype(ctx, d_bias, MPCL_DTYPE_F32, op, "d_bias"));
+    if (d_bias->dtype != d_pre->dtype && d_bias->dtype != MPCL_DTYPE_F32)
+        return MPCL_ERROR(ctx, MPCL_ERR_DTYPE, "%s: d_bias is %s, want %s (as d_pre) or f32", op,
+                          mpcl_dtype_name(d_bias->dtype), mpcl_dtype_name(d_pre->dtype));
     TRY(check_shape(ctx, d_bias, 1, d_pre->cols, op, "d_bias"));
     TRY(check_count(ctx, d_pre, op));
 
+    /* The f32 output of an f16 d_pre has a kernel of its own; in the f32
+     * program both names are the same kernel. */
+    const char *name = d_bias->dtype == d_pre->dtype ? "mpcl_bias_grad" : "mpcl_bias_grad_f32";
     cl_kernel k;
-    TRY(mpcl__kernel(ctx, d_pre->dtype, "mpcl_bias_grad", &k));
+    TRY(mpcl__kernel(ctx, d_pre->dtype, name, &k));
     cl_uint rows = (cl_uint)d_pre->rows, cols = (cl_uint)d_pre->cols;
-    TRY(mpcl__set_args(ctx, k, "mpcl_bias_grad", MPCL_ARG(d_bias->mem), MPCL_ARG(d_pre->mem),
-                       MPCL_ARG(rows), MPCL_ARG(cols), MPCL_ARGS_END));
-    /* The kernel has a barrier, so every item of a group must run: the
-     * range is rounded up to the group and the kernel checks j < cols. A
-     * 10-column bias runs one group of 16. */
-    return mpcl__launch_1d(ctx, k, "mpcl_bias_grad", cols, cols < 32 ? 16 : 32);
+    TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(d_bias->mem), MPCL_ARG(d_pre->mem), MPCL_ARG(rows),
+                       MPCL_ARG(cols), MPCL_ARGS_END));
+    /* One group of BIAS_GRAD_PARTS items per block of 32 columns; the items
+     * split the rows. */
+    const size_t local[2] = {1, BIAS_GRAD_PARTS};
+    return mpcl__launch_2d(ctx, k, name, ceil_div(cols, BIAS_GRAD_COLS), BIAS_GRAD_PARTS, local);
 }
 
 /* ---- softmax cross-entropy ---- */
