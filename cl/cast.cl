@@ -1,15 +1,31 @@
 // Casts between f32 and f16 tensors. These do not depend on the storage
-// dtype; the host uses them from the f16 program.
+// dtype; the host uses them from the f16 program. Eight elements per
+// work-item over ceil(n / 8) items (common.cl says why); the _v8 kernels for
+// n a multiple of 8, the others for any n, the last item taking the n % 8
+// left (activation.cl says why both).
 
 // dst[i] = src[i] rounded to nearest even binary16, overflow to +-inf; NaN
 // stays NaN.
-__kernel void mpcl_cast_f32_to_f16(__global half *dst, __global const float *src, uint n) {
-    uint i = get_global_id(0);
-    if (i < n) STORE_HALF(dst, i, src[i]);
-}
+#define CAST_F32_TO_F16(NAME, PART)                                                          \
+    __kernel void NAME(__global half *dst, __global const float *src, uint n) {              \
+        size_t i = get_global_id(0) * 8;                                                     \
+        if (i >= n) return;                                                                  \
+        uint r = (uint)min(n - i, (size_t)8);                                                \
+        if (!(PART) || r == 8) STORE_HALF8(dst, i, LOAD_FLOAT8(src, i));                     \
+        else STORE8_PART_WITH(STORE_HALF, dst, i, r, LOAD8_PART_WITH(LOAD_FLOAT, src, i, r)); \
+    }
 
 // dst[i] = src[i], exact.
-__kernel void mpcl_cast_f16_to_f32(__global float *dst, __global const half *src, uint n) {
-    uint i = get_global_id(0);
-    if (i < n) dst[i] = LOAD_HALF(src, i);
-}
+#define CAST_F16_TO_F32(NAME, PART)                                                           \
+    __kernel void NAME(__global float *dst, __global const half *src, uint n) {               \
+        size_t i = get_global_id(0) * 8;                                                      \
+        if (i >= n) return;                                                                   \
+        uint r = (uint)min(n - i, (size_t)8);                                                 \
+        if (!(PART) || r == 8) STORE_FLOAT8(dst, i, LOAD_HALF8(src, i));                      \
+        else STORE8_PART_WITH(STORE_FLOAT, dst, i, r, LOAD8_PART_WITH(LOAD_HALF, src, i, r)); \
+    }
+
+CAST_F32_TO_F16(mpcl_cast_f32_to_f16, 1)
+CAST_F32_TO_F16(mpcl_cast_f32_to_f16_v8, 0)
+CAST_F16_TO_F32(mpcl_cast_f16_to_f32, 1)
+CAST_F16_TO_F32(mpcl_cast_f16_to_f32_v8, 0)

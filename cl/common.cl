@@ -55,16 +55,25 @@ typedef float storage_t;
 #error "build with -DMPCL_STORAGE_F16 or -DMPCL_STORAGE_F32"
 #endif
 
-// ---- Eight elements at a time (the bias gradient) ----
+// ---- Eight elements at a time (the elementwise kernels and the bias gradient) ----
 //
-// PoCL 3.1 (pthread, haswell) runs one element per work-item at a fraction
-// of memory speed whatever the kernel does (a plain f32 copy: 0.27x host
-// memcpy; float4 per item: 1.07x), so kernels take eight elements at a time.
-// f16 goes through the vector builtins vload_half8 / vstore_half8_rte
-// (OpenCL 1.2 core, no cl_khr_fp16): unlike the scalar vstore_half_rte,
-// which PoCL runs as a library call, these compile to one conversion
-// instruction per eight elements there (vcvtph2ps / vcvtps2ph). The scalar
+// PoCL 3.1 (pthread, haswell) did not vectorize these kernels across
+// work-items: a plain f32 copy with one element per work-item ran at 0.27x
+// host memcpy, with a float4 per item at 1.07x. So the elementwise kernels
+// take eight elements per work-item. f16 goes through the vector builtins
+// vload_half8 / vstore_half8_rte (OpenCL 1.2 core, no cl_khr_fp16): unlike
+// the scalar vstore_half_rte, which PoCL runs as a library call, these
+// compile to one conversion instruction per eight elements there (vcvtph2ps /
+// vcvtps2ph); the integer conversions above written on eight lanes (exact,
+// checked on all 2^32 floats) ran 2-3x slower (f16 bias+relu forward 0.57x
+// against 1.37x memcpy, f16 bias gradient 0.29x against 1.00x). The scalar
 // LOAD/STORE above serve the tails.
+//
+// One LLVM habit to know: a float compare of a value that came straight from
+// vload_half8 against a constant is rewritten into a compare of halves, which
+// x86 has no vector instruction for, and comes out as eight scalar
+// conversions and branches (relu backward in f16: 0.26x memcpy against 1.2x).
+// Kernels compare such values on their bits (see activation_grad).
 
 // float8 at any 4-byte-aligned address: vload8/vstore8 of float came out as
 // four 8-byte moves on PoCL; a 4-byte-aligned float8 is one unaligned vector

@@ -11,6 +11,9 @@
 #define ELEMENTWISE_WG 64
 #define LOSS_WG 64
 
+/* Elements per work-item of the elementwise and cast kernels (float8 in
+ * cl/common.cl's LOAD8/STORE8). */
+#define ELEMENTWISE_VEC 8
 /* The bias gradient's shape; must match BIAS_GRAD_COLS and BIAS_GRAD_PARTS in
  * cl/activation.cl (the group size is its reqd_work_group_size). */
 #define BIAS_GRAD_COLS 32
@@ -140,16 +143,23 @@ mpcl_status mpcl_bias_act_forward_z(mpcl_context *ctx, mpcl_tensor *out, mpcl_te
     TRY(check_shape(ctx, bias, 1, pre_in->cols, op, "bias"));
     TRY(check_count(ctx, pre_in, op));
 
-    /* One kernel per activation (cl/activation.cl says why). */
-    static const char *const plain[MPCL_ACT_COUNT] = {
-        "mpcl_bias_act_forward_identity", "mpcl_bias_act_forward_relu",
-        "mpcl_bias_act_forward_gelu", "mpcl_bias_act_forward_sigmoid",
-        "mpcl_bias_act_forward_tanh"};
-    static const char *const with_z[MPCL_ACT_COUNT] = {
-        "mpcl_bias_act_forward_z_identity", "mpcl_bias_act_forward_z_relu",
-        "mpcl_bias_act_forward_z_gelu", "mpcl_bias_act_forward_z_sigmoid",
-        "mpcl_bias_act_forward_z_tanh"};
-    const char *name = z ? with_z[act] : plain[act];
+    /* One kernel per activation, and _v8 when the rows are whole vectors
+     * (cl/activation.cl says why). */
+    static const char *const names[2][2][MPCL_ACT_COUNT] = {
+        {{"mpcl_bias_act_forward_identity", "mpcl_bias_act_forward_relu",
+          "mpcl_bias_act_forward_gelu", "mpcl_bias_act_forward_sigmoid",
+          "mpcl_bias_act_forward_tanh"},
+         {"mpcl_bias_act_forward_z_identity", "mpcl_bias_act_forward_z_relu",
+          "mpcl_bias_act_forward_z_gelu", "mpcl_bias_act_forward_z_sigmoid",
+          "mpcl_bias_act_forward_z_tanh"}},
+        {{"mpcl_bias_act_forward_identity_v8", "mpcl_bias_act_forward_relu_v8",
+          "mpcl_bias_act_forward_gelu_v8", "mpcl_bias_act_forward_sigmoid_v8",
+          "mpcl_bias_act_forward_tanh_v8"},
+         {"mpcl_bias_act_forward_z_identity_v8", "mpcl_bias_act_forward_z_relu_v8",
+          "mpcl_bias_act_forward_z_gelu_v8", "mpcl_bias_act_forward_z_sigmoid_v8",
+          "mpcl_bias_act_forward_z_tanh_v8"}},
+    };
+    const char *name = names[pre_in->cols % ELEMENTWISE_VEC == 0][z != NULL][act];
     cl_kernel k;
     TRY(mpcl__kernel(ctx, pre_in->dtype, name, &k));
     cl_uint cols = (cl_uint)pre_in->cols, rows = (cl_uint)pre_in->rows;
@@ -157,9 +167,10 @@ mpcl_status mpcl_bias_act_forward_z(mpcl_context *ctx, mpcl_tensor *out, mpcl_te
     cl_mem z_mem = z ? z->mem : out->mem;
     TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(out->mem), MPCL_ARG(z_mem), MPCL_ARG(pre_in->mem),
                        MPCL_ARG(bias->mem), MPCL_ARG(cols), MPCL_ARG(rows), MPCL_ARGS_END));
-    /* (cols, rows) so that the kernel needs no division for the bias index;
-     * the driver picks a group that divides the range exactly. */
-    return mpcl__launch_2d(ctx, k, name, cols, rows, NULL);
+    /* (column blocks of 8, rows) so that the kernel needs no division for
+     * the bias index; the driver picks a group that divides the range
+     * exactly. */
+    return mpcl__launch_2d(ctx, k, name, ceil_div(cols, ELEMENTWISE_VEC), rows, NULL);
 }
 
 mpcl_status mpcl_bias_act_forward(mpcl_context *ctx, mpcl_tensor *out, const mpcl_tensor *pre_in,
@@ -182,11 +193,15 @@ mpcl_status mpcl_bias_act_backward(mpcl_context *ctx, mpcl_tensor *d_pre, const 
     if (saved) TRY(check_shape(ctx, saved, d_out->rows, d_out->cols, op, "saved"));
     TRY(check_count(ctx, d_out, op));
 
-    static const char *const names[MPCL_ACT_COUNT] = {
-        "mpcl_bias_act_backward_identity", "mpcl_bias_act_backward_relu",
-        "mpcl_bias_act_backward_gelu", "mpcl_bias_act_backward_sigmoid",
-        "mpcl_bias_act_backward_tanh"};
-    const char *name = names[act];
+    static const char *const names[2][MPCL_ACT_COUNT] = {
+        {"mpcl_bias_act_backward_identity", "mpcl_bias_act_backward_relu",
+         "mpcl_bias_act_backward_gelu", "mpcl_bias_act_backward_sigmoid",
+         "mpcl_bias_act_backward_tanh"},
+        {"mpcl_bias_act_backward_identity_v8", "mpcl_bias_act_backward_relu_v8",
+         "mpcl_bias_act_backward_gelu_v8", "mpcl_bias_act_backward_sigmoid_v8",
+         "mpcl_bias_act_backward_tanh_v8"},
+    };
+    const char *name = names[(d_out->rows * d_out->cols) % ELEMENTWISE_VEC == 0][act];
     cl_kernel k;
     TRY(mpcl__kernel(ctx, d_out->dtype, name, &k));
     cl_uint n = (cl_uint)(d_out->rows * d_out->cols);
@@ -194,7 +209,7 @@ mpcl_status mpcl_bias_act_backward(mpcl_context *ctx, mpcl_tensor *d_pre, const 
     cl_mem saved_mem = saved ? saved->mem : d_out->mem;
     TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(d_pre->mem), MPCL_ARG(d_out->mem),
                        MPCL_ARG(saved_mem), MPCL_ARG(n), MPCL_ARGS_END));
-    return mpcl__launch_1d(ctx, k, name, n, ELEMENTWISE_WG);
+    return mpcl__launch_1d(ctx, k, name, ceil_div(n, ELEMENTWISE_VEC), ELEMENTWISE_WG);
 }
 
 mpcl_status mpcl_bias_grad(mpcl_context *ctx, mpcl_tensor *d_bias, const mpcl_tensor *d_pre) {
@@ -208,9 +223,11 @@ mpcl_status mpcl_bias_grad(mpcl_context *ctx, mpcl_tensor *d_bias, const mpcl_te
     TRY(check_shape(ctx, d_bias, 1, d_pre->cols, op, "d_bias"));
     TRY(check_count(ctx, d_pre, op));
 
-    /* The f32 output of an f16 d_pre has a kernel of its own; in the f32
-     * program both names are the same kernel. */
-    const char *name = d_bias->dtype == d_pre->dtype ? "mpcl_bias_grad" : "mpcl_bias_grad_f32";
+    /* The f32 output of an f16 d_pre has a kernel of its own (in the f32
+     * program both are the same kernel), and _v8 serves whole vectors. */
+    static const char *const names[2][2] = {{"mpcl_bias_grad", "mpcl_bias_grad_v8"},
+                                            {"mpcl_bias_grad_f32", "mpcl_bias_grad_f32_v8"}};
+    const char *name = names[d_bias->dtype != d_pre->dtype][d_pre->cols % ELEMENTWISE_VEC == 0];
     cl_kernel k;
     TRY(mpcl__kernel(ctx, d_pre->dtype, name, &k));
     cl_uint rows = (cl_uint)d_pre->rows, cols = (cl_uint)d_pre->cols;
@@ -340,15 +357,17 @@ mpcl_status mpcl_cast(mpcl_context *ctx, mpcl_tensor *dst, const mpcl_tensor *sr
                                               NULL, NULL));
         return MPCL_OK;
     }
+    static const char *const names[2][2] = {{"mpcl_cast_f16_to_f32", "mpcl_cast_f16_to_f32_v8"},
+                                            {"mpcl_cast_f32_to_f16", "mpcl_cast_f32_to_f16_v8"}};
     const char *name =
-        dst->dtype == MPCL_DTYPE_F16 ? "mpcl_cast_f32_to_f16" : "mpcl_cast_f16_to_f32";
+        names[dst->dtype == MPCL_DTYPE_F16][(src->rows * src->cols) % ELEMENTWISE_VEC == 0];
     cl_kernel k;
     /* The cast kernels do not use storage_t; the f16 program holds them. */
     TRY(mpcl__kernel(ctx, MPCL_DTYPE_F16, name, &k));
     cl_uint n = (cl_uint)(src->rows * src->cols);
     TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(dst->mem), MPCL_ARG(src->mem), MPCL_ARG(n),
                        MPCL_ARGS_END));
-    return mpcl__launch_1d(ctx, k, name, n, ELEMENTWISE_WG);
+    return mpcl__launch_1d(ctx, k, name, ceil_div(n, ELEMENTWISE_VEC), ELEMENTWISE_WG);
 cleanup:
     return st;
 }
