@@ -64,10 +64,10 @@ typedef float storage_t;
 // vload_half8 / vstore_half8_rte (OpenCL 1.2 core, no cl_khr_fp16): unlike
 // the scalar vstore_half_rte, which PoCL runs as a library call, these
 // compile to one conversion instruction per eight elements there (vcvtph2ps /
-// vcvtps2ph); the integer conversions above written on eight lanes (exact,
-// checked on all 2^32 floats) ran 2-3x slower (f16 bias+relu forward 0.57x
-// against 1.37x memcpy, f16 bias gradient 0.29x against 1.00x). The scalar
-// LOAD/STORE above serve the tails.
+// vcvtps2ph). A float8 form of the integer conversions above (bit-exact
+// against them on all 2^32 floats; not kept) ran 2-3x slower in one A/B run:
+// f16 bias+relu forward 0.57x against 1.37x memcpy, f16 bias gradient 0.29x
+// against 1.00x. The scalar LOAD/STORE above serve the tails.
 //
 // One LLVM habit to know: a float compare of a value that came straight from
 // vload_half8 against a constant is rewritten into a compare of halves, which
