@@ -78,9 +78,10 @@ int bench_cmd_elementwise(mpcl_context *ctx, const bench_opts *opts) {
         mpcl_status st = MPCL_OK;
         const size_t shape[7][2] = {{ROWS, COLS}, {ROWS, COLS}, {ROWS, COLS}, {ROWS, COLS},
                                     {1, COLS},    {1, COLS},    {ROWS, COLS}};
-        /* t[3]: the 16-bit side of the casts (f16 in the f32 round). */
+        /* t[3]: the 16-bit side of the casts (f16 in the f32 round); t[5], the
+         * bias gradient, is in the storage dtype like every gradient. */
         const mpcl_dtype half = d == MPCL_DTYPE_F32 ? MPCL_DTYPE_F16 : d;
-        const mpcl_dtype dt[7] = {d, d, d, half, MPCL_DTYPE_F32, MPCL_DTYPE_F32, MPCL_DTYPE_F32};
+        const mpcl_dtype dt[7] = {d, d, d, half, MPCL_DTYPE_F32, d, MPCL_DTYPE_F32};
         for (int i = 0; i < 7 && st == MPCL_OK; i++)
             st = mpcl_tensor_create(ctx, dt[i], shape[i][0], shape[i][1], &t[i]);
         for (int i = 0; i < 7 && st == MPCL_OK; i++)

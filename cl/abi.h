@@ -78,6 +78,16 @@
  * host passes the element count divided by this (src/compute/quickbench.c). */
 #define MPCL_ABI_COPY_F32_LANES 4
 
+/* Elementwise kernels (cl/activation.cl, cl/cast.cl, through LOAD8/STORE8 of
+ * cl/common.cl): elements per work-item; src/compute/ops.c launches
+ * ceil(n / VEC) items and picks the _v8 forms when n is a multiple of it.
+ * The bias gradient: each item sums BIAS_GRAD_COLS columns over one of
+ * BIAS_GRAD_PARTS row blocks; a group (its reqd_work_group_size) is one
+ * column block. */
+#define MPCL_ABI_ELEMENTWISE_VEC 8
+#define MPCL_ABI_BIAS_GRAD_COLS 32
+#define MPCL_ABI_BIAS_GRAD_PARTS 16
+
 /* The optimizer (cl/optim.cl, src/compute/optim.c). Step state: uint word
  * offsets of the step tensor; mpcl_optim_set_step and mpcl_optim_advance
  * write it, the Adam update reads the bias corrections (f32 bits) of the
@@ -124,6 +134,9 @@
     X(MPCL_ABI_GEMM_TILE_WIDE)      \
     X(MPCL_ABI_GEMM_TILE_NARROW)    \
     X(MPCL_ABI_COPY_F32_LANES)      \
+    X(MPCL_ABI_ELEMENTWISE_VEC)     \
+    X(MPCL_ABI_BIAS_GRAD_COLS)      \
+    X(MPCL_ABI_BIAS_GRAD_PARTS)     \
     X(MPCL_ABI_OPTIM_STEP_COUNT)    \
     X(MPCL_ABI_OPTIM_STEP_BC1)      \
     X(MPCL_ABI_OPTIM_STEP_BC2)      \

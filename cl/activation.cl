@@ -1,6 +1,8 @@
 // Fused bias + activation, forward and backward, and the bias gradient.
-// Math in f32; tensors in the storage dtype through LOAD/STORE; the bias and
-// its gradient are always f32 (the master copy is read directly).
+// Math in f32; tensors in the storage dtype through LOAD8/STORE8 (eight
+// elements per work-item, common.cl says why) and LOAD/STORE for the tails;
+// the bias is always f32 (the master copy is read directly); the bias
+// gradient is in the storage dtype, like every gradient.
 
 // The activation codes: cl/abi.h, whose values enum mpcl_activation in
 // include/mpcl/ops.h has (ops.c asserts it).
@@ -13,7 +15,7 @@
 // tanh(u) = 1 - 2 / (1 + exp(2u)): exp vectorizes where the builtin tanh is
 // a slow scalar call (PoCL: 20x), and the absolute error (an ulp of 1) is
 // harmless in GELU, which adds 1 to it. exp(2u) = inf gives 1, 0 gives -1.
-static float activation_tanh_abs(float u) {
+static float8 activation_tanh_abs(float8 u) {
     return 1.0f - 2.0f / (1.0f + exp(2.0f * u));
 }
 
@@ -21,16 +23,18 @@ static float activation_tanh_abs(float u) {
 #define ACTIVATION_GELU_K 0.7978845608028654f
 #define ACTIVATION_GELU_A 0.044715f
 
-static float activation_apply(int act, float z) {
+// The activation on eight lanes; every choice between lanes is a select, so
+// a lane's discarded formula may hold inf or NaN harmlessly.
+static float8 activation_apply(int act, float8 z) {
     switch (act) {
     case ACTIVATION_RELU: return fmax(z, 0.0f);
     case ACTIVATION_GELU: {
         // Beyond |z| = 10, GELU is z or 0 to f32 precision (|error| < 1e-36);
         // cutting there keeps a tanh that is a few ulp off at huge arguments
         // (PoCL's returns -1 + 2^-24 at -inf) from giving 1e30 * 2^-24.
-        if (fabs(z) > 10.0f) return z > 0.0f ? z : 0.0f;
-        float t = activation_tanh_abs(ACTIVATION_GELU_K * (z + ACTIVATION_GELU_A * z * z * z));
-        return 0.5f * z * (1.0f + t);
+        float8 t = activation_tanh_abs(ACTIVATION_GELU_K * (z + ACTIVATION_GELU_A * z * z * z));
+        float8 cut = select((float8)0.0f, z, z > 0.0f);
+        return select(0.5f * z * (1.0f + t), cut, fabs(z) > 10.0f);
     }
     case ACTIVATION_SIGMOID: return 1.0f / (1.0f + exp(-z));
     case ACTIVATION_TANH: return tanh(z);
@@ -38,64 +42,106 @@ static float activation_apply(int act, float z) {
     }
 }
 
+// Lane masks of s > 0 and |s| > c (c >= 0) computed on the bits, false for
+// NaN as the float compares are: s comes straight from a load here, and LLVM
+// turns a float compare of a loaded f16 value into a scalar one (common.cl).
+static int8 activation_positive(float8 s) {
+    int8 b = as_int8(s);
+    return (b > 0) & (b <= 0x7f800000);
+}
+static int8 activation_abs_greater(float8 s, float c) {
+    uint8 u = as_uint8(s) & 0x7fffffffu;
+    return (u > as_uint(c)) & (u <= 0x7f800000u);
+}
+
 // The derivative from what the forward saved (see mpcl_activation_saved):
 // the output y for relu, sigmoid and tanh, the pre-activation z for GELU.
-static float activation_grad(int act, float s) {
+static float8 activation_grad(int act, float8 s) {
     switch (act) {
-    case ACTIVATION_RELU: return s > 0.0f ? 1.0f : 0.0f;
+    case ACTIVATION_RELU: return select((float8)0.0f, (float8)1.0f, activation_positive(s));
     case ACTIVATION_GELU: {
         // Beyond |z| = 10 the derivative is 0 or 1 to f32 precision, and the
         // formula would compute 0 * inf = NaN once z^2 overflows.
-        if (fabs(s) > 10.0f) return s > 0.0f ? 1.0f : 0.0f;
-        float z2 = s * s;
-        float t = activation_tanh_abs(ACTIVATION_GELU_K * s * (1.0f + ACTIVATION_GELU_A * z2));
-        return 0.5f * (1.0f + t) +
-               0.5f * s * (1.0f - t * t) * ACTIVATION_GELU_K * (1.0f + 3.0f * ACTIVATION_GELU_A * z2);
+        float8 z2 = s * s;
+        float8 t = activation_tanh_abs(ACTIVATION_GELU_K * s * (1.0f + ACTIVATION_GELU_A * z2));
+        float8 g = 0.5f * (1.0f + t) + 0.5f * s * (1.0f - t * t) * ACTIVATION_GELU_K *
+                                           (1.0f + 3.0f * ACTIVATION_GELU_A * z2);
+        float8 cut = select((float8)0.0f, (float8)1.0f, activation_positive(s));
+        return select(g, cut, activation_abs_greater(s, 10.0f));
     }
     case ACTIVATION_SIGMOID: return s * (1.0f - s);
     case ACTIVATION_TANH: return 1.0f - s * s;
-    default: return 1.0f;
+    default: return (float8)1.0f;
     }
 }
 
 // One kernel per activation (and per "also write z"), made by the macros
-// below: with the activation a compile-time constant the switch folds away and
-// PoCL vectorizes the loop over work-items; with the activation as a runtime
-// argument it ran scalar (relu forward/backward on 16 MB: 0.6x/0.8x memcpy in
-// f32 and 0.06x in f16, against 1.4x and 0.4x specialized).
+// below: with the activation a compile-time constant the switch folds away.
+// With the activation as a runtime argument it ran scalar (relu
+// forward/backward on 16 MB: 0.6x/0.8x memcpy in f32 and 0.06x in f16,
+// against 1.4x and 0.4x specialized, one element per item).
+//
+// And two of each on the width: PART 0 for a row length (forward, bias
+// gradient) or element count (backward) that is a multiple of 8, vectors
+// only; PART 1 (the names without _v8) for any, the last item of a row or of
+// the tensor taking the n % 8 left element by element. The tail code alone,
+// never run, slowed the f16 vector path of the same kernel 1.5-2x on PoCL
+// (f16 bias+relu forward 1281 -> 768 us, bias gradient 1039 -> 605 us), so
+// the host picks _v8 whenever it can.
 
-// out[b,j] = act(in[b,j] + bias[j]) over a (cols, rows) range, so the bias
-// index is the first id (no division); the _z kernels also write z[b,j] =
-// in[b,j] + bias[j]. out may alias in.
-#define ACTIVATION_FORWARD(NAME, ACT, WRITE_Z)                                          \
-    __kernel void NAME(__global storage_t *out, __global storage_t *z,                 \
-                       __global const storage_t *in, __global const float *bias,       \
-                       uint cols, uint rows) {                                         \
-        uint j = get_global_id(0), b = get_global_id(1);                               \
-        if (j >= cols || b >= rows) return;                                            \
-        size_t i = (size_t)b * cols + j;                                               \
-        float v = LOAD(in, i) + bias[j];                                               \
-        if (WRITE_Z) STORE(z, i, v);                                                   \
-        STORE(out, i, activation_apply((ACT), v));                                     \
+// out[b,j] = act(in[b,j] + bias[j]) over a (ceil(cols / 8), rows) range:
+// each item takes eight columns of one row, so the bias index needs no
+// division. The _z kernels also write z[b,j] = in[b,j] + bias[j]. out may
+// alias in (each item reads its elements before it writes them).
+#define ACTIVATION_FORWARD(NAME, ACT, WRITE_Z, PART)                                           \
+    __kernel void NAME(__global storage_t *out, __global storage_t *z,                        \
+                       __global const storage_t *in, __global const float *bias, uint cols,   \
+                       uint rows) {                                                           \
+        size_t j = get_global_id(0) * 8, b = get_global_id(1);                                \
+        if (j >= cols || b >= rows) return;                                                   \
+        size_t i = b * cols + j;                                                              \
+        if (!(PART) || cols - j >= 8) {                                                       \
+            float8 v = LOAD8(in, i) + LOAD_FLOAT8(bias, j);                                   \
+            if (WRITE_Z) STORE8(z, i, v);                                                     \
+            STORE8(out, i, activation_apply((ACT), v));                                       \
+        } else {                                                                              \
+            uint n = (uint)(cols - j);                                                        \
+            float8 v = LOAD8_PART(in, i, n) + LOAD8_PART_WITH(LOAD_FLOAT, bias, j, n);        \
+            if (WRITE_Z) STORE8_PART(z, i, n, v);                                             \
+            STORE8_PART(out, i, n, activation_apply((ACT), v));                               \
+        }                                                                                     \
     }
 
-// d_pre[i] = d_out[i] * act'(saved[i]) for i < n. Identity does not read
-// saved. d_pre may alias d_out.
-#define ACTIVATION_BACKWARD(NAME, ACT)                                                  \
-    __kernel void NAME(__global storage_t *d_pre, __global const storage_t *d_out,     \
-                       __global const storage_t *saved, uint n) {                      \
-        uint i = get_global_id(0);                                                     \
-        if (i >= n) return;                                                            \
-        float g = (ACT) == ACTIVATION_IDENTITY ? 1.0f : activation_grad((ACT), LOAD(saved, i)); \
-        STORE(d_pre, i, LOAD(d_out, i) * g);                                           \
+// d_pre[i] = d_out[i] * act'(saved[i]) for i < n, eight per item over
+// ceil(n / 8) items. Identity does not read saved. d_pre may alias d_out.
+#define ACTIVATION_BACKWARD(NAME, ACT, PART)                                                    \
+    __kernel void NAME(__global storage_t *d_pre, __global const storage_t *d_out,             \
+                       __global const storage_t *saved, uint n) {                              \
+        size_t i = get_global_id(0) * 8;                                                       \
+        if (i >= n) return;                                                                    \
+        if (!(PART) || n - i >= 8) {                                                           \
+            float8 g = (ACT) == ACTIVATION_IDENTITY ? (float8)1.0f                             \
+                                                    : activation_grad((ACT), LOAD8(saved, i)); \
+            STORE8(d_pre, i, LOAD8(d_out, i) * g);                                             \
+        } else {                                                                               \
+            uint r = (uint)(n - i);                                                            \
+            float8 g = (ACT) == ACTIVATION_IDENTITY                                            \
+                           ? (float8)1.0f                                                      \
+                           : activation_grad((ACT), LOAD8_PART(saved, i, r));                  \
+            STORE8_PART(d_pre, i, r, LOAD8_PART(d_out, i, r) * g);                             \
+        }                                                                                      \
     }
 
 // Names: mpcl_bias_act_forward_<act>, mpcl_bias_act_forward_z_<act>,
-// mpcl_bias_act_backward_<act>, <act> as mpcl_activation_name() spells it.
-#define ACTIVATION_KERNELS(NAME, ACT)                             \
-    ACTIVATION_FORWARD(mpcl_bias_act_forward_##NAME, ACT, 0)      \
-    ACTIVATION_FORWARD(mpcl_bias_act_forward_z_##NAME, ACT, 1)    \
-    ACTIVATION_BACKWARD(mpcl_bias_act_backward_##NAME, ACT)
+// mpcl_bias_act_backward_<act>, <act> as mpcl_activation_name() spells it,
+// and each of them with _v8 appended.
+#define ACTIVATION_KERNELS(NAME, ACT)                                     \
+    ACTIVATION_FORWARD(mpcl_bias_act_forward_##NAME, ACT, 0, 1)           \
+    ACTIVATION_FORWARD(mpcl_bias_act_forward_z_##NAME, ACT, 1, 1)         \
+    ACTIVATION_BACKWARD(mpcl_bias_act_backward_##NAME, ACT, 1)            \
+    ACTIVATION_FORWARD(mpcl_bias_act_forward_##NAME##_v8, ACT, 0, 0)      \
+    ACTIVATION_FORWARD(mpcl_bias_act_forward_z_##NAME##_v8, ACT, 1, 0)    \
+    ACTIVATION_BACKWARD(mpcl_bias_act_backward_##NAME##_v8, ACT, 0)
 
 ACTIVATION_KERNELS(identity, ACTIVATION_IDENTITY)
 ACTIVATION_KERNELS(relu, ACTIVATION_RELU)
@@ -103,20 +149,78 @@ ACTIVATION_KERNELS(gelu, ACTIVATION_GELU)
 ACTIVATION_KERNELS(sigmoid, ACTIVATION_SIGMOID)
 ACTIVATION_KERNELS(tanh, ACTIVATION_TANH)
 
-// d_bias[j] = sum over rows of d_pre[b * cols + j], one work-item per column
-// summing in row order: deterministic, no atomics, and neighbouring items read
-// neighbouring addresses. The barrier in the row loop does no synchronizing
-// work; it makes PoCL run the work-items of a group inside each row step
-// (a vectorized, contiguous read of the row) instead of walking one column
-// at a time down a 4-KB stride (10x slower). Every item reaches it: the range
-// check is inside.
-__kernel void mpcl_bias_grad(__global storage_t *d_bias, __global const storage_t *d_pre, uint rows,
-                             uint cols) {
-    uint j = get_global_id(0);
-    float s = 0.0f;
-    for (uint b = 0; b < rows; b++) {
-        if (j < cols) s += LOAD(d_pre, (size_t)b * cols + j);
-        barrier(CLK_LOCAL_MEM_FENCE);
+// The bias gradient's shape; src/compute/ops.c launches with the same values.
+// Each item sums 32 columns (four float8 accumulators, named: an array of
+// them lived in memory on PoCL) over one of BIAS_GRAD_PARTS row blocks; a
+// group of BIAS_GRAD_PARTS items (one column block) adds its partial sums in
+// local memory.
+#define BIAS_GRAD_COLS MPCL_ABI_BIAS_GRAD_COLS
+#define BIAS_GRAD_PARTS MPCL_ABI_BIAS_GRAD_PARTS
+
+// In the last column block (fewer than 32 columns left): adds row b's
+// columns J .. J+7 of d_pre to S, those from cols on left out (with PART;
+// without it, cols is a multiple of 8 and a vector is all in or all out).
+#define BIAS_GRAD_ADD(S, J, PART)                                                      \
+    if ((J) < cols && (!(PART) || cols - (J) >= 8)) S += LOAD8(d_pre, b * cols + (J));  \
+    else if ((PART) && (J) < cols) S += LOAD8_PART(d_pre, b * cols + (J), (uint)(cols - (J)));
+#define BIAS_GRAD_STORE(OUT_STORE8, OUT_STORE, T, J, PART)                  \
+    if ((J) < cols && (!(PART) || cols - (J) >= 8)) OUT_STORE8(d_bias, (J), T); \
+    else if ((PART) && (J) < cols)                                          \
+        STORE8_PART_WITH(OUT_STORE, d_bias, (J), (uint)(cols - (J)), T);
+
+// d_bias[j] = sum over b of d_pre[b * cols + j], in f32, rounded once at the
+// store: into the storage dtype (mpcl_bias_grad) or kept f32
+// (mpcl_bias_grad_f32); _v8 for cols a multiple of 8. Range (ceil(cols / 32),
+// BIAS_GRAD_PARTS), groups (1, BIAS_GRAD_PARTS): item p of a group sums rows
+// [p * ceil(rows / P), (p + 1) * ceil(rows / P)) in row order for its 32
+// columns (a 128-byte f32 or 64-byte f16 run of each row), then item 0 adds
+// the P partial sums in order p = 0, 1, ...: a fixed order for a given shape,
+// so the result is deterministic, with no atomics. Columns from cols on are
+// neither read nor written.
+#define BIAS_GRAD_KERNEL(NAME, OUT_T, OUT_STORE8, OUT_STORE, PART)                            \
+    __kernel __attribute__((reqd_work_group_size(1, BIAS_GRAD_PARTS, 1))) void NAME(          \
+        __global OUT_T *d_bias, __global const storage_t *d_pre, uint rows, uint cols) {      \
+        __local float8 partial[4][BIAS_GRAD_PARTS];                                           \
+        size_t j0 = get_global_id(0) * BIAS_GRAD_COLS;                                        \
+        uint p = (uint)get_local_id(1);                                                       \
+        uint per = (rows + BIAS_GRAD_PARTS - 1) / BIAS_GRAD_PARTS;                            \
+        size_t b0 = min((size_t)p * per, (size_t)rows), b1 = min(b0 + per, (size_t)rows);     \
+        float8 s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;                                    \
+        if (j0 < cols && cols - j0 >= BIAS_GRAD_COLS) {                                       \
+            for (size_t b = b0; b < b1; b++) {                                                \
+                size_t i = b * cols + j0;                                                     \
+                s0 += LOAD8(d_pre, i);                                                        \
+                s1 += LOAD8(d_pre, i + 8);                                                    \
+                s2 += LOAD8(d_pre, i + 16);                                                   \
+                s3 += LOAD8(d_pre, i + 24);                                                   \
+            }                                                                                 \
+        } else if (j0 < cols) {                                                               \
+            for (size_t b = b0; b < b1; b++) {                                                \
+                BIAS_GRAD_ADD(s0, j0, PART)                                                   \
+                BIAS_GRAD_ADD(s1, j0 + 8, PART)                                               \
+                BIAS_GRAD_ADD(s2, j0 + 16, PART)                                              \
+                BIAS_GRAD_ADD(s3, j0 + 24, PART)                                              \
+            }                                                                                 \
+        }                                                                                     \
+        partial[0][p] = s0;                                                                   \
+        partial[1][p] = s1;                                                                   \
+        partial[2][p] = s2;                                                                   \
+        partial[3][p] = s3;                                                                   \
+        barrier(CLK_LOCAL_MEM_FENCE);                                                         \
+        if (p != 0 || j0 >= cols) return;                                                     \
+        for (uint q = 1; q < BIAS_GRAD_PARTS; q++) {                                          \
+            s0 += partial[0][q];                                                              \
+            s1 += partial[1][q];                                                              \
+            s2 += partial[2][q];                                                              \
+            s3 += partial[3][q];                                                              \
+        }                                                                                     \
+        BIAS_GRAD_STORE(OUT_STORE8, OUT_STORE, s0, j0, PART)                                  \
+        BIAS_GRAD_STORE(OUT_STORE8, OUT_STORE, s1, j0 + 8, PART)                              \
+        BIAS_GRAD_STORE(OUT_STORE8, OUT_STORE, s2, j0 + 16, PART)                             \
+        BIAS_GRAD_STORE(OUT_STORE8, OUT_STORE, s3, j0 + 24, PART)                             \
     }
-    if (j < cols) STORE(d_bias, j, s);
-}
+
+BIAS_GRAD_KERNEL(mpcl_bias_grad, storage_t, STORE8, STORE, 1)
+BIAS_GRAD_KERNEL(mpcl_bias_grad_f32, float, STORE_FLOAT8, STORE_FLOAT, 1)
+BIAS_GRAD_KERNEL(mpcl_bias_grad_v8, storage_t, STORE8, STORE, 0)
+BIAS_GRAD_KERNEL(mpcl_bias_grad_f32_v8, float, STORE_FLOAT8, STORE_FLOAT, 0)

@@ -86,3 +86,88 @@ typedef float storage_t;
 #else
 #error "build with -DMPCL_STORAGE_F32, -DMPCL_STORAGE_F16 or -DMPCL_STORAGE_BF16"
 #endif
+
+// ---- Eight elements at a time (the elementwise kernels and the bias gradient) ----
+//
+// PoCL 3.1 (pthread, haswell) did not vectorize these kernels across
+// work-items: a plain f32 copy with one element per work-item ran at 0.27x
+// host memcpy, with a float4 per item at 1.07x. So the elementwise kernels
+// take eight elements per work-item. f16 goes through the vector builtins
+// vload_half8 / vstore_half8_rte (OpenCL 1.2 core, no cl_khr_fp16): unlike
+// the scalar vstore_half_rte, which PoCL runs as a library call, these
+// compile to one conversion instruction per eight elements there (vcvtph2ps /
+// vcvtps2ph). A float8 form of the integer conversions above (bit-exact
+// against them on all 2^32 floats; not kept) ran 2-3x slower in one A/B run:
+// f16 bias+relu forward 0.57x against 1.37x memcpy, f16 bias gradient 0.29x
+// against 1.00x. The scalar LOAD/STORE above serve the tails.
+//
+// One LLVM habit to know: a float compare of a value that came straight from
+// vload_half8 against a constant is rewritten into a compare of halves, which
+// x86 has no vector instruction for, and comes out as eight scalar
+// conversions and branches (relu backward in f16: 0.26x memcpy against 1.2x).
+// Kernels compare such values on their bits (see activation_grad).
+
+// float8 at any 4-byte-aligned address: vload8/vstore8 of float came out as
+// four 8-byte moves on PoCL; a 4-byte-aligned float8 is one unaligned vector
+// move (and still correct where a device splits it).
+typedef float8 __attribute__((aligned(4))) mpcl_float8_a4;
+
+#define LOAD_HALF8(p, i) vload_half8(0, (__global const half *)(p) + (i))
+#define STORE_HALF8(p, i, v) vstore_half8_rte((v), 0, (__global half *)(p) + (i))
+#define LOAD_FLOAT8(p, i) (*(__global const mpcl_float8_a4 *)((__global const float *)(p) + (i)))
+#define STORE_FLOAT8(p, i, v) (*(__global mpcl_float8_a4 *)((__global float *)(p) + (i)) = (v))
+
+// LOAD8(p, i): p[i .. i+7] as float8; STORE8(p, i, v) stores them back. A
+// storage dtype without a vector form here goes element by element through
+// LOAD and STORE (correct, slower).
+#if defined(MPCL_STORAGE_F16)
+#define LOAD8(p, i) LOAD_HALF8((p), (i))
+#define STORE8(p, i, v) STORE_HALF8((p), (i), (v))
+#elif defined(MPCL_STORAGE_F32)
+#define LOAD8(p, i) LOAD_FLOAT8((p), (i))
+#define STORE8(p, i, v) STORE_FLOAT8((p), (i), (v))
+#else
+#define LOAD8(p, i)                                                             \
+    ((float8)(LOAD((p), (i)), LOAD((p), (i) + 1), LOAD((p), (i) + 2),           \
+              LOAD((p), (i) + 3), LOAD((p), (i) + 4), LOAD((p), (i) + 5),       \
+              LOAD((p), (i) + 6), LOAD((p), (i) + 7)))
+#define STORE8(p, i, v)                    \
+    do {                                   \
+        float8 store8_v_ = (v);            \
+        STORE((p), (i), store8_v_.s0);     \
+        STORE((p), (i) + 1, store8_v_.s1); \
+        STORE((p), (i) + 2, store8_v_.s2); \
+        STORE((p), (i) + 3, store8_v_.s3); \
+        STORE((p), (i) + 4, store8_v_.s4); \
+        STORE((p), (i) + 5, store8_v_.s5); \
+        STORE((p), (i) + 6, store8_v_.s6); \
+        STORE((p), (i) + 7, store8_v_.s7); \
+    } while (0)
+#endif
+
+// The tail of a row or a tensor: the n elements p[i .. i+n-1], 1 <= n < 8,
+// one by one through a scalar load or store macro LD/ST (LOAD/STORE,
+// LOAD_HALF/STORE_HALF, LOAD_FLOAT/STORE_FLOAT). LOAD8_PART fills the lanes
+// from n on with p[i + n - 1] (in range; never stored), STORE8_PART stores
+// lanes 0 .. n-1 only. No private array: PoCL gives each one a per-group copy
+// in memory.
+#define LOAD_FLOAT(p, i) (((__global const float *)(p))[(i)])
+#define STORE_FLOAT(p, i, v) (((__global float *)(p))[(i)] = (v))
+#define LOAD8_PART_WITH(LD, p, i, n)                                             \
+    ((float8)(LD((p), (i)), LD((p), (i) + min(1u, (n) - 1u)),                     \
+              LD((p), (i) + min(2u, (n) - 1u)), LD((p), (i) + min(3u, (n) - 1u)), \
+              LD((p), (i) + min(4u, (n) - 1u)), LD((p), (i) + min(5u, (n) - 1u)), \
+              LD((p), (i) + min(6u, (n) - 1u)), LD((p), (i) + (n) - 1u)))
+#define STORE8_PART_WITH(ST, p, i, n, v)              \
+    do {                                              \
+        float8 store8_v_ = (v);                       \
+        ST((p), (i), store8_v_.s0);                   \
+        if ((n) > 1u) ST((p), (i) + 1, store8_v_.s1); \
+        if ((n) > 2u) ST((p), (i) + 2, store8_v_.s2); \
+        if ((n) > 3u) ST((p), (i) + 3, store8_v_.s3); \
+        if ((n) > 4u) ST((p), (i) + 4, store8_v_.s4); \
+        if ((n) > 5u) ST((p), (i) + 5, store8_v_.s5); \
+        if ((n) > 6u) ST((p), (i) + 6, store8_v_.s6); \
+    } while (0)
+#define LOAD8_PART(p, i, n) LOAD8_PART_WITH(LOAD, (p), (i), (n))
+#define STORE8_PART(p, i, n, v) STORE8_PART_WITH(STORE, (p), (i), (n), (v))

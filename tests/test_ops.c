@@ -16,9 +16,13 @@ typedef struct shape {
 } shape;
 
 /* 128x784 and 128x128 are the MLP's layers; 7, 33 and 130 are not multiples
- * of any work-group size. Slow implementations stop before the big ones. */
-static const shape shapes[] = {{1, 1}, {7, 33}, {33, 7}, {130, 10}, {128, 128}, {128, 784}};
-static const size_t slow_shapes = 4;
+ * of any work-group size. The kernels take eight elements per work-item and
+ * have a variant for rows (or tensors) of whole vectors: 9x16, 128x128 and
+ * 128x784 run it, the others the element-by-element tails. Slow
+ * implementations stop before the big ones. */
+static const shape shapes[] = {{1, 1},  {7, 33},    {33, 7},   {130, 10},
+                               {9, 16}, {128, 128}, {128, 784}};
+static const size_t slow_shapes = 5;
 
 static const mpcl_dtype storages[] = {MPCL_DTYPE_F32, MPCL_DTYPE_F16, MPCL_DTYPE_BF16};
 #define NSTORAGES (sizeof storages / sizeof storages[0])
@@ -254,7 +258,8 @@ static void check_act_case(mpcl_context *ctx, tu_rng *r, mpcl_dtype dt, shape s,
     mpcl_tensor *t_out = make_poisoned(ctx, dt, s.rows, s.cols);
     mpcl_tensor *t_z = make_poisoned(ctx, dt, s.rows, s.cols);
     mpcl_tensor *t_dpre = make_poisoned(ctx, dt, s.rows, s.cols);
-    mpcl_tensor *t_dbias = make_poisoned(ctx, MPCL_DTYPE_F32, 1, s.cols);
+    mpcl_tensor *t_dbias = make_poisoned(ctx, dt, 1, s.cols);
+    mpcl_tensor *t_dbias32 = make_poisoned(ctx, MPCL_DTYPE_F32, 1, s.cols);
 
     double *din = to_double(in, n), *dbias = to_double(bias, s.cols), *ddout = to_double(d_out, n);
     double *want = malloc(n * sizeof *want), *zref = malloc(n * sizeof *zref);
@@ -292,8 +297,11 @@ static void check_act_case(mpcl_context *ctx, tu_rng *r, mpcl_dtype dt, shape s,
     assert_true(tu_check_close(what, dpre, dpre_ref, n, back_abs, 8e-6 + st_rel,
                                norm_tol(back_abs, 8e-6 + st_rel, dpre_ref, n)));
 
-    /* The bias gradient of what the device wrote: f32 sums of `rows` terms,
-     * error <= rows * 2^-24 * sum |x| per column. */
+    /* The bias gradient of what the device wrote: f32 sums of `rows` terms
+     * (in any order), error <= rows * 2^-24 * sum |x| per column. In the
+     * storage dtype: that sum rounded once more, 2^-11 relative in f16 (of
+     * the f32 sum, so of |want| + eb) and 2^-25 absolute below f16's normal
+     * range; |sum| <= 2 * 130 here, far from f16's overflow. */
     double *dd = to_double(dpre, n), *dbias_ref = malloc(s.cols * sizeof *dbias_ref);
     ref_bias_grad(dbias_ref, dd, s.rows, s.cols);
     double col_abs = 0;
@@ -303,12 +311,19 @@ static void check_act_case(mpcl_context *ctx, tu_rng *r, mpcl_dtype dt, shape s,
         col_abs = fmax(col_abs, a);
     }
     TU_ASSERT_OK(mpcl_bias_grad(ctx, t_dbias, t_dpre));
-    float *db = download(t_dbias);
+    TU_ASSERT_OK(mpcl_bias_grad(ctx, t_dbias32, t_dpre));
+    float *db = download(t_dbias), *db32 = download(t_dbias32);
+    double eb = (double)s.rows * 0x1p-24 * col_abs;
+    double gb_abs = eb * (1 + st_rel) + st_abs;
     snprintf(what, sizeof what, "bias grad %s %s %zux%zu", mpcl_activation_name(act), dname(dt),
              s.rows, s.cols);
-    double eb = (double)s.rows * 0x1p-24 * col_abs;
+    assert_true(tu_check_close(what, db, dbias_ref, s.cols, gb_abs, st_rel,
+                               norm_tol(gb_abs, st_rel, dbias_ref, s.cols)));
+    /* Into an f32 d_bias: the f32 sum itself. */
+    snprintf(what, sizeof what, "bias grad %s %s -> f32 %zux%zu", mpcl_activation_name(act),
+             dname(dt), s.rows, s.cols);
     assert_true(
-        tu_check_close(what, db, dbias_ref, s.cols, eb, 0, norm_tol(eb, 0, dbias_ref, s.cols)));
+        tu_check_close(what, db32, dbias_ref, s.cols, eb, 0, norm_tol(eb, 0, dbias_ref, s.cols)));
 
     /* The plain forward, in place (out = pre_in), gives the same output. */
     TU_ASSERT_OK(mpcl_bias_act_forward(ctx, t_in, t_in, t_bias, act));
@@ -317,6 +332,7 @@ static void check_act_case(mpcl_context *ctx, tu_rng *r, mpcl_dtype dt, shape s,
 
     free(inplace);
     free(db);
+    free(db32);
     free(dbias_ref);
     free(dd);
     free(dpre);
@@ -331,7 +347,7 @@ static void check_act_case(mpcl_context *ctx, tu_rng *r, mpcl_dtype dt, shape s,
     free(in);
     free(d_out);
     free(bias);
-    mpcl_tensor *all[] = {t_in, t_bias, t_dout, t_out, t_z, t_dpre, t_dbias};
+    mpcl_tensor *all[] = {t_in, t_bias, t_dout, t_out, t_z, t_dpre, t_dbias, t_dbias32};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) mpcl_tensor_destroy(all[i]);
 }
 
@@ -384,6 +400,140 @@ static void test_act_extremes(void **state) {
         free(g);
         mpcl_tensor *all[] = {in, bias, d_out, out, z, d_pre};
         for (size_t i = 0; i < 6; i++) mpcl_tensor_destroy(all[i]);
+    }
+    mpcl_context_destroy(ctx);
+}
+
+/* ---- the bias gradient at its edges ---- */
+
+/* Columns with special sums, then random ones: d_bias in the storage dtype
+ * must be the f32 sum rounded once (inf where an f16 sum overflows, NaN where
+ * a NaN or inf - inf enters), and in f32 the sum itself. 40 rows split into
+ * parts of 3 (the last ones empty); 1 row: every part but the first empty.
+ * 45 columns: one block of 32, then 8 + 5 (a whole vector and a part); 40:
+ * 32 + 8, the kernel for whole vectors with a short last block. */
+enum { EDGE_COLS_MAX = 45 };
+static void check_bias_grad_edges(mpcl_context *ctx, tu_rng *r, mpcl_dtype dt, size_t rows,
+                                  size_t cols) {
+    const size_t n = rows * cols;
+    float *x = malloc(n * sizeof *x);
+    for (size_t i = 0; i < n; i++) x[i] = stored(dt, (float)tu_uniform(r, -2, 2));
+    for (size_t b = 0; b < rows; b++) {
+        float *row = x + b * cols;
+        row[0] = 1;
+        row[1] = b == rows - 1 ? INFINITY : 1;
+        row[2] = b == rows / 2 ? NAN : 1;
+        row[3] = b == 0 ? INFINITY : b == rows - 1 ? -INFINITY : 0;
+        row[4] = 60000; /* 40 * 60000 overflows f16 */
+        row[5] = -60000;
+        row[6] = b == 0 ? 65504 : b == rows - 1 ? 16 : 0; /* 65520: f16 rounds to inf */
+        row[7] = 0x1p-24f;                                /* an f16 subnormal sum */
+        row[8] = b == 0 ? 1000 : b == rows - 1 ? -1000 : 0.5f;
+    }
+    mpcl_tensor *t_x = make_from(ctx, dt, rows, cols, x);
+    mpcl_tensor *t_db = make_poisoned(ctx, dt, 1, cols);
+    mpcl_tensor *t_db32 = make_poisoned(ctx, MPCL_DTYPE_F32, 1, cols);
+    TU_ASSERT_OK(mpcl_bias_grad(ctx, t_db, t_x));
+    TU_ASSERT_OK(mpcl_bias_grad(ctx, t_db32, t_x));
+    float *db = download(t_db), *db32 = download(t_db32);
+
+    double *xd = to_double(x, n), want[EDGE_COLS_MAX], want_st[EDGE_COLS_MAX];
+    ref_bias_grad(want, xd, rows, cols);
+    double col_abs = 0;
+    for (size_t j = 0; j < cols; j++) {
+        double a = 0;
+        for (size_t b = 0; b < rows; b++)
+            a += isfinite(xd[b * cols + j]) ? fabs(xd[b * cols + j]) : 0;
+        col_abs = fmax(col_abs, a);
+        /* The storage rounding's overflow is exact: an f16 sum beyond
+         * 65520 (or at it, a tie to the even inf) is inf. */
+        want_st[j] = want[j];
+        if (dt == MPCL_DTYPE_F16 && isfinite(want[j])) {
+            double rounded = (double)mpcl_f16_to_f32(mpcl_f64_to_f16(want[j]));
+            if (isinf(rounded)) want_st[j] = rounded;
+        }
+    }
+    /* As in check_act_case: f32 summation error, then one storage rounding. */
+    const bool f16 = dt == MPCL_DTYPE_F16;
+    double eb = (double)rows * 0x1p-24 * col_abs, rel = f16 ? 0x1p-11 : 0;
+    double abs_tol = eb * (1 + rel) + (f16 ? 0x1p-25 : 0);
+    char what[96];
+    snprintf(what, sizeof what, "bias grad edges %s %zux%zu", dname(dt), rows, cols);
+    /* Columns 4-6 hold |sums| up to 2.4e6 beside small ones; the normalized
+     * check adds nothing to the elementwise one here. */
+    assert_true(tu_check_close(what, db, want_st, cols, abs_tol, rel, INFINITY));
+    snprintf(what, sizeof what, "bias grad edges %s -> f32 %zux%zu", dname(dt), rows, cols);
+    assert_true(tu_check_close(what, db32, want, cols, eb, 0, INFINITY));
+    if (f16 && rows > 1) {
+        assert_true(isinf(db[4]) && db[4] > 0);
+        assert_true(isinf(db[5]) && db[5] < 0);
+        assert_true(isinf(db[6]) && db[6] > 0);
+        assert_true((double)db[7] == 0x1p-24 * (double)rows);
+    }
+
+    free(db);
+    free(db32);
+    free(xd);
+    free(x);
+    mpcl_tensor_destroy(t_x);
+    mpcl_tensor_destroy(t_db);
+    mpcl_tensor_destroy(t_db32);
+}
+
+static void test_bias_grad_edges(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    tu_rng r = tu_rng_make(seed_now("bias_grad_edges"));
+    for (size_t d = 0; d < 2; d++) {
+        check_bias_grad_edges(ctx, &r, storages[d], 40, 45);
+        check_bias_grad_edges(ctx, &r, storages[d], 1, 45);
+        check_bias_grad_edges(ctx, &r, storages[d], 40, 40);
+    }
+    mpcl_context_destroy(ctx);
+}
+
+/* ---- f16 through the vector and the element-by-element paths ---- */
+
+/* Every f16 bit pattern through the identity kernels with a zero bias, at a
+ * width that puts every element on the element-by-element tail path (7), one
+ * that puts them all on the float8 path (8), and one that mixes them (13):
+ * each load and store must be exact. Forward adds +0, which turns -0 into +0;
+ * backward multiplies by 1, which keeps every bit; NaN stays NaN. */
+static void test_f16_paths(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    const size_t widths[] = {7, 8, 13};
+    for (size_t w = 0; w < sizeof widths / sizeof widths[0]; w++) {
+        size_t cols = widths[w], rows = (65536 + cols - 1) / cols, n = rows * cols;
+        uint16_t *h = malloc(n * sizeof *h), *got = malloc(n * sizeof *got);
+        for (size_t i = 0; i < n; i++) h[i] = (uint16_t)i;
+        float *zero = calloc(cols, sizeof *zero);
+        mpcl_tensor *in = tu_tensor(ctx, MPCL_DTYPE_F16, rows, cols);
+        TU_ASSERT_OK(mpcl_tensor_upload_raw(in, h, n * sizeof *h));
+        mpcl_tensor *bias = make_from(ctx, MPCL_DTYPE_F32, 1, cols, zero);
+        mpcl_tensor *out = make_poisoned(ctx, MPCL_DTYPE_F16, rows, cols);
+        mpcl_tensor *back = make_poisoned(ctx, MPCL_DTYPE_F16, rows, cols);
+        TU_ASSERT_OK(mpcl_bias_act_forward(ctx, out, in, bias, MPCL_ACT_IDENTITY));
+        TU_ASSERT_OK(mpcl_bias_act_backward(ctx, back, in, NULL, MPCL_ACT_IDENTITY));
+        for (int pass = 0; pass < 2; pass++) {
+            TU_ASSERT_OK(mpcl_tensor_download_raw(pass ? back : out, got, n * sizeof *got));
+            for (size_t i = 0; i < n; i++) {
+                bool nan = (h[i] & 0x7c00) == 0x7c00 && (h[i] & 0x3ff) != 0;
+                uint16_t want = !pass && h[i] == 0x8000 ? 0 : h[i];
+                bool ok =
+                    nan ? (got[i] & 0x7c00) == 0x7c00 && (got[i] & 0x3ff) != 0 : got[i] == want;
+                if (!ok)
+                    fail_msg("%s width %zu: f16 0x%04x -> 0x%04x, want 0x%04x",
+                             pass ? "backward" : "forward", cols, h[i], got[i], want);
+            }
+        }
+        free(h);
+        free(got);
+        free(zero);
+        mpcl_tensor_destroy(in);
+        mpcl_tensor_destroy(bias);
+        mpcl_tensor_destroy(out);
+        mpcl_tensor_destroy(back);
     }
     mpcl_context_destroy(ctx);
 }
@@ -605,34 +755,43 @@ static void test_cast_edges(void **state) {
         0x1.8p-25f,     0x1p-14f,  0x1.ff8p-15f, 1 + 0x1p-11f, /* tie: to even (1) */
         1 + 0x1.8p-10f,                                        /* tie: to even (1 + 2^-9) */
         INFINITY,       -INFINITY, NAN,          3.14159265f,  -2.5e-6f};
-    const size_t n = sizeof edges / sizeof edges[0];
-    mpcl_tensor *src = make_from(ctx, MPCL_DTYPE_F32, 1, n, edges);
-    mpcl_tensor *h = make_poisoned(ctx, MPCL_DTYPE_F16, 1, n);
-    mpcl_tensor *back = make_poisoned(ctx, MPCL_DTYPE_F32, 1, n);
-    TU_ASSERT_OK(mpcl_cast(ctx, h, src));
-    TU_ASSERT_OK(mpcl_cast(ctx, back, h));
-    uint16_t *bits = malloc(n * sizeof *bits);
-    TU_ASSERT_OK(mpcl_tensor_download_raw(h, bits, n * sizeof *bits));
-    float *f = download(back);
-    for (size_t i = 0; i < n; i++) {
-        if (isnan(edges[i])) {
-            assert_true((bits[i] & 0x7c00) == 0x7c00 && (bits[i] & 0x3ff) != 0);
-            assert_true(isnan(f[i]));
-            continue;
+    const size_t count = sizeof edges / sizeof edges[0];
+    /* The casts take eight elements per work-item and the last n % 8 one by
+     * one: shifted by 0 .. 7 places, every edge value goes through several
+     * lanes of the float8 path and of the tail. */
+    for (size_t shift = 0; shift < 8; shift++) {
+        const size_t n = shift + count;
+        float x[8 + sizeof edges / sizeof edges[0]];
+        for (size_t i = 0; i < n; i++) x[i] = i < shift ? 1.0f : edges[i - shift];
+        mpcl_tensor *src = make_from(ctx, MPCL_DTYPE_F32, 1, n, x);
+        mpcl_tensor *h = make_poisoned(ctx, MPCL_DTYPE_F16, 1, n);
+        mpcl_tensor *back = make_poisoned(ctx, MPCL_DTYPE_F32, 1, n);
+        TU_ASSERT_OK(mpcl_cast(ctx, h, src));
+        TU_ASSERT_OK(mpcl_cast(ctx, back, h));
+        uint16_t *bits = malloc(n * sizeof *bits);
+        TU_ASSERT_OK(mpcl_tensor_download_raw(h, bits, n * sizeof *bits));
+        float *f = download(back);
+        for (size_t i = 0; i < n; i++) {
+            if (isnan(x[i])) {
+                assert_true((bits[i] & 0x7c00) == 0x7c00 && (bits[i] & 0x3ff) != 0);
+                assert_true(isnan(f[i]));
+                continue;
+            }
+            uint16_t want = mpcl_f64_to_f16(x[i]);
+            if (bits[i] != want)
+                fail_msg("cast %a (shift %zu) -> f16 0x%04x, want 0x%04x", (double)x[i], shift,
+                         bits[i], want);
+            float wf = mpcl_f16_to_f32(want);
+            if (memcmp(&f[i], &wf, sizeof wf) != 0)
+                fail_msg("cast back of 0x%04x = %a, want %a", want, (double)f[i], (double)wf);
         }
-        uint16_t want = mpcl_f64_to_f16(edges[i]);
-        if (bits[i] != want)
-            fail_msg("cast %a -> f16 0x%04x, want 0x%04x", (double)edges[i], bits[i], want);
-        float wf = mpcl_f16_to_f32(want);
-        if (memcmp(&f[i], &wf, sizeof wf) != 0)
-            fail_msg("cast back of 0x%04x = %a, want %a", want, (double)f[i], (double)wf);
+        free(bits);
+        free(f);
+        mpcl_tensor_destroy(src);
+        mpcl_tensor_destroy(h);
+        mpcl_tensor_destroy(back);
     }
     (void)f16_bits_of;
-    free(bits);
-    free(f);
-    mpcl_tensor_destroy(src);
-    mpcl_tensor_destroy(h);
-    mpcl_tensor_destroy(back);
     mpcl_context_destroy(ctx);
 }
 
@@ -929,7 +1088,8 @@ int main(void) {
         cmocka_unit_test(test_softmax_xent),     cmocka_unit_test(test_xent_overflow),
         cmocka_unit_test(test_xent_bad_label),   cmocka_unit_test(test_cast_edges),
         cmocka_unit_test(test_cast_all),         cmocka_unit_test(test_cast_bf16),
-        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_errors),           cmocka_unit_test(test_bias_grad_edges),
+        cmocka_unit_test(test_f16_paths),
     };
     return cmocka_run_group_tests_name("ops", tests, NULL, NULL);
 }

@@ -70,9 +70,13 @@ mpcl_status mpcl_bias_act_forward_z(mpcl_context *ctx, mpcl_tensor *out, mpcl_te
 mpcl_status mpcl_bias_act_backward(mpcl_context *ctx, mpcl_tensor *d_pre, const mpcl_tensor *d_out,
                                    const mpcl_tensor *saved, mpcl_activation act);
 
-/* d_bias[0,j] = sum over b of d_pre[b,j], accumulated in f32 in row order
- * (deterministic, no atomics); overwrites d_bias.
- * d_bias: [1, N] f32. d_pre: [B, N] f32, f16 or bf16. */
+/* d_bias[0,j] = sum over b of d_pre[b,j], accumulated in f32 and rounded
+ * once into d_bias's dtype at the store; overwrites d_bias. The order of the
+ * additions is fixed by the shape (blocks of rows summed in row order, then
+ * the blocks in order; no atomics), so the result is deterministic.
+ * d_pre: [B, N] in the storage dtype (f32, f16 or bf16). d_bias: [1, N] in d_pre's
+ * dtype, as every gradient (an f16 sum that overflows is +-inf, which loss
+ * scaling detects), or f32 (the sum unrounded). */
 mpcl_status mpcl_bias_grad(mpcl_context *ctx, mpcl_tensor *d_bias, const mpcl_tensor *d_pre);
 
 /* ---- softmax cross-entropy ---- */

@@ -20,6 +20,15 @@ _Static_assert(MPCL_ACT_IDENTITY == MPCL_ABI_ACT_IDENTITY && MPCL_ACT_RELU == MP
                    MPCL_ACT_GELU == MPCL_ABI_ACT_GELU && MPCL_ACT_SIGMOID == MPCL_ABI_ACT_SIGMOID &&
                    MPCL_ACT_TANH == MPCL_ABI_ACT_TANH && MPCL_ACT_COUNT == MPCL_ABI_ACT_COUNT,
                "enum mpcl_activation differs from the MPCL_ABI_ACT_* codes of cl/abi.h");
+/* Elements per work-item of the elementwise and cast kernels, and the bias
+ * gradient's blocks: cl/abi.h (the kernels' float8 and their group shape). */
+#define ELEMENTWISE_VEC MPCL_ABI_ELEMENTWISE_VEC
+#define BIAS_GRAD_COLS MPCL_ABI_BIAS_GRAD_COLS
+#define BIAS_GRAD_PARTS MPCL_ABI_BIAS_GRAD_PARTS
+
+static size_t ceil_div(size_t a, size_t b) {
+    return (a + b - 1) / b;
+}
 
 static const char *const activation_names[MPCL_ACT_COUNT] = {
     [MPCL_ACT_IDENTITY] = "identity", [MPCL_ACT_RELU] = "relu", [MPCL_ACT_GELU] = "gelu",
@@ -126,16 +135,23 @@ mpcl_status mpcl_bias_act_forward_z(mpcl_context *ctx, mpcl_tensor *out, mpcl_te
     TRY(check_shape(ctx, bias, 1, pre_in->cols, op, "bias"));
     TRY(check_count(ctx, pre_in, op));
 
-    /* One kernel per activation (cl/activation.cl says why). */
-    static const char *const plain[MPCL_ACT_COUNT] = {
-        "mpcl_bias_act_forward_identity", "mpcl_bias_act_forward_relu",
-        "mpcl_bias_act_forward_gelu", "mpcl_bias_act_forward_sigmoid",
-        "mpcl_bias_act_forward_tanh"};
-    static const char *const with_z[MPCL_ACT_COUNT] = {
-        "mpcl_bias_act_forward_z_identity", "mpcl_bias_act_forward_z_relu",
-        "mpcl_bias_act_forward_z_gelu", "mpcl_bias_act_forward_z_sigmoid",
-        "mpcl_bias_act_forward_z_tanh"};
-    const char *name = z ? with_z[act] : plain[act];
+    /* One kernel per activation, and _v8 when the rows are whole vectors
+     * (cl/activation.cl says why). */
+    static const char *const names[2][2][MPCL_ACT_COUNT] = {
+        {{"mpcl_bias_act_forward_identity", "mpcl_bias_act_forward_relu",
+          "mpcl_bias_act_forward_gelu", "mpcl_bias_act_forward_sigmoid",
+          "mpcl_bias_act_forward_tanh"},
+         {"mpcl_bias_act_forward_z_identity", "mpcl_bias_act_forward_z_relu",
+          "mpcl_bias_act_forward_z_gelu", "mpcl_bias_act_forward_z_sigmoid",
+          "mpcl_bias_act_forward_z_tanh"}},
+        {{"mpcl_bias_act_forward_identity_v8", "mpcl_bias_act_forward_relu_v8",
+          "mpcl_bias_act_forward_gelu_v8", "mpcl_bias_act_forward_sigmoid_v8",
+          "mpcl_bias_act_forward_tanh_v8"},
+         {"mpcl_bias_act_forward_z_identity_v8", "mpcl_bias_act_forward_z_relu_v8",
+          "mpcl_bias_act_forward_z_gelu_v8", "mpcl_bias_act_forward_z_sigmoid_v8",
+          "mpcl_bias_act_forward_z_tanh_v8"}},
+    };
+    const char *name = names[pre_in->cols % ELEMENTWISE_VEC == 0][z != NULL][act];
     cl_kernel k;
     TRY(mpcl__kernel(ctx, pre_in->dtype, name, &k));
     cl_uint cols = (cl_uint)pre_in->cols, rows = (cl_uint)pre_in->rows;
@@ -143,9 +159,10 @@ mpcl_status mpcl_bias_act_forward_z(mpcl_context *ctx, mpcl_tensor *out, mpcl_te
     cl_mem z_mem = z ? z->mem : out->mem;
     TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(out->mem), MPCL_ARG(z_mem), MPCL_ARG(pre_in->mem),
                        MPCL_ARG(bias->mem), MPCL_ARG(cols), MPCL_ARG(rows), MPCL_ARGS_END));
-    /* (cols, rows) so that the kernel needs no division for the bias index;
-     * the driver picks a group that divides the range exactly. */
-    return mpcl__launch_2d(ctx, k, name, cols, rows, NULL);
+    /* (column blocks of 8, rows) so that the kernel needs no division for
+     * the bias index; the driver picks a group that divides the range
+     * exactly. */
+    return mpcl__launch_2d(ctx, k, name, ceil_div(cols, ELEMENTWISE_VEC), rows, NULL);
 }
 
 mpcl_status mpcl_bias_act_forward(mpcl_context *ctx, mpcl_tensor *out, const mpcl_tensor *pre_in,
@@ -168,11 +185,15 @@ mpcl_status mpcl_bias_act_backward(mpcl_context *ctx, mpcl_tensor *d_pre, const 
     if (saved) TRY(check_shape(ctx, saved, d_out->rows, d_out->cols, op, "saved"));
     TRY(check_count(ctx, d_out, op));
 
-    static const char *const names[MPCL_ACT_COUNT] = {
-        "mpcl_bias_act_backward_identity", "mpcl_bias_act_backward_relu",
-        "mpcl_bias_act_backward_gelu", "mpcl_bias_act_backward_sigmoid",
-        "mpcl_bias_act_backward_tanh"};
-    const char *name = names[act];
+    static const char *const names[2][MPCL_ACT_COUNT] = {
+        {"mpcl_bias_act_backward_identity", "mpcl_bias_act_backward_relu",
+         "mpcl_bias_act_backward_gelu", "mpcl_bias_act_backward_sigmoid",
+         "mpcl_bias_act_backward_tanh"},
+        {"mpcl_bias_act_backward_identity_v8", "mpcl_bias_act_backward_relu_v8",
+         "mpcl_bias_act_backward_gelu_v8", "mpcl_bias_act_backward_sigmoid_v8",
+         "mpcl_bias_act_backward_tanh_v8"},
+    };
+    const char *name = names[(d_out->rows * d_out->cols) % ELEMENTWISE_VEC == 0][act];
     cl_kernel k;
     TRY(mpcl__kernel(ctx, d_out->dtype, name, &k));
     cl_uint n = (cl_uint)(d_out->rows * d_out->cols);
@@ -180,7 +201,7 @@ mpcl_status mpcl_bias_act_backward(mpcl_context *ctx, mpcl_tensor *d_pre, const 
     cl_mem saved_mem = saved ? saved->mem : d_out->mem;
     TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(d_pre->mem), MPCL_ARG(d_out->mem),
                        MPCL_ARG(saved_mem), MPCL_ARG(n), MPCL_ARGS_END));
-    return mpcl__launch_1d(ctx, k, name, n, ELEMENTWISE_WG);
+    return mpcl__launch_1d(ctx, k, name, ceil_div(n, ELEMENTWISE_VEC), ELEMENTWISE_WG);
 }
 
 mpcl_status mpcl_bias_grad(mpcl_context *ctx, mpcl_tensor *d_bias, const mpcl_tensor *d_pre) {
@@ -188,19 +209,26 @@ mpcl_status mpcl_bias_grad(mpcl_context *ctx, mpcl_tensor *d_bias, const mpcl_te
     TRY(check_present(ctx, d_bias, op, "d_bias"));
     TRY(check_present(ctx, d_pre, op, "d_pre"));
     TRY(check_storage(ctx, d_pre, op, "d_pre"));
-    TRY(check_dtype(ctx, d_bias, d_pre->dtype, op, "d_bias"));
+    if (d_bias->dtype != d_pre->dtype && d_bias->dtype != MPCL_DTYPE_F32)
+        return MPCL_ERROR(ctx, MPCL_ERR_DTYPE, "%s: d_bias is %s, want %s (as d_pre) or f32", op,
+                          mpcl_dtype_name(d_bias->dtype), mpcl_dtype_name(d_pre->dtype));
     TRY(check_shape(ctx, d_bias, 1, d_pre->cols, op, "d_bias"));
     TRY(check_count(ctx, d_pre, op));
 
+    /* The f32 output of an f16 d_pre has a kernel of its own (in the f32
+     * program both are the same kernel), and _v8 serves whole vectors. */
+    static const char *const names[2][2] = {{"mpcl_bias_grad", "mpcl_bias_grad_v8"},
+                                            {"mpcl_bias_grad_f32", "mpcl_bias_grad_f32_v8"}};
+    const char *name = names[d_bias->dtype != d_pre->dtype][d_pre->cols % ELEMENTWISE_VEC == 0];
     cl_kernel k;
-    TRY(mpcl__kernel(ctx, d_pre->dtype, "mpcl_bias_grad", &k));
+    TRY(mpcl__kernel(ctx, d_pre->dtype, name, &k));
     cl_uint rows = (cl_uint)d_pre->rows, cols = (cl_uint)d_pre->cols;
-    TRY(mpcl__set_args(ctx, k, "mpcl_bias_grad", MPCL_ARG(d_bias->mem), MPCL_ARG(d_pre->mem),
-                       MPCL_ARG(rows), MPCL_ARG(cols), MPCL_ARGS_END));
-    /* The kernel has a barrier, so every item of a group must run: the
-     * range is rounded up to the group and the kernel checks j < cols. A
-     * 10-column bias runs one group of 16. */
-    return mpcl__launch_1d(ctx, k, "mpcl_bias_grad", cols, cols < 32 ? 16 : 32);
+    TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(d_bias->mem), MPCL_ARG(d_pre->mem), MPCL_ARG(rows),
+                       MPCL_ARG(cols), MPCL_ARGS_END));
+    /* One group of BIAS_GRAD_PARTS items per block of 32 columns; the items
+     * split the rows. */
+    const size_t local[2] = {1, BIAS_GRAD_PARTS};
+    return mpcl__launch_2d(ctx, k, name, ceil_div(cols, BIAS_GRAD_COLS), BIAS_GRAD_PARTS, local);
 }
 
 /* ---- softmax cross-entropy ---- */
@@ -330,7 +358,16 @@ mpcl_status mpcl_cast(mpcl_context *ctx, mpcl_tensor *dst, const mpcl_tensor *sr
         [MPCL_DTYPE_BF16][MPCL_DTYPE_F16] = "mpcl_cast_f16_to_bf16",
         [MPCL_DTYPE_F16][MPCL_DTYPE_BF16] = "mpcl_cast_bf16_to_f16",
     };
-    const char *name = names[dst->dtype][src->dtype];
+    /* f32 <-> f16 of a multiple of 8 elements: the vector kernels. */
+    static const char *const names_v8[MPCL_DTYPE_COUNT][MPCL_DTYPE_COUNT] = {
+        [MPCL_DTYPE_F16][MPCL_DTYPE_F32] = "mpcl_cast_f32_to_f16_v8",
+        [MPCL_DTYPE_F32][MPCL_DTYPE_F16] = "mpcl_cast_f16_to_f32_v8",
+    };
+    /* f32 <-> f16 take ELEMENTWISE_VEC elements per work-item (their _v8 form
+     * for a multiple of it); the bf16 casts one. */
+    bool vec = names_v8[dst->dtype][src->dtype] != NULL;
+    bool v8 = vec && (src->rows * src->cols) % ELEMENTWISE_VEC == 0;
+    const char *name = v8 ? names_v8[dst->dtype][src->dtype] : names[dst->dtype][src->dtype];
     if (!name)
         return MPCL_ERROR(ctx, MPCL_ERR_DTYPE, "%s: no cast from %s to %s", op,
                           mpcl_dtype_name(src->dtype), mpcl_dtype_name(dst->dtype));
@@ -341,7 +378,7 @@ mpcl_status mpcl_cast(mpcl_context *ctx, mpcl_tensor *dst, const mpcl_tensor *sr
     cl_uint n = (cl_uint)(src->rows * src->cols);
     TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(dst->mem), MPCL_ARG(src->mem), MPCL_ARG(n),
                        MPCL_ARGS_END));
-    return mpcl__launch_1d(ctx, k, name, n, ELEMENTWISE_WG);
+    return mpcl__launch_1d(ctx, k, name, vec ? ceil_div(n, ELEMENTWISE_VEC) : n, ELEMENTWISE_WG);
 cleanup:
     return st;
 }
