@@ -47,61 +47,69 @@ __kernel void mpcl_optim_advance(__global uint *step, __global const uint *ls_st
         optim_step_state(step, step[MPCL_ABI_OPTIM_STEP_COUNT] + 1u, beta1, beta2);
 }
 
-// The update kernels are straight-line code per element, so that a CPU
-// runtime vectorizes them: no range check (the host launches exactly the
-// elements [base, base + global size); a guard `if (i >= n) return;` made
-// PoCL run the Adam update scalar, 5x slower), and a skipped step
-// (found_inf) computes the update and then stores the old values back (the
-// same bits: the working copy is always the master rounded) rather than
-// branching.
+// The update kernels are straight-line code, so that a CPU runtime
+// vectorizes them: no range check (the host launches exactly the elements it
+// wants; a guard `if (i >= n) return;` made PoCL run the Adam update scalar,
+// 5x slower), and a skipped step (found_inf) computes the update and then
+// stores the old values back (the same bits: the working copy is always the
+// master rounded) rather than branching. Each comes in two forms from one
+// body: eight elements per work-item (_v8: float8 arithmetic, and f16 through
+// vload_half8 / vstore_half8_rte, one conversion instruction per eight on
+// PoCL) for the whole groups, and one element per work-item for a tail.
+#define OPTIM_LOAD1(p, i) ((p)[(i)])
+#define OPTIM_STORE1(p, i, v) ((p)[(i)] = (v))
 
 // Adam and AdamW (decoupled != 0).
-__kernel void mpcl_optim_adam(__global float *master, __global float *m, __global float *v,
-                              __global storage_t *w, __global const storage_t *g, uint base,
-                              __global const float *scale, __global const uint *ls_state,
-                              __global const float *clip, __global const uint *step, float lr,
-                              float beta1, float beta2, float eps, float weight_decay,
-                              uint decoupled) {
-    uint i = base + get_global_id(0);
-    int skip = ls_state[MPCL_ABI_LS_FOUND_INF] != 0u;
-    float gscale = clip[MPCL_ABI_OPTIM_CLIP_FACTOR] / scale[0];
-    // Per work-group constants (a CPU runtime computes them once): one
-    // division and one square root per element, not three divisions.
-    float step_size = lr / as_float(step[MPCL_ABI_OPTIM_STEP_BC1]);
-    float inv_bc2 = 1.0f / as_float(step[MPCL_ABI_OPTIM_STEP_BC2]);
-    // Decoupled decay scales the weight; L2 adds to the gradient.
-    float x0 = master[i], m0 = m[i], v0 = v[i];
-    float x = decoupled ? x0 - lr * weight_decay * x0 : x0;
-    float gr = LOAD(g, i) * gscale;
-    gr = decoupled ? gr : gr + weight_decay * x0;
-    float mi = beta1 * m0 + (1.0f - beta1) * gr;
-    float vi = beta2 * v0 + (1.0f - beta2) * gr * gr;
-    x -= step_size * mi / (sqrt(vi * inv_bc2) + eps);
-    x = skip ? x0 : x;
-    m[i] = skip ? m0 : mi;
-    v[i] = skip ? v0 : vi;
-    master[i] = x;
-    STORE(w, i, x);
-}
+#define OPTIM_ADAM_KERNEL(NAME, T, N, LOADF, STOREF, LOADW, STOREW)                             \
+    __kernel void NAME(__global float *master, __global float *m, __global float *v,            \
+                       __global storage_t *w, __global const storage_t *g, uint base,           \
+                       __global const float *scale, __global const uint *ls_state,              \
+                       __global const float *clip, __global const uint *step, float lr,         \
+                       float beta1, float beta2, float eps, float weight_decay, uint decoupled) { \
+        uint i = base + N * (uint)get_global_id(0);                                             \
+        int skip = ls_state[MPCL_ABI_LS_FOUND_INF] != 0u;                                       \
+        float gscale = clip[MPCL_ABI_OPTIM_CLIP_FACTOR] / scale[0];                             \
+        /* Per work-group constants: one division and one square root per */                    \
+        /* element, not three divisions. */                                                      \
+        float step_size = lr / as_float(step[MPCL_ABI_OPTIM_STEP_BC1]);                         \
+        float inv_bc2 = 1.0f / as_float(step[MPCL_ABI_OPTIM_STEP_BC2]);                         \
+        /* Decoupled decay scales the weight; L2 adds to the gradient. */                       \
+        T x0 = LOADF(master, i), m0 = LOADF(m, i), v0 = LOADF(v, i);                            \
+        T x = decoupled ? x0 - lr * weight_decay * x0 : x0;                                     \
+        T gr = LOADW(g, i) * gscale;                                                            \
+        gr = decoupled ? gr : gr + weight_decay * x0;                                           \
+        T mi = beta1 * m0 + (1.0f - beta1) * gr;                                                \
+        T vi = beta2 * v0 + (1.0f - beta2) * gr * gr;                                           \
+        x -= step_size * mi / (sqrt(vi * inv_bc2) + eps);                                       \
+        x = skip ? x0 : x;                                                                      \
+        STOREF(m, i, skip ? m0 : mi);                                                           \
+        STOREF(v, i, skip ? v0 : vi);                                                           \
+        STOREF(master, i, x);                                                                   \
+        STOREW(w, i, x);                                                                        \
+    }
+OPTIM_ADAM_KERNEL(mpcl_optim_adam, float, 1, OPTIM_LOAD1, OPTIM_STORE1, LOAD, STORE)
+OPTIM_ADAM_KERNEL(mpcl_optim_adam_v8, float8, MPCL_ABI_ELEMENTWISE_VEC, LOAD_FLOAT8, STORE_FLOAT8, LOAD8, STORE8)
 
 // SGD with momentum (PyTorch form, dampening 0).
-__kernel void mpcl_optim_sgd(__global float *master, __global float *buf,
-                             __global storage_t *w, __global const storage_t *g, uint base,
-                             __global const float *scale, __global const uint *ls_state,
-                             __global const float *clip, float lr, float momentum,
-                             float weight_decay, uint nesterov) {
-    uint i = base + get_global_id(0);
-    int skip = ls_state[MPCL_ABI_LS_FOUND_INF] != 0u;
-    float gscale = clip[MPCL_ABI_OPTIM_CLIP_FACTOR] / scale[0];
-    float x0 = master[i], b0 = buf[i];
-    float gr = LOAD(g, i) * gscale + weight_decay * x0;
-    float b = momentum * b0 + gr;
-    float x = x0 - lr * (nesterov ? gr + momentum * b : b);
-    x = skip ? x0 : x;
-    buf[i] = skip ? b0 : b;
-    master[i] = x;
-    STORE(w, i, x);
-}
+#define OPTIM_SGD_KERNEL(NAME, T, N, LOADF, STOREF, LOADW, STOREW)                         \
+    __kernel void NAME(__global float *master, __global float *buf, __global storage_t *w, \
+                       __global const storage_t *g, uint base, __global const float *scale, \
+                       __global const uint *ls_state, __global const float *clip, float lr, \
+                       float momentum, float weight_decay, uint nesterov) {                 \
+        uint i = base + N * (uint)get_global_id(0);                                        \
+        int skip = ls_state[MPCL_ABI_LS_FOUND_INF] != 0u;                                  \
+        float gscale = clip[MPCL_ABI_OPTIM_CLIP_FACTOR] / scale[0];                        \
+        T x0 = LOADF(master, i), b0 = LOADF(buf, i);                                       \
+        T gr = LOADW(g, i) * gscale + weight_decay * x0;                                   \
+        T b = momentum * b0 + gr;                                                          \
+        T x = x0 - lr * (nesterov ? gr + momentum * b : b);                                \
+        x = skip ? x0 : x;                                                                 \
+        STOREF(buf, i, skip ? b0 : b);                                                     \
+        STOREF(master, i, x);                                                              \
+        STOREW(w, i, x);                                                                   \
+    }
+OPTIM_SGD_KERNEL(mpcl_optim_sgd, float, 1, OPTIM_LOAD1, OPTIM_STORE1, LOAD, STORE)
+OPTIM_SGD_KERNEL(mpcl_optim_sgd_v8, float8, MPCL_ABI_ELEMENTWISE_VEC, LOAD_FLOAT8, STORE_FLOAT8, LOAD8, STORE8)
 
 // working[offset + i] = master[offset + i] rounded to the storage dtype: after
 // the host wrote masters (initial weights, a checkpoint), the same rounding

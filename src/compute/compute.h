@@ -65,8 +65,11 @@ mpcl_status mpcl__launch_2d(mpcl_context *ctx, cl_kernel k, const char *name, si
 
 /* ---- optimizer ---- */
 
-/* The update's work-group: an arena of a multiple of it runs as one launch. */
+/* The update's work-group and elements per work-item: an arena of a multiple
+ * of MPCL__OPTIM_GRANULE elements is one launch. */
 #define MPCL__OPTIM_GROUP 256
+#define MPCL__OPTIM_VEC MPCL_ABI_ELEMENTWISE_VEC
+#define MPCL__OPTIM_GRANULE (MPCL__OPTIM_GROUP * MPCL__OPTIM_VEC)
 
 /* ---- loss scale ---- */
 

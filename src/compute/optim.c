@@ -16,12 +16,13 @@ enum {
  * keeps. Everything else that differs is in its kernel. */
 static const struct optim_kind_row {
     const char *name;
-    const char *kernel;
+    const char *kernel;    /* one element per work-item */
+    const char *kernel_v8; /* MPCL__OPTIM_VEC elements per work-item */
     bool slot_v;
 } OPTIM_KINDS[MPCL_OPTIM_COUNT] = {
-    [MPCL_OPTIM_SGD] = {"sgd", "mpcl_optim_sgd", false},
-    [MPCL_OPTIM_ADAM] = {"adam", "mpcl_optim_adam", true},
-    [MPCL_OPTIM_ADAMW] = {"adamw", "mpcl_optim_adam", true},
+    [MPCL_OPTIM_SGD] = {"sgd", "mpcl_optim_sgd", "mpcl_optim_sgd_v8", false},
+    [MPCL_OPTIM_ADAM] = {"adam", "mpcl_optim_adam", "mpcl_optim_adam_v8", true},
+    [MPCL_OPTIM_ADAMW] = {"adamw", "mpcl_optim_adam", "mpcl_optim_adam_v8", true},
 };
 
 const char *mpcl_optim_kind_name(mpcl_optim_kind kind) {
@@ -221,31 +222,17 @@ static mpcl_status advance_step(mpcl_context *ctx, mpcl_optimizer *opt, cl_mem l
         if (st != MPCL_OK) return st;                                         \
     } while (0)
 
-mpcl_status mpcl_optimizer_step(mpcl_context *ctx, mpcl_optimizer *opt, const mpcl_tensor *grads,
-                                const mpcl_loss_scale *ls) {
-    if (grads->dtype != opt->working->dtype)
-        return MPCL_ERROR(ctx, MPCL_ERR_DTYPE,
-                          "optimizer gradients are %s but the working arena is %s",
-                          mpcl_dtype_name(grads->dtype), mpcl_dtype_name(opt->working->dtype));
-    if (grads->rows * grads->cols != opt->n)
-        return MPCL_ERROR(ctx, MPCL_ERR_SHAPE,
-                          "optimizer gradients have %zu elements for %zu parameters",
-                          grads->rows * grads->cols, opt->n);
-    cl_mem scale = ls ? mpcl__loss_scale_scale_mem(ls) : opt->unit_scale->mem;
-    cl_mem state = ls ? mpcl__loss_scale_state_mem(ls) : opt->no_state->mem;
-    mpcl_status st = MPCL_OK;
-    if (opt->p.clip_norm > 0.0f && (st = clip_launch(ctx, opt, grads, scale)) != MPCL_OK) return st;
-
-    const char *name = OPTIM_KINDS[opt->p.kind].kernel;
-    cl_kernel k;
-    if ((st = mpcl__kernel(ctx, opt->working->dtype, name, &k)) != MPCL_OK) return st;
-    cl_uint a = 0, base = 0;
+/* The update kernels' arguments, the same for both forms. */
+static mpcl_status set_update_args(mpcl_context *ctx, mpcl_optimizer *opt, cl_kernel k,
+                                   const char *name, const mpcl_tensor *grads, cl_uint base,
+                                   cl_mem scale, cl_mem state) {
+    mpcl_status st;
+    cl_uint a = 0;
     SET_ARG(opt->master->mem);
     SET_ARG(opt->m->mem);
     if (opt->v) SET_ARG(opt->v->mem);
     SET_ARG(opt->working->mem);
     SET_ARG(grads->mem);
-    cl_uint base_arg = a;
     SET_ARG(base);
     SET_ARG(scale);
     SET_ARG(state);
@@ -265,16 +252,43 @@ mpcl_status mpcl_optimizer_step(mpcl_context *ctx, mpcl_optimizer *opt, const mp
         SET_ARG(opt->p.weight_decay);
         SET_ARG(decoupled);
     }
-    /* The kernel has no range check (it would keep a CPU runtime from
-     * vectorizing it): whole work-groups first, then the tail, if any, as a
-     * launch of exactly its size. A model's arenas are a multiple of the
-     * group size (mpcl__params), so it is one launch there. */
-    size_t local = mpcl__local_size(ctx, k, MPCL__OPTIM_GROUP), whole = opt->n / local * local;
-    if (whole > 0 && (st = mpcl__launch_1d(ctx, k, name, whole, local)) != MPCL_OK) return st;
-    if (whole < opt->n) {
-        base = (cl_uint)whole;
-        if ((st = mpcl__set_arg(ctx, k, name, base_arg, sizeof base, &base)) != MPCL_OK ||
-            (st = mpcl__launch_1d(ctx, k, name, opt->n - whole, 0)) != MPCL_OK)
+    return MPCL_OK;
+}
+
+mpcl_status mpcl_optimizer_step(mpcl_context *ctx, mpcl_optimizer *opt, const mpcl_tensor *grads,
+                                const mpcl_loss_scale *ls) {
+    if (grads->dtype != opt->working->dtype)
+        return MPCL_ERROR(ctx, MPCL_ERR_DTYPE,
+                          "optimizer gradients are %s but the working arena is %s",
+                          mpcl_dtype_name(grads->dtype), mpcl_dtype_name(opt->working->dtype));
+    if (grads->rows * grads->cols != opt->n)
+        return MPCL_ERROR(ctx, MPCL_ERR_SHAPE,
+                          "optimizer gradients have %zu elements for %zu parameters",
+                          grads->rows * grads->cols, opt->n);
+    cl_mem scale = ls ? mpcl__loss_scale_scale_mem(ls) : opt->unit_scale->mem;
+    cl_mem state = ls ? mpcl__loss_scale_state_mem(ls) : opt->no_state->mem;
+    mpcl_status st = MPCL_OK;
+    if (opt->p.clip_norm > 0.0f && (st = clip_launch(ctx, opt, grads, scale)) != MPCL_OK) return st;
+
+    /* Eight elements per work-item over whole groups, then the tail, if any,
+     * one per item in a launch of exactly its size: the kernels have no range
+     * check (it would keep a CPU runtime from vectorizing them). A model's
+     * arenas are whole granules (mpcl__params), so there it is one launch. */
+    const char *name = OPTIM_KINDS[opt->p.kind].kernel, *name8 = OPTIM_KINDS[opt->p.kind].kernel_v8;
+    cl_kernel k8, k1;
+    if ((st = mpcl__kernel(ctx, opt->working->dtype, name8, &k8)) != MPCL_OK) return st;
+    size_t local = mpcl__local_size(ctx, k8, MPCL__OPTIM_GROUP);
+    size_t items = opt->n / MPCL__OPTIM_VEC / local * local, done = items * MPCL__OPTIM_VEC;
+    if (items > 0) {
+        if ((st = set_update_args(ctx, opt, k8, name8, grads, 0, scale, state)) != MPCL_OK ||
+            (st = mpcl__launch_1d(ctx, k8, name8, items, local)) != MPCL_OK)
+            return st;
+    }
+    if (done < opt->n) {
+        if ((st = mpcl__kernel(ctx, opt->working->dtype, name, &k1)) != MPCL_OK ||
+            (st = set_update_args(ctx, opt, k1, name, grads, (cl_uint)done, scale, state)) !=
+                MPCL_OK ||
+            (st = mpcl__launch_1d(ctx, k1, name, opt->n - done, 0)) != MPCL_OK)
             return st;
     }
     return advance_step(ctx, opt, state);

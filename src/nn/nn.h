@@ -15,7 +15,7 @@ typedef struct mpcl__param_table {
     size_t count;
     size_t align; /* every row's offset is a multiple of it (elements) */
     size_t total; /* elements of each arena: the last row's end, rounded up to align
-                     and to whole optimizer work-groups (MPCL__OPTIM_GROUP) */
+                     and to whole optimizer work-groups (MPCL__OPTIM_GRANULE) */
 } mpcl__param_table;
 
 /* An empty table whose offsets are aligned for sub-buffers of every arena:

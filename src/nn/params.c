@@ -38,9 +38,9 @@ mpcl_status mpcl__params_add(mpcl_context *ctx, mpcl__param_table *t, const char
     r->offset = t->count
                     ? round_up(t->rows[t->count - 1].offset + t->rows[t->count - 1].count, t->align)
                     : 0;
-    /* Whole optimizer work-groups: the update is then one launch. Both are
+    /* Whole optimizer granules: the update is then one launch. Both are
      * powers of two, so the larger is a multiple of the other. */
-    size_t granule = t->align > MPCL__OPTIM_GROUP ? t->align : MPCL__OPTIM_GROUP;
+    size_t granule = t->align > MPCL__OPTIM_GRANULE ? t->align : MPCL__OPTIM_GRANULE;
     t->total = round_up(r->offset + count, granule);
     if (index) *index = t->count;
     t->count++;
