@@ -269,6 +269,101 @@ static void test_epoch_order(void **state) {
 /* Evaluation against a second path: with the test set in one batch, the
  * logits of that batch are read back and accuracy counted and loss computed
  * on the host in double. */
+/* An IDX pair of `count` images of rows x cols random bytes (every value
+ * 0..255 appears) and labels 0..9, in dir, as "<prefix>-images-idx3-ubyte"
+ * and "<prefix>-labels-idx1-ubyte". */
+static void write_random_idx(const char *dir, const char *prefix, uint32_t count, uint32_t rows,
+                             uint32_t cols) {
+    char path[512];
+    tu_rng r = tu_rng_make(count * 31u + cols);
+    for (int labels = 0; labels < 2; labels++) {
+        snprintf(path, sizeof path, "%s/%s-%s", dir, prefix,
+                 labels ? "labels-idx1-ubyte" : "images-idx3-ubyte");
+        FILE *f = fopen(path, "wb");
+        assert_non_null(f);
+        uint32_t dims[3] = {count, rows, cols};
+        int nd = labels ? 1 : 3;
+        unsigned char head[16] = {0, 0, 8, (unsigned char)nd};
+        for (int d = 0; d < nd; d++)
+            for (int k = 0; k < 4; k++)
+                head[4 + 4 * d + k] = (unsigned char)(dims[d] >> (24 - 8 * k));
+        assert_int_equal(fwrite(head, 1, 4 + 4 * (size_t)nd, f), 4 + 4 * (size_t)nd);
+        size_t n = labels ? count : (size_t)count * rows * cols;
+        for (size_t i = 0; i < n; i++) {
+            int v = labels ? (int)(i % 10) : (i < 256 ? (int)i : (int)tu_uniform(&r, 0, 256));
+            assert_int_equal(fputc(v, f), v);
+        }
+        assert_int_equal(fclose(f), 0);
+    }
+}
+
+/* The device gather against the host's mpcl_dataset_batch, bit for bit, in
+ * every float storage dtype (the host value rounded as the host conversion
+ * does, which is tested against the device's), on Fashion-MNIST (784
+ * features, a multiple of the kernel's 8) and on 3x5 images (15: a tail),
+ * from a shuffled order and an offset, into a poisoned batch. */
+static void test_gather_matches_host(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    char dir[] = "/tmp/mpcl-test-gather-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    write_random_idx(dir, "odd", 300, 3, 5);
+    mpcl_dataset *sets[2] = {NULL, NULL}, *all = NULL;
+    TU_ASSERT_OK(mpcl_idx_load(NULL, "train", &all));
+    TU_ASSERT_OK(mpcl_dataset_subset(all, 300, &sets[0]));
+    mpcl_dataset_destroy(all);
+    TU_ASSERT_OK(mpcl_idx_load(dir, "odd", &sets[1]));
+    const mpcl_dtype dtypes[] = {MPCL_DTYPE_F32, MPCL_DTYPE_F16, MPCL_DTYPE_BF16};
+    for (int k = 0; k < 2; k++) {
+        const mpcl_dataset *ds = sets[k];
+        size_t n = mpcl_dataset_count(ds), f = mpcl_dataset_features(ds), B = 37, first = 101;
+        int32_t *order = malloc(n * sizeof *order), labels[37], want_labels[37];
+        float *want = malloc(B * f * sizeof *want), *got = malloc(B * f * sizeof *got);
+        uint64_t rng = 5;
+        mpcl_iota_indices(order, n);
+        mpcl_shuffle_indices(&rng, order, n);
+        TU_ASSERT_OK(mpcl_dataset_batch(ds, order + first, B, want, want_labels));
+        mpcl_device_dataset *dd = NULL;
+        TU_ASSERT_OK(mpcl_device_dataset_create(ctx, ds, &dd));
+        mpcl_tensor *ord = tu_tensor(ctx, MPCL_DTYPE_I32, n, 1),
+                    *y = tu_tensor(ctx, MPCL_DTYPE_I32, B, 1);
+        TU_ASSERT_OK(mpcl_tensor_upload_i32(ord, order, n));
+        for (int d = 0; d < 3; d++) {
+            mpcl_tensor *x = tu_tensor(ctx, dtypes[d], B, f);
+            tu_poison(x);
+            TU_ASSERT_OK(mpcl_device_dataset_gather(ctx, dd, ord, first, x, y));
+            TU_ASSERT_OK(mpcl_tensor_download_f32(x, got, B * f));
+            TU_ASSERT_OK(mpcl_tensor_download_i32(y, labels, B));
+            for (size_t i = 0; i < B * f; i++) {
+                float w = dtypes[d] == MPCL_DTYPE_F16 ? mpcl_f16_to_f32(mpcl_f32_to_f16(want[i]))
+                          : dtypes[d] == MPCL_DTYPE_BF16
+                              ? mpcl_bf16_to_f32(mpcl_f32_to_bf16(want[i]))
+                              : want[i];
+                if (memcmp(&w, &got[i], sizeof w) != 0)
+                    fail_msg("%zu features, %s: x[%zu] = %a, host %a", f,
+                             mpcl_dtype_name(dtypes[d]), i, (double)got[i], (double)w);
+            }
+            assert_memory_equal(labels, want_labels, sizeof labels);
+            mpcl_tensor_destroy(x);
+        }
+        mpcl_tensor_destroy(ord);
+        mpcl_tensor_destroy(y);
+        mpcl_device_dataset_destroy(dd);
+        free(order);
+        free(want);
+        free(got);
+    }
+    mpcl_dataset_destroy(sets[0]);
+    mpcl_dataset_destroy(sets[1]);
+    char path[600];
+    snprintf(path, sizeof path, "%s/odd-images-idx3-ubyte", dir);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/odd-labels-idx1-ubyte", dir);
+    unlink(path);
+    rmdir(dir);
+    mpcl_context_destroy(ctx);
+}
+
 static void test_evaluate(void **state) {
     (void)state;
     enum { NT = 64, C = 10 };
@@ -336,10 +431,15 @@ static void test_bad_params(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_epoch_order),    cmocka_unit_test(test_bad_params),
-        cmocka_unit_test(test_resume_float32), cmocka_unit_test(test_resume_mixed),
-        cmocka_unit_test(test_stop),           cmocka_unit_test(test_cadence_and_partial_batch),
-        cmocka_unit_test(test_evaluate),       cmocka_unit_test(test_resume_bfloat16),
+        cmocka_unit_test(test_epoch_order),
+        cmocka_unit_test(test_bad_params),
+        cmocka_unit_test(test_resume_float32),
+        cmocka_unit_test(test_resume_mixed),
+        cmocka_unit_test(test_stop),
+        cmocka_unit_test(test_cadence_and_partial_batch),
+        cmocka_unit_test(test_evaluate),
+        cmocka_unit_test(test_gather_matches_host),
+        cmocka_unit_test(test_resume_bfloat16),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,7 +7,9 @@
 struct mpcl_device_dataset {
     mpcl_tensor *pixels; /* [count, features] u8 */
     mpcl_tensor *labels; /* [count, 1] i32 */
-    mpcl_tensor *scale;  /* [1, 256] f32: byte / 255 */
+    /* [1, 256] per float dtype: byte / 255 in that dtype (the gather copies
+     * its bits) */
+    mpcl_tensor *table[MPCL_DTYPE_COUNT];
 };
 
 mpcl_status mpcl_device_dataset_create(mpcl_context *ctx, const mpcl_dataset *ds,
@@ -26,11 +28,18 @@ mpcl_status mpcl_device_dataset_create(mpcl_context *ctx, const mpcl_dataset *ds
     for (int i = 0; i < 256; i++) table[i] = (float)i / 255.0f;
     if ((st = mpcl_tensor_create(ctx, MPCL_DTYPE_U8, n, f, &dd->pixels)) != MPCL_OK ||
         (st = mpcl_tensor_create(ctx, MPCL_DTYPE_I32, n, 1, &dd->labels)) != MPCL_OK ||
-        (st = mpcl_tensor_create(ctx, MPCL_DTYPE_F32, 1, 256, &dd->scale)) != MPCL_OK ||
         (st = mpcl_tensor_upload_raw(dd->pixels, mpcl_dataset_pixels(ds), n * f)) != MPCL_OK ||
-        (st = mpcl_tensor_upload_i32(dd->labels, labels, n)) != MPCL_OK ||
-        (st = mpcl_tensor_upload_f32(dd->scale, table, 256)) != MPCL_OK)
+        (st = mpcl_tensor_upload_i32(dd->labels, labels, n)) != MPCL_OK)
         goto done;
+    /* The host rounds to f16 and bf16 as the device's STORE does (both are
+     * tested bit for bit), so these are the values a conversion on the
+     * device would give. */
+    for (int d = 0; d < MPCL_DTYPE_COUNT; d++) {
+        if (!mpcl_dtype_is_float((mpcl_dtype)d)) continue;
+        if ((st = mpcl_tensor_create(ctx, (mpcl_dtype)d, 1, 256, &dd->table[d])) != MPCL_OK ||
+            (st = mpcl_tensor_upload_f32(dd->table[d], table, 256)) != MPCL_OK)
+            goto done;
+    }
     *out = dd;
     dd = NULL;
 done:
@@ -43,7 +52,7 @@ void mpcl_device_dataset_destroy(mpcl_device_dataset *dd) {
     if (!dd) return;
     mpcl_tensor_destroy(dd->pixels);
     mpcl_tensor_destroy(dd->labels);
-    mpcl_tensor_destroy(dd->scale);
+    for (int d = 0; d < MPCL_DTYPE_COUNT; d++) mpcl_tensor_destroy(dd->table[d]);
     free(dd);
 }
 
@@ -76,9 +85,9 @@ mpcl_status mpcl_device_dataset_gather(mpcl_context *ctx, const mpcl_device_data
     cl_uint first32 = (cl_uint)first, f32 = (cl_uint)features, b32 = (cl_uint)B;
     st = mpcl__set_args(ctx, k, "mpcl_gather_batch", MPCL_ARG(x->mem), MPCL_ARG(labels->mem),
                         MPCL_ARG(dd->pixels->mem), MPCL_ARG(dd->labels->mem), MPCL_ARG(order->mem),
-                        MPCL_ARG(dd->scale->mem), MPCL_ARG(first32), MPCL_ARG(f32), MPCL_ARG(b32),
-                        MPCL_ARGS_END);
+                        MPCL_ARG(dd->table[x->dtype]->mem), MPCL_ARG(first32), MPCL_ARG(f32),
+                        MPCL_ARG(b32), MPCL_ARGS_END);
     if (st != MPCL_OK) return st;
     size_t local[2] = {16, 1};
-    return mpcl__launch_2d(ctx, k, "mpcl_gather_batch", features, B, local);
+    return mpcl__launch_2d(ctx, k, "mpcl_gather_batch", (features + 7) / 8, B, local);
 }
