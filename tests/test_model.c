@@ -275,6 +275,16 @@ static void bad_batches_are_refused(void **state) {
     mpcl_model *bad = (mpcl_model *)0x1;
     assert_int_equal(mpcl_model_create(ctx, &p, &bad), MPCL_ERR_INVALID_ARG);
     assert_null(bad);
+    /* A model that cannot fit on the device is refused before anything is
+     * allocated, with the numbers: activations for batches of 2^30 rows. */
+    size_t before = mpcl_context_bytes_now(ctx);
+    p = mpcl_model_default_params();
+    p.max_batch = (size_t)1 << 30;
+    p.hidden[0] = 4096;
+    assert_int_equal(mpcl_model_create(ctx, &p, &bad), MPCL_ERR_OUT_OF_MEMORY);
+    assert_null(bad);
+    assert_non_null(strstr(mpcl_context_errmsg(ctx), "MiB"));
+    assert_int_equal(mpcl_context_bytes_now(ctx), before);
     mpcl_tensor *all[] = {x, y, big, xi, y8};
     for (size_t i = 0; i < 5; i++) mpcl_tensor_destroy(all[i]);
     mpcl_model_destroy(m);

@@ -61,6 +61,7 @@ struct mpcl_optimizer {
     mpcl_tensor *m;       /* f32 [1, n]: Adam first moment or SGD momentum */
     mpcl_tensor *v;       /* f32 [1, n]: Adam second moment; NULL for SGD */
     mpcl_tensor *step;    /* i32 [1, STEP_LEN]: the step state (count, bias corrections) */
+    size_t local;         /* the vector update's work-group: 0 until the first step asks */
     mpcl_tensor *clip;    /* f32 [1, 2]: {norm, factor}; {NaN, 1} without clipping */
     mpcl_tensor *partial; /* f32 [1, NORM_GROUPS]: the norm's first pass; with clipping */
     /* Stand-ins for a missing loss scaler: scale 1 and a found_inf that is
@@ -277,7 +278,9 @@ mpcl_status mpcl_optimizer_step(mpcl_context *ctx, mpcl_optimizer *opt, const mp
     const char *name = OPTIM_KINDS[opt->p.kind].kernel, *name8 = OPTIM_KINDS[opt->p.kind].kernel_v8;
     cl_kernel k8, k1;
     if ((st = mpcl__kernel(ctx, opt->working->dtype, name8, &k8)) != MPCL_OK) return st;
-    size_t local = mpcl__local_size(ctx, k8, MPCL__OPTIM_GROUP);
+    /* A driver query, once: not in every step. */
+    if (!opt->local) opt->local = mpcl__local_size(ctx, k8, MPCL__OPTIM_GROUP);
+    size_t local = opt->local;
     size_t items = opt->n / MPCL__OPTIM_VEC / local * local, done = items * MPCL__OPTIM_VEC;
     if (items > 0) {
         if ((st = set_update_args(ctx, opt, k8, name8, grads, 0, scale, state)) != MPCL_OK ||
@@ -320,16 +323,27 @@ static mpcl_status slot_range(mpcl_context *ctx, const mpcl_optimizer *opt, mpcl
     return MPCL_OK;
 }
 
-mpcl_status mpcl_optimizer_read(mpcl_context *ctx, const mpcl_optimizer *opt, mpcl_optim_slot slot,
-                                size_t offset, float *dst, size_t count) {
-    cl_mem mem;
-    mpcl_status st = slot_range(ctx, opt, slot, offset, count, "read", &mem);
+/* A blocking copy of elements [offset, offset + count) of a slot into dst
+ * (a read) or from src (a write; dst NULL), after the range and slot checks. */
+static mpcl_status transfer(mpcl_context *ctx, const mpcl_optimizer *opt, mpcl_optim_slot slot,
+                            size_t offset, size_t count, float *dst, const float *src) {
+    cl_mem mem = NULL;
+    mpcl_status st = slot_range(ctx, opt, slot, offset, count, dst ? "read" : "write", &mem);
     if (st != MPCL_OK || count == 0) return st;
     ctx->syncs++;
-    CHECK_CL(ctx, clEnqueueReadBuffer(ctx->queue, mem, CL_TRUE, offset * sizeof(float),
-                                      count * sizeof(float), dst, 0, NULL, NULL));
-cleanup:
-    return st;
+    size_t at = offset * sizeof(float), bytes = count * sizeof(float);
+    cl_int err =
+        dst ? clEnqueueReadBuffer(ctx->queue, mem, CL_TRUE, at, bytes, dst, 0, NULL, NULL)
+            : clEnqueueWriteBuffer(ctx->queue, mem, CL_TRUE, at, bytes, src, 0, NULL, NULL);
+    if (err != CL_SUCCESS)
+        return mpcl__cl_error(ctx, err, dst ? "clEnqueueReadBuffer" : "clEnqueueWriteBuffer",
+                              __FILE__, __LINE__);
+    return MPCL_OK;
+}
+
+mpcl_status mpcl_optimizer_read(mpcl_context *ctx, const mpcl_optimizer *opt, mpcl_optim_slot slot,
+                                size_t offset, float *dst, size_t count) {
+    return transfer(ctx, opt, slot, offset, count, dst, NULL);
 }
 
 /* working[offset, offset + count) = master rounded to the storage dtype. */
@@ -349,14 +363,9 @@ static mpcl_status refresh_working(mpcl_context *ctx, mpcl_optimizer *opt, size_
 
 mpcl_status mpcl_optimizer_write(mpcl_context *ctx, mpcl_optimizer *opt, mpcl_optim_slot slot,
                                  size_t offset, const float *src, size_t count) {
-    cl_mem mem;
-    mpcl_status st = slot_range(ctx, opt, slot, offset, count, "write", &mem);
-    if (st != MPCL_OK || count == 0) return st;
-    ctx->syncs++;
-    CHECK_CL(ctx, clEnqueueWriteBuffer(ctx->queue, mem, CL_TRUE, offset * sizeof(float),
-                                       count * sizeof(float), src, 0, NULL, NULL));
-    if (slot == MPCL_OPTIM_SLOT_MASTER) st = refresh_working(ctx, opt, offset, count);
-cleanup:
+    mpcl_status st = transfer(ctx, opt, slot, offset, count, NULL, src);
+    if (st == MPCL_OK && count > 0 && slot == MPCL_OPTIM_SLOT_MASTER)
+        st = refresh_working(ctx, opt, offset, count);
     return st;
 }
 

@@ -35,14 +35,13 @@ static mpcl_status dense_declare(mpcl__layer *L, mpcl__param_table *t) {
     if (st != MPCL_OK) return st;
     snprintf(name, sizeof name, "dense_%zu.bias", L->index);
     st = mpcl__params_add(ctx, t, name, 1, bshape, &d->bias_row);
-    L->first_param = d->kernel_row;
-    L->params = 2;
     return st;
 }
 
-static size_t dense_activation_bytes(const mpcl__layer *L, const mpcl__layer_env *env) {
-    size_t buffers = keeps_preactivation(L->spec.activation) ? 3 : 2; /* output, d_output, z */
-    return buffers * env->max_batch * L->outputs * mpcl_dtype_size(env->storage);
+static double dense_activation_bytes(const mpcl__layer *L, const mpcl__layer_env *env) {
+    double buffers = keeps_preactivation(L->spec.activation) ? 3 : 2; /* output, d_output, z */
+    return buffers * (double)env->max_batch * (double)L->outputs *
+           (double)mpcl_dtype_size(env->storage);
 }
 
 static mpcl_status dense_create(mpcl__layer *L, const mpcl__param_table *t, const mpcl__arenas *a) {

@@ -26,7 +26,7 @@ struct mpcl_model {
     mpcl_loss_scale *ls;
     mpcl_tensor *train_stats, *eval_stats;
     phase phase;
-    mpcl_tensor x, labels; /* the last forward's batch: borrowed until backward */
+    mpcl_tensor x; /* the last forward's input: borrowed until backward */
     size_t last_batch;
 };
 
@@ -149,6 +149,30 @@ static mpcl_status declare_layers(mpcl_model *m, const mpcl_layer_spec *specs) {
     return MPCL_OK;
 }
 
+/* Everything the model will hold on the device, from the table and the
+ * layers' own accounts, against the device's global memory: a model that
+ * cannot fit is refused with the numbers before anything is allocated. */
+static mpcl_status check_device_memory(mpcl_model *m) {
+    const double mib = 1024.0 * 1024.0;
+    size_t n = m->table.total, storage = mpcl_dtype_size(m->plan.storage);
+    size_t state = mpcl_optim_has_slot(m->params.optim.kind, MPCL_OPTIM_SLOT_V) ? 2 : 1;
+    /* master and state in f32, working copy and gradients in the storage dtype */
+    double arenas = (double)n * (double)((1 + state) * sizeof(float) + 2 * storage);
+    double activations = 0;
+    for (size_t l = 0; l < m->count; l++)
+        activations += m->layers[l].kind->activation_bytes(&m->layers[l], &m->env);
+    uint64_t global = mpcl_context_device(m->ctx)->global_mem_bytes;
+    if (global && arenas + activations > (double)global)
+        return MPCL_ERROR(m->ctx, MPCL_ERR_OUT_OF_MEMORY,
+                          "the model needs %.1f MiB on the device (parameters, gradients and "
+                          "optimizer state %.1f MiB, activations for batches of %zu %.1f MiB); %s "
+                          "has %.1f MiB",
+                          (arenas + activations) / mib, arenas / mib, m->params.max_batch,
+                          activations / mib, mpcl_context_device(m->ctx)->name,
+                          (double)global / mib);
+    return MPCL_OK;
+}
+
 static mpcl_status create_arenas(mpcl_model *m) {
     mpcl_context *ctx = m->ctx;
     size_t n = m->table.total;
@@ -187,7 +211,9 @@ mpcl_status mpcl_model_create(mpcl_context *ctx, const mpcl_model_params *params
     m->env = (mpcl__layer_env){ctx, plan.storage, plan.gemm, params->max_batch};
     m->count = count;
     mpcl__params_init(&m->table, mpcl__sub_buffer_align(ctx));
-    if ((st = declare_layers(m, specs)) != MPCL_OK || (st = create_arenas(m)) != MPCL_OK) goto fail;
+    if ((st = declare_layers(m, specs)) != MPCL_OK || (st = check_device_memory(m)) != MPCL_OK ||
+        (st = create_arenas(m)) != MPCL_OK)
+        goto fail;
     for (size_t l = 0; l < m->count; l++)
         if ((st = m->layers[l].kind->create(&m->layers[l], &m->table, &m->arenas)) != MPCL_OK)
             goto fail;
@@ -286,7 +312,6 @@ mpcl_status mpcl_model_forward(mpcl_model *m, const mpcl_tensor *x, const mpcl_t
                                             m->ls ? mpcl_loss_scale_tensor(m->ls) : NULL);
     if (st != MPCL_OK) return st;
     m->x = *x;
-    m->labels = *labels;
     m->phase = PHASE_FORWARD;
     return MPCL_OK;
 }

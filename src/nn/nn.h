@@ -55,8 +55,10 @@ typedef struct mpcl__layer_kind {
     /* Checks the spec against the input features, sets L->outputs and adds
      * the layer's parameter rows to the table (no device work). */
     mpcl_status (*declare)(mpcl__layer *L, mpcl__param_table *t);
-    /* Device bytes of the activations it keeps for a batch of max_batch. */
-    size_t (*activation_bytes)(const mpcl__layer *L, const mpcl__layer_env *env);
+    /* Device bytes of the activations it keeps for a batch of max_batch (a
+     * double: the model checks the total against the device before it
+     * allocates, so it must not wrap for absurd sizes). */
+    double (*activation_bytes)(const mpcl__layer *L, const mpcl__layer_env *env);
     /* Allocates its activations and takes views of its rows in the arenas. */
     mpcl_status (*create)(mpcl__layer *L, const mpcl__param_table *t, const mpcl__arenas *a);
     /* L->output = f(in) for the first B = in->rows rows; `training` keeps
@@ -75,11 +77,9 @@ struct mpcl__layer {
     mpcl_layer_spec spec;
     size_t index;           /* its position among the layers of its kind: dense_<index> */
     size_t inputs, outputs; /* features per sample */
-    size_t first_param;     /* its rows in the table: [first_param, first_param + params) */
-    size_t params;
-    mpcl_tensor *output;   /* [max_batch, outputs] storage */
-    mpcl_tensor *d_output; /* [max_batch, outputs] storage */
-    void *state;           /* the kind's own */
+    mpcl_tensor *output;    /* [max_batch, outputs] storage */
+    mpcl_tensor *d_output;  /* [max_batch, outputs] storage */
+    void *state;            /* the kind's own */
 };
 
 /* The registered kind of that name; NULL when there is none. */
