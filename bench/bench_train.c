@@ -116,8 +116,8 @@ static mpcl_status optimizer_phase(void *p) {
     mpcl_context *c = s->ctx;
     mpcl_status st = MPCL_OK;
     if (s->ls) st = mpcl_loss_scale_check(c, s->ls, &s->grads, 1);
-    if (st == MPCL_OK) st = mpcl_optimizer_step(c, s->opt, s->grads, s->ls);
-    if (st == MPCL_OK && s->ls) st = mpcl_loss_scale_update(c, s->ls);
+    /* As the model's step: the scale update in the optimizer's last launch. */
+    if (st == MPCL_OK) st = mpcl_optimizer_step_scaled(c, s->opt, s->grads, s->ls);
     return st;
 }
 

@@ -55,6 +55,12 @@
  * and refuses to build with another value. */
 #define MPCL_ABI_LS_CHECK_TENSORS 8
 
+/* Arguments of the scale update that lead every kernel running it
+ * (LOSS_SCALE_UPDATE_PARAMS in cl/loss_scale.cl: scale, state, dynamic,
+ * growth_interval, growth_factor, backoff_factor, min_scale, max_scale);
+ * the optimizer's end-of-step kernel sets its own from this index on. */
+#define MPCL_ABI_LS_UPDATE_ARGS 8
+
 /* Activation codes: the values of the public enum mpcl_activation
  * (include/mpcl/ops.h, asserted in ops.c), which cl/activation.cl uses to
  * specialize one kernel per activation. */
@@ -125,6 +131,7 @@
     X(MPCL_ABI_LS_LAST_FOUND_INF)   \
     X(MPCL_ABI_LS_STATE_WORDS)      \
     X(MPCL_ABI_LS_CHECK_TENSORS)    \
+    X(MPCL_ABI_LS_UPDATE_ARGS)      \
     X(MPCL_ABI_ACT_IDENTITY)        \
     X(MPCL_ABI_ACT_RELU)            \
     X(MPCL_ABI_ACT_GELU)            \

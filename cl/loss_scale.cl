@@ -77,13 +77,18 @@ __kernel void mpcl_loss_scale_check(__global const storage_t *g0, uint n0,
     if (bad || any(acc)) atomic_or(&state[MPCL_ABI_LS_FOUND_INF], 1u);
 }
 
-// One work-item: the step's scale update (see include/mpcl/loss_scale.h).
-// scale: f32 [1]; state: uint [MPCL_ABI_LS_STATE_WORDS]. dynamic = 0 keeps the
-// scale fixed.
-__kernel void mpcl_loss_scale_update(__global float *scale, __global uint *state, uint dynamic,
-                                     uint growth_interval, float growth_factor,
-                                     float backoff_factor, float min_scale, float max_scale) {
-    if (get_global_id(0) != 0) return;
+// The step's scale update (see include/mpcl/loss_scale.h), run by one
+// work-item: by mpcl_loss_scale_update, and by the optimizer's end-of-step
+// kernel (optim.cl), which saves a model step that launch. scale: f32 [1];
+// state: uint [MPCL_ABI_LS_STATE_WORDS]. dynamic = 0 keeps the scale fixed.
+// The two kernels take these arguments first and in this order
+// (mpcl__loss_scale_set_update_args).
+#define LOSS_SCALE_UPDATE_PARAMS                                                       \
+    __global float *scale, __global uint *state, uint dynamic, uint growth_interval, \
+        float growth_factor, float backoff_factor, float min_scale, float max_scale
+#define LOSS_SCALE_UPDATE_ARGS \
+    scale, state, dynamic, growth_interval, growth_factor, backoff_factor, min_scale, max_scale
+static void loss_scale_update(LOSS_SCALE_UPDATE_PARAMS) {
     uint found = state[MPCL_ABI_LS_FOUND_INF] != 0u;
     float s = scale[0];
     if (found) {
@@ -104,4 +109,8 @@ __kernel void mpcl_loss_scale_update(__global float *scale, __global uint *state
     scale[0] = s;
     state[MPCL_ABI_LS_LAST_FOUND_INF] = found;
     state[MPCL_ABI_LS_FOUND_INF] = 0u;
+}
+
+__kernel void mpcl_loss_scale_update(LOSS_SCALE_UPDATE_PARAMS) {
+    if (get_global_id(0) == 0) loss_scale_update(LOSS_SCALE_UPDATE_ARGS);
 }

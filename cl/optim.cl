@@ -47,6 +47,17 @@ __kernel void mpcl_optim_advance(__global uint *step, __global const uint *ls_st
         optim_step_state(step, step[MPCL_ABI_OPTIM_STEP_COUNT] + 1u, beta1, beta2);
 }
 
+// The same, then the loss-scale update (loss_scale.cl), in one launch: the
+// end of a model's step under loss scaling. The advance reads found_inf
+// before the update clears it, the order the two separate kernels keep.
+__kernel void mpcl_optim_advance_scale(LOSS_SCALE_UPDATE_PARAMS, __global uint *step, float beta1,
+                                       float beta2) {
+    if (get_global_id(0) != 0) return;
+    if (state[MPCL_ABI_LS_FOUND_INF] == 0u)
+        optim_step_state(step, step[MPCL_ABI_OPTIM_STEP_COUNT] + 1u, beta1, beta2);
+    loss_scale_update(LOSS_SCALE_UPDATE_ARGS);
+}
+
 // The update kernels are straight-line code, so that a CPU runtime
 // vectorizes them: no range check (the host launches exactly the elements it
 // wants; a guard `if (i >= n) return;` made PoCL run the Adam update scalar,

@@ -72,7 +72,7 @@ static double ref_step(ref_model *r, const double *x, const int32_t *y, size_t B
     return loss / (double)B;
 }
 
-static mpcl_model *small_model(mpcl_context *ctx, mpcl_policy policy) {
+static mpcl_model_params small_params(mpcl_policy policy) {
     mpcl_model_params p = mpcl_model_default_params();
     p.inputs = IN;
     p.hidden[0] = HID;
@@ -80,6 +80,11 @@ static mpcl_model *small_model(mpcl_context *ctx, mpcl_policy policy) {
     p.max_batch = BATCH;
     p.policy = policy;
     p.seed = 7;
+    return p;
+}
+
+static mpcl_model *small_model(mpcl_context *ctx, mpcl_policy policy) {
+    mpcl_model_params p = small_params(policy);
     mpcl_model *m = NULL;
     TU_ASSERT_OK(mpcl_model_create(ctx, &p, &m));
     return m;
@@ -191,6 +196,19 @@ static void bfloat16_follows_reference(void **state) {
     follows_reference(MPCL_POLICY_MIXED_BFLOAT16);
 }
 
+/* A batch of uniform [0, 1) f16 inputs and labels b % OUT. */
+static void f16_batch(mpcl_context *ctx, mpcl_tensor **x, mpcl_tensor **y) {
+    TU_ASSERT_OK(mpcl_tensor_create(ctx, MPCL_DTYPE_F16, BATCH, IN, x));
+    TU_ASSERT_OK(mpcl_tensor_create(ctx, MPCL_DTYPE_I32, BATCH, 1, y));
+    static float xf[BATCH * IN];
+    int32_t labels[BATCH];
+    tu_rng rng = tu_rng_make(5);
+    tu_fill_uniform(&rng, xf, BATCH * IN, 0, 1);
+    for (int b = 0; b < BATCH; b++) labels[b] = b % OUT;
+    TU_ASSERT_OK(mpcl_tensor_upload_f32(*x, xf, BATCH * IN));
+    TU_ASSERT_OK(mpcl_tensor_upload_i32(*y, labels, BATCH));
+}
+
 static void overflowing_step_is_skipped_exactly(void **state) {
     (void)state;
     mpcl_context *ctx = tu_context();
@@ -198,15 +216,7 @@ static void overflowing_step_is_skipped_exactly(void **state) {
     mpcl_loss_scale *ls = mpcl_model_loss_scale(m);
     assert_non_null(ls);
     mpcl_tensor *x = NULL, *y = NULL;
-    TU_ASSERT_OK(mpcl_tensor_create(ctx, MPCL_DTYPE_F16, BATCH, IN, &x));
-    TU_ASSERT_OK(mpcl_tensor_create(ctx, MPCL_DTYPE_I32, BATCH, 1, &y));
-    static float xf[BATCH * IN];
-    int32_t labels[BATCH];
-    tu_rng rng = tu_rng_make(5);
-    tu_fill_uniform(&rng, xf, BATCH * IN, 0, 1);
-    for (int b = 0; b < BATCH; b++) labels[b] = b % OUT;
-    TU_ASSERT_OK(mpcl_tensor_upload_f32(x, xf, BATCH * IN));
-    TU_ASSERT_OK(mpcl_tensor_upload_i32(y, labels, BATCH));
+    f16_batch(ctx, &x, &y);
     TU_ASSERT_OK(mpcl_model_train_step(m, x, y)); /* one normal step: moments are non-zero */
 
     /* A scale of 2^100 makes every f16 gradient inf. */
@@ -247,6 +257,46 @@ static void overflowing_step_is_skipped_exactly(void **state) {
         free(before[k]);
         free(after[k]);
     }
+    mpcl_tensor_destroy(x);
+    mpcl_tensor_destroy(y);
+    mpcl_model_destroy(m);
+    mpcl_context_destroy(ctx);
+}
+
+/* The model's step runs the scale update in the optimizer's last launch: the
+ * state machine of loss_scale.h, seen through the model. With a growth
+ * interval of 2, two finite steps double the scale and restart the count; a
+ * third counts one good step; the step counter follows every applied step. */
+static void scale_grows_through_the_model_step(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    mpcl_model_params p = small_params(MPCL_POLICY_MIXED_FLOAT16);
+    p.loss_scale.growth_interval = 2;
+    mpcl_model *m = NULL;
+    TU_ASSERT_OK(mpcl_model_create(ctx, &p, &m));
+    mpcl_loss_scale *ls = mpcl_model_loss_scale(m);
+    assert_non_null(ls);
+    mpcl_tensor *x = NULL, *y = NULL;
+    f16_batch(ctx, &x, &y);
+    mpcl_loss_scale_state s0, s;
+    TU_ASSERT_OK(mpcl_loss_scale_read(ctx, ls, &s0));
+    uint32_t t = 0;
+    TU_ASSERT_OK(mpcl_model_train_step(m, x, y));
+    TU_ASSERT_OK(mpcl_loss_scale_read(ctx, ls, &s));
+    assert_true(s.scale == s0.scale);
+    assert_int_equal(s.good_steps, 1);
+    TU_ASSERT_OK(mpcl_model_train_step(m, x, y));
+    TU_ASSERT_OK(mpcl_loss_scale_read(ctx, ls, &s));
+    assert_true(s.scale == 2.0f * s0.scale);
+    assert_int_equal(s.good_steps, 0);
+    TU_ASSERT_OK(mpcl_model_train_step(m, x, y));
+    TU_ASSERT_OK(mpcl_loss_scale_read(ctx, ls, &s));
+    assert_true(s.scale == 2.0f * s0.scale);
+    assert_int_equal(s.good_steps, 1);
+    assert_int_equal(s.skipped_steps, 0);
+    assert_int_equal(s.found_inf, 0);
+    TU_ASSERT_OK(mpcl_model_read_step(m, &t));
+    assert_int_equal(t, 3);
     mpcl_tensor_destroy(x);
     mpcl_tensor_destroy(y);
     mpcl_model_destroy(m);
@@ -485,6 +535,7 @@ int main(void) {
         cmocka_unit_test(mixed_follows_reference),
         cmocka_unit_test(bfloat16_follows_reference),
         cmocka_unit_test(overflowing_step_is_skipped_exactly),
+        cmocka_unit_test(scale_grows_through_the_model_step),
         cmocka_unit_test(bad_batches_are_refused),
         cmocka_unit_test(arena_layout_is_aligned_and_disjoint),
         cmocka_unit_test(phases_compose_the_step),

@@ -127,6 +127,12 @@ mpcl_status mpcl_optimizer_set_lr(mpcl_optimizer *opt, float lr);
 mpcl_status mpcl_optimizer_step(mpcl_context *ctx, mpcl_optimizer *opt, const mpcl_tensor *grads,
                                 const mpcl_loss_scale *ls);
 
+/* mpcl_optimizer_step, then mpcl_loss_scale_update(ls), with the update run
+ * in the step's last launch: the same result in one launch fewer (a model's
+ * step uses it). ls may be NULL: then it is mpcl_optimizer_step. */
+mpcl_status mpcl_optimizer_step_scaled(mpcl_context *ctx, mpcl_optimizer *opt,
+                                       const mpcl_tensor *grads, mpcl_loss_scale *ls);
+
 /* The global L2 norm of the unscaled gradients of the last step with
  * clipping (blocking read); NaN before the first such step or without
  * clipping. */

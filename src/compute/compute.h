@@ -77,5 +77,10 @@ mpcl_status mpcl__launch_2d(mpcl_context *ctx, cl_kernel k, const char *name, si
  * offsets of cl/abi.h (good_steps, found_inf, skipped_steps, last_found_inf). */
 cl_mem mpcl__loss_scale_state_mem(const mpcl_loss_scale *ls);
 cl_mem mpcl__loss_scale_scale_mem(const mpcl_loss_scale *ls);
+/* Sets arguments 0..7 of a kernel that runs the scale update
+ * (LOSS_SCALE_UPDATE_PARAMS in cl/loss_scale.cl): mpcl_loss_scale_update's
+ * own, and the optimizer's end-of-step kernel. */
+mpcl_status mpcl__loss_scale_set_update_args(mpcl_context *ctx, const mpcl_loss_scale *ls,
+                                             cl_kernel k, const char *name);
 
 #endif

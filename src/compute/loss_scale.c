@@ -189,20 +189,24 @@ mpcl_status mpcl_loss_scale_check(mpcl_context *ctx, mpcl_loss_scale *ls, mpcl_t
     return MPCL_OK;
 }
 
+mpcl_status mpcl__loss_scale_set_update_args(mpcl_context *ctx, const mpcl_loss_scale *ls,
+                                             cl_kernel k, const char *name) {
+    const mpcl_loss_scale_params *p = &ls->p;
+    cl_uint dynamic = p->mode == MPCL_LOSS_SCALE_DYNAMIC;
+    cl_uint interval = p->growth_interval;
+    return mpcl__set_args(ctx, k, name, MPCL_ARG(ls->scale->mem), MPCL_ARG(ls->state->mem),
+                          MPCL_ARG(dynamic), MPCL_ARG(interval), MPCL_ARG(p->growth_factor),
+                          MPCL_ARG(p->backoff_factor), MPCL_ARG(p->min_scale),
+                          MPCL_ARG(p->max_scale), MPCL_ARGS_END);
+}
+
 mpcl_status mpcl_loss_scale_update(mpcl_context *ctx, mpcl_loss_scale *ls) {
     static const char name[] = "mpcl_loss_scale_update";
     cl_kernel k;
     mpcl_status st = mpcl__kernel(ctx, ls->program, name, &k);
-    if (st != MPCL_OK) return st;
-    const mpcl_loss_scale_params *p = &ls->p;
-    cl_uint dynamic = p->mode == MPCL_LOSS_SCALE_DYNAMIC;
-    cl_uint interval = p->growth_interval;
-    st = mpcl__set_args(ctx, k, name, MPCL_ARG(ls->scale->mem), MPCL_ARG(ls->state->mem),
-                        MPCL_ARG(dynamic), MPCL_ARG(interval), MPCL_ARG(p->growth_factor),
-                        MPCL_ARG(p->backoff_factor), MPCL_ARG(p->min_scale), MPCL_ARG(p->max_scale),
-                        MPCL_ARGS_END);
-    if (st != MPCL_OK) return st;
-    return mpcl__launch_1d(ctx, k, name, 1, 1);
+    if (st == MPCL_OK) st = mpcl__loss_scale_set_update_args(ctx, ls, k, name);
+    if (st == MPCL_OK) st = mpcl__launch_1d(ctx, k, name, 1, 1);
+    return st;
 }
 
 mpcl_status mpcl_loss_scale_read(mpcl_context *ctx, const mpcl_loss_scale *ls,

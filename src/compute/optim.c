@@ -205,14 +205,24 @@ static mpcl_status clip_launch(mpcl_context *ctx, mpcl_optimizer *opt, const mpc
 }
 
 /* The step counter and bias corrections move on after the update (one
- * work-item; not for a skipped step). */
-static mpcl_status advance_step(mpcl_context *ctx, mpcl_optimizer *opt, cl_mem ls_state) {
-    static const char name[] = "mpcl_optim_advance";
+ * work-item; not for a skipped step). With ls, the same launch then runs the
+ * loss-scale update (mpcl_optim_advance_scale). */
+static mpcl_status advance_step(mpcl_context *ctx, mpcl_optimizer *opt, cl_mem ls_state,
+                                const mpcl_loss_scale *ls) {
+    const char *name = ls ? "mpcl_optim_advance_scale" : "mpcl_optim_advance";
     cl_kernel k;
     mpcl_status st = mpcl__kernel(ctx, opt->working->dtype, name, &k);
-    if (st == MPCL_OK)
+    if (st != MPCL_OK) return st;
+    if (ls) {
+        st = mpcl__loss_scale_set_update_args(ctx, ls, k, name);
+        cl_uint a = MPCL_ABI_LS_UPDATE_ARGS;
+        if (st == MPCL_OK) st = mpcl__set_arg(ctx, k, name, a++, sizeof(cl_mem), &opt->step->mem);
+        if (st == MPCL_OK) st = mpcl__set_arg(ctx, k, name, a++, sizeof(float), &opt->p.beta1);
+        if (st == MPCL_OK) st = mpcl__set_arg(ctx, k, name, a++, sizeof(float), &opt->p.beta2);
+    } else {
         st = mpcl__set_args(ctx, k, name, MPCL_ARG(opt->step->mem), MPCL_ARG(ls_state),
                             MPCL_ARG(opt->p.beta1), MPCL_ARG(opt->p.beta2), MPCL_ARGS_END);
+    }
     if (st == MPCL_OK) st = mpcl__launch_1d(ctx, k, name, 1, 1);
     return st;
 }
@@ -256,8 +266,10 @@ static mpcl_status set_update_args(mpcl_context *ctx, mpcl_optimizer *opt, cl_ke
     return MPCL_OK;
 }
 
-mpcl_status mpcl_optimizer_step(mpcl_context *ctx, mpcl_optimizer *opt, const mpcl_tensor *grads,
-                                const mpcl_loss_scale *ls) {
+/* The update, and the end-of-step launch: the advance alone, or (fold_ls)
+ * the advance and the loss-scale update. */
+static mpcl_status optimizer_step(mpcl_context *ctx, mpcl_optimizer *opt, const mpcl_tensor *grads,
+                                  const mpcl_loss_scale *ls, bool fold_ls) {
     if (grads->dtype != opt->working->dtype)
         return MPCL_ERROR(ctx, MPCL_ERR_DTYPE,
                           "optimizer gradients are %s but the working arena is %s",
@@ -294,9 +306,19 @@ mpcl_status mpcl_optimizer_step(mpcl_context *ctx, mpcl_optimizer *opt, const mp
             (st = mpcl__launch_1d(ctx, k1, name, opt->n - done, 0)) != MPCL_OK)
             return st;
     }
-    return advance_step(ctx, opt, state);
+    return advance_step(ctx, opt, state, fold_ls ? ls : NULL);
 }
 #undef SET_ARG
+
+mpcl_status mpcl_optimizer_step(mpcl_context *ctx, mpcl_optimizer *opt, const mpcl_tensor *grads,
+                                const mpcl_loss_scale *ls) {
+    return optimizer_step(ctx, opt, grads, ls, false);
+}
+
+mpcl_status mpcl_optimizer_step_scaled(mpcl_context *ctx, mpcl_optimizer *opt,
+                                       const mpcl_tensor *grads, mpcl_loss_scale *ls) {
+    return optimizer_step(ctx, opt, grads, ls, ls != NULL);
+}
 
 mpcl_status mpcl_optimizer_read_grad_norm(mpcl_context *ctx, const mpcl_optimizer *opt,
                                           float *norm) {

@@ -341,9 +341,9 @@ mpcl_status mpcl_model_apply(mpcl_model *m) {
     m->phase = PHASE_IDLE;
     mpcl_status st = MPCL_OK;
     if (m->ls) st = mpcl_loss_scale_check(m->ctx, m->ls, &m->arenas.grads, 1);
-    if (st == MPCL_OK) st = mpcl_optimizer_step(m->ctx, m->opt, m->arenas.grads, m->ls);
-    /* After the optimizer: the update clears found_inf (loss_scale.h). */
-    if (st == MPCL_OK && m->ls) st = mpcl_loss_scale_update(m->ctx, m->ls);
+    /* The loss-scale update runs in the optimizer's last launch, after the
+     * update has read found_inf (loss_scale.h). */
+    if (st == MPCL_OK) st = mpcl_optimizer_step_scaled(m->ctx, m->opt, m->arenas.grads, m->ls);
     return st;
 }
 
