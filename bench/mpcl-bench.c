@@ -160,9 +160,8 @@ int bench_cmd_gemm(mpcl_context *ctx, const bench_opts *opts) {
     size_t nrow = 0;
     FILE *note = opts->json ? stderr : stdout;
     fprintf(note, "device: %s\n", mpcl_context_device(ctx)->name);
-    fprintf(note,
-            "note: OpenBLAS picks its kernel by CPU; OPENBLAS_CORETYPE in the environment "
-            "changes it (now: %s)\n",
+    fprintf(note, "OpenBLAS runs its %s kernels (CPU: %s; OPENBLAS_CORETYPE %s)\n",
+            bench_openblas_core(), bench_cpu_features(),
             getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "unset");
 
     /* OpenBLAS once per shape (f32: it has no f16 GEMM). */
@@ -228,6 +227,7 @@ int bench_cmd_gemm(mpcl_context *ctx, const bench_opts *opts) {
             jsonw_kv_number(&w, "us", rows[i].us);
             jsonw_kv_number(&w, "openblas_gflops", rows[i].openblas_gflops);
             jsonw_kv_number(&w, "ratio", rows[i].ratio);
+            jsonw_kv_string(&w, "openblas_core", bench_openblas_core());
             jsonw_object_end(&w);
         }
         jsonw_array_end(&w);
@@ -306,6 +306,7 @@ int main(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
+    bench_openblas_pick_core(argv);
     mpcl_context_params params = mpcl_context_default_params();
     params.device = opts.device;
     mpcl_context *ctx = NULL;
