@@ -15,26 +15,14 @@ static char cache_dir[64];
 static int setup(void **state) {
     (void)state;
     snprintf(cache_dir, sizeof cache_dir, "/tmp/mpcl-cache-test-XXXXXX");
-    if (!mkdtemp(cache_dir)) return -1;
-    setenv("MPCL_CACHE_DIR", cache_dir, 1);
+    if (!tu_cache_dir_make(cache_dir)) return -1;
     unsetenv("MPCL_CACHE");
     return 0;
 }
 
 static int teardown(void **state) {
     (void)state;
-    DIR *d = opendir(cache_dir);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d)) != NULL) {
-            char path[512];
-            if (e->d_name[0] == '.') continue;
-            snprintf(path, sizeof path, "%s/%s", cache_dir, e->d_name);
-            unlink(path);
-        }
-        closedir(d);
-    }
-    rmdir(cache_dir);
+    tu_cache_dir_remove(cache_dir);
     return 0;
 }
 

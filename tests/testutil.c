@@ -1,4 +1,8 @@
+#define _GNU_SOURCE
 #include "testutil.h"
+
+#include <dirent.h>
+#include <unistd.h>
 
 #include <math.h>
 #include <stdio.h>
@@ -115,4 +119,25 @@ float *tu_model_state(mpcl_model *m, size_t *n_out) {
         }
     *n_out = n;
     return buf;
+}
+
+bool tu_cache_dir_make(char *template_path) {
+    if (!mkdtemp(template_path)) return false;
+    setenv("MPCL_CACHE_DIR", template_path, 1);
+    return true;
+}
+
+void tu_cache_dir_remove(const char *dir) {
+    DIR *d = opendir(dir);
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d)) != NULL) {
+            char path[512];
+            if (e->d_name[0] == '.') continue;
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            unlink(path);
+        }
+        closedir(d);
+    }
+    rmdir(dir);
 }

@@ -56,6 +56,12 @@ float *tu_model_state(mpcl_model *m, size_t *n_out);
 /* The poison bit pattern of a 16-bit float dtype. */
 #define TU_POISON_16(dtype) ((dtype) == MPCL_DTYPE_BF16 ? TU_POISON_BF16 : TU_POISON_F16)
 
+/* A fresh folder from mkdtemp(template) made this process's cache folder
+ * (MPCL_CACHE_DIR); false when it cannot be made. */
+bool tu_cache_dir_make(char *template_path);
+/* Removes the files in a folder made by tu_cache_dir_make, then the folder. */
+void tu_cache_dir_remove(const char *dir);
+
 /* assert_int_equal with the error detail printed when it fails. */
 #define TU_ASSERT_OK(call)                                                 \
     do {                                                                   \

@@ -106,6 +106,16 @@ typedef struct mpcl_model mpcl_model;
  * params->seed (the same numbers on every device and policy), zero biases.
  * MPCL_ERR_INVALID_ARG names a bad parameter. */
 mpcl_status mpcl_model_create(mpcl_context *ctx, const mpcl_model_params *params, mpcl_model **out);
+
+/* The plan `auto` gives a model of these params (mpcl_model_create uses it
+ * when params->policy is auto): on first use of a (device, driver, model
+ * shape), a few training steps of float32 and of mixed_float16 on each GEMM
+ * path that takes f16 are timed, and the fastest is taken; the verdict is
+ * kept in the cache folder (MPCL_CACHE_DIR) and reused. The reason names the
+ * figures. With MPCL_AUTO=capability, or one candidate only, it is the
+ * capability rule (mpcl_plan_resolve). */
+mpcl_status mpcl_model_auto_plan(mpcl_context *ctx, const mpcl_model_params *params,
+                                 mpcl_plan *out);
 void mpcl_model_destroy(mpcl_model *m);
 
 const mpcl_model_params *mpcl_model_params_of(const mpcl_model *m);

@@ -193,12 +193,26 @@ static bool wants_loss_scaling(const mpcl_model_params *p, const mpcl_plan *plan
 mpcl_status mpcl_model_create(mpcl_context *ctx, const mpcl_model_params *params,
                               mpcl_model **out) {
     *out = NULL;
+    mpcl_status st = check_params(ctx, params);
+    if (st != MPCL_OK) return st;
+    mpcl_plan plan;
+    if (params->policy == MPCL_POLICY_AUTO) {
+        if ((st = mpcl_model_auto_plan(ctx, params, &plan)) != MPCL_OK) return st;
+    } else {
+        plan = mpcl_context_plan(ctx, params->policy);
+    }
+    return mpcl__model_create_plan(ctx, params, &plan, out);
+}
+
+mpcl_status mpcl__model_create_plan(mpcl_context *ctx, const mpcl_model_params *params,
+                                    const mpcl_plan *planp, mpcl_model **out) {
+    *out = NULL;
     mpcl_layer_spec specs[MPCL_MAX_LAYERS];
     size_t count;
     mpcl_status st = check_params(ctx, params);
     if (st == MPCL_OK) st = mpcl_model_params_layers(ctx, params, specs, &count);
     if (st != MPCL_OK) return st;
-    mpcl_plan plan = mpcl_context_plan(ctx, params->policy);
+    const mpcl_plan plan = *planp;
     if (!plan.usable)
         return MPCL_ERROR(ctx, MPCL_ERR_UNSUPPORTED, "policy %s cannot run on %s: %s",
                           mpcl_policy_name(params->policy), mpcl_context_device(ctx)->name,

@@ -87,4 +87,13 @@ const mpcl__layer_kind *mpcl__layer_kind_find(const char *name);
 
 extern const mpcl__layer_kind mpcl__dense_layer;
 
+/* ---- the model ---- */
+
+/* mpcl_model_create with the plan given rather than resolved (auto_plan.c
+ * times candidate plans through it). */
+mpcl_status mpcl__model_create_plan(mpcl_context *ctx, const mpcl_model_params *params,
+                                    const mpcl_plan *plan, mpcl_model **out);
+/* MPCL_AUTO=capability: `auto` by the capability rule, not measured. */
+bool mpcl__auto_by_capability(void);
+
 #endif

@@ -24,11 +24,13 @@ static const char usage[] =
     "                is ignored here so that the report is complete)\n"
     "  --json        one JSON document (schema 1, see README.md) instead of text\n"
     "  --bench       add measured figures: CLBlast SGEMM (and HGEMM where fp16 math is\n"
-    "                usable) GFLOP/s at 1024^3, copy bandwidth, kernel launch latency\n"
+    "                usable) GFLOP/s at 1024^3, copy bandwidth, kernel launch latency,\n"
+    "                start-up, and the plan `auto` measures for the default model\n"
     "  --help        this text\n"
     "  --version     the mpcl version\n"
     "\n"
-    "Environment: MPCL_FP16=force|off, MPCL_GEMM=<path> change the plans shown.\n"
+    "Environment: MPCL_FP16=force|off, MPCL_GEMM=<path> change the plans shown;\n"
+    "MPCL_AUTO=capability makes `auto` follow the capability rule, unmeasured.\n"
     "Exit status: 0 success, 2 no OpenCL platform or device, 1 any other error.\n";
 
 typedef struct probe {
@@ -36,7 +38,8 @@ typedef struct probe {
     mpcl_plan plans[MPCL_POLICY_COUNT];
     bool benched;
     mpcl_quick_bench bench;
-    double startup_ms; /* context creation + building (or loading) both programs */
+    double startup_ms;   /* context creation + building (or loading) both programs */
+    mpcl_plan auto_plan; /* auto for the default model, measured (mpcl_model_auto_plan) */
     char bench_error[512];
 } probe;
 
@@ -46,7 +49,7 @@ static const char *verdict(const mpcl_device_info *d, const mpcl_plan_overrides 
     if (mpcl_plan_fp16_math_usable(d, o->fp16))
         return "full mixed precision: f16 storage and f16 GEMM (HGEMM), f32 master weights";
     return "mixed_float16 runs as f16 storage with f32 math (halves memory traffic); "
-           "auto picks float32";
+           "auto measures which is faster";
 }
 
 static void print_fp(const char *label, const mpcl_fp_config *c) {
@@ -102,6 +105,9 @@ static void print_text(const probe *p, const mpcl_plan_overrides *o) {
         printf(", copy %.1f GB/s, launch %.1f us\n", p->bench.copy_gb_per_s, p->bench.launch_us);
         printf("  start-up     %.0f ms (context, fp16 verification, both programs)\n",
                p->startup_ms);
+        printf("  auto         %s, GEMM %s for the default 784-128-10 model, batch 128\n",
+               mpcl_policy_name(p->auto_plan.resolved), mpcl_gemm_path_name(p->auto_plan.gemm));
+        printf("               %s\n", p->auto_plan.reason);
     } else if (p->bench_error[0]) {
         printf("  bench        failed: %s\n", p->bench_error);
     }
@@ -197,6 +203,12 @@ static void json_device(jsonw *w, const probe *p, const mpcl_plan_overrides *o) 
         jsonw_kv_number(w, "copy_gb_per_s", p->bench.copy_gb_per_s);
         jsonw_kv_number(w, "launch_us", p->bench.launch_us);
         jsonw_kv_number(w, "startup_ms", p->startup_ms);
+        jsonw_key(w, "auto");
+        jsonw_object_begin(w);
+        jsonw_kv_string(w, "resolved", mpcl_policy_name(p->auto_plan.resolved));
+        jsonw_kv_string(w, "gemm", mpcl_gemm_path_name(p->auto_plan.gemm));
+        jsonw_kv_string(w, "reason", p->auto_plan.reason);
+        jsonw_object_end(w);
         jsonw_object_end(w);
     } else if (p->bench_error[0]) {
         jsonw_kv_string(w, "bench_error", p->bench_error);
@@ -216,6 +228,8 @@ static void run_bench(probe *p) {
     p->startup_ms =
         1e3 * (double)(t1.tv_sec - t0.tv_sec) + 1e-6 * (double)(t1.tv_nsec - t0.tv_nsec);
     if (st == MPCL_OK) st = mpcl_quick_bench_run(ctx, &p->bench);
+    mpcl_model_params mp = mpcl_model_default_params();
+    if (st == MPCL_OK) st = mpcl_model_auto_plan(ctx, &mp, &p->auto_plan);
     if (st == MPCL_OK)
         p->benched = true;
     else

@@ -218,10 +218,15 @@ static void write_json(const train_args *a, const mpcl_device_info *dev, const m
     fputc('\n', stdout);
 }
 
-static void print_start(FILE *h, const train_args *a, const mpcl_device_info *dev,
-                        const mpcl_plan *plan) {
+static void print_start(FILE *h, const train_args *a, const mpcl_device_info *dev) {
     fprintf(h, "mpcl-train %s\n", mpcl_version());
     fprintf(h, "device    %s: %s (%s)\n", dev->id, dev->name, dev->platform);
+    fprintf(h, "data      %s\n", a->data_dir ? a->data_dir : MPCL_DATA_DEFAULT_DIR);
+    fflush(h);
+}
+
+/* The model's plan: `auto` may be measured as the model is built. */
+static void print_plan(FILE *h, const train_args *a, const mpcl_plan *plan) {
     fprintf(h, "precision %s -> %s: storage %s, GEMM %s, loss scaling %s\n",
             mpcl_policy_name(plan->policy), mpcl_policy_name(plan->resolved),
             mpcl_dtype_name(plan->storage), mpcl_gemm_path_name(plan->gemm),
@@ -229,8 +234,6 @@ static void print_start(FILE *h, const train_args *a, const mpcl_device_info *de
             : a->loss_scale == MPCL_LOSS_SCALE_FIXED ? "fixed"
                                                      : "dynamic");
     fprintf(h, "          %s\n", plan->reason);
-    fprintf(h, "data      %s\n", a->data_dir ? a->data_dir : MPCL_DATA_DEFAULT_DIR);
-    fflush(h);
 }
 
 /* After the data are loaded: the real input and class counts. */
@@ -317,8 +320,7 @@ int main(int argc, char **argv) {
                    : EXIT_ERROR;
     }
     const mpcl_device_info *dev = mpcl_context_device(ctx);
-    mpcl_plan plan = mpcl_context_plan(ctx, a.policy);
-    if (human) print_start(human, &a, dev, &plan);
+    if (human) print_start(human, &a, dev);
 
     int rc = EXIT_ERROR;
     mpcl_trainer *tr = NULL;
@@ -327,7 +329,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "mpcl-train: %s\n", mpcl_errmsg());
         goto done;
     }
-    plan = *mpcl_model_plan(mpcl_trainer_model(tr));
+    mpcl_plan plan = *mpcl_model_plan(mpcl_trainer_model(tr));
+    if (human) print_plan(human, &a, &plan);
     if (human) print_model(human, &a, mpcl_model_params_of(mpcl_trainer_model(tr)));
     if (a.resume && mpcl_trainer_load(tr, a.resume) != MPCL_OK) {
         fprintf(stderr, "mpcl-train: --resume %s: %s\n", a.resume, mpcl_errmsg());

@@ -1,0 +1,213 @@
+/* `auto` chosen by measurement. Mixed precision is chosen for speed, and
+ * whether it is faster depends on the device, its driver and the model: on
+ * Intel's CPU runtime, verified fp16 math makes the capability rule pick
+ * HGEMM, about 4x slower than float32 there. So on first use of a (device,
+ * driver, model shape) a few steps of each plan `auto` may take are timed,
+ * the fastest is chosen, and the verdict is kept in the cache folder beside
+ * the kernel binaries. MPCL_AUTO=capability keeps the capability rule.
+ *
+ * The plans `auto` may take: float32, and mixed_float16 with each GEMM path
+ * that takes f16 here (mpcl-mixed accumulates in f32; clblast-hgemm where
+ * fp16 math is verified). Not mixed_bfloat16: its 8-bit mantissa changes the
+ * numerics more than a speed choice should; it stays a policy one asks for. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "nn/nn.h"
+#include "runtime/runtime.h"
+
+#define MAX_CANDIDATES 3
+/* The candidates take turns, ROUNDS times, each turn STEPS timed steps after
+ * one untimed; a candidate's figure is its best turn, so that a burst of
+ * other load on the machine during one turn does not decide. */
+#define ROUNDS 3
+#define STEPS 4
+
+typedef struct candidate {
+    mpcl_plan plan;
+    double us; /* per step: the best turn */
+    mpcl_model *m;
+    mpcl_tensor *x, *y;
+} candidate;
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static size_t list_candidates(mpcl_context *ctx, candidate *c) {
+    size_t n = 0;
+    memset(c, 0, MAX_CANDIDATES * sizeof *c);
+    c[n++].plan = mpcl_context_plan(ctx, MPCL_POLICY_FLOAT32);
+    mpcl_plan f16 = mpcl_context_plan(ctx, MPCL_POLICY_MIXED_FLOAT16);
+    if (!f16.usable) return n;
+    const mpcl_plan_overrides *o = mpcl_context_overrides(ctx);
+    if (o->gemm_set) { /* MPCL_GEMM names the path: only the plan it gives */
+        c[n++].plan = f16;
+        return n;
+    }
+    f16.gemm = MPCL_GEMM_MPCL_MIXED;
+    c[n++].plan = f16;
+    if (mpcl_plan_fp16_math_usable(mpcl_context_device(ctx), o->fp16)) {
+        f16.gemm = MPCL_GEMM_CLBLAST_HGEMM;
+        c[n++].plan = f16;
+    }
+    return n;
+}
+
+/* A model of these params in the candidate's plan and a batch of max_batch
+ * random inputs for it. */
+static mpcl_status candidate_setup(mpcl_context *ctx, const mpcl_model_params *params,
+                                   candidate *c) {
+    size_t B = params->max_batch, in = params->inputs;
+    float *xf = malloc(B * in * sizeof *xf);
+    int32_t *labels = malloc(B * sizeof *labels);
+    mpcl_status st = xf && labels ? MPCL_OK : MPCL_ERR_OUT_OF_MEMORY;
+    if (st == MPCL_OK) st = mpcl__model_create_plan(ctx, params, &c->plan, &c->m);
+    if (st == MPCL_OK) st = mpcl_tensor_create(ctx, c->plan.storage, B, in, &c->x);
+    if (st == MPCL_OK) st = mpcl_tensor_create(ctx, MPCL_DTYPE_I32, B, 1, &c->y);
+    if (st == MPCL_OK) {
+        uint64_t rng = params->seed;
+        size_t classes = mpcl_model_layer(c->m, mpcl_model_layer_count(c->m) - 1)->units;
+        for (size_t i = 0; i < B * in; i++) xf[i] = (float)(mpcl_rng_next(&rng) >> 40) * 0x1p-24f;
+        for (size_t b = 0; b < B; b++) labels[b] = (int32_t)(b % classes);
+        st = mpcl_tensor_upload_f32(c->x, xf, B * in);
+    }
+    if (st == MPCL_OK) st = mpcl_tensor_upload_i32(c->y, labels, B);
+    free(xf);
+    free(labels);
+    return st;
+}
+
+static void candidate_teardown(candidate *c) {
+    mpcl_tensor_destroy(c->x);
+    mpcl_tensor_destroy(c->y);
+    mpcl_model_destroy(c->m);
+    c->x = c->y = NULL;
+    c->m = NULL;
+}
+
+/* One turn: an untimed step, then STEPS timed ones; keeps the best. */
+static mpcl_status candidate_turn(mpcl_context *ctx, candidate *c) {
+    mpcl_status st = mpcl_model_train_step(c->m, c->x, c->y);
+    if (st == MPCL_OK) st = mpcl_context_finish(ctx);
+    double t0 = now_s();
+    for (int i = 0; st == MPCL_OK && i < STEPS; i++) st = mpcl_model_train_step(c->m, c->x, c->y);
+    if (st == MPCL_OK) st = mpcl_context_finish(ctx);
+    double us = (now_s() - t0) / STEPS * 1e6;
+    if (st == MPCL_OK && (c->us == 0 || us < c->us)) c->us = us;
+    return st;
+}
+
+static mpcl_status measure(mpcl_context *ctx, const mpcl_model_params *params, candidate *c,
+                           size_t n) {
+    mpcl_status st = MPCL_OK;
+    for (size_t i = 0; st == MPCL_OK && i < n; i++) st = candidate_setup(ctx, params, &c[i]);
+    for (int r = 0; st == MPCL_OK && r < ROUNDS; r++)
+        for (size_t i = 0; st == MPCL_OK && i < n; i++) st = candidate_turn(ctx, &c[i]);
+    for (size_t i = 0; i < n; i++) candidate_teardown(&c[i]);
+    return st;
+}
+
+/* The cache key: what the verdict depends on. */
+static mpcl__cache_key verdict_key(mpcl_context *ctx, const mpcl_model_params *params,
+                                   const candidate *c, size_t n) {
+    const mpcl_device_info *d = mpcl_context_device(ctx);
+    char shape[512], plans[256] = "";
+    mpcl_layer_spec specs[MPCL_MAX_LAYERS];
+    size_t count = 0;
+    int len = snprintf(shape, sizeof shape, "in %zu batch %zu optim %d", params->inputs,
+                       params->max_batch, (int)params->optim.kind);
+    if (mpcl_model_params_layers(ctx, params, specs, &count) == MPCL_OK)
+        for (size_t l = 0; l < count && len > 0 && (size_t)len < sizeof shape; l++)
+            len += snprintf(shape + len, sizeof shape - (size_t)len, " %s %zu %d", specs[l].kind,
+                            specs[l].units, (int)specs[l].activation);
+    for (size_t i = 0; i < n; i++) {
+        size_t used = strlen(plans);
+        snprintf(plans + used, sizeof plans - used, "%s/%s ", mpcl_policy_name(c[i].plan.resolved),
+                 mpcl_gemm_path_name(c[i].plan.gemm));
+    }
+    const char *parts[] = {"mpcl auto verdict 1", mpcl_version(), d->platform,
+                           d->platform_version,   d->name,        d->vendor,
+                           d->driver_version,     shape,          plans};
+    return mpcl__cache_key_make(parts, sizeof parts / sizeof parts[0]);
+}
+
+/* A cached verdict: "<index> <us> <us> ...\n" with one figure per candidate;
+ * false when absent or not of this candidate list. */
+static bool read_verdict(const char *dir, mpcl__cache_key key, candidate *c, size_t n,
+                         size_t *best) {
+    size_t size = 0;
+    int rejected = 0;
+    unsigned char *body = mpcl__cache_read(dir, key, &size, &rejected);
+    if (!body) return false;
+    char text[256];
+    size_t len = size < sizeof text - 1 ? size : sizeof text - 1;
+    memcpy(text, body, len);
+    text[len] = '\0';
+    free(body);
+    char *p = text, *end = NULL;
+    unsigned long index = strtoul(p, &end, 10);
+    bool ok = end != p && index < n;
+    for (size_t i = 0; ok && i < n; i++) {
+        p = end;
+        c[i].us = strtod(p, &end);
+        ok = end != p && c[i].us > 0;
+    }
+    if (ok) *best = index;
+    return ok;
+}
+
+static void write_verdict(const char *dir, mpcl__cache_key key, const candidate *c, size_t n,
+                          size_t best) {
+    char text[256];
+    int len = snprintf(text, sizeof text, "%zu", best);
+    for (size_t i = 0; i < n && len > 0 && (size_t)len < sizeof text; i++)
+        len += snprintf(text + len, sizeof text - (size_t)len, " %.1f", c[i].us);
+    if (len > 0 && (size_t)len < sizeof text - 1) {
+        text[len++] = '\n';
+        mpcl__cache_write(dir, key, (const unsigned char *)text, (size_t)len);
+    }
+}
+
+static void explain(mpcl_plan *p, const candidate *c, size_t n, bool cached) {
+    int len = snprintf(p->reason, sizeof p->reason, "auto measured%s:", cached ? " (cached)" : "");
+    for (size_t i = 0; i < n && len > 0 && (size_t)len < sizeof p->reason; i++)
+        len += snprintf(p->reason + len, sizeof p->reason - (size_t)len, "%s %s/%s %.0f us/step",
+                        i ? "," : "", mpcl_policy_name(c[i].plan.resolved),
+                        mpcl_gemm_path_name(c[i].plan.gemm), c[i].us);
+    if (len > 0 && (size_t)len < sizeof p->reason)
+        snprintf(p->reason + len, sizeof p->reason - (size_t)len, "; the fastest");
+}
+
+bool mpcl__auto_by_capability(void) {
+    const char *v = getenv("MPCL_AUTO");
+    return v && strcmp(v, "capability") == 0;
+}
+
+mpcl_status mpcl_model_auto_plan(mpcl_context *ctx, const mpcl_model_params *params,
+                                 mpcl_plan *out) {
+    *out = mpcl_context_plan(ctx, MPCL_POLICY_AUTO);
+    if (mpcl__auto_by_capability()) return MPCL_OK;
+    candidate c[MAX_CANDIDATES];
+    size_t n = list_candidates(ctx, c), best = 0;
+    if (n == 1) return MPCL_OK; /* nothing to choose: the capability rule's reason says why */
+    char dir[4096];
+    bool have_dir = mpcl__cache_dir(dir, sizeof dir) != 0;
+    mpcl__cache_key key = verdict_key(ctx, params, c, n);
+    bool cached = have_dir && read_verdict(dir, key, c, n, &best);
+    if (!cached) {
+        mpcl_status st = measure(ctx, params, c, n);
+        if (st != MPCL_OK) return st;
+        for (size_t i = 1; i < n; i++)
+            if (c[i].us < c[best].us) best = i;
+        if (have_dir) write_verdict(dir, key, c, n, best);
+    }
+    *out = c[best].plan;
+    out->policy = MPCL_POLICY_AUTO;
+    explain(out, c, n, cached);
+    return MPCL_OK;
+}

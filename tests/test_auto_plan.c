@@ -1,0 +1,166 @@
+/* `auto` by measurement (src/nn/auto_plan.c): the verdict is one of the
+ * plans auto may take, says it was measured, is kept in the cache folder and
+ * read back, is what a model created with policy auto runs, and
+ * MPCL_AUTO=capability gives the capability rule unchanged. The suite's
+ * environment sets MPCL_AUTO=capability so that no other test depends on a
+ * timing; this one unsets it. */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "testutil.h"
+
+static char cache_dir[] = "/tmp/mpcl-auto-XXXXXX";
+
+static int setup(void **state) {
+    (void)state;
+    unsetenv("MPCL_AUTO");
+    return tu_cache_dir_make(cache_dir) ? 0 : -1;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    tu_cache_dir_remove(cache_dir);
+    return 0;
+}
+
+static mpcl_model_params small_params(void) {
+    mpcl_model_params p = mpcl_model_default_params();
+    p.inputs = 64;
+    p.hidden[0] = 32;
+    p.classes = 10;
+    p.max_batch = 32;
+    p.policy = MPCL_POLICY_AUTO;
+    return p;
+}
+
+/* One of the plans auto may take here: float32 on mpcl-f32's default path, or
+ * mixed_float16 with f16 storage on a GEMM that takes f16. */
+static void assert_candidate(mpcl_context *ctx, const mpcl_plan *p) {
+    assert_true(p->usable);
+    assert_int_equal(p->policy, MPCL_POLICY_AUTO);
+    if (p->resolved == MPCL_POLICY_FLOAT32) {
+        mpcl_plan f32 = mpcl_context_plan(ctx, MPCL_POLICY_FLOAT32);
+        assert_int_equal(p->storage, MPCL_DTYPE_F32);
+        assert_int_equal(p->gemm, f32.gemm);
+    } else {
+        assert_int_equal(p->resolved, MPCL_POLICY_MIXED_FLOAT16);
+        assert_int_equal(p->storage, MPCL_DTYPE_F16);
+        assert_true(p->gemm == MPCL_GEMM_MPCL_MIXED || p->gemm == MPCL_GEMM_CLBLAST_HGEMM);
+        assert_true(p->loss_scaling);
+    }
+}
+
+static bool more_than_one_candidate(mpcl_context *ctx) {
+    return mpcl_context_plan(ctx, MPCL_POLICY_MIXED_FLOAT16).usable;
+}
+
+static void verdict_is_measured_cached_and_used(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    if (!more_than_one_candidate(ctx)) {
+        mpcl_context_destroy(ctx);
+        skip(); /* only float32 can run: nothing to measure */
+    }
+    mpcl_model_params p = small_params();
+    mpcl_plan first, again;
+    TU_ASSERT_OK(mpcl_model_auto_plan(ctx, &p, &first));
+    assert_candidate(ctx, &first);
+    assert_non_null(strstr(first.reason, "auto measured: "));
+    assert_non_null(strstr(first.reason, "float32/"));
+    assert_non_null(strstr(first.reason, "mixed_float16/"));
+
+    TU_ASSERT_OK(mpcl_model_auto_plan(ctx, &p, &again));
+    assert_non_null(strstr(again.reason, "auto measured (cached): "));
+    assert_int_equal(again.resolved, first.resolved);
+    assert_int_equal(again.gemm, first.gemm);
+
+    mpcl_model *m = NULL;
+    TU_ASSERT_OK(mpcl_model_create(ctx, &p, &m));
+    const mpcl_plan *used = mpcl_model_plan(m);
+    assert_int_equal(used->resolved, first.resolved);
+    assert_int_equal(used->gemm, first.gemm);
+    assert_string_equal(used->reason, again.reason);
+    mpcl_model_destroy(m);
+
+    /* Another model shape is another verdict: measured, not read back. */
+    p.hidden[0] = 48;
+    TU_ASSERT_OK(mpcl_model_auto_plan(ctx, &p, &again));
+    assert_non_null(strstr(again.reason, "auto measured: "));
+    mpcl_context_destroy(ctx);
+}
+
+static void a_damaged_verdict_is_measured_again(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    if (!more_than_one_candidate(ctx)) {
+        mpcl_context_destroy(ctx);
+        skip();
+    }
+    mpcl_model_params p = small_params();
+    p.hidden[0] = 40;
+    mpcl_plan plan;
+    TU_ASSERT_OK(mpcl_model_auto_plan(ctx, &p, &plan));
+    /* Damage every small entry (the verdicts; kernel binaries are large). */
+    DIR *d = opendir(cache_dir);
+    assert_non_null(d);
+    struct dirent *e;
+    int damaged = 0;
+    while ((e = readdir(d))) {
+        char path[512];
+        struct stat sb;
+        snprintf(path, sizeof path, "%s/%s", cache_dir, e->d_name);
+        if (e->d_name[0] == '.' || stat(path, &sb) != 0 || sb.st_size > 4096) continue;
+        FILE *f = fopen(path, "r+b");
+        assert_non_null(f);
+        fseek(f, sb.st_size - 3, SEEK_SET);
+        fputs("9 ", f);
+        fclose(f);
+        damaged++;
+    }
+    closedir(d);
+    assert_true(damaged >= 1);
+    TU_ASSERT_OK(mpcl_model_auto_plan(ctx, &p, &plan));
+    assert_candidate(ctx, &plan);
+    assert_non_null(strstr(plan.reason, "auto measured: "));
+    mpcl_context_destroy(ctx);
+}
+
+static void capability_rule_on_request(void **state) {
+    (void)state;
+    setenv("MPCL_AUTO", "capability", 1);
+    mpcl_context *ctx = tu_context();
+    mpcl_model_params p = small_params();
+    mpcl_plan got, want = mpcl_context_plan(ctx, MPCL_POLICY_AUTO);
+    TU_ASSERT_OK(mpcl_model_auto_plan(ctx, &p, &got));
+    assert_memory_equal(&got, &want, sizeof got);
+    mpcl_context_destroy(ctx);
+    unsetenv("MPCL_AUTO");
+}
+
+static void explicit_policies_are_not_measured(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    mpcl_model_params p = small_params();
+    p.policy = MPCL_POLICY_FLOAT32;
+    mpcl_model *m = NULL;
+    TU_ASSERT_OK(mpcl_model_create(ctx, &p, &m));
+    mpcl_plan want = mpcl_context_plan(ctx, MPCL_POLICY_FLOAT32);
+    assert_memory_equal(mpcl_model_plan(m), &want, sizeof want);
+    mpcl_model_destroy(m);
+    mpcl_context_destroy(ctx);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(verdict_is_measured_cached_and_used),
+        cmocka_unit_test(a_damaged_verdict_is_measured_again),
+        cmocka_unit_test(capability_rule_on_request),
+        cmocka_unit_test(explicit_policies_are_not_measured),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
