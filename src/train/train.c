@@ -424,7 +424,7 @@ mpcl_status mpcl_trainer_fit(mpcl_trainer *tr) {
             if ((st = report(tr, &c, false)) != MPCL_OK) break;
         }
         if (tr->diverged && !tr->params.keep_going_on_nan) {
-            tr->stopped = true;
+            tr->stopped = tr->epoch < tr->params.epochs;
             break;
         }
         if (save && !tr->diverged) {
