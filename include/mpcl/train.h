@@ -103,14 +103,14 @@ typedef struct mpcl_train_summary {
     uint64_t steps;
     uint32_t epochs_done;
     bool stopped;                    /* by *stop, before the last epoch ended */
-    bool diverged;                   /* the training loss became non-finite (no loss scaling) */
-    bool evaluated;                  /* test_loss and test_accuracy come from an evaluation */
     double test_loss, test_accuracy; /* NaN until an evaluation has run (or a NaN loss) */
     double train_samples_per_s;
     double seconds;
     uint32_t skipped_steps;
     float final_loss_scale;
     size_t peak_device_bytes;
+    bool diverged;  /* the training loss became non-finite (no loss scaling) */
+    bool evaluated; /* test_loss and test_accuracy come from an evaluation */
 } mpcl_train_summary;
 
 void mpcl_trainer_summary(const mpcl_trainer *tr, mpcl_train_summary *out);
