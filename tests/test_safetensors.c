@@ -687,6 +687,11 @@ static void test_write_errors_keep_old_file(void **state) {
     char want[256];
     snprintf(want, sizeof want, "folder '%s/no/such/folder' does not exist", d.path);
     if (!strstr(mpcl_errmsg(), want)) fail_msg("'%s' not in: %s", want, mpcl_errmsg());
+    /* A file where the folder should be is called what it is. */
+    snprintf(q, sizeof q, "%s/x.safetensors", p);
+    assert_int_equal(mpcl_safetensors_write(q, s.t, NT, s.meta, 3), MPCL_ERR_IO);
+    snprintf(want, sizeof want, "'%s' is a regular file, not a folder", p);
+    if (!strstr(mpcl_errmsg(), want)) fail_msg("'%s' not in: %s", want, mpcl_errmsg());
 
     /* The target is a folder: refused (only a regular file is ever replaced), no temp file. */
     snprintf(q, sizeof q, "%s/is_a_dir", d.path);

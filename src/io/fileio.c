@@ -34,7 +34,12 @@ mpcl_status mpcl__open_regular(const char *path, FILE **out) {
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
     if (fd < 0) return MPCL_ERROR(NULL, MPCL_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
     struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    if (fstat(fd, &sb) != 0) {
+        mpcl_status st = MPCL_ERROR(NULL, MPCL_ERR_IO, "'%s': %s", path, strerror(errno));
+        close(fd);
+        return st;
+    }
+    if (!S_ISREG(sb.st_mode)) {
         close(fd);
         return MPCL_ERROR(NULL, MPCL_ERR_IO, "'%s' is %s, not a regular file", path,
                           mpcl__file_kind((unsigned)sb.st_mode));
@@ -113,9 +118,14 @@ mpcl_status mpcl__atomic_begin(mpcl__atomic_file *af, const char *path) {
         return MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "writing '%s'", path);
     }
     struct stat sb;
-    if (stat(af->dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
-        st = MPCL_ERROR(NULL, MPCL_ERR_IO, "cannot write '%s': folder '%s' %s", path, af->dir,
-                        errno == ENOENT ? "does not exist" : "is not a folder");
+    int found = stat(af->dir, &sb) == 0;
+    if (!found || !S_ISDIR(sb.st_mode)) {
+        if (found)
+            st = MPCL_ERROR(NULL, MPCL_ERR_IO, "cannot write '%s': '%s' is %s, not a folder", path,
+                            af->dir, mpcl__file_kind((unsigned)sb.st_mode));
+        else
+            st = MPCL_ERROR(NULL, MPCL_ERR_IO, "cannot write '%s': folder '%s' %s", path, af->dir,
+                            errno == ENOENT ? "does not exist" : strerror(errno));
         mpcl__atomic_abort(af);
         return st;
     }
