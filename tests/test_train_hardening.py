@@ -350,6 +350,8 @@ def test_metrics_and_umask(d):
                            "--quiet"], umask=0o027)
     check(rc == 0 and csv_steps(metrics) == list(range(1, 17)), "the first run wrote 16 rows")
     check(stat.S_IMODE(os.stat(metrics).st_mode) == 0o640, "umask 027: metrics 0640")
+    with open(metrics, "a") as f:
+        f.write("17,2,0.5")  # a row cut short by the crash
     rc, _, err = run(TINY + ["--epochs", "2", "--metrics", metrics, "--report-every", "1",
                              "--resume", early, "--quiet"])
     check(rc == 0, f"resume with the old metrics ({rc}: {err[-300:]})")

@@ -196,51 +196,29 @@ static bool row_step(const char *line, unsigned long long *step) {
     return errno == 0 && end && *end == ',';
 }
 
-/* A resumed run's CSV: the rows past the checkpoint's step (written after it
- * by a run that then crashed) are dropped, so no step appears twice. The
- * file is rewritten atomically: a new file in the same folder (mode 0666
- * less the umask), renamed over the old one. Only when something must go. */
-static bool trim_metrics(const char *path, unsigned long long keep, char *err, size_t size) {
-    FILE *in = open_regular(path, O_RDONLY, "r", err, size);
-    if (!in) return false;
-    size_t cap = strlen(path) + 32;
-    char *tmp = malloc(cap), line[4096];
-    FILE *out = NULL;
-    bool ok = tmp != NULL, dirty = false, first = true;
+/* A resumed run's CSV: the rows past the checkpoint's step, written by a run
+ * that went on and then crashed, are cut off, so no step appears twice. They
+ * can only be the file's tail (every run trims before it appends), so one
+ * ftruncate does it: a single step that a crash cannot leave half done, with
+ * no temporary file. A row cut short by a crash (no newline) goes too. */
+static bool trim_metrics(FILE *f, const char *path, unsigned long long keep, char *err,
+                         size_t size) {
+    char line[4096];
+    bool header = true;
+    long cut = -1;
     unsigned long long step;
-    while (ok && fgets(line, sizeof line, in)) {
-        bool keep_row = first || (row_step(line, &step) && step <= keep);
-        first = false;
-        if (!keep_row) {
-            dirty = true;
-            continue;
-        }
-        if (!out) {
-            snprintf(tmp, cap, "%s.tmp-%ld", path, (long)getpid());
-            int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-            out = fd >= 0 ? fdopen(fd, "w") : NULL;
-            if (!out) {
-                snprintf(err, size, "--metrics: cannot write next to '%s': %s", path,
-                         strerror(errno));
-                if (fd >= 0) close(fd);
-                ok = false;
-                break;
-            }
-        }
-        ok = fputs(line, out) >= 0;
+    while (cut < 0) {
+        long at = ftell(f);
+        if (!fgets(line, sizeof line, f)) break;
+        if (!header && !(row_step(line, &step) && step <= keep)) cut = at;
+        header = false;
     }
-    ok = ok && !ferror(in);
-    fclose(in);
-    if (out) {
-        ok = fflush(out) == 0 && fsync(fileno(out)) == 0 && ok;
-        ok = fclose(out) == 0 && ok;
-        if (ok && dirty && rename(tmp, path) != 0) ok = false;
-        if (!ok || !dirty) unlink(tmp);
-        if (!ok && !err[0])
-            snprintf(err, size, "--metrics: rewriting '%s': %s", path, strerror(errno));
+    if (ferror(f) || (cut >= 0 && (fflush(f) != 0 || ftruncate(fileno(f), (off_t)cut) != 0 ||
+                                   fsync(fileno(f)) != 0))) {
+        snprintf(err, size, "--metrics: rewriting '%s': %s", path, strerror(errno));
+        return false;
     }
-    free(tmp);
-    return ok;
+    return true;
 }
 
 /* A new CSV with its header; or, resuming, the existing one continued. */
@@ -248,11 +226,13 @@ static FILE *open_metrics(const char *path, bool resume, unsigned long long step
                           size_t size) {
     struct stat sb;
     bool append = resume && stat(path, &sb) == 0 && sb.st_size > 0;
-    err[0] = '\0';
-    if (append && !trim_metrics(path, step, err, size)) return NULL;
-    FILE *f = open_regular(path, append ? O_WRONLY | O_APPEND : O_WRONLY | O_CREAT | O_TRUNC,
-                           append ? "a" : "w", err, size);
+    FILE *f = open_regular(path, append ? O_RDWR | O_APPEND : O_WRONLY | O_CREAT | O_TRUNC,
+                           append ? "a+" : "w", err, size);
     if (!f) return NULL;
+    if (append && (!trim_metrics(f, path, step, err, size) || fseek(f, 0, SEEK_END) != 0)) {
+        fclose(f);
+        return NULL;
+    }
     if (!append) fputs("step,epoch,loss,accuracy,loss_scale,skipped,samples_per_s,grad_norm\n", f);
     fflush(f);
     return f;
