@@ -369,31 +369,27 @@ static void test_bad_checkpoints(void **state) {
         rewrite(good, bad, &mu);
         refused(tr, &before, bad, MPCL_ERR_FORMAT, "step");
     }
-    memset(&mu, 0, sizeof mu);
-    mu.meta_key = "optimizer_step";
-    mu.meta_value = "4294967296"; /* 2^32: overflows the u32 counter */
-    rewrite(good, bad, &mu);
-    refused(tr, &before, bad, MPCL_ERR_FORMAT, "optimizer_step");
-    memset(&mu, 0, sizeof mu);
-    mu.meta_key = "seed";
-    mu.meta_value = "7";
-    rewrite(good, bad, &mu);
-    refused(tr, &before, bad, MPCL_ERR_FORMAT, "--seed 7");
-    memset(&mu, 0, sizeof mu);
-    mu.meta_key = "format";
-    mu.meta_value = "something-else";
-    rewrite(good, bad, &mu);
-    refused(tr, &before, bad, MPCL_ERR_FORMAT, "something-else");
-    memset(&mu, 0, sizeof mu);
-    mu.meta_key = "epoch_step";
-    mu.meta_value = "3"; /* step says 2 */
-    rewrite(good, bad, &mu);
-    refused(tr, &before, bad, MPCL_ERR_FORMAT, "inconsistent");
-    memset(&mu, 0, sizeof mu);
-    mu.meta_key = "loss_scale";
-    mu.meta_value = "inf";
-    rewrite(good, bad, &mu);
-    refused(tr, &before, bad, MPCL_ERR_FORMAT, "loss_scale");
+    /* One metadata value replaced: key, value, what the message must say. */
+    const char *metas[][3] = {
+        {"optimizer_step", "4294967296", "optimizer_step"}, /* 2^32: overflows the u32 counter */
+        {"seed", "7", "--seed 7"},
+        {"format", "something-else", "something-else"},
+        {"epoch_step", "3", "inconsistent"}, /* step says 2 */
+        {"loss_scale", "inf", "loss_scale"},
+        /* Two steps, two applied: no room for a skipped one; a float32
+         * run's scaler state is none, so good steps stay 0. */
+        {"loss_scale_skipped", "1", "counters that cannot belong to one run"},
+        {"loss_scale_good_steps", "1", "loss_scale_good_steps 1"},
+        /* Another optimizer is named as such, before any tensor is compared. */
+        {"optimizer", "sgd", "trained with optimizer sgd, this run uses adam"},
+    };
+    for (size_t i = 0; i < sizeof metas / sizeof *metas; i++) {
+        memset(&mu, 0, sizeof mu);
+        mu.meta_key = metas[i][0];
+        mu.meta_value = metas[i][1];
+        rewrite(good, bad, &mu);
+        refused(tr, &before, bad, MPCL_ERR_FORMAT, metas[i][2]);
+    }
 
     /* Values no run produces, in a well-formed file. */
     const struct {
@@ -414,25 +410,6 @@ static void test_bad_checkpoints(void **state) {
         rewrite(good, bad, &mu);
         refused(tr, &before, bad, MPCL_ERR_FORMAT, pokes[i].says);
     }
-    /* Two steps, two applied: no room for a skipped one; a float32 run's
-     * scaler state is none, so good steps stay 0. */
-    memset(&mu, 0, sizeof mu);
-    mu.meta_key = "loss_scale_skipped";
-    mu.meta_value = "1";
-    rewrite(good, bad, &mu);
-    refused(tr, &before, bad, MPCL_ERR_FORMAT, "counters that cannot belong to one run");
-    memset(&mu, 0, sizeof mu);
-    mu.meta_key = "loss_scale_good_steps";
-    mu.meta_value = "1";
-    rewrite(good, bad, &mu);
-    refused(tr, &before, bad, MPCL_ERR_FORMAT, "loss_scale_good_steps 1");
-    /* Another optimizer is named as such, before any tensor is compared. */
-    memset(&mu, 0, sizeof mu);
-    mu.meta_key = "optimizer";
-    mu.meta_value = "sgd";
-    rewrite(good, bad, &mu);
-    refused(tr, &before, bad, MPCL_ERR_FORMAT, "trained with optimizer sgd, this run uses adam");
-
     /* A hidden-16 checkpoint into a hidden-32 model. */
     mpcl_trainer *wide = trained(ctx, MPCL_POLICY_FLOAT32, 32, false);
     snapshot wbefore;
