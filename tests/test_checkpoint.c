@@ -4,6 +4,7 @@
  * exact status and leaves the trainer as it was; a failed save leaves an
  * earlier file byte-identical. */
 #define _POSIX_C_SOURCE 200809L
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -237,6 +238,9 @@ static void test_independent_reader(void **state) {
 typedef struct mutation {
     const char *drop, *f16, *extra;
     const char *meta_key, *meta_value;
+    const char *poke; /* this tensor's element poke_index becomes poke_value */
+    size_t poke_index;
+    float poke_value;
 } mutation;
 
 static void rewrite(const char *src, const char *dst, const mutation *mu) {
@@ -250,6 +254,13 @@ static void rewrite(const char *src, const char *dst, const mutation *mu) {
         const mpcl_st_tensor *x = mpcl_safetensors_tensor(st, i);
         if (mu->drop && strcmp(x->name, mu->drop) == 0) continue;
         t[k] = *x;
+        static float poked[1 << 16];
+        if (mu->poke && strcmp(x->name, mu->poke) == 0) {
+            assert_true(x->bytes <= sizeof poked && mu->poke_index < x->bytes / 4);
+            memcpy(poked, x->data, x->bytes);
+            poked[mu->poke_index] = mu->poke_value;
+            t[k].data = poked;
+        }
         if (mu->f16 && strcmp(x->name, mu->f16) == 0) {
             t[k].dtype = MPCL_ST_F16;
             memset(half, 0x3c, x->bytes / 2);
@@ -358,32 +369,47 @@ static void test_bad_checkpoints(void **state) {
         rewrite(good, bad, &mu);
         refused(tr, &before, bad, MPCL_ERR_FORMAT, "step");
     }
-    memset(&mu, 0, sizeof mu);
-    mu.meta_key = "optimizer_step";
-    mu.meta_value = "4294967296"; /* 2^32: overflows the u32 counter */
-    rewrite(good, bad, &mu);
-    refused(tr, &before, bad, MPCL_ERR_FORMAT, "optimizer_step");
-    memset(&mu, 0, sizeof mu);
-    mu.meta_key = "seed";
-    mu.meta_value = "7";
-    rewrite(good, bad, &mu);
-    refused(tr, &before, bad, MPCL_ERR_FORMAT, "--seed 7");
-    memset(&mu, 0, sizeof mu);
-    mu.meta_key = "format";
-    mu.meta_value = "something-else";
-    rewrite(good, bad, &mu);
-    refused(tr, &before, bad, MPCL_ERR_FORMAT, "something-else");
-    memset(&mu, 0, sizeof mu);
-    mu.meta_key = "epoch_step";
-    mu.meta_value = "3"; /* step says 2 */
-    rewrite(good, bad, &mu);
-    refused(tr, &before, bad, MPCL_ERR_FORMAT, "inconsistent");
-    memset(&mu, 0, sizeof mu);
-    mu.meta_key = "loss_scale";
-    mu.meta_value = "inf";
-    rewrite(good, bad, &mu);
-    refused(tr, &before, bad, MPCL_ERR_FORMAT, "loss_scale");
+    /* One metadata value replaced: key, value, what the message must say. */
+    const char *metas[][3] = {
+        {"optimizer_step", "4294967296", "optimizer_step"}, /* 2^32: overflows the u32 counter */
+        {"seed", "7", "--seed 7"},
+        {"format", "something-else", "something-else"},
+        {"epoch_step", "3", "inconsistent"}, /* step says 2 */
+        {"loss_scale", "inf", "loss_scale"},
+        /* Two steps, two applied: no room for a skipped one; a float32
+         * run's scaler state is none, so good steps stay 0. */
+        {"loss_scale_skipped", "1", "counters that cannot belong to one run"},
+        {"loss_scale_good_steps", "1", "loss_scale_good_steps 1"},
+        /* Another optimizer is named as such, before any tensor is compared. */
+        {"optimizer", "sgd", "trained with optimizer sgd, this run uses adam"},
+    };
+    for (size_t i = 0; i < sizeof metas / sizeof *metas; i++) {
+        memset(&mu, 0, sizeof mu);
+        mu.meta_key = metas[i][0];
+        mu.meta_value = metas[i][1];
+        rewrite(good, bad, &mu);
+        refused(tr, &before, bad, MPCL_ERR_FORMAT, metas[i][2]);
+    }
 
+    /* Values no run produces, in a well-formed file. */
+    const struct {
+        const char *tensor;
+        size_t index;
+        float value;
+        const char *says;
+    } pokes[] = {
+        {"dense_0.kernel", 3, NAN, "tensor dense_0.kernel holds nan at index 3"},
+        {"dense_1.bias.m", 0, INFINITY, "tensor dense_1.bias.m holds inf at index 0"},
+        {"dense_0.kernel.v", 5, -0.25f, "dense_0.kernel.v holds -0.25 at index 5"},
+    };
+    for (size_t i = 0; i < sizeof pokes / sizeof *pokes; i++) {
+        memset(&mu, 0, sizeof mu);
+        mu.poke = pokes[i].tensor;
+        mu.poke_index = pokes[i].index;
+        mu.poke_value = pokes[i].value;
+        rewrite(good, bad, &mu);
+        refused(tr, &before, bad, MPCL_ERR_FORMAT, pokes[i].says);
+    }
     /* A hidden-16 checkpoint into a hidden-32 model. */
     mpcl_trainer *wide = trained(ctx, MPCL_POLICY_FLOAT32, 32, false);
     snapshot wbefore;
@@ -397,6 +423,24 @@ static void test_bad_checkpoints(void **state) {
 
     /* The good file still loads into the victim. */
     TU_ASSERT_OK(mpcl_trainer_load(tr, good));
+
+    /* A state with a non-finite weight is not saved over a good file. */
+    size_t count = mpcl_model_param(mpcl_trainer_model(tr), 0)->count;
+    float *w = malloc(count * sizeof *w);
+    assert_non_null(w);
+    TU_ASSERT_OK(
+        mpcl_model_read_param(mpcl_trainer_model(tr), 0, MPCL_OPTIM_SLOT_MASTER, w, count));
+    w[count - 1] = NAN;
+    TU_ASSERT_OK(
+        mpcl_model_write_param(mpcl_trainer_model(tr), 0, MPCL_OPTIM_SLOT_MASTER, w, count));
+    free(w);
+    assert_int_equal(mpcl_trainer_save(tr, good), MPCL_ERR_INVALID_ARG);
+    assert_non_null(strstr(mpcl_errmsg(), "not saved: tensor dense_0.kernel holds nan"));
+    size_t n2;
+    unsigned char *after = slurp(good, &n2);
+    assert_int_equal(n2, n);
+    assert_memory_equal(after, bytes, n);
+    free(after);
     unsnap(&before);
     free(bytes);
     mpcl_trainer_destroy(tr);

@@ -405,7 +405,13 @@ static void test_bad_files(void **state) {
 
     expect_read_fail("/nonexistent/x.safetensors", MPCL_ERR_IO, "/nonexistent/x.safetensors",
                      "No such file", NULL);
-    expect_read_fail(d.path, MPCL_ERR_IO, "is not a regular file", NULL);
+    expect_read_fail(d.path, MPCL_ERR_IO, "is a folder, not a regular file", NULL);
+    /* A FIFO without a writer: refused at once, never waited on. */
+    char fifo[160];
+    snprintf(fifo, sizeof fifo, "%s/fifo", d.path);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    expect_read_fail(fifo, MPCL_ERR_IO, "is a FIFO, not a regular file", NULL);
+    assert_int_equal(unlink(fifo), 0);
 
     spit(p, "", 0);
     expect_read_fail(p, MPCL_ERR_FORMAT, "file is 0 bytes, shorter than the 8-byte", NULL);
@@ -681,12 +687,17 @@ static void test_write_errors_keep_old_file(void **state) {
     char want[256];
     snprintf(want, sizeof want, "folder '%s/no/such/folder' does not exist", d.path);
     if (!strstr(mpcl_errmsg(), want)) fail_msg("'%s' not in: %s", want, mpcl_errmsg());
+    /* A file where the folder should be is called what it is. */
+    snprintf(q, sizeof q, "%s/x.safetensors", p);
+    assert_int_equal(mpcl_safetensors_write(q, s.t, NT, s.meta, 3), MPCL_ERR_IO);
+    snprintf(want, sizeof want, "'%s' is a regular file, not a folder", p);
+    if (!strstr(mpcl_errmsg(), want)) fail_msg("'%s' not in: %s", want, mpcl_errmsg());
 
-    /* The target is a folder: the rename fails, the temp file goes away. */
+    /* The target is a folder: refused (only a regular file is ever replaced), no temp file. */
     snprintf(q, sizeof q, "%s/is_a_dir", d.path);
     assert_int_equal(mkdir(q, 0755), 0);
     assert_int_equal(mpcl_safetensors_write(q, s.t, NT, s.meta, 3), MPCL_ERR_IO);
-    assert_non_null(strstr(mpcl_errmsg(), "cannot rename"));
+    assert_non_null(strstr(mpcl_errmsg(), "is a folder; only a regular file is ever replaced"));
     assert_int_equal(count_entries(d.path), 2); /* ckpt.safetensors and is_a_dir */
     assert_int_equal(count_entries(q), 0);
 

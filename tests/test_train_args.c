@@ -250,14 +250,15 @@ static void output_paths(void **state) {
     assert_non_null(mkdtemp(dir));
     char path[256], err[512];
     snprintf(path, sizeof path, "%s/ck.safetensors", dir);
-    assert_true(train_args_check_output_path("--save", path, err, sizeof err));
-    assert_true(train_args_check_output_path("--save", "relative.safetensors", err, sizeof err));
+    assert_true(train_args_check_output_path("--save", path, false, err, sizeof err));
+    assert_true(
+        train_args_check_output_path("--save", "relative.safetensors", false, err, sizeof err));
     snprintf(path, sizeof path, "%s/missing/ck.safetensors", dir);
-    assert_false(train_args_check_output_path("--save", path, err, sizeof err));
+    assert_false(train_args_check_output_path("--save", path, false, err, sizeof err));
     assert_non_null(strstr(err, "--save"));
     assert_non_null(strstr(err, "missing"));
     /* The path itself a folder. */
-    assert_false(train_args_check_output_path("--metrics", dir, err, sizeof err));
+    assert_false(train_args_check_output_path("--metrics", dir, false, err, sizeof err));
     assert_non_null(strstr(err, "--metrics"));
     /* A file where the folder should be. */
     snprintf(path, sizeof path, "%s/file", dir);
@@ -265,7 +266,7 @@ static void output_paths(void **state) {
     assert_non_null(f);
     fclose(f);
     snprintf(path, sizeof path, "%s/file/ck.safetensors", dir);
-    assert_false(train_args_check_output_path("--save", path, err, sizeof err));
+    assert_false(train_args_check_output_path("--save", path, false, err, sizeof err));
     /* Nothing was created by any of the checks. */
     snprintf(path, sizeof path, "%s/ck.safetensors", dir);
     assert_int_equal(access(path, F_OK), -1);
@@ -274,11 +275,125 @@ static void output_paths(void **state) {
     assert_int_equal(rmdir(dir), 0);
 }
 
+/* --classes, --save-every, --keep-going-on-nan, and which typed loss-scale
+ * flags win over a resumed checkpoint. */
+static void hardening_flags(void **state) {
+    (void)state;
+    train_args a;
+    char err[512];
+    assert_true(parse(&a, err, sizeof err, "--classes", "10", "--save", "c.st", "--save-every",
+                      "25", "--keep-going-on-nan", NULL));
+    mpcl_train_params p = train_args_to_params(&a);
+    assert_int_equal(p.num_classes, 10);
+    assert_true(p.keep_going_on_nan);
+    assert_string_equal(p.save_path, "c.st");
+    assert_int_equal(p.save_every_steps, 25);
+    assert_int_equal(p.save_every_epochs, 0);
+    assert_true(parse(&a, err, sizeof err, "--save=c.st", "--save-every=3e", NULL));
+    p = train_args_to_params(&a);
+    assert_int_equal(p.save_every_steps, 0);
+    assert_int_equal(p.save_every_epochs, 3);
+    assert_int_equal(p.num_classes, 0);
+    assert_false(p.keep_going_on_nan);
+    /* Without --save-every the library saves nothing during the run. */
+    assert_true(parse(&a, err, sizeof err, "--save", "c.st", NULL));
+    assert_null(train_args_to_params(&a).save_path);
+
+    const char *bad[][2] = {{"--classes", "1"},    {"--classes", "257"},  {"--classes", "-3"},
+                            {"--save-every", "0"}, {"--save-every", "e"}, {"--save-every", "2x"},
+                            {"--save-every", "0e"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_false(parse(&a, err, sizeof err, "--save", "c.st", bad[i][0], bad[i][1], NULL));
+        if (!strstr(err, bad[i][0]) || !strstr(err, bad[i][1]))
+            fail_msg("%s %s: '%s' names neither", bad[i][0], bad[i][1], err);
+    }
+    assert_false(parse(&a, err, sizeof err, "--save-every", "5", NULL));
+    assert_non_null(strstr(err, "--save-every needs --save"));
+
+    /* Typed scales are kept over the checkpoint's; a typed mode alone is not a scale. */
+    assert_true(parse(&a, err, sizeof err, "--loss-scale", "128", NULL));
+    assert_true(train_args_to_params(&a).resume_keeps_scale);
+    assert_true(parse(&a, err, sizeof err, "--initial-loss-scale", "64", NULL));
+    assert_true(train_args_to_params(&a).resume_keeps_scale);
+    assert_true(parse(&a, err, sizeof err, "--loss-scale", "dynamic", NULL));
+    assert_false(train_args_to_params(&a).resume_keeps_scale);
+    assert_true(parse(&a, err, sizeof err, NULL));
+    assert_false(train_args_to_params(&a).resume_keeps_scale);
+}
+
+/* Non-regular paths are called what they are; aliases among the files are
+ * refused, --save == --resume allowed; nothing is created. */
+static void special_paths(void **state) {
+    (void)state;
+    char dir[] = "/tmp/mpcl-train-args-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char fifo[256], file[256], link[256], err[512];
+    snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+    snprintf(file, sizeof file, "%s/file.csv", dir);
+    snprintf(link, sizeof link, "%s/link.csv", dir);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    FILE *f = fopen(file, "w");
+    assert_non_null(f);
+    fclose(f);
+    assert_int_equal(symlink(file, link), 0);
+
+    assert_false(train_args_check_output_path("--save", fifo, false, err, sizeof err));
+    assert_non_null(strstr(err, "is a FIFO, not a regular file"));
+    assert_false(train_args_check_output_path("--metrics", link, true, err, sizeof err));
+    assert_non_null(strstr(err, "is a symbolic link"));
+    assert_true(train_args_check_output_path("--metrics", file, true, err, sizeof err));
+    assert_false(train_args_check_input_path("--resume", fifo, err, sizeof err));
+    assert_non_null(strstr(err, "--resume"));
+    assert_non_null(strstr(err, "is a FIFO, not a regular file"));
+    assert_false(train_args_check_input_path("--resume", dir, err, sizeof err));
+    assert_non_null(strstr(err, "is a folder"));
+    char absent[256];
+    snprintf(absent, sizeof absent, "%s/absent", dir);
+    assert_false(train_args_check_input_path("--resume", absent, err, sizeof err));
+    assert_non_null(strstr(err, "No such file"));
+    /* /proc/self takes no new files, even for root. */
+    assert_false(train_args_check_output_path("--save", "/proc/self/ck.safetensors", false, err,
+                                              sizeof err));
+    assert_non_null(strstr(err, "cannot create files in folder '/proc/self'"));
+
+    train_args a;
+    train_args_defaults(&a);
+    char rel[300];
+    /* The same file through another spelling (existing: st_dev/st_ino). */
+    snprintf(rel, sizeof rel, "%s/./file.csv", dir);
+    a.metrics = file;
+    a.resume = rel;
+    assert_false(train_args_check_aliases(&a, err, sizeof err));
+    assert_non_null(strstr(err, "--metrics"));
+    assert_non_null(strstr(err, "--resume"));
+    /* A file that does not exist yet: by resolved path. */
+    char nf1[300], nf2[300];
+    snprintf(nf1, sizeof nf1, "%s/new.csv", dir);
+    snprintf(nf2, sizeof nf2, "%s/../%s/new.csv", dir, strrchr(dir, '/') + 1);
+    a.resume = NULL;
+    a.metrics = nf1;
+    a.save = nf2;
+    assert_false(train_args_check_aliases(&a, err, sizeof err));
+    assert_non_null(strstr(err, "--save"));
+    /* --save onto --resume: continuing in place is allowed. */
+    a.metrics = NULL;
+    a.save = file;
+    a.resume = rel;
+    assert_true(train_args_check_aliases(&a, err, sizeof err));
+
+    assert_int_equal(access(nf1, F_OK), -1);
+    unlink(link);
+    unlink(file);
+    unlink(fifo);
+    assert_int_equal(rmdir(dir), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(defaults),     cmocka_unit_test(every_flag_both_spellings),
-        cmocka_unit_test(rejects),      cmocka_unit_test(rejects_structure),
-        cmocka_unit_test(output_paths),
+        cmocka_unit_test(defaults),      cmocka_unit_test(every_flag_both_spellings),
+        cmocka_unit_test(rejects),       cmocka_unit_test(rejects_structure),
+        cmocka_unit_test(output_paths),  cmocka_unit_test(hardening_flags),
+        cmocka_unit_test(special_paths),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -10,36 +10,18 @@ import csv
 import gzip
 import json
 import os
-import shutil
 import signal
 import struct
-import subprocess
 import sys
 import tempfile
 import time
 
-TRAIN = os.path.abspath(sys.argv[1])
-FASHION = "/usr/share/datasets/fashion-mnist"
-FAILURES = []
+from train_cli_common import (FASHION, check, finish, idx_images, idx_labels, interrupt, run,
+                              write_set)
+
 # A small real problem: a few steps of Adam on the first Fashion-MNIST samples.
 TINY = ["--data", FASHION, "--train-limit", "512", "--test-limit", "256", "--hidden", "16",
         "--batch", "64"]
-
-
-def check(cond, what):
-    if not cond:
-        FAILURES.append(what)
-        print("FAIL:", what, file=sys.stderr)
-    return cond
-
-
-# Generous: a cold program cache on Rusticl (llvmpipe) takes minutes to build.
-def run(args, cwd=None, timeout=900, env=None):
-    e = dict(os.environ)
-    e.update(env or {})
-    p = subprocess.run([TRAIN] + args, capture_output=True, text=True, cwd=cwd, timeout=timeout,
-                       env=e)
-    return p.returncode, p.stdout, p.stderr
 
 
 def files_in(d):
@@ -107,27 +89,6 @@ def test_bad_flags():
 
 
 # ---- IDX files ----
-
-def idx_images(n, rows=28, cols=28, magic=0x803, fill=None):
-    body = bytes((i * 7 + j) % 256 for i in range(n) for j in range(rows * cols)) \
-        if fill is None else fill
-    return struct.pack(">IIII", magic, n, rows, cols) + body
-
-
-def idx_labels(labels, magic=0x801):
-    return struct.pack(">II", magic, len(labels)) + bytes(labels)
-
-
-def write_set(d, prefix, images, labels, gz=False):
-    names = {f"{prefix}-images-idx3-ubyte": images, f"{prefix}-labels-idx1-ubyte": labels}
-    for name, data in names.items():
-        if gz:
-            with open(os.path.join(d, name + ".gz"), "wb") as f:
-                f.write(gzip.compress(data))
-        else:
-            with open(os.path.join(d, name), "wb") as f:
-                f.write(data)
-
 
 def check_bad_data(d, out_dir, what, name):
     ck = os.path.join(out_dir, "ck.safetensors")
@@ -283,37 +244,14 @@ def test_clip_and_scaling_flags(d):
                   f"{policy} --loss-scale {flag}: loss_scaling {want} in the JSON")
 
 
-def wait_for_line(proc, needle, limit_s):
-    """Reads proc's stderr line by line until a line holds needle."""
-    seen = []
-    deadline = time.time() + limit_s
-    while time.time() < deadline:
-        line = proc.stderr.readline()
-        if not line:
-            break
-        seen.append(line)
-        if needle in line:
-            return True, seen
-    return False, seen
-
-
 def test_sigint(d):
     ck = os.path.join(d, "int.safetensors")
     args = ["--data", FASHION, "--train-limit", "512", "--test-limit", "256", "--hidden", "16",
             "--batch", "64", "--json"]
-    proc = subprocess.Popen([TRAIN] + args + ["--epochs", "2000", "--save", ck],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
-    try:
-        ok, seen = wait_for_line(proc, "epoch 1/2000", 900)
-        check(ok, f"a progress line before SIGINT: {''.join(seen)[-500:]!r}")
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    check(proc.returncode == 130, f"SIGINT: exit 130 (got {proc.returncode}: {err[-500:]!r})")
+    rc, out, err, ok, seen = interrupt(args + ["--epochs", "2000", "--save", ck], "epoch 1/2000",
+                                       signal.SIGINT)
+    check(ok, f"a progress line before SIGINT: {''.join(seen)[-500:]!r}")
+    check(rc == 130, f"SIGINT: exit 130 (got {rc}: {err[-500:]!r})")
     try:
         doc = json.loads(out)
     except ValueError:
@@ -341,21 +279,15 @@ def test_save_fails_late(d):
     args = ["--data", FASHION, "--train-limit", "512", "--test-limit", "256", "--hidden", "16",
             "--batch", "64", "--epochs", "2000", "--json",
             "--save", os.path.join(link, "late.safetensors")]
-    proc = subprocess.Popen([TRAIN] + args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True)
-    try:
-        ok, seen = wait_for_line(proc, "epoch 1/2000", 900)
-        check(ok, f"late save: a progress line ({''.join(seen)[-300:]!r})")
+
+    def move_folder():
         os.remove(link)
         os.symlink(os.path.join(d, "gone"), link)
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    check(proc.returncode == 1 and "--save" in err and "late.safetensors" in err,
-          f"late save failure: exit 1 naming the file ({proc.returncode}: {err[-300:]!r})")
+
+    rc, _, err, ok, seen = interrupt(args, "epoch 1/2000", signal.SIGINT, before=move_folder)
+    check(ok, f"late save: a progress line ({''.join(seen)[-300:]!r})")
+    check(rc == 1 and "--save" in err and "late.safetensors" in err,
+          f"late save failure: exit 1 naming the file ({rc}: {err[-300:]!r})")
     check(os.listdir(real) == [], "late save failure wrote nothing")
 
 
@@ -363,18 +295,9 @@ def test_sigterm():
     """SIGTERM stops like Ctrl-C, with its own exit status (128 + 15)."""
     args = ["--data", FASHION, "--train-limit", "512", "--test-limit", "256", "--hidden", "16",
             "--batch", "64", "--epochs", "2000", "--json"]
-    proc = subprocess.Popen([TRAIN] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
-    try:
-        ok, seen = wait_for_line(proc, "epoch 1/2000", 900)
-        check(ok, f"SIGTERM: a progress line ({''.join(seen)[-300:]!r})")
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    check(proc.returncode == 143, f"SIGTERM: exit 143 (got {proc.returncode}: {err[-300:]!r})")
+    rc, out, err, ok, seen = interrupt(args, "epoch 1/2000", signal.SIGTERM)
+    check(ok, f"SIGTERM: a progress line ({''.join(seen)[-300:]!r})")
+    check(rc == 143, f"SIGTERM: exit 143 (got {rc}: {err[-300:]!r})")
     check('"stopped": true' in out, "SIGTERM: JSON says stopped")
 
 
@@ -389,12 +312,7 @@ def main():
         test_sigint(d)
         test_save_fails_late(d)
     test_sigterm()
-    print(f"{time.time() - t0:.1f} s", file=sys.stderr)
-    if FAILURES:
-        print(f"{len(FAILURES)} check(s) failed", file=sys.stderr)
-        return 1
-    print("all mpcl-train checks passed")
-    return 0
+    return finish("mpcl-train", t0)
 
 
 if __name__ == "__main__":

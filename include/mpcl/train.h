@@ -54,9 +54,31 @@ typedef struct mpcl_train_params {
     mpcl_train_report_fn on_report;
     void *user;
     /* Checked between steps; when it becomes non-zero, fit stops after the
-     * current step (a Ctrl-C handler sets it). */
+     * current step (a Ctrl-C handler sets it). At most MPCL_TRAIN_QUEUE_AHEAD
+     * steps are ever enqueued ahead of the device, so a stop takes effect
+     * within that many steps, not a report interval. */
     volatile sig_atomic_t *stop;
+    /* 0: the class count is the largest training label + 1, and a class
+     * below it without a training example is refused (MPCL_ERR_LABEL naming
+     * the labels). N > 0: N classes; a label >= N is refused. */
+    int num_classes;
+    /* A run without loss scaling whose training loss becomes non-finite has
+     * diverged: fit stops at that report (summary.diverged) unless this is
+     * set. With loss scaling a non-finite step is skipped instead. */
+    bool keep_going_on_nan;
+    /* Periodic checkpoints to save_path (copied): every save_every_steps
+     * global steps and/or every save_every_epochs epochs (0: never). A save
+     * point is also a report, so a diverged state is never saved. */
+    const char *save_path;
+    uint64_t save_every_steps;
+    uint32_t save_every_epochs;
+    /* mpcl_trainer_load keeps the loss scale these params set
+     * (model.loss_scale.initial_scale: a scale the user typed) instead of
+     * the checkpoint's; the skipped-step count is restored either way. */
+    bool resume_keeps_scale;
 } mpcl_train_params;
+
+#define MPCL_TRAIN_QUEUE_AHEAD 2
 
 mpcl_train_params mpcl_train_default_params(void);
 
@@ -81,12 +103,14 @@ typedef struct mpcl_train_summary {
     uint64_t steps;
     uint32_t epochs_done;
     bool stopped;                    /* by *stop, before the last epoch ended */
-    double test_loss, test_accuracy; /* NaN until an evaluation has run */
+    double test_loss, test_accuracy; /* NaN until an evaluation has run (or a NaN loss) */
     double train_samples_per_s;
     double seconds;
     uint32_t skipped_steps;
     float final_loss_scale;
     size_t peak_device_bytes;
+    bool diverged;  /* the training loss became non-finite (no loss scaling) */
+    bool evaluated; /* test_loss and test_accuracy come from an evaluation */
 } mpcl_train_summary;
 
 void mpcl_trainer_summary(const mpcl_trainer *tr, mpcl_train_summary *out);
@@ -97,9 +121,15 @@ void mpcl_trainer_summary(const mpcl_trainer *tr, mpcl_train_summary *out);
  * model shape and mpcl version. Save is atomic (an earlier file survives any
  * failure); load validates everything against this trainer's model and leaves
  * the trainer untouched on failure (MPCL_ERR_FORMAT naming what differs,
- * MPCL_ERR_IO for the file). A checkpoint made with another model shape,
- * activation, optimizer kind, seed, batch or training-sample count is refused
- * with the flags that would match; so is an inconsistent position. */
+ * MPCL_ERR_IO for the file, which must be a regular file). A checkpoint made
+ * with another model shape, activation, optimizer kind, seed, batch or
+ * training-sample count is refused with the flags that would match; so is an
+ * inconsistent position, and so are values no run can produce: a non-finite
+ * weight or moment, a negative second moment, a dynamic loss scale outside
+ * [min_scale, max_scale] of this run's scaler (the defaults without one),
+ * good steps at or past the growth interval, or more applied plus skipped
+ * steps than steps (each named with its tensor or key). Save refuses
+ * non-finite values the same way (MPCL_ERR_INVALID_ARG) and writes nothing. */
 mpcl_status mpcl_trainer_save(mpcl_trainer *tr, const char *path);
 mpcl_status mpcl_trainer_load(mpcl_trainer *tr, const char *path);
 

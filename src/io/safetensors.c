@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "io/fileio.h"
 #include "io/io.h"
 #include "mpcl/safetensors.h"
 
@@ -653,11 +654,11 @@ mpcl_status mpcl_safetensors_read(const char *path, mpcl_safetensors **out) {
     jval root;
     memset(&root, 0, sizeof root);
     mpcl_safetensors *s = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return MPCL_ERROR(NULL, MPCL_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    FILE *f = NULL;
+    if ((st = mpcl__open_regular(path, &f)) != MPCL_OK) return st;
     struct stat sb;
-    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        st = MPCL_ERROR(NULL, MPCL_ERR_IO, "'%s' is not a regular file", path);
+    if (fstat(fileno(f), &sb) != 0) {
+        st = MPCL_ERROR(NULL, MPCL_ERR_IO, "'%s': %s", path, strerror(errno));
         goto cleanup;
     }
     uint64_t size = (uint64_t)sb.st_size;
@@ -888,18 +889,6 @@ static size_t *layout_order(const mpcl_st_tensor *tensors, size_t count) {
     return order;
 }
 
-static char *folder_of(const char *path) {
-    const char *slash = strrchr(path, '/');
-    if (!slash) return strdup(".");
-    if (slash == path) return strdup("/");
-    char *d = malloc((size_t)(slash - path) + 1);
-    if (d) {
-        memcpy(d, path, (size_t)(slash - path));
-        d[slash - path] = '\0';
-    }
-    return d;
-}
-
 mpcl_status mpcl_safetensors_write(const char *path, const mpcl_st_tensor *tensors, size_t count,
                                    const mpcl_st_meta *meta, size_t meta_count) {
     if (!path || !*path)
@@ -910,10 +899,7 @@ mpcl_status mpcl_safetensors_write(const char *path, const mpcl_st_tensor *tenso
     mpcl_status st = MPCL_OK;
     uint64_t *bytes = malloc((count ? count : 1) * sizeof *bytes);
     size_t *order = NULL;
-    char *dir = NULL, *tmp = NULL;
     sbuf h = {0};
-    FILE *f = NULL;
-    int fd = -1, tmp_made = 0;
     if (!bytes) return MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "mpcl_safetensors_write");
     st = check_write_args(tensors, count, meta, meta_count, bytes);
     if (st != MPCL_OK) goto cleanup;
@@ -966,71 +952,19 @@ mpcl_status mpcl_safetensors_write(const char *path, const mpcl_st_tensor *tenso
         goto cleanup;
     }
 
-    dir = folder_of(path);
-    tmp = malloc(strlen(path) + 16);
-    if (!dir || !tmp) {
-        st = MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "mpcl_safetensors_write");
-        goto cleanup;
-    }
-    struct stat sb;
-    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
-        st = MPCL_ERROR(NULL, MPCL_ERR_IO, "cannot write '%s': folder '%s' does not exist", path,
-                        dir);
-        goto cleanup;
-    }
-    sprintf(tmp, "%s.tmp-XXXXXX", path);
-    fd = mkstemp(tmp);
-    if (fd < 0) {
-        st = MPCL_ERROR(NULL, MPCL_ERR_IO, "cannot create a temp file in '%s': %s", dir,
-                        strerror(errno));
-        goto cleanup;
-    }
-    tmp_made = 1;
-    (void)fchmod(fd, 0644); /* mkstemp makes 0600; a checkpoint is an ordinary file */
-    f = fdopen(fd, "wb");
-    if (!f) {
-        st = MPCL_ERROR(NULL, MPCL_ERR_IO, "fdopen '%s': %s", tmp, strerror(errno));
-        goto cleanup;
-    }
-    fd = -1; /* owned by f now */
+    mpcl__atomic_file af;
+    if ((st = mpcl__atomic_begin(&af, path)) != MPCL_OK) goto cleanup;
     unsigned char lenbuf[8];
     for (int i = 0; i < 8; i++) lenbuf[i] = (unsigned char)((uint64_t)h.n >> (8 * i));
-    int ok = fwrite(lenbuf, 1, 8, f) == 8 && fwrite(h.p, 1, h.n, f) == h.n;
-    for (size_t k = 0; k < count && ok; k++) {
-        size_t i = order[k];
-        ok = fwrite(tensors[i].data, 1, (size_t)bytes[i], f) == bytes[i];
-    }
-    ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    int err = errno;
-    if (fclose(f) != 0 && ok) {
-        ok = 0;
-        err = errno;
-    }
-    f = NULL;
-    if (!ok) {
-        st = MPCL_ERROR(NULL, MPCL_ERR_IO, "writing '%s': %s", tmp, strerror(err));
-        goto cleanup;
-    }
-    if (rename(tmp, path) != 0) {
-        st = MPCL_ERROR(NULL, MPCL_ERR_IO, "cannot rename '%s' to '%s': %s", tmp, path,
-                        strerror(errno));
-        goto cleanup;
-    }
-    tmp_made = 0; /* nothing left to remove */
-    /* The rename is durable only once the folder's entry is on disk. Some file
-     * systems cannot fsync a folder (EINVAL); the file is in place anyway. */
-    int dfd = open(dir, O_RDONLY);
-    if (dfd >= 0) {
-        if (fsync(dfd) != 0 && errno != EINVAL && errno != ENOTSUP)
-            st = MPCL_ERROR(NULL, MPCL_ERR_IO, "fsync of folder '%s': %s", dir, strerror(errno));
-        close(dfd);
-    }
+    st = mpcl__atomic_write(&af, lenbuf, 8);
+    if (st == MPCL_OK) st = mpcl__atomic_write(&af, h.p, h.n);
+    for (size_t k = 0; k < count && st == MPCL_OK; k++)
+        st = mpcl__atomic_write(&af, tensors[order[k]].data, (size_t)bytes[order[k]]);
+    if (st == MPCL_OK)
+        st = mpcl__atomic_commit(&af);
+    else
+        mpcl__atomic_abort(&af);
 cleanup:
-    if (f) fclose(f);
-    if (fd >= 0) close(fd);
-    if (tmp_made) unlink(tmp);
-    free(tmp);
-    free(dir);
     free(h.p);
     free(order);
     free(bytes);

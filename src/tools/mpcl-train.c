@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "jsonw.h"
@@ -14,7 +16,7 @@
 #include "mpcl/train.h"
 #include "train_args.h"
 
-enum { EXIT_OK = 0, EXIT_ERROR = 1, EXIT_NO_DEVICE = 2 };
+enum { EXIT_OK = 0, EXIT_ERROR = 1, EXIT_NO_DEVICE = 2, EXIT_DIVERGED = 3 };
 
 static const char usage[] =
     "usage: mpcl-train [options]\n"
@@ -29,6 +31,8 @@ static const char usage[] =
     ")\n"
     "  --train-limit N         use only the first N training samples (default 0: all)\n"
     "  --test-limit N          use only the first N test samples (default 0: all)\n"
+    "  --classes N             class count; labels >= N are refused (default: the largest\n"
+    "                          training label + 1, refused if a class has no example)\n"
     "  --hidden W[,W...]       hidden layer widths, at most 7 layers (default 128)\n"
     "  --activation A          relu, gelu, tanh or sigmoid (default relu)\n"
     "Training:\n"
@@ -40,6 +44,8 @@ static const char usage[] =
     "  --nesterov              sgd with Nesterov momentum\n"
     "  --clip-norm X           clip the global gradient L2 norm to X (default: no clipping)\n"
     "  --seed N                initial weights and shuffling (default 42)\n"
+    "  --keep-going-on-nan     go on when the loss of a run without loss scaling turns\n"
+    "                          non-finite (default: stop, exit 3)\n"
     "Precision:\n"
     "  --precision P           auto, float32, mixed_float16 or mixed_bfloat16 (default auto)\n"
     "  --loss-scale S          dynamic, off, or a number for a fixed scale (default: dynamic\n"
@@ -49,6 +55,7 @@ static const char usage[] =
     "                          (default $MPCL_DEVICE, else the first GPU, accelerator, CPU)\n"
     "Files and output:\n"
     "  --save PATH             write a safetensors checkpoint at the end or on Ctrl-C\n"
+    "  --save-every N|Ne       also save every N steps (or N epochs) during the run\n"
     "  --resume PATH           continue from a checkpoint (same model flags)\n"
     "  --metrics PATH          CSV: step,epoch,loss,accuracy,loss_scale,skipped,samples_per_s,\n"
     "                          grad_norm (empty without --clip-norm)\n"
@@ -57,16 +64,17 @@ static const char usage[] =
     "  --quiet                 no human text, only errors (and --json)\n"
     "  --help, --version\n"
     "\n"
-    "Values go as '--flag value' or '--flag=value'. Ctrl-C (or SIGTERM) stops after\n"
-    "the current step, saves to --save, and exits 130 (143 for SIGTERM).\n"
+    "Values go as '--flag value' or '--flag=value'. Ctrl-C (or SIGTERM) stops within\n"
+    "two steps, saves to --save, and exits 130 (143 for SIGTERM).\n"
     "Exit status: 0 done, 1 error (bad flag, data, checkpoint, file), 2 no OpenCL\n"
-    "platform or device, 130/143 stopped by SIGINT/SIGTERM (checkpoint written).\n";
+    "platform or device, 3 diverged (non-finite loss; nothing saved), 130/143 stopped\n"
+    "by SIGINT/SIGTERM (checkpoint written).\n";
 
 static volatile sig_atomic_t stop_flag = 0;
 static volatile sig_atomic_t stop_signal = 0;
 
 static void on_signal(int sig) {
-    static const char msg[] = "\nmpcl-train: stopping after the current step (again to abort)\n";
+    static const char msg[] = "\nmpcl-train: stopping (again to abort)\n";
     stop_signal = sig;
     stop_flag = 1;
     ssize_t r = write(STDERR_FILENO, msg, sizeof msg - 1);
@@ -158,17 +166,71 @@ static void on_report(void *user, const mpcl_train_report *r) {
     }
 }
 
-static FILE *open_metrics(const char *path, bool append, char *err, size_t size) {
-    FILE *f = NULL;
-    if (append) {
-        f = fopen(path, "r");
-        bool exists = f != NULL;
-        if (f) fclose(f);
-        if (!exists) append = false;
+/* Opens path for appending without ever blocking on a FIFO or a device
+ * (checked regular again here: the check before training was by name). */
+static FILE *open_regular(const char *path, int flags, const char *mode, char *err, size_t size) {
+    int fd = open(path, flags | O_NONBLOCK | O_CLOEXEC | O_NOCTTY, 0666);
+    struct stat sb;
+    if (fd >= 0 && (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode))) {
+        close(fd);
+        snprintf(err, size, "--metrics: '%s' is not a regular file", path);
+        return NULL;
     }
-    f = fopen(path, append ? "a" : "w");
+    if (fd >= 0) (void)fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    FILE *f = fd >= 0 ? fdopen(fd, mode) : NULL;
     if (!f) {
         snprintf(err, size, "--metrics: cannot open '%s': %s", path, strerror(errno));
+        if (fd >= 0) close(fd);
+    }
+    return f;
+}
+
+/* The leading step number of a CSV row; false for the header or a row cut
+ * short by a crash (no newline). */
+static bool row_step(const char *line, unsigned long long *step) {
+    size_t n = strlen(line);
+    if (n == 0 || line[n - 1] != '\n' || line[0] < '0' || line[0] > '9') return false;
+    char *end = NULL;
+    errno = 0;
+    *step = strtoull(line, &end, 10);
+    return errno == 0 && end && *end == ',';
+}
+
+/* A resumed run's CSV: the rows past the checkpoint's step, written by a run
+ * that went on and then crashed, are cut off, so no step appears twice. They
+ * can only be the file's tail (every run trims before it appends), so one
+ * ftruncate does it: a single step that a crash cannot leave half done, with
+ * no temporary file. A row cut short by a crash (no newline) goes too. */
+static bool trim_metrics(FILE *f, const char *path, unsigned long long keep, char *err,
+                         size_t size) {
+    char line[4096];
+    bool header = true;
+    long cut = -1;
+    unsigned long long step;
+    while (cut < 0) {
+        long at = ftell(f);
+        if (!fgets(line, sizeof line, f)) break;
+        if (!header && !(row_step(line, &step) && step <= keep)) cut = at;
+        header = false;
+    }
+    if (ferror(f) || (cut >= 0 && (fflush(f) != 0 || ftruncate(fileno(f), (off_t)cut) != 0 ||
+                                   fsync(fileno(f)) != 0))) {
+        snprintf(err, size, "--metrics: rewriting '%s': %s", path, strerror(errno));
+        return false;
+    }
+    return true;
+}
+
+/* A new CSV with its header; or, resuming, the existing one continued. */
+static FILE *open_metrics(const char *path, bool resume, unsigned long long step, char *err,
+                          size_t size) {
+    struct stat sb;
+    bool append = resume && stat(path, &sb) == 0 && sb.st_size > 0;
+    FILE *f = open_regular(path, append ? O_RDWR | O_APPEND : O_WRONLY | O_CREAT | O_TRUNC,
+                           append ? "a+" : "w", err, size);
+    if (!f) return NULL;
+    if (append && (!trim_metrics(f, path, step, err, size) || fseek(f, 0, SEEK_END) != 0)) {
+        fclose(f);
         return NULL;
     }
     if (!append) fputs("step,epoch,loss,accuracy,loss_scale,skipped,samples_per_s,grad_norm\n", f);
@@ -197,8 +259,20 @@ static void write_json(const train_args *a, const mpcl_device_info *dev, const m
     jsonw_kv_uint(&w, "epochs", s->epochs_done);
     jsonw_kv_uint(&w, "steps", s->steps);
     jsonw_kv_bool(&w, "stopped", s->stopped);
-    jsonw_kv_number(&w, "test_accuracy", s->test_accuracy);
-    jsonw_kv_number(&w, "test_loss", s->test_loss);
+    jsonw_kv_bool(&w, "diverged", s->diverged);
+    /* null means "not evaluated"; an evaluation that gave a non-finite
+     * number says so as a string. */
+    const char *names[2] = {"test_accuracy", "test_loss"};
+    double values[2] = {s->test_accuracy, s->test_loss};
+    for (int i = 0; i < 2; i++) {
+        if (s->evaluated && !isfinite(values[i]))
+            jsonw_kv_string(&w, names[i],
+                            isnan(values[i]) ? "nan"
+                            : values[i] > 0  ? "inf"
+                                             : "-inf");
+        else
+            jsonw_kv_number(&w, names[i], values[i]);
+    }
     jsonw_kv_number(&w, "train_samples_per_s", s->train_samples_per_s);
     jsonw_kv_uint(&w, "skipped_steps", s->skipped_steps);
     jsonw_kv_number(&w, "final_loss_scale", (double)s->final_loss_scale);
@@ -285,15 +359,17 @@ int main(int argc, char **argv) {
     }
     /* Everything the user can get wrong about files is checked before the
      * minutes of training, not after them. */
-    if ((a.save && !train_args_check_output_path("--save", a.save, err, sizeof err)) ||
-        (a.metrics && !train_args_check_output_path("--metrics", a.metrics, err, sizeof err))) {
+    if ((a.save && !train_args_check_output_path("--save", a.save, false, err, sizeof err)) ||
+        (a.metrics && !train_args_check_output_path("--metrics", a.metrics, a.resume != NULL, err,
+                                                    sizeof err)) ||
+        (a.resume && !train_args_check_input_path("--resume", a.resume, err, sizeof err)) ||
+        !train_args_check_aliases(&a, err, sizeof err)) {
         fprintf(stderr, "mpcl-train: %s\n", err);
         return EXIT_ERROR;
     }
-    if (a.resume && access(a.resume, R_OK) != 0) {
-        fprintf(stderr, "mpcl-train: --resume: cannot read '%s': %s\n", a.resume, strerror(errno));
-        return EXIT_ERROR;
-    }
+    /* From here a signal is honoured: during start-up it ends the run once
+     * start-up is over, before any training or writing. */
+    install_handlers();
 
     FILE *human = a.quiet ? NULL : a.json ? stderr : stdout;
     mpcl_train_params p = train_args_to_params(&a);
@@ -336,25 +412,37 @@ int main(int argc, char **argv) {
         fprintf(stderr, "mpcl-train: --resume %s: %s\n", a.resume, mpcl_errmsg());
         goto done;
     }
+    if (stop_flag) {
+        fprintf(stderr, "mpcl-train: stopped during start-up; nothing trained or written\n");
+        rc = 128 + stop_signal;
+        goto done;
+    }
+    mpcl_train_summary s;
+    mpcl_trainer_summary(tr, &s);
     if (a.metrics) {
-        u.metrics = open_metrics(a.metrics, a.resume != NULL, err, sizeof err);
+        u.metrics =
+            open_metrics(a.metrics, a.resume != NULL, (unsigned long long)s.steps, err, sizeof err);
         if (!u.metrics) {
             fprintf(stderr, "mpcl-train: %s\n", err);
             goto done;
         }
     }
 
-    install_handlers();
     st = mpcl_trainer_fit(tr);
     if (u.line_open) fputc('\n', human);
     if (st != MPCL_OK) {
         fprintf(stderr, "mpcl-train: training failed: %s\n", mpcl_errmsg());
         goto done;
     }
-    mpcl_train_summary s;
     mpcl_trainer_summary(tr, &s);
     if (human) print_end(human, &a, &plan, &s);
-    if (a.save) {
+    if (s.diverged)
+        fprintf(stderr,
+                "mpcl-train: the training loss became non-finite by step %llu: the run "
+                "diverged (a lower --lr, --clip-norm, or --keep-going-on-nan to go on)%s\n",
+                (unsigned long long)s.steps,
+                a.save ? "; not saved, the checkpoint keeps what it held" : "");
+    if (a.save && !s.diverged) {
         if (mpcl_trainer_save(tr, a.save) != MPCL_OK) {
             fprintf(stderr, "mpcl-train: --save %s: %s\n", a.save, mpcl_errmsg());
             goto done;
@@ -366,7 +454,16 @@ int main(int argc, char **argv) {
         goto done;
     }
     if (a.json) write_json(&a, dev, &plan, &s);
-    rc = stop_signal ? 128 + stop_signal : EXIT_OK;
+    /* The status says what happened: a signal after the last step changed
+     * nothing, and the run is done. */
+    if (s.diverged && !a.keep_going_on_nan)
+        rc = EXIT_DIVERGED;
+    else if (s.stopped && stop_signal)
+        rc = 128 + stop_signal;
+    else
+        rc = EXIT_OK;
+    if (!s.stopped && stop_signal && human)
+        fprintf(human, "signal    arrived after the last step; the run is complete\n");
 
 done:
     if (u.metrics && fclose(u.metrics) != 0 && rc == EXIT_OK) {

@@ -1,6 +1,7 @@
 /* mpcl-train's flag parsing. Every number is parsed whole: no sign where none
  * is allowed, no trailing characters, no overflow, no NaN or infinity, so a
  * typo is an error naming the flag rather than a silently different run. */
+#define _GNU_SOURCE /* O_TMPFILE */
 #include "train_args.h"
 
 #include <ctype.h>
@@ -12,7 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "mpcl/train.h"
 
@@ -131,7 +134,8 @@ static const struct {
     {"--clip-norm", FLAG_VALUE},   {"--momentum", FLAG_VALUE},
     {"--nesterov", FLAG_BOOL},     {"--json", FLAG_BOOL},
     {"--quiet", FLAG_BOOL},        {"--help", FLAG_BOOL},
-    {"--version", FLAG_BOOL},
+    {"--version", FLAG_BOOL},      {"--classes", FLAG_VALUE},
+    {"--save-every", FLAG_VALUE},  {"--keep-going-on-nan", FLAG_BOOL},
 };
 
 static bool apply(train_args *a, const char *f, const char *v, char *err, size_t size) {
@@ -144,6 +148,26 @@ static bool apply(train_args *a, const char *f, const char *v, char *err, size_t
         a->help = true;
     } else if (strcmp(f, "--version") == 0) {
         a->version = true;
+    } else if (strcmp(f, "--keep-going-on-nan") == 0) {
+        a->keep_going_on_nan = true;
+    } else if (strcmp(f, "--classes") == 0) {
+        /* Labels are bytes: 256 classes at most; one class cannot be learned. */
+        if (!parse_uint(f, v, 2, 256, &u, err, size)) return false;
+        a->classes = (int)u;
+    } else if (strcmp(f, "--save-every") == 0) {
+        /* N steps, or Ne epochs. */
+        size_t n = strlen(v);
+        bool epochs = n > 0 && v[n - 1] == 'e';
+        char num[32];
+        if (n >= sizeof num) return fail(err, size, "%s: '%s' is too long", f, v);
+        memcpy(num, v, n + 1);
+        if (epochs) num[n - 1] = '\0';
+        char sub[256];
+        if (!parse_uint(f, num, 1, epochs ? UINT32_MAX : UINT64_MAX, &u, sub, sizeof sub))
+            return fail(err, size, "%s: '%s' is not N steps or Ne epochs, N >= 1 (like 500 or 2e)",
+                        f, v);
+        a->save_every = epochs ? 0 : u;
+        a->save_every_epochs = epochs ? (uint32_t)u : 0;
     } else if (strcmp(f, "--epochs") == 0) {
         if (!parse_uint(f, v, 1, UINT32_MAX, &u, err, size)) return false;
         a->epochs = (uint32_t)u;
@@ -261,24 +285,145 @@ bool train_args_parse(train_args *a, int argc, char **argv, char *err, size_t er
     if (a->initial_scale_set) a->loss_scaling = MPCL_LOSS_SCALING_ON;
     if ((a->momentum_set || a->nesterov) && a->optimizer != MPCL_OPTIM_SGD)
         return fail(err, err_size, "--momentum and --nesterov apply to --optimizer sgd only");
+    if ((a->save_every || a->save_every_epochs) && !a->save)
+        return fail(err, err_size, "--save-every needs --save PATH (where to write)");
     return true;
 }
 
-bool train_args_check_output_path(const char *flag, const char *path, char *err, size_t err_size) {
-    struct stat st;
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
-        return fail(err, err_size, "%s: '%s' is a folder; give a file name", flag, path);
+/* "a FIFO", "a folder"... */
+static const char *kind_of(mode_t m) {
+    if (S_ISREG(m)) return "a regular file";
+    if (S_ISDIR(m)) return "a folder";
+    if (S_ISFIFO(m)) return "a FIFO";
+    if (S_ISCHR(m)) return "a character device";
+    if (S_ISBLK(m)) return "a block device";
+    if (S_ISSOCK(m)) return "a socket";
+    if (S_ISLNK(m)) return "a symbolic link";
+    return "not a regular file";
+}
+
+/* The folder of path, "." for a bare name; NULL when out of memory. */
+static char *folder_of(const char *path) {
     const char *slash = strrchr(path, '/');
-    if (!slash) return true; /* the current folder exists */
+    if (!slash) return strdup(".");
     size_t n = slash == path ? 1 : (size_t)(slash - path);
-    char *dir = malloc(n + 1);
+    return strndup(path, n);
+}
+
+/* Whether a new file can be created in dir: an unnamed file that vanishes on
+ * close, where the file system has them; access(2) otherwise. */
+static bool folder_takes_files(const char *dir, int *err_no) {
+    int fd = open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+        close(fd);
+        return true;
+    }
+    *err_no = errno;
+    if (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL) return false;
+    if (access(dir, W_OK | X_OK) == 0) return true;
+    *err_no = errno;
+    return false;
+}
+
+bool train_args_check_output_path(const char *flag, const char *path, bool append, char *err,
+                                  size_t err_size) {
+    struct stat st;
+    if (lstat(path, &st) == 0) {
+        if (S_ISDIR(st.st_mode))
+            return fail(err, err_size, "%s: '%s' is a folder; give a file name", flag, path);
+        if (!S_ISREG(st.st_mode))
+            return fail(err, err_size,
+                        "%s: '%s' is %s, not a regular file; mpcl-train replaces or appends to "
+                        "regular files only",
+                        flag, path, kind_of(st.st_mode));
+        if (append) {
+            int fd = open(path, O_WRONLY | O_APPEND | O_NONBLOCK | O_CLOEXEC);
+            if (fd < 0)
+                return fail(err, err_size, "%s: cannot write '%s': %s", flag, path,
+                            strerror(errno));
+            close(fd);
+        }
+    }
+    char *dir = folder_of(path);
     if (!dir) return fail(err, err_size, "%s: out of memory", flag);
-    memcpy(dir, path, n);
-    dir[n] = '\0';
-    bool ok = stat(dir, &st) == 0 && S_ISDIR(st.st_mode);
-    if (!ok) fail(err, err_size, "%s: folder '%s' does not exist (for '%s')", flag, dir, path);
+    bool ok = true;
+    int e = 0;
+    if (stat(dir, &st) != 0) {
+        ok = fail(err, err_size, "%s: folder '%s' %s (for '%s')", flag, dir,
+                  errno == ENOENT ? "does not exist" : strerror(errno), path);
+    } else if (!S_ISDIR(st.st_mode)) {
+        ok = fail(err, err_size, "%s: '%s' is %s, not a folder (for '%s')", flag, dir,
+                  kind_of(st.st_mode), path);
+    } else if (!folder_takes_files(dir, &e)) {
+        ok = fail(err, err_size, "%s: cannot create files in folder '%s' (for '%s'): %s", flag, dir,
+                  path, strerror(e));
+    }
     free(dir);
     return ok;
+}
+
+bool train_args_check_input_path(const char *flag, const char *path, char *err, size_t err_size) {
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return fail(err, err_size, "%s: cannot read '%s': %s", flag, path, strerror(errno));
+    if (!S_ISREG(st.st_mode))
+        return fail(err, err_size, "%s: '%s' is %s, not a regular file", flag, path,
+                    kind_of(st.st_mode));
+    if (access(path, R_OK) != 0)
+        return fail(err, err_size, "%s: cannot read '%s': %s", flag, path, strerror(errno));
+    return true;
+}
+
+/* One file's identity: st_dev/st_ino when it exists, else its resolved path
+ * (the folder resolved, the name kept). */
+typedef struct file_id {
+    bool exists;
+    dev_t dev;
+    ino_t ino;
+    char resolved[PATH_MAX + 256];
+} file_id;
+
+static void identify(const char *path, file_id *id) {
+    memset(id, 0, sizeof *id);
+    struct stat st;
+    if (stat(path, &st) == 0) {
+        id->exists = true;
+        id->dev = st.st_dev;
+        id->ino = st.st_ino;
+        return;
+    }
+    char *dir = folder_of(path);
+    const char *slash = strrchr(path, '/');
+    char real[PATH_MAX];
+    if (dir && realpath(dir, real))
+        snprintf(id->resolved, sizeof id->resolved, "%s/%s", real, slash ? slash + 1 : path);
+    else
+        snprintf(id->resolved, sizeof id->resolved, "%s", path);
+    free(dir);
+}
+
+static bool same_file(const file_id *x, const file_id *y) {
+    if (x->exists != y->exists) return false;
+    if (x->exists) return x->dev == y->dev && x->ino == y->ino;
+    return strcmp(x->resolved, y->resolved) == 0;
+}
+
+bool train_args_check_aliases(const train_args *a, char *err, size_t err_size) {
+    if (!a->metrics) return true;
+    file_id m;
+    identify(a->metrics, &m);
+    const char *other[2] = {a->save, a->resume}, *name[2] = {"--save", "--resume"};
+    for (int i = 0; i < 2; i++) {
+        if (!other[i]) continue;
+        file_id o;
+        identify(other[i], &o);
+        if (same_file(&m, &o))
+            return fail(err, err_size,
+                        "--metrics '%s' and %s '%s' are the same file; the CSV would %s the "
+                        "checkpoint",
+                        a->metrics, name[i], other[i], i ? "overwrite" : "be overwritten by");
+    }
+    return true;
 }
 
 mpcl_train_params train_args_to_params(const train_args *a) {
@@ -304,6 +449,14 @@ mpcl_train_params train_args_to_params(const train_args *a) {
         m->optim.momentum = a->momentum;
         m->optim.nesterov = a->nesterov;
     }
+    p.num_classes = a->classes;
+    p.keep_going_on_nan = a->keep_going_on_nan;
+    p.save_path = a->save_every || a->save_every_epochs ? a->save : NULL;
+    p.save_every_steps = a->save_every;
+    p.save_every_epochs = a->save_every_epochs;
+    /* A scale the user typed applies on resume too, over the checkpoint's. */
+    p.resume_keeps_scale = a->loss_scaling == MPCL_LOSS_SCALING_ON &&
+                           (a->loss_scale == MPCL_LOSS_SCALE_FIXED || a->initial_scale_set);
     m->loss_scaling = a->loss_scaling;
     mpcl_loss_scale_params *ls = &m->loss_scale;
     ls->mode = a->loss_scale;

@@ -38,6 +38,10 @@ typedef struct train_args {
     const char *device; /* NULL: $MPCL_DEVICE, then the default rule */
     uint64_t seed;      /* 42 */
     const char *save, *resume, *metrics;
+    int classes;            /* 0: inferred from the training labels */
+    bool keep_going_on_nan; /* a diverged float32 run goes on */
+    uint64_t save_every;    /* steps between periodic checkpoints (0: none) */
+    uint32_t save_every_epochs;
     uint32_t report_every;          /* 50 */
     size_t train_limit, test_limit; /* 0: all */
     bool json, quiet, help, version;
@@ -51,10 +55,24 @@ void train_args_defaults(train_args *a);
  * them. Nothing is opened or created. */
 bool train_args_parse(train_args *a, int argc, char **argv, char *err, size_t err_size);
 
-/* Checks that the folder a file would be created in exists and is a folder
- * (and that the path itself is not a folder): false with a message naming the
- * flag otherwise. Nothing is created. */
-bool train_args_check_output_path(const char *flag, const char *path, char *err, size_t err_size);
+/* Checks that a file can be written at path before any training: the folder
+ * exists, is a folder and takes a new file (probed with an unnamed file that
+ * vanishes on close, or access(2) where the file system has none); the path
+ * itself, when it exists, is a regular file (not a folder, FIFO, device,
+ * socket or symbolic link, which are never replaced) and, when `append`,
+ * writable. False with a message naming the flag and what the path is
+ * otherwise. Nothing is created. */
+bool train_args_check_output_path(const char *flag, const char *path, bool append, char *err,
+                                  size_t err_size);
+
+/* Checks that path is an existing regular file that can be read, without
+ * opening it (a FIFO would block): the message says which it is otherwise. */
+bool train_args_check_input_path(const char *flag, const char *path, char *err, size_t err_size);
+
+/* Refuses aliasing among --save, --resume and --metrics (the same file by
+ * st_dev/st_ino when it exists, the same resolved path otherwise): --metrics
+ * may be neither checkpoint; --save may be --resume (continuing in place). */
+bool train_args_check_aliases(const train_args *a, char *err, size_t err_size);
 
 /* The library's parameters for these arguments. */
 mpcl_train_params train_args_to_params(const train_args *a);

@@ -67,6 +67,28 @@ static void model_shape(const mpcl_model *m, char *buf, size_t size) {
         k += snprintf(buf + k, size - (size_t)k, ",%zu", mpcl_model_layer(m, i)->units);
 }
 
+/* Values no run produces: a non-finite weight or moment, a negative second
+ * moment. data may be unaligned (a file from another writer). `status` and
+ * `what` say whose values they are: the checkpoint being loaded, or this
+ * trainer's state being saved. */
+static mpcl_status check_values(mpcl_context *ctx, mpcl_status status, const char *what,
+                                const expected *e, const void *data, size_t count) {
+    const unsigned char *p = data;
+    for (size_t i = 0; i < count; i++) {
+        float v;
+        memcpy(&v, p + i * sizeof v, sizeof v);
+        if (!isfinite(v))
+            return MPCL_ERROR(ctx, status, "%s: tensor %s holds %g at index %zu (a diverged run?)",
+                              what, e->name, (double)v, i);
+        if (e->slot == MPCL_OPTIM_SLOT_V && v < 0.0f)
+            return MPCL_ERROR(ctx, status,
+                              "%s: tensor %s holds %g at index %zu; a second moment is never "
+                              "negative",
+                              what, e->name, (double)v, i);
+    }
+    return MPCL_OK;
+}
+
 typedef struct meta_list {
     mpcl_st_meta items[MAX_META];
     char values[MAX_META][META_VALUE];
@@ -105,6 +127,9 @@ mpcl_status mpcl_trainer_save(mpcl_trainer *tr, const char *path) {
             break;
         }
         st = mpcl_model_read_param(m, e[i].param, e[i].slot, data[i], count);
+        /* What load would refuse is never written over a good checkpoint. */
+        if (st == MPCL_OK)
+            st = check_values(ctx, MPCL_ERR_INVALID_ARG, "not saved", &e[i], data[i], count);
         memset(&t[i], 0, sizeof t[i]);
         t[i].name = e[i].name;
         t[i].dtype = MPCL_ST_F32;
@@ -211,25 +236,27 @@ static mpcl_status meta_uint(const loader *L, const char *key, uint64_t max, uin
     return MPCL_OK;
 }
 
-/* The layer widths the checkpoint's kernels describe, "784,16,10", and the
- * hidden part "16", for messages. */
-static void checkpoint_shape(const mpcl_safetensors *st, char *shape, size_t ssize, char *hidden,
-                             size_t hsize) {
-    shape[0] = hidden[0] = 0;
-    size_t ks = 0, kh = 0;
+/* The layer widths the checkpoint's kernels describe: w[0] inputs, then each
+ * layer's units; returns the count of widths (0 when dense_0.kernel is not a
+ * matrix). */
+static size_t checkpoint_widths(const mpcl_safetensors *st, size_t *w) {
+    size_t n = 0;
     for (size_t l = 0; l <= MPCL_MAX_HIDDEN; l++) {
         char name[48];
         snprintf(name, sizeof name, "dense_%zu.kernel", l);
         const mpcl_st_tensor *t = mpcl_safetensors_find(st, name);
         if (!t || t->ndim != 2) break;
-        if (l == 0 && ks < ssize)
-            ks += (size_t)snprintf(shape + ks, ssize - ks, "%zu", t->shape[0]);
-        if (ks < ssize) ks += (size_t)snprintf(shape + ks, ssize - ks, ",%zu", t->shape[1]);
-        char name2[48];
-        snprintf(name2, sizeof name2, "dense_%zu.kernel", l + 1);
-        if (mpcl_safetensors_find(st, name2) && kh < hsize)
-            kh += (size_t)snprintf(hidden + kh, hsize - kh, "%s%zu", kh ? "," : "", t->shape[1]);
+        if (l == 0) w[n++] = t->shape[0];
+        w[n++] = t->shape[1];
     }
+    return n;
+}
+
+static void widths_str(char *buf, size_t size, const size_t *w, size_t n) {
+    size_t k = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < n && k < size; i++)
+        k += (size_t)snprintf(buf + k, size - k, "%s%zu", i ? "," : "", w[i]);
 }
 
 static void shape_str(char *buf, size_t size, size_t ndim, const size_t *shape) {
@@ -239,17 +266,74 @@ static void shape_str(char *buf, size_t size, size_t ndim, const size_t *shape) 
     if (k < size) snprintf(buf + k, size - k, "]");
 }
 
+/* What would make this run match a checkpoint of other widths: only the
+ * parts that differ, and only flags the parser accepts. */
+static void shape_fix(char *buf, size_t size, const mpcl_model *m, const size_t *cw, size_t cn) {
+    const mpcl_model_params *p = mpcl_model_params_of(m);
+    size_t layers = mpcl_model_layer_count(m), k = 0;
+    buf[0] = '\0';
+    if (cn < 2) {
+        snprintf(buf, size, "its dense_0.kernel is not a matrix");
+        return;
+    }
+    if (cw[0] != p->inputs)
+        k += (size_t)snprintf(buf + k, size - k,
+                              "it has %zu inputs, these data %zu: no flag matches, only its "
+                              "data set; ",
+                              cw[0], p->inputs);
+    size_t classes = mpcl_model_layer(m, layers - 1)->units;
+    if (k < size && cw[cn - 1] != classes)
+        k += (size_t)snprintf(buf + k, size - k, "--classes %zu; ", cw[cn - 1]);
+    bool hidden_same = cn - 2 == layers - 1;
+    for (size_t i = 0; hidden_same && i + 1 < layers; i++)
+        hidden_same = cw[i + 1] == mpcl_model_layer(m, i)->units;
+    if (k < size && !hidden_same) {
+        if (cn - 2 == 0) {
+            k += (size_t)snprintf(buf + k, size - k,
+                                  "it has no hidden layer, which --hidden cannot give; ");
+        } else {
+            char h[96];
+            widths_str(h, sizeof h, cw + 1, cn - 2);
+            k += (size_t)snprintf(buf + k, size - k, "--hidden %s; ", h);
+        }
+    }
+    if (k >= 2 && k < size) buf[k - 2] = '\0';
+}
+
+/* The choices that define the run, before any tensor is looked at, so that
+ * an optimizer mismatch is called one (not a missing or extra tensor). */
+static mpcl_status check_identity(const loader *L, const mpcl_model *m) {
+    const mpcl_model_params *mp = mpcl_model_params_of(m);
+    const char *v;
+    mpcl_status st;
+    if ((st = meta_str(L, "optimizer", &v)) != MPCL_OK) return st;
+    mpcl_optim_kind ok;
+    if (strcmp(v, optim_name(mp->optim.kind)) != 0)
+        return MPCL_ERROR(L->ctx, MPCL_ERR_FORMAT,
+                          "checkpoint %s was trained with optimizer %s, this run uses %s (%s%s%s)",
+                          L->path, v, optim_name(mp->optim.kind),
+                          mpcl_optim_kind_parse(v, &ok) ? "--optimizer " : "no --optimizer reads ",
+                          mpcl_optim_kind_parse(v, &ok) ? v : "that kind",
+                          mpcl_optim_kind_parse(v, &ok) ? " would match" : "");
+    if ((st = meta_str(L, "activation", &v)) != MPCL_OK) return st;
+    mpcl_activation act;
+    /* mpcl-train refuses identity hidden layers. */
+    bool flag_ok = mpcl_activation_parse(v, &act) && act != MPCL_ACT_IDENTITY;
+    if (strcmp(v, mpcl_activation_name(mp->activation)) != 0)
+        return MPCL_ERROR(L->ctx, MPCL_ERR_FORMAT,
+                          "checkpoint %s was trained with activation %s, this run uses %s (%s%s%s)",
+                          L->path, v, mpcl_activation_name(mp->activation),
+                          flag_ok ? "--activation " : "no --activation gives ",
+                          flag_ok ? v : "that one", flag_ok ? " would match" : "");
+    return MPCL_OK;
+}
+
 static mpcl_status check_tensors(const loader *L, mpcl_model *m, const expected *e, size_t n) {
     for (size_t i = 0; i < n; i++) {
         const mpcl_st_tensor *t = mpcl_safetensors_find(L->st, e[i].name);
-        if (!t) {
-            const char *opt = mpcl_safetensors_meta_get(L->st, "optimizer");
-            return MPCL_ERROR(L->ctx, MPCL_ERR_FORMAT,
-                              "checkpoint %s has no tensor %s (this run's optimizer: %s; the "
-                              "checkpoint's: %s)",
-                              L->path, e[i].name, optim_name(mpcl_model_params_of(m)->optim.kind),
-                              opt ? opt : "not recorded");
-        }
+        if (!t)
+            return MPCL_ERROR(L->ctx, MPCL_ERR_FORMAT, "checkpoint %s has no tensor %s", L->path,
+                              e[i].name);
         if (t->dtype != MPCL_ST_F32)
             return MPCL_ERROR(L->ctx, MPCL_ERR_FORMAT,
                               "checkpoint %s: tensor %s is %s; mpcl checkpoints hold F32", L->path,
@@ -257,17 +341,18 @@ static mpcl_status check_tensors(const loader *L, mpcl_model *m, const expected 
         bool same = t->ndim == e[i].ndim;
         for (size_t d = 0; same && d < t->ndim; d++) same = t->shape[d] == e[i].shape[d];
         if (!same) {
-            char got[96], want[96], cshape[96], chidden[96], mshape[96];
+            char got[96], want[96], cshape[96], mshape[96], fix[256];
+            size_t cw[MPCL_MAX_HIDDEN + 3];
+            size_t cn = checkpoint_widths(L->st, cw);
             shape_str(got, sizeof got, t->ndim, t->shape);
             shape_str(want, sizeof want, e[i].ndim, e[i].shape);
-            checkpoint_shape(L->st, cshape, sizeof cshape, chidden, sizeof chidden);
+            widths_str(cshape, sizeof cshape, cw, cn);
             model_shape(m, mshape, sizeof mshape);
+            shape_fix(fix, sizeof fix, m, cw, cn);
             return MPCL_ERROR(L->ctx, MPCL_ERR_FORMAT,
                               "checkpoint %s: tensor %s has shape %s, this model's is %s "
-                              "(the checkpoint holds model %s, this run %s; --hidden %s would "
-                              "match it)",
-                              L->path, e[i].name, got, want, cshape, mshape,
-                              chidden[0] ? chidden : "(none)");
+                              "(the checkpoint holds model %s, this run %s; to match: %s)",
+                              L->path, e[i].name, got, want, cshape, mshape, fix);
         }
     }
     size_t count = mpcl_safetensors_count(L->st);
@@ -279,6 +364,13 @@ static mpcl_status check_tensors(const loader *L, mpcl_model *m, const expected 
             return MPCL_ERROR(L->ctx, MPCL_ERR_FORMAT,
                               "checkpoint %s holds tensor %s, which this model does not have",
                               L->path, name);
+    }
+    for (size_t i = 0; i < n; i++) {
+        const mpcl_st_tensor *t = mpcl_safetensors_find(L->st, e[i].name);
+        char what[512];
+        snprintf(what, sizeof what, "checkpoint %s", L->path);
+        mpcl_status st = check_values(L->ctx, MPCL_ERR_FORMAT, what, &e[i], t->data, e[i].count);
+        if (st != MPCL_OK) return st;
     }
     return MPCL_OK;
 }
@@ -306,9 +398,76 @@ static mpcl_status check_format(const loader *L) {
     return MPCL_OK;
 }
 
+/* The seed, batch and data that fix the epoch position: those that differ,
+ * each with the flag that would match, or why none can. */
+static mpcl_status check_sequence(const loader *L, const mpcl_trainer *tr, uint64_t seed,
+                                  uint64_t batch, uint64_t samples) {
+    if (seed == tr->params.seed && batch == tr->params.batch && samples == tr->train_count)
+        return MPCL_OK;
+    char fix[512];
+    size_t k = 0;
+    fix[0] = '\0';
+    if (seed != tr->params.seed)
+        k += (size_t)snprintf(fix + k, sizeof fix - k, "; seed %llu, this run %llu: --seed %llu",
+                              (unsigned long long)seed, (unsigned long long)tr->params.seed,
+                              (unsigned long long)seed);
+    if (batch != tr->params.batch && k < sizeof fix)
+        k += (size_t)snprintf(fix + k, sizeof fix - k, "; batch %llu, this run %zu: --batch %llu",
+                              (unsigned long long)batch, tr->params.batch,
+                              (unsigned long long)batch);
+    if (samples != tr->train_count && k < sizeof fix) {
+        if (samples <= tr->train_available)
+            k += (size_t)snprintf(fix + k, sizeof fix - k,
+                                  "; %llu training samples, this run %zu: --train-limit %llu",
+                                  (unsigned long long)samples, tr->train_count,
+                                  (unsigned long long)samples);
+        else
+            k += (size_t)snprintf(fix + k, sizeof fix - k,
+                                  "; %llu training samples, but these data hold only %zu: no "
+                                  "--train-limit matches (other --data?)",
+                                  (unsigned long long)samples, tr->train_available);
+    }
+    return MPCL_ERROR(L->ctx, MPCL_ERR_FORMAT,
+                      "checkpoint %s belongs to another sequence of batches%s (the epoch "
+                      "position means something only for the same seed, batch and data)",
+                      L->path, fix);
+}
+
+/* The loss scaler's saved state against the bounds the library enforces for
+ * a new run: this run's dynamic scaler's, or the defaults. */
+static mpcl_status check_scale_state(const loader *L, const mpcl_trainer *tr, const char *mode,
+                                     const ckpt_state *cs) {
+    mpcl_loss_scale *ls = mpcl_model_loss_scale(tr->model);
+    mpcl_loss_scale_params b = ls && mpcl_loss_scale_get_params(ls).mode == MPCL_LOSS_SCALE_DYNAMIC
+                                   ? mpcl_loss_scale_get_params(ls)
+                                   : mpcl_loss_scale_default_params();
+    bool dynamic = strcmp(mode, "dynamic") == 0;
+    /* A scale the user typed replaces the saved one (resume_keeps_scale). */
+    if (dynamic && !tr->params.resume_keeps_scale &&
+        !(cs->scale >= b.min_scale && cs->scale <= b.max_scale))
+        return MPCL_ERROR(L->ctx, MPCL_ERR_FORMAT,
+                          "checkpoint %s: loss_scale %g is outside [%g, %g], the dynamic scale's "
+                          "bounds",
+                          L->path, (double)cs->scale, (double)b.min_scale, (double)b.max_scale);
+    if (dynamic ? cs->good >= b.growth_interval : cs->good != 0)
+        return MPCL_ERROR(L->ctx, MPCL_ERR_FORMAT,
+                          "checkpoint %s: loss_scale_good_steps %llu cannot belong to a %s scale "
+                          "(%s)",
+                          L->path, (unsigned long long)cs->good, mode,
+                          dynamic ? "it grows and restarts at the growth interval" : "always 0");
+    if (cs->good > cs->opt_step || cs->opt_step + cs->skipped > cs->step)
+        return MPCL_ERROR(L->ctx, MPCL_ERR_FORMAT,
+                          "checkpoint %s: counters that cannot belong to one run: step %llu, "
+                          "optimizer_step %llu, loss_scale_skipped %llu, loss_scale_good_steps "
+                          "%llu (applied plus skipped steps are at most the steps; good steps "
+                          "at most the applied ones)",
+                          L->path, (unsigned long long)cs->step, (unsigned long long)cs->opt_step,
+                          (unsigned long long)cs->skipped, (unsigned long long)cs->good);
+    return MPCL_OK;
+}
+
 static mpcl_status check_run(const loader *L, mpcl_trainer *tr, ckpt_state *cs) {
     mpcl_model *m = tr->model;
-    const mpcl_model_params *mp = mpcl_model_params_of(m);
     const char *v;
     mpcl_status st;
     char shape[96];
@@ -318,18 +477,6 @@ static mpcl_status check_run(const loader *L, mpcl_trainer *tr, ckpt_state *cs) 
         return MPCL_ERROR(L->ctx, MPCL_ERR_FORMAT,
                           "checkpoint %s: model \"%s\" does not match its tensors' shapes (%s)",
                           L->path, v, shape);
-    if ((st = meta_str(L, "activation", &v)) != MPCL_OK) return st;
-    if (strcmp(v, mpcl_activation_name(mp->activation)) != 0)
-        return MPCL_ERROR(L->ctx, MPCL_ERR_FORMAT,
-                          "checkpoint %s was trained with activation %s, this run uses %s "
-                          "(--activation %s would match)",
-                          L->path, v, mpcl_activation_name(mp->activation), v);
-    if ((st = meta_str(L, "optimizer", &v)) != MPCL_OK) return st;
-    if (strcmp(v, optim_name(mp->optim.kind)) != 0)
-        return MPCL_ERROR(L->ctx, MPCL_ERR_FORMAT,
-                          "checkpoint %s was trained with optimizer %s, this run uses %s "
-                          "(--optimizer %s would match)",
-                          L->path, v, optim_name(mp->optim.kind), v);
 
     uint64_t seed, batch, samples;
     if ((st = meta_uint(L, "seed", UINT64_MAX, &seed)) != MPCL_OK ||
@@ -342,18 +489,7 @@ static mpcl_status check_run(const loader *L, mpcl_trainer *tr, ckpt_state *cs) 
         (st = meta_uint(L, "loss_scale_good_steps", UINT32_MAX, &cs->good)) != MPCL_OK ||
         (st = meta_uint(L, "loss_scale_skipped", UINT32_MAX, &cs->skipped)) != MPCL_OK)
         return st;
-    /* The epoch position means something only for the same shuffle, batch
-     * and data set; resuming under others would silently train on a
-     * different sequence of batches. */
-    if (seed != tr->params.seed || batch != tr->params.batch || samples != tr->train_count)
-        return MPCL_ERROR(L->ctx, MPCL_ERR_FORMAT,
-                          "checkpoint %s was written by a run with seed %llu, batch %llu and %llu "
-                          "training samples; this run has seed %llu, batch %zu and %zu samples "
-                          "(--seed %llu --batch %llu --train-limit %llu would match)",
-                          L->path, (unsigned long long)seed, (unsigned long long)batch,
-                          (unsigned long long)samples, (unsigned long long)tr->params.seed,
-                          tr->params.batch, tr->train_count, (unsigned long long)seed,
-                          (unsigned long long)batch, (unsigned long long)samples);
+    if ((st = check_sequence(L, tr, seed, batch, samples)) != MPCL_OK) return st;
     if (cs->epoch_step >= tr->steps_per_epoch ||
         cs->step != cs->epoch * tr->steps_per_epoch + cs->epoch_step || cs->opt_step > cs->step)
         return MPCL_ERROR(L->ctx, MPCL_ERR_FORMAT,
@@ -363,12 +499,13 @@ static mpcl_status check_run(const loader *L, mpcl_trainer *tr, ckpt_state *cs) 
                           (unsigned long long)cs->epoch_step, (unsigned long long)cs->opt_step,
                           (unsigned long long)tr->steps_per_epoch);
 
-    if ((st = meta_str(L, "loss_scale_mode", &v)) != MPCL_OK) return st;
-    if (strcmp(v, "none") != 0 && strcmp(v, "dynamic") != 0 && strcmp(v, "fixed") != 0)
+    const char *mode;
+    if ((st = meta_str(L, "loss_scale_mode", &mode)) != MPCL_OK) return st;
+    if (strcmp(mode, "none") != 0 && strcmp(mode, "dynamic") != 0 && strcmp(mode, "fixed") != 0)
         return MPCL_ERROR(L->ctx, MPCL_ERR_FORMAT,
                           "checkpoint %s: loss_scale_mode \"%s\" (none, dynamic or fixed)", L->path,
-                          v);
-    cs->has_scale = strcmp(v, "none") != 0;
+                          mode);
+    cs->has_scale = strcmp(mode, "none") != 0;
     if ((st = meta_str(L, "loss_scale", &v)) != MPCL_OK) return st;
     char *end = NULL;
     errno = 0;
@@ -378,7 +515,7 @@ static mpcl_status check_run(const loader *L, mpcl_trainer *tr, ckpt_state *cs) 
                           "checkpoint %s: loss_scale \"%s\" is not a finite number > 0", L->path,
                           v);
     cs->scale = scale;
-    return MPCL_OK;
+    return check_scale_state(L, tr, mode, cs);
 }
 
 static mpcl_status apply(mpcl_trainer *tr, const mpcl_safetensors *file, const expected *e,
@@ -398,20 +535,26 @@ static mpcl_status apply(mpcl_trainer *tr, const mpcl_safetensors *file, const e
     if (st == MPCL_OK) st = mpcl_model_write_step(m, (uint32_t)cs->opt_step);
     mpcl_loss_scale *ls = mpcl_model_loss_scale(m);
     /* A checkpoint without a scaler (float32) leaves a mixed run's scaler at
-     * its initial state; a scaler's state means nothing to a float32 run. */
-    if (st == MPCL_OK && ls && cs->has_scale) {
-        mpcl_loss_scale_state s = {cs->scale, (uint32_t)cs->good, (uint32_t)cs->skipped, 0, 0};
-        st = mpcl_loss_scale_write_state(tr->ctx, ls, &s);
+     * its initial state; a scaler's state means nothing to a float32 run. A
+     * scale the user typed for this run wins over the saved one; the count
+     * of skipped steps is history and stays. */
+    mpcl_loss_scale_state s = {cs->scale, (uint32_t)cs->good, (uint32_t)cs->skipped, 0, 0};
+    if (ls && tr->params.resume_keeps_scale) {
+        s.scale = mpcl_loss_scale_get_params(ls).initial_scale;
+        s.good_steps = 0;
+        if (!cs->has_scale) s.skipped_steps = 0;
     }
+    bool write_scale = ls && (cs->has_scale || tr->params.resume_keeps_scale);
+    if (st == MPCL_OK && write_scale) st = mpcl_loss_scale_write_state(tr->ctx, ls, &s);
     if (st != MPCL_OK) return st;
     tr->step = cs->step;
     tr->epoch = (uint32_t)cs->epoch;
     tr->epoch_step = cs->epoch_step;
     tr->order_valid = false;
     tr->stopped = false;
-    if (ls && cs->has_scale) {
-        tr->loss_scale = cs->scale;
-        tr->skipped_steps = (uint32_t)cs->skipped;
+    if (write_scale) {
+        tr->loss_scale = s.scale;
+        tr->skipped_steps = s.skipped_steps;
     }
     return MPCL_OK;
 }
@@ -427,7 +570,7 @@ mpcl_status mpcl_trainer_load(mpcl_trainer *tr, const char *path) {
     size_t n = expected_tensors(tr->model, e);
     ckpt_state cs;
     memset(&cs, 0, sizeof cs);
-    if ((st = check_format(&L)) == MPCL_OK &&
+    if ((st = check_format(&L)) == MPCL_OK && (st = check_identity(&L, tr->model)) == MPCL_OK &&
         (st = check_tensors(&L, tr->model, e, n)) == MPCL_OK &&
         (st = check_run(&L, tr, &cs)) == MPCL_OK)
         st = apply(tr, file, e, n, &cs);

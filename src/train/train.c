@@ -2,6 +2,7 @@
  * device, and host reads only when a report is due. See train.h. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -52,12 +53,14 @@ mpcl_status mpcl__train_adopt_error(mpcl_context *ctx, mpcl_status st) {
 }
 
 static mpcl_status load_split(mpcl_context *ctx, const char *dir, const char *prefix,
-                              int num_classes, size_t limit, mpcl_dataset **out) {
+                              int num_classes, size_t limit, mpcl_dataset **out,
+                              size_t *available) {
     mpcl_idx_params ip = mpcl_idx_default_params();
     ip.num_classes = num_classes;
     mpcl_dataset *all = NULL;
     mpcl_status st = mpcl_idx_load_ex(dir, prefix, &ip, &all);
     if (st != MPCL_OK) return mpcl__train_adopt_error(ctx, st);
+    if (available) *available = mpcl_dataset_count(all);
     if (limit == 0 || limit >= mpcl_dataset_count(all)) {
         *out = all;
         return MPCL_OK;
@@ -65,6 +68,41 @@ static mpcl_status load_split(mpcl_context *ctx, const char *dir, const char *pr
     st = mpcl_dataset_subset(all, limit, out);
     mpcl_dataset_destroy(all);
     return st;
+}
+
+/* With an inferred class count (the largest label + 1), every class must have
+ * a training example: one corrupt label must not silently widen the model.
+ * The message lists the empty classes as ranges and names the largest label
+ * and where it is. */
+static mpcl_status check_inferred_classes(mpcl_context *ctx, const mpcl_dataset *train) {
+    int classes = mpcl_dataset_num_classes(train);
+    size_t n = mpcl_dataset_count(train);
+    const uint8_t *labels = mpcl_dataset_labels(train);
+    size_t count[256] = {0}, first_max = 0;
+    for (size_t i = 0; i < n; i++) {
+        count[labels[i]]++;
+        if (labels[i] > labels[first_max]) first_max = i;
+    }
+    char empty[256];
+    size_t k = 0, missing = 0;
+    empty[0] = '\0';
+    for (int c = 0; c < classes; c++) {
+        if (count[c]) continue;
+        int e = c;
+        while (e + 1 < classes && !count[e + 1]) e++;
+        missing += (size_t)(e - c + 1);
+        if (k < sizeof empty)
+            k += (size_t)snprintf(empty + k, sizeof empty - k, "%s%d%s%.0d", k ? ", " : "", c,
+                                  e > c ? "-" : "", e > c ? e : 0);
+        c = e;
+    }
+    if (!missing) return MPCL_OK;
+    return MPCL_ERROR(ctx, MPCL_ERR_LABEL,
+                      "the training labels go up to %u (first at index %zu), which makes %d "
+                      "classes, but %zu of them have no training example (labels %s); a "
+                      "corrupt label? Set the class count explicitly (mpcl-train --classes N) "
+                      "if that is meant",
+                      (unsigned)labels[first_max], first_max, classes, missing, empty);
 }
 
 mpcl_status mpcl_trainer_create(mpcl_context *ctx, const mpcl_train_params *params,
@@ -93,13 +131,29 @@ mpcl_status mpcl_trainer_create(mpcl_context *ctx, const mpcl_train_params *para
         memcpy(tr->data_dir, params->data_dir, n);
     }
     tr->params.data_dir = tr->data_dir;
+    if (params->save_path) {
+        tr->save_path = strdup(params->save_path);
+        if (!tr->save_path) {
+            st = MPCL_ERROR(ctx, MPCL_ERR_OUT_OF_MEMORY, "copying the checkpoint path");
+            goto cleanup;
+        }
+    }
+    tr->params.save_path = tr->save_path;
+    if (params->num_classes < 0 || params->num_classes > 256) {
+        st = MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "num_classes %d outside [0, 256]",
+                        params->num_classes);
+        goto cleanup;
+    }
 
-    /* The class count comes from the training labels; the test labels must
-     * fall inside it. */
-    if ((st = load_split(ctx, tr->data_dir, "train", 0, params->train_limit, &train)) != MPCL_OK)
+    /* The class count is given or comes from the training labels; the test
+     * labels must fall inside it. */
+    if ((st = load_split(ctx, tr->data_dir, "train", params->num_classes, params->train_limit,
+                         &train, &tr->train_available)) != MPCL_OK)
+        goto cleanup;
+    if (params->num_classes == 0 && (st = check_inferred_classes(ctx, train)) != MPCL_OK)
         goto cleanup;
     if ((st = load_split(ctx, tr->data_dir, "t10k", mpcl_dataset_num_classes(train),
-                         params->test_limit, &test)) != MPCL_OK)
+                         params->test_limit, &test, NULL)) != MPCL_OK)
         goto cleanup;
     if (mpcl_dataset_features(test) != mpcl_dataset_features(train)) {
         st = MPCL_ERROR(ctx, MPCL_ERR_FORMAT,
@@ -167,6 +221,7 @@ void mpcl_trainer_destroy(mpcl_trainer *tr) {
     mpcl_model_destroy(tr->model);
     free(tr->host_order);
     free(tr->data_dir);
+    free(tr->save_path);
     free(tr);
 }
 
@@ -214,6 +269,12 @@ typedef struct fit_clock {
     uint64_t samples; /* since the last report */
 } fit_clock;
 
+/* A non-finite training loss in a run without loss scaling: the weights are
+ * gone (Keras' TerminateOnNaN). With scaling, such steps are skipped. */
+static void check_divergence(mpcl_trainer *tr, double loss) {
+    if (!isfinite(loss) && !mpcl_model_loss_scale(tr->model)) tr->diverged = true;
+}
+
 /* The host reads of one report: training statistics since the last one, the
  * loss scaler, and at an epoch's end the evaluation. */
 static mpcl_status report(mpcl_trainer *tr, fit_clock *c, bool epoch_end) {
@@ -250,6 +311,7 @@ static mpcl_status report(mpcl_trainer *tr, fit_clock *c, bool epoch_end) {
         tr->test_loss = r.test_loss;
         tr->test_accuracy = r.test_accuracy;
     }
+    check_divergence(tr, r.loss);
     r.elapsed_s = now_s() - c->start;
     if (tr->params.on_report) tr->params.on_report(tr->params.user, &r);
     c->samples = 0;
@@ -261,6 +323,52 @@ static bool stop_requested(const mpcl_trainer *tr) {
     return tr->params.stop && *tr->params.stop != 0;
 }
 
+/* Markers after the last MPCL_TRAIN_QUEUE_AHEAD steps: before a step is
+ * enqueued, the host waits for the one that many steps back, so a stop
+ * request is honoured within that many steps however long a report interval
+ * is. A wait on an event, not a read: the device never idles for it while a
+ * step is still queued. */
+typedef struct step_ring {
+    cl_event ev[MPCL_TRAIN_QUEUE_AHEAD];
+    size_t next;
+} step_ring;
+
+static mpcl_status ring_wait_slot(mpcl_context *ctx, step_ring *r) {
+    mpcl_status st = MPCL_OK;
+    cl_event e = r->ev[r->next];
+    r->ev[r->next] = NULL;
+    if (e) {
+        cl_int err = clWaitForEvents(1, &e);
+        clReleaseEvent(e);
+        if (err != CL_SUCCESS) st = mpcl__cl_error(ctx, err, "clWaitForEvents", __FILE__, __LINE__);
+    }
+    return st;
+}
+
+static mpcl_status ring_mark(mpcl_context *ctx, step_ring *r) {
+    cl_int err = clEnqueueMarkerWithWaitList(ctx->queue, 0, NULL, &r->ev[r->next]);
+    if (err != CL_SUCCESS) {
+        r->ev[r->next] = NULL;
+        return mpcl__cl_error(ctx, err, "clEnqueueMarkerWithWaitList", __FILE__, __LINE__);
+    }
+    r->next = (r->next + 1) % MPCL_TRAIN_QUEUE_AHEAD;
+    return MPCL_OK;
+}
+
+static void ring_release(step_ring *r) {
+    for (size_t i = 0; i < MPCL_TRAIN_QUEUE_AHEAD; i++)
+        if (r->ev[i]) clReleaseEvent(r->ev[i]);
+}
+
+/* A save point of the periodic checkpoints, at a normalised position
+ * (epoch_step < steps_per_epoch). */
+static bool save_due(const mpcl_trainer *tr, bool epoch_end) {
+    const mpcl_train_params *p = &tr->params;
+    if (!p->save_path) return false;
+    return (p->save_every_steps && tr->step % p->save_every_steps == 0) ||
+           (p->save_every_epochs && epoch_end && tr->epoch % p->save_every_epochs == 0);
+}
+
 mpcl_status mpcl_trainer_fit(mpcl_trainer *tr) {
     fit_clock c;
     c.start = c.mark = c.last = now_s();
@@ -269,14 +377,12 @@ mpcl_status mpcl_trainer_fit(mpcl_trainer *tr) {
     size_t batch = tr->params.batch, n = tr->train_count;
     uint32_t every = tr->params.report_every;
     uint64_t since = 0;
+    step_ring ring;
+    memset(&ring, 0, sizeof ring);
     /* Start the statistics from zero whatever an earlier failed call left. */
     mpcl_xent_stats s;
     mpcl_status st = mpcl_model_read_train_stats(tr->model, &s, true);
-    while (st == MPCL_OK && tr->epoch < tr->params.epochs) {
-        if (stop_requested(tr)) {
-            tr->stopped = true;
-            break;
-        }
+    while (st == MPCL_OK && tr->epoch < tr->params.epochs && !tr->stopped) {
         if (!tr->order_valid || tr->order_epoch != tr->epoch) {
             tr->order_valid = false;
             mpcl__train_epoch_order(tr->params.seed, tr->epoch, tr->host_order, n);
@@ -284,32 +390,50 @@ mpcl_status mpcl_trainer_fit(mpcl_trainer *tr) {
             tr->order_valid = true;
             tr->order_epoch = tr->epoch;
         }
-        while (tr->epoch_step < tr->steps_per_epoch) {
-            if (stop_requested(tr)) {
-                tr->stopped = true;
-                break;
-            }
-            size_t first = (size_t)tr->epoch_step * batch;
-            size_t B = n - first < batch ? n - first : batch;
-            mpcl_tensor x = mpcl__tensor_rows(tr->x, B), y = mpcl__tensor_rows(tr->labels, B);
-            st = mpcl_device_dataset_gather(tr->ctx, tr->train, tr->order, first, &x, &y);
-            if (st == MPCL_OK) st = mpcl_model_train_step(tr->model, &x, &y);
-            if (st != MPCL_OK) break;
-            tr->step++;
-            tr->epoch_step++;
-            tr->train_samples += B;
-            c.samples += B;
-            since++;
-            bool end = tr->epoch_step == tr->steps_per_epoch;
-            if (end || (every && since == every)) {
-                since = 0;
-                if ((st = report(tr, &c, end)) != MPCL_OK) break;
-            }
+        if ((st = ring_wait_slot(tr->ctx, &ring)) != MPCL_OK) break;
+        if (stop_requested(tr)) {
+            tr->stopped = true;
+            break;
         }
-        if (st != MPCL_OK || tr->stopped) break;
-        tr->epoch++;
-        tr->epoch_step = 0;
+        size_t first = (size_t)tr->epoch_step * batch;
+        size_t B = n - first < batch ? n - first : batch;
+        mpcl_tensor x = mpcl__tensor_rows(tr->x, B), y = mpcl__tensor_rows(tr->labels, B);
+        st = mpcl_device_dataset_gather(tr->ctx, tr->train, tr->order, first, &x, &y);
+        if (st == MPCL_OK) st = mpcl_model_train_step(tr->model, &x, &y);
+        if (st == MPCL_OK) st = ring_mark(tr->ctx, &ring);
+        if (st != MPCL_OK) break;
+        tr->step++;
+        tr->epoch_step++;
+        tr->train_samples += B;
+        c.samples += B;
+        since++;
+        bool end = tr->epoch_step == tr->steps_per_epoch;
+        if (end || (every && since == every)) {
+            since = 0;
+            if ((st = report(tr, &c, end)) != MPCL_OK) break;
+        }
+        if (end) {
+            tr->epoch++;
+            tr->epoch_step = 0;
+        }
+        /* A save point is a report too: the loss it reads says whether the
+         * state is worth saving. */
+        bool save = save_due(tr, end);
+        if (save && since > 0) {
+            since = 0;
+            if ((st = report(tr, &c, false)) != MPCL_OK) break;
+        }
+        if (tr->diverged && !tr->params.keep_going_on_nan) {
+            tr->stopped = tr->epoch < tr->params.epochs;
+            break;
+        }
+        if (save && !tr->diverged) {
+            tr->train_seconds += now_s() - c.mark;
+            if ((st = mpcl_trainer_save(tr, tr->params.save_path)) != MPCL_OK) break;
+            c.mark = c.last = now_s();
+        }
     }
+    ring_release(&ring);
     /* Steps since the last report are reported before returning, so that no
      * training statistics are lost to a stop. */
     if (st == MPCL_OK && since > 0) st = report(tr, &c, false);
@@ -323,6 +447,8 @@ void mpcl_trainer_summary(const mpcl_trainer *tr, mpcl_train_summary *out) {
     out->steps = tr->step;
     out->epochs_done = tr->epoch;
     out->stopped = tr->stopped;
+    out->diverged = tr->diverged;
+    out->evaluated = tr->evaluated;
     out->test_loss = tr->test_loss;
     out->test_accuracy = tr->test_accuracy;
     out->train_samples_per_s =

@@ -13,9 +13,11 @@ struct mpcl_trainer {
     mpcl_context *ctx;
     mpcl_train_params params; /* data_dir points to the copy below */
     char *data_dir;           /* owned; NULL for the default folder */
+    char *save_path;          /* owned; params.save_path points here */
     mpcl_model *model;
     mpcl_device_dataset *train, *test;
     size_t train_count, test_count;
+    size_t train_available;   /* training samples in the files, before train_limit */
     uint64_t steps_per_epoch; /* ceil(train_count / batch) */
     mpcl_tensor *order;       /* [train_count, 1] i32: the permutation of order_epoch */
     mpcl_tensor *test_order;  /* [test_count, 1] i32: the identity */
@@ -33,6 +35,7 @@ struct mpcl_trainer {
 
     /* For the summary. */
     bool stopped;
+    bool diverged;
     bool evaluated;
     double test_loss, test_accuracy;
     double train_seconds; /* training only, evaluation excluded */

@@ -1,0 +1,215 @@
+/* Opening and replacing files safely. See fileio.h. */
+#define _GNU_SOURCE
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "io/fileio.h"
+#include "io/io.h"
+
+const char *mpcl__file_kind(unsigned mode) {
+    switch (mode & S_IFMT) {
+    case S_IFREG: return "a regular file";
+    case S_IFDIR: return "a folder";
+    case S_IFIFO: return "a FIFO";
+    case S_IFCHR: return "a character device";
+    case S_IFBLK: return "a block device";
+    case S_IFSOCK: return "a socket";
+    case S_IFLNK: return "a symbolic link";
+    default: return "not a regular file";
+    }
+}
+
+mpcl_status mpcl__open_regular(const char *path, FILE **out) {
+    *out = NULL;
+    /* O_NONBLOCK: opening a FIFO without a writer would wait forever, and a
+     * device may block too; fstat then refuses both before any read. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) return MPCL_ERROR(NULL, MPCL_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        mpcl_status st = MPCL_ERROR(NULL, MPCL_ERR_IO, "'%s': %s", path, strerror(errno));
+        close(fd);
+        return st;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        close(fd);
+        return MPCL_ERROR(NULL, MPCL_ERR_IO, "'%s' is %s, not a regular file", path,
+                          mpcl__file_kind((unsigned)sb.st_mode));
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl != -1) (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    *out = fdopen(fd, "rb");
+    if (!*out) {
+        close(fd);
+        return MPCL_ERROR(NULL, MPCL_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    }
+    return MPCL_OK;
+}
+
+static char *folder_of(const char *path) {
+    const char *slash = strrchr(path, '/');
+    if (!slash) return strdup(".");
+    if (slash == path) return strdup("/");
+    char *d = malloc((size_t)(slash - path) + 1);
+    if (d) {
+        memcpy(d, path, (size_t)(slash - path));
+        d[slash - path] = '\0';
+    }
+    return d;
+}
+
+/* Removes BASE.tmp-PID-* in dir whose PID no longer runs: what a writer
+ * killed between naming its file and the rename left behind. A live writer's
+ * file (another process saving to the same path) is left alone. */
+static void remove_stale(const char *dir, const char *path) {
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    size_t blen = strlen(base);
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        const char *n = e->d_name;
+        if (strncmp(n, base, blen) != 0 || strncmp(n + blen, ".tmp-", 5) != 0) continue;
+        char *end = NULL;
+        long pid = strtol(n + blen + 5, &end, 10);
+        if (pid <= 0 || !end || *end != '-') continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+        (void)unlinkat(dirfd(d), n, 0);
+    }
+    closedir(d);
+}
+
+/* PATH.tmp-PID-N with N unique enough among this process's own writers. */
+static void temp_name(char *buf, size_t size, const char *path) {
+    static unsigned counter;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    snprintf(buf, size, "%s.tmp-%ld-%lx%x", path, (long)getpid(), (unsigned long)ts.tv_nsec,
+             counter++);
+}
+
+static mpcl_status refuse_special(const char *path) {
+    struct stat sb;
+    if (lstat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
+        return MPCL_ERROR(NULL, MPCL_ERR_IO, "'%s' is %s; only a regular file is ever replaced",
+                          path, mpcl__file_kind((unsigned)sb.st_mode));
+    return MPCL_OK;
+}
+
+mpcl_status mpcl__atomic_begin(mpcl__atomic_file *af, const char *path) {
+    memset(af, 0, sizeof *af);
+    af->fd = -1;
+    af->path = path;
+    mpcl_status st = refuse_special(path);
+    if (st != MPCL_OK) return st;
+    af->dir = folder_of(path);
+    af->tmp = malloc(strlen(path) + 64);
+    if (!af->dir || !af->tmp) {
+        mpcl__atomic_abort(af);
+        return MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "writing '%s'", path);
+    }
+    struct stat sb;
+    int found = stat(af->dir, &sb) == 0;
+    if (!found || !S_ISDIR(sb.st_mode)) {
+        if (found)
+            st = MPCL_ERROR(NULL, MPCL_ERR_IO, "cannot write '%s': '%s' is %s, not a folder", path,
+                            af->dir, mpcl__file_kind((unsigned)sb.st_mode));
+        else
+            st = MPCL_ERROR(NULL, MPCL_ERR_IO, "cannot write '%s': folder '%s' %s", path, af->dir,
+                            errno == ENOENT ? "does not exist" : strerror(errno));
+        mpcl__atomic_abort(af);
+        return st;
+    }
+    remove_stale(af->dir, path);
+    /* 0666 and the umask decide the mode, as for any file a tool creates. */
+    af->fd = open(af->dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0666);
+    if (af->fd < 0) {
+        for (int tries = 0; tries < 16 && af->fd < 0; tries++) {
+            temp_name(af->tmp, strlen(path) + 64, path);
+            af->fd = open(af->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+            if (af->fd < 0 && errno != EEXIST) break;
+        }
+        if (af->fd < 0) {
+            st = MPCL_ERROR(NULL, MPCL_ERR_IO, "cannot create a file in '%s': %s", af->dir,
+                            strerror(errno));
+            mpcl__atomic_abort(af);
+            return st;
+        }
+        af->named = 1;
+    }
+    return MPCL_OK;
+}
+
+mpcl_status mpcl__atomic_write(mpcl__atomic_file *af, const void *data, size_t n) {
+    const char *p = data;
+    while (n > 0) {
+        ssize_t k = write(af->fd, p, n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0)
+            return MPCL_ERROR(NULL, MPCL_ERR_IO, "writing '%s': %s", af->path,
+                              k < 0 ? strerror(errno) : "no progress");
+        p += k;
+        n -= (size_t)k;
+    }
+    return MPCL_OK;
+}
+
+mpcl_status mpcl__atomic_commit(mpcl__atomic_file *af) {
+    mpcl_status st = MPCL_OK;
+    if (fsync(af->fd) != 0) {
+        st = MPCL_ERROR(NULL, MPCL_ERR_IO, "writing '%s': %s", af->path, strerror(errno));
+        goto fail;
+    }
+    if (!af->named) {
+        /* Naming the unnamed file is the only moment a kill can leave a
+         * temporary file; the next writer removes it (remove_stale). */
+        char proc[64];
+        snprintf(proc, sizeof proc, "/proc/self/fd/%d", af->fd);
+        temp_name(af->tmp, strlen(af->path) + 64, af->path);
+        if (linkat(AT_FDCWD, proc, AT_FDCWD, af->tmp, AT_SYMLINK_FOLLOW) != 0 &&
+            linkat(af->fd, "", AT_FDCWD, af->tmp, AT_EMPTY_PATH) != 0) {
+            st = MPCL_ERROR(NULL, MPCL_ERR_IO, "cannot name a file in '%s': %s", af->dir,
+                            strerror(errno));
+            goto fail;
+        }
+        af->named = 1;
+    }
+    if ((st = refuse_special(af->path)) != MPCL_OK) goto fail;
+    if (rename(af->tmp, af->path) != 0) {
+        st = MPCL_ERROR(NULL, MPCL_ERR_IO, "cannot rename '%s' to '%s': %s", af->tmp, af->path,
+                        strerror(errno));
+        goto fail;
+    }
+    af->named = 0;
+    /* The rename is durable only once the folder's entry is on disk. Some file
+     * systems cannot fsync a folder (EINVAL); the file is in place anyway. */
+    int dfd = open(af->dir, O_RDONLY | O_CLOEXEC);
+    if (dfd >= 0) {
+        if (fsync(dfd) != 0 && errno != EINVAL && errno != ENOTSUP)
+            st =
+                MPCL_ERROR(NULL, MPCL_ERR_IO, "fsync of folder '%s': %s", af->dir, strerror(errno));
+        close(dfd);
+    }
+fail:
+    mpcl__atomic_abort(af);
+    return st;
+}
+
+void mpcl__atomic_abort(mpcl__atomic_file *af) {
+    if (af->fd >= 0) close(af->fd);
+    af->fd = -1;
+    if (af->named && af->tmp) unlink(af->tmp);
+    af->named = 0;
+    free(af->tmp);
+    free(af->dir);
+    af->tmp = af->dir = NULL;
+}

@@ -1,0 +1,42 @@
+/* Files the library reads and replaces: opening that never blocks, and
+ * atomic replacement that honours the umask, never replaces anything but a
+ * regular file, and leaves no temporary file behind a killed writer. Nothing
+ * here is installed. */
+#ifndef MPCL_IO_FILEIO_H
+#define MPCL_IO_FILEIO_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "mpcl/status.h"
+
+/* Opens path for reading without ever blocking (a FIFO or a device is
+ * refused before anything waits on it): MPCL_ERR_IO naming the path and what
+ * it is when it is not a regular file. */
+mpcl_status mpcl__open_regular(const char *path, FILE **out);
+
+/* "a FIFO", "a folder", "a character device"... for messages. */
+const char *mpcl__file_kind(unsigned mode);
+
+/* An atomic replacement of `path`: the data go to an unnamed file in the same
+ * folder (O_TMPFILE; where the file system lacks it, a file named
+ * PATH.tmp-PID-N), which commit names and renames over path. */
+typedef struct mpcl__atomic_file {
+    const char *path;
+    char *dir;
+    char *tmp; /* the temporary name, once the file has one */
+    int fd;
+    int named; /* tmp exists on disk */
+} mpcl__atomic_file;
+
+/* Refuses a path that exists and is not a regular file, removes the
+ * PATH.tmp-PID-* files of writers that are gone, and creates the file
+ * (mode 0666 less the umask). */
+mpcl_status mpcl__atomic_begin(mpcl__atomic_file *af, const char *path);
+mpcl_status mpcl__atomic_write(mpcl__atomic_file *af, const void *data, size_t n);
+/* fsync, name, rename over path, fsync the folder; af is closed either way. */
+mpcl_status mpcl__atomic_commit(mpcl__atomic_file *af);
+/* Closes and removes the temporary file (after a failure). Accepts a closed af. */
+void mpcl__atomic_abort(mpcl__atomic_file *af);
+
+#endif
