@@ -105,16 +105,18 @@ static void a_damaged_verdict_is_measured_again(void **state) {
     p.hidden[0] = 40;
     mpcl_plan plan;
     TU_ASSERT_OK(mpcl_model_auto_plan(ctx, &p, &plan));
-    /* Damage every small entry (the verdicts; kernel binaries are large). */
-    DIR *d = opendir(cache_dir);
+    /* Damage every verdict. */
+    char verdicts[128];
+    snprintf(verdicts, sizeof verdicts, "%s/verdicts", cache_dir);
+    DIR *d = opendir(verdicts);
     assert_non_null(d);
     struct dirent *e;
     int damaged = 0;
     while ((e = readdir(d))) {
         char path[512];
         struct stat sb;
-        snprintf(path, sizeof path, "%s/%s", cache_dir, e->d_name);
-        if (e->d_name[0] == '.' || stat(path, &sb) != 0 || sb.st_size > 4096) continue;
+        snprintf(path, sizeof path, "%s/%s", verdicts, e->d_name);
+        if (e->d_name[0] == '.' || stat(path, &sb) != 0) continue;
         FILE *f = fopen(path, "r+b");
         assert_non_null(f);
         fseek(f, sb.st_size - 3, SEEK_SET);

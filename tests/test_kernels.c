@@ -34,7 +34,7 @@ static void only_entry(char *path, size_t size) {
     int n = 0;
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.') continue;
+        if (e->d_name[0] == '.' || e->d_type == DT_DIR) continue; /* verdicts/ */
         assert_null(strstr(e->d_name, ".tmp-"));
         snprintf(path, size, "%s/%s", cache_dir, e->d_name);
         n++;
@@ -106,7 +106,7 @@ static void a_build_failure_carries_the_build_log(void **state) {
     /* A failed build is never cached. */
     DIR *d = opendir(cache_dir);
     struct dirent *e;
-    while ((e = readdir(d)) != NULL) assert_true(e->d_name[0] == '.');
+    while ((e = readdir(d)) != NULL) assert_true(e->d_name[0] == '.' || e->d_type == DT_DIR);
     closedir(d);
     mpcl_context_destroy(ctx);
 }
@@ -191,8 +191,56 @@ static void cache_can_be_turned_off(void **state) {
     unsetenv("MPCL_CACHE");
     DIR *d = opendir(cache_dir);
     struct dirent *e;
-    while ((e = readdir(d)) != NULL) assert_true(e->d_name[0] == '.');
+    while ((e = readdir(d)) != NULL) assert_true(e->d_name[0] == '.' || e->d_type == DT_DIR);
     closedir(d);
+}
+
+/* A context reads the fp16/bf16 verification of an earlier one on the same
+ * device back from the cache (verify_cache.c), with the same outcome; a
+ * damaged verdict is verified again; MPCL_CACHE=0 verifies every time. */
+static void verification_verdict_is_cached(void **state) {
+    (void)state;
+    mpcl_context *first = tu_context();
+    assert_false(first->verdict_cached);
+    mpcl_context *second = tu_context();
+    assert_true(second->verdict_cached);
+    const mpcl_device_info *a = mpcl_context_device(first), *b = mpcl_context_device(second);
+    assert_int_equal(a->fp16_math, b->fp16_math);
+    assert_int_equal(a->fp16_storage, b->fp16_storage);
+    assert_int_equal(a->bf16_storage, b->bf16_storage);
+    assert_string_equal(a->fp16_detail, b->fp16_detail);
+    assert_string_equal(a->bf16_detail, b->bf16_detail);
+    mpcl_context_destroy(second);
+
+    char verdicts[128], path[512];
+    snprintf(verdicts, sizeof verdicts, "%s/verdicts", cache_dir);
+    DIR *d = opendir(verdicts);
+    assert_non_null(d);
+    struct dirent *e;
+    int damaged = 0;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.') continue;
+        snprintf(path, sizeof path, "%s/%s", verdicts, e->d_name);
+        FILE *f = fopen(path, "r+b");
+        assert_non_null(f);
+        fseek(f, -2, SEEK_END);
+        fputc('x', f);
+        fclose(f);
+        damaged++;
+    }
+    closedir(d);
+    assert_int_equal(damaged, 1);
+    second = tu_context();
+    assert_false(second->verdict_cached);
+    assert_int_equal(mpcl_context_device(second)->fp16_storage, a->fp16_storage);
+    mpcl_context_destroy(second);
+
+    setenv("MPCL_CACHE", "0", 1);
+    second = tu_context();
+    assert_false(second->verdict_cached);
+    mpcl_context_destroy(second);
+    unsetenv("MPCL_CACHE");
+    mpcl_context_destroy(first);
 }
 
 int main(void) {
@@ -204,6 +252,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(corrupt_truncated_and_foreign_entries_are_rebuilt, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(cache_can_be_turned_off, setup, teardown),
+        cmocka_unit_test_setup_teardown(verification_verdict_is_cached, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

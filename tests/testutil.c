@@ -135,7 +135,10 @@ void tu_cache_dir_remove(const char *dir) {
             char path[512];
             if (e->d_name[0] == '.') continue;
             snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-            unlink(path);
+            if (e->d_type == DT_DIR)
+                tu_cache_dir_remove(path); /* verdicts/ */
+            else
+                unlink(path);
         }
         closedir(d);
     }

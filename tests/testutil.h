@@ -59,7 +59,8 @@ float *tu_model_state(mpcl_model *m, size_t *n_out);
 /* A fresh folder from mkdtemp(template) made this process's cache folder
  * (MPCL_CACHE_DIR); false when it cannot be made. */
 bool tu_cache_dir_make(char *template_path);
-/* Removes the files in a folder made by tu_cache_dir_make, then the folder. */
+/* Removes a folder made by tu_cache_dir_make with what is in it (files and
+ * the verdicts/ folder). */
 void tu_cache_dir_remove(const char *dir);
 
 /* assert_int_equal with the error detail printed when it fails. */

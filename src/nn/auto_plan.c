@@ -196,7 +196,7 @@ mpcl_status mpcl_model_auto_plan(mpcl_context *ctx, const mpcl_model_params *par
     size_t n = list_candidates(ctx, c), best = 0;
     if (n == 1) return MPCL_OK; /* nothing to choose: the capability rule's reason says why */
     char dir[4096];
-    bool have_dir = mpcl__cache_dir(dir, sizeof dir) != 0;
+    bool have_dir = mpcl__verdict_dir(dir, sizeof dir) != 0;
     mpcl__cache_key key = verdict_key(ctx, params, c, n);
     bool cached = have_dir && read_verdict(dir, key, c, n, &best);
     if (!cached) {

@@ -52,7 +52,9 @@ mpcl_status mpcl_context_create(const mpcl_context_params *params, mpcl_context 
     CHECK_CL(ctx, err);
     ctx->queue = clCreateCommandQueue(ctx->cl, ctx->device, 0, &err);
     CHECK_CL(ctx, err);
-    if (params->verify_fp16) mpcl__fp16_verify(ctx->cl, ctx->device, ctx->queue, &ctx->info);
+    if (params->verify_fp16)
+        ctx->verdict_cached =
+            mpcl__fp16_verify_cached(ctx->cl, ctx->device, ctx->queue, &ctx->info);
     *out = ctx;
     return MPCL_OK;
 cleanup:

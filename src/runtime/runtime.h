@@ -60,6 +60,15 @@ mpcl_status mpcl__device_query(cl_platform_id platform, cl_device_id device,
 /* The fp16 and bf16 verification kernels on an existing context and queue. */
 void mpcl__fp16_verify(cl_context cl, cl_device_id device, cl_command_queue queue,
                        mpcl_device_info *info);
+/* <cache folder>/verdicts, made when missing: small measured or verified
+ * facts (verify_cache.c, nn/auto_plan.c), apart from the kernel binaries.
+ * 0 when caching is off or the folder cannot be made. */
+int mpcl__verdict_dir(char *buf, size_t size);
+/* mpcl__fp16_verify through the cache folder (verify_cache.c): the verdict
+ * of an earlier context on the same device, driver and probe sources when
+ * there is one (true), else verified now and stored (false). */
+bool mpcl__fp16_verify_cached(cl_context cl, cl_device_id device, cl_command_queue queue,
+                              mpcl_device_info *info);
 /* The cl ids behind a list entry. */
 void mpcl__device_list_ids(const mpcl_device_list *list, size_t index, cl_platform_id *platform,
                            cl_device_id *device);
@@ -135,6 +144,7 @@ struct mpcl_context {
     } kernels[MPCL__MAX_KERNELS];
     int kernel_count;
     mpcl__cache_outcome cache_outcome;
+    bool verdict_cached; /* the fp16/bf16 verification was read from the cache */
     size_t bytes_now, bytes_peak;
     uint64_t launches; /* kernels and CLBlast calls enqueued */
     uint64_t syncs;    /* blocking calls: finishes, blocking reads and writes */
