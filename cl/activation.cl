@@ -160,9 +160,35 @@ ACTIVATION_KERNELS(tanh, ACTIVATION_TANH)
 // In the last column block (fewer than 32 columns left): adds row b's
 // columns J .. J+7 of d_pre to S, those from cols on left out (with PART;
 // without it, cols is a multiple of 8 and a vector is all in or all out).
-#define BIAS_GRAD_ADD(S, J, PART)                                                      \
-    if ((J) < cols && (!(PART) || cols - (J) >= 8)) S += LOAD8(d_pre, b * cols + (J));  \
-    else if ((PART) && (J) < cols) S += LOAD8_PART(d_pre, b * cols + (J), (uint)(cols - (J)));
+#define BIAS_GRAD_ADD(S, J, PART, ACT)                                 \
+    if ((J) < cols && (!(PART) || cols - (J) >= 8)) {                   \
+        BIAS_GRAD_SUM8(S, ACT, b * cols + (J))                          \
+    } else if ((PART) && (J) < cols) {                                  \
+        BIAS_GRAD_SUM8_PART(S, ACT, b * cols + (J), (uint)(cols - (J))) \
+    }
+
+// S += the d_pre elements [I, I + 8) (or the N of a tail). ACT < 0: the
+// bias gradient alone reads them. Otherwise the activation's backward is
+// fused in: the item first stores d_out * act'(saved) for those elements in
+// d_pre (which the weight GEMM reads), then adds what it stored, read back,
+// so that d_pre and d_bias are bit for bit what the two kernels give apart.
+#define BIAS_GRAD_ACT_TERM8(ACT, I)                                         \
+    ((ACT) == ACTIVATION_IDENTITY ? LOAD8(d_out, I)                      \
+                                  : LOAD8(d_out, I) * activation_grad((ACT), LOAD8(saved, I)))
+#define BIAS_GRAD_ACT_TERM8_PART(ACT, I, N)                          \
+    ((ACT) == ACTIVATION_IDENTITY                                  \
+         ? LOAD8_PART(d_out, I, N)                                 \
+         : LOAD8_PART(d_out, I, N) * activation_grad((ACT), LOAD8_PART(saved, I, N)))
+#define BIAS_GRAD_SUM8(S, ACT, I)                                          \
+    {                                                                      \
+        if ((ACT) >= 0) STORE8(d_pre, I, BIAS_GRAD_ACT_TERM8(ACT, I));     \
+        S += LOAD8(d_pre, I);                                              \
+    }
+#define BIAS_GRAD_SUM8_PART(S, ACT, I, N)                                              \
+    {                                                                                  \
+        if ((ACT) >= 0) STORE8_PART(d_pre, I, N, BIAS_GRAD_ACT_TERM8_PART(ACT, I, N)); \
+        S += LOAD8_PART(d_pre, I, N);                                                  \
+    }
 #define BIAS_GRAD_STORE(OUT_STORE8, OUT_STORE, T, J, PART)                  \
     if ((J) < cols && (!(PART) || cols - (J) >= 8)) OUT_STORE8(d_bias, (J), T); \
     else if ((PART) && (J) < cols)                                          \
@@ -177,9 +203,15 @@ ACTIVATION_KERNELS(tanh, ACTIVATION_TANH)
 // the P partial sums in order p = 0, 1, ...: a fixed order for a given shape,
 // so the result is deterministic, with no atomics. Columns from cols on are
 // neither read nor written.
-#define BIAS_GRAD_KERNEL(NAME, OUT_T, OUT_STORE8, OUT_STORE, PART)                            \
+//
+// The same kernel with ACT >= 0 is the activation's backward fused in
+// (mpcl_bias_act_backward_grad_<act>): d_pre is written from d_out and
+// saved on the way (see BIAS_GRAD_SUM8). The plain ones never touch d_out
+// and saved (the host passes d_pre for both).
+#define BIAS_GRAD_KERNEL(NAME, OUT_T, OUT_STORE8, OUT_STORE, PART, ACT)                       \
     __kernel __attribute__((reqd_work_group_size(1, BIAS_GRAD_PARTS, 1))) void NAME(          \
-        __global OUT_T *d_bias, __global const storage_t *d_pre, uint rows, uint cols) {      \
+        __global OUT_T *d_bias, __global storage_t *d_pre, __global const storage_t *d_out,    \
+        __global const storage_t *saved, uint rows, uint cols) {                              \
         __local float8 partial[4][BIAS_GRAD_PARTS];                                           \
         size_t j0 = get_global_id(0) * BIAS_GRAD_COLS;                                        \
         uint p = (uint)get_local_id(1);                                                       \
@@ -189,17 +221,17 @@ ACTIVATION_KERNELS(tanh, ACTIVATION_TANH)
         if (j0 < cols && cols - j0 >= BIAS_GRAD_COLS) {                                       \
             for (size_t b = b0; b < b1; b++) {                                                \
                 size_t i = b * cols + j0;                                                     \
-                s0 += LOAD8(d_pre, i);                                                        \
-                s1 += LOAD8(d_pre, i + 8);                                                    \
-                s2 += LOAD8(d_pre, i + 16);                                                   \
-                s3 += LOAD8(d_pre, i + 24);                                                   \
+                BIAS_GRAD_SUM8(s0, ACT, i)                                                    \
+                BIAS_GRAD_SUM8(s1, ACT, i + 8)                                                \
+                BIAS_GRAD_SUM8(s2, ACT, i + 16)                                               \
+                BIAS_GRAD_SUM8(s3, ACT, i + 24)                                               \
             }                                                                                 \
         } else if (j0 < cols) {                                                               \
             for (size_t b = b0; b < b1; b++) {                                                \
-                BIAS_GRAD_ADD(s0, j0, PART)                                                   \
-                BIAS_GRAD_ADD(s1, j0 + 8, PART)                                               \
-                BIAS_GRAD_ADD(s2, j0 + 16, PART)                                              \
-                BIAS_GRAD_ADD(s3, j0 + 24, PART)                                              \
+                BIAS_GRAD_ADD(s0, j0, PART, ACT)                                              \
+                BIAS_GRAD_ADD(s1, j0 + 8, PART, ACT)                                          \
+                BIAS_GRAD_ADD(s2, j0 + 16, PART, ACT)                                         \
+                BIAS_GRAD_ADD(s3, j0 + 24, PART, ACT)                                         \
             }                                                                                 \
         }                                                                                     \
         partial[0][p] = s0;                                                                   \
@@ -220,7 +252,18 @@ ACTIVATION_KERNELS(tanh, ACTIVATION_TANH)
         BIAS_GRAD_STORE(OUT_STORE8, OUT_STORE, s3, j0 + 24, PART)                             \
     }
 
-BIAS_GRAD_KERNEL(mpcl_bias_grad, storage_t, STORE8, STORE, 1)
-BIAS_GRAD_KERNEL(mpcl_bias_grad_f32, float, STORE_FLOAT8, STORE_FLOAT, 1)
-BIAS_GRAD_KERNEL(mpcl_bias_grad_v8, storage_t, STORE8, STORE, 0)
-BIAS_GRAD_KERNEL(mpcl_bias_grad_f32_v8, float, STORE_FLOAT8, STORE_FLOAT, 0)
+BIAS_GRAD_KERNEL(mpcl_bias_grad, storage_t, STORE8, STORE, 1, -1)
+BIAS_GRAD_KERNEL(mpcl_bias_grad_f32, float, STORE_FLOAT8, STORE_FLOAT, 1, -1)
+BIAS_GRAD_KERNEL(mpcl_bias_grad_v8, storage_t, STORE8, STORE, 0, -1)
+BIAS_GRAD_KERNEL(mpcl_bias_grad_f32_v8, float, STORE_FLOAT8, STORE_FLOAT, 0, -1)
+
+// mpcl_bias_act_backward_grad_<act>[_v8]: the bias gradient in the storage
+// dtype with the activation's backward fused in.
+#define BIAS_ACT_GRAD_KERNELS(NAME, ACT)                                                         \
+    BIAS_GRAD_KERNEL(mpcl_bias_act_backward_grad_##NAME, storage_t, STORE8, STORE, 1, ACT)      \
+    BIAS_GRAD_KERNEL(mpcl_bias_act_backward_grad_##NAME##_v8, storage_t, STORE8, STORE, 0, ACT)
+BIAS_ACT_GRAD_KERNELS(identity, ACTIVATION_IDENTITY)
+BIAS_ACT_GRAD_KERNELS(relu, ACTIVATION_RELU)
+BIAS_ACT_GRAD_KERNELS(gelu, ACTIVATION_GELU)
+BIAS_ACT_GRAD_KERNELS(sigmoid, ACTIVATION_SIGMOID)
+BIAS_ACT_GRAD_KERNELS(tanh, ACTIVATION_TANH)

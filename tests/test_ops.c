@@ -235,6 +235,18 @@ static void test_reference_fd(void **state) {
  * [-1, 1] is off by at most half an ulp of 2^-8, i.e. 2^-9, which moves
  * y(1-y) or 1-y^2 by <= 2^-8; z off by 5 * 2^-8 moves GELU' by <= 0.8 * 5 *
  * 2^-8 < 1.6e-2; both times |d_out| <= 2. */
+/* Whether two tensors of one dtype and shape hold the same bits. */
+static bool same_bits(const mpcl_tensor *a, const mpcl_tensor *b) {
+    size_t n = mpcl_tensor_bytes(a);
+    unsigned char *x = malloc(n), *y = malloc(n);
+    TU_ASSERT_OK(mpcl_tensor_download_raw(a, x, n));
+    TU_ASSERT_OK(mpcl_tensor_download_raw(b, y, n));
+    bool same = n == mpcl_tensor_bytes(b) && memcmp(x, y, n) == 0;
+    free(x);
+    free(y);
+    return same;
+}
+
 static void check_act_case(mpcl_context *ctx, tu_rng *r, mpcl_dtype dt, shape s,
                            mpcl_activation act) {
     const size_t n = s.rows * s.cols;
@@ -324,6 +336,23 @@ static void check_act_case(mpcl_context *ctx, tu_rng *r, mpcl_dtype dt, shape s,
              dname(dt), s.rows, s.cols);
     assert_true(
         tu_check_close(what, db32, dbias_ref, s.cols, eb, 0, norm_tol(eb, 0, dbias_ref, s.cols)));
+
+    /* Fused (mpcl_bias_act_backward_grad): the same d_pre and d_bias bits as
+     * the two kernels above, which the reference checked; also in place
+     * (d_pre = d_out), as the model runs it. */
+    mpcl_tensor *t_dpre2 = make_poisoned(ctx, dt, s.rows, s.cols);
+    mpcl_tensor *t_dbias2 = make_poisoned(ctx, dt, 1, s.cols);
+    mpcl_tensor *t_inplace = make_from(ctx, dt, s.rows, s.cols, d_out);
+    TU_ASSERT_OK(mpcl_bias_act_backward_grad(ctx, t_dpre2, t_dbias2, t_dout, saved, act));
+    assert_true(same_bits(t_dpre2, t_dpre));
+    assert_true(same_bits(t_dbias2, t_dbias));
+    tu_poison(t_dbias2);
+    TU_ASSERT_OK(mpcl_bias_act_backward_grad(ctx, t_inplace, t_dbias2, t_inplace, saved, act));
+    assert_true(same_bits(t_inplace, t_dpre));
+    assert_true(same_bits(t_dbias2, t_dbias));
+    mpcl_tensor_destroy(t_dpre2);
+    mpcl_tensor_destroy(t_dbias2);
+    mpcl_tensor_destroy(t_inplace);
 
     /* The plain forward, in place (out = pre_in), gives the same output. */
     TU_ASSERT_OK(mpcl_bias_act_forward(ctx, t_in, t_in, t_bias, act));

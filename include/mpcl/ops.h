@@ -79,6 +79,14 @@ mpcl_status mpcl_bias_act_backward(mpcl_context *ctx, mpcl_tensor *d_pre, const 
  * scaling detects), or f32 (the sum unrounded). */
 mpcl_status mpcl_bias_grad(mpcl_context *ctx, mpcl_tensor *d_bias, const mpcl_tensor *d_pre);
 
+/* mpcl_bias_act_backward(d_pre, d_out, saved, act) then mpcl_bias_grad(d_bias,
+ * d_pre) in one launch, with the same results bit for bit: each work-item
+ * computes the d_pre elements it then sums. d_bias: [1, N] in the storage
+ * dtype. d_pre may be d_out; saved may be NULL where act needs nothing. */
+mpcl_status mpcl_bias_act_backward_grad(mpcl_context *ctx, mpcl_tensor *d_pre, mpcl_tensor *d_bias,
+                                        const mpcl_tensor *d_out, const mpcl_tensor *saved,
+                                        mpcl_activation act);
+
 /* ---- softmax cross-entropy ---- */
 
 /* The statistics accumulator: a [1, MPCL_XENT_STATS_COLS] f32 tensor whose

@@ -170,9 +170,11 @@ mpcl_status mpcl_bias_act_forward(mpcl_context *ctx, mpcl_tensor *out, const mpc
     return mpcl_bias_act_forward_z(ctx, out, NULL, pre_in, bias, act);
 }
 
-mpcl_status mpcl_bias_act_backward(mpcl_context *ctx, mpcl_tensor *d_pre, const mpcl_tensor *d_out,
-                                   const mpcl_tensor *saved, mpcl_activation act) {
-    static const char op[] = "mpcl_bias_act_backward";
+/* The arguments of an activation's backward (mpcl_bias_act_backward and the
+ * fused mpcl_bias_act_backward_grad). */
+static mpcl_status check_backward_args(mpcl_context *ctx, const char *op, const mpcl_tensor *d_pre,
+                                       const mpcl_tensor *d_out, const mpcl_tensor *saved,
+                                       mpcl_activation act) {
     TRY(check_act(ctx, act, op));
     TRY(check_present(ctx, d_pre, op, "d_pre"));
     TRY(check_present(ctx, d_out, op, "d_out"));
@@ -183,7 +185,13 @@ mpcl_status mpcl_bias_act_backward(mpcl_context *ctx, mpcl_tensor *d_pre, const 
     if (saved) TRY(check_dtype(ctx, saved, d_out->dtype, op, "saved"));
     TRY(check_shape(ctx, d_pre, d_out->rows, d_out->cols, op, "d_pre"));
     if (saved) TRY(check_shape(ctx, saved, d_out->rows, d_out->cols, op, "saved"));
-    TRY(check_count(ctx, d_out, op));
+    return check_count(ctx, d_out, op);
+}
+
+mpcl_status mpcl_bias_act_backward(mpcl_context *ctx, mpcl_tensor *d_pre, const mpcl_tensor *d_out,
+                                   const mpcl_tensor *saved, mpcl_activation act) {
+    static const char op[] = "mpcl_bias_act_backward";
+    TRY(check_backward_args(ctx, op, d_pre, d_out, saved, act));
 
     static const char *const names[2][MPCL_ACT_COUNT] = {
         {"mpcl_bias_act_backward_identity", "mpcl_bias_act_backward_relu",
@@ -204,6 +212,20 @@ mpcl_status mpcl_bias_act_backward(mpcl_context *ctx, mpcl_tensor *d_pre, const 
     return mpcl__launch_1d(ctx, k, name, ceil_div(n, ELEMENTWISE_VEC), ELEMENTWISE_WG);
 }
 
+/* The bias-gradient kernels' launch (cl/activation.cl, BIAS_GRAD_KERNEL):
+ * one group of BIAS_GRAD_PARTS items per block of 32 columns; the items
+ * split the rows. */
+static mpcl_status bias_grad_launch(mpcl_context *ctx, cl_kernel k, const char *name,
+                                    const mpcl_tensor *d_bias, const mpcl_tensor *d_pre,
+                                    const mpcl_tensor *d_out, const mpcl_tensor *saved) {
+    cl_uint rows = (cl_uint)d_pre->rows, cols = (cl_uint)d_pre->cols;
+    TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(d_bias->mem), MPCL_ARG(d_pre->mem),
+                       MPCL_ARG(d_out->mem), MPCL_ARG(saved->mem), MPCL_ARG(rows), MPCL_ARG(cols),
+                       MPCL_ARGS_END));
+    const size_t local[2] = {1, BIAS_GRAD_PARTS};
+    return mpcl__launch_2d(ctx, k, name, ceil_div(cols, BIAS_GRAD_COLS), BIAS_GRAD_PARTS, local);
+}
+
 mpcl_status mpcl_bias_grad(mpcl_context *ctx, mpcl_tensor *d_bias, const mpcl_tensor *d_pre) {
     static const char op[] = "mpcl_bias_grad";
     TRY(check_present(ctx, d_bias, op, "d_bias"));
@@ -222,13 +244,30 @@ mpcl_status mpcl_bias_grad(mpcl_context *ctx, mpcl_tensor *d_bias, const mpcl_te
     const char *name = names[d_bias->dtype != d_pre->dtype][d_pre->cols % ELEMENTWISE_VEC == 0];
     cl_kernel k;
     TRY(mpcl__kernel(ctx, d_pre->dtype, name, &k));
-    cl_uint rows = (cl_uint)d_pre->rows, cols = (cl_uint)d_pre->cols;
-    TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(d_bias->mem), MPCL_ARG(d_pre->mem), MPCL_ARG(rows),
-                       MPCL_ARG(cols), MPCL_ARGS_END));
-    /* One group of BIAS_GRAD_PARTS items per block of 32 columns; the items
-     * split the rows. */
-    const size_t local[2] = {1, BIAS_GRAD_PARTS};
-    return mpcl__launch_2d(ctx, k, name, ceil_div(cols, BIAS_GRAD_COLS), BIAS_GRAD_PARTS, local);
+    /* The plain kernel never reads d_out and saved: d_pre stands in. */
+    return bias_grad_launch(ctx, k, name, d_bias, d_pre, d_pre, d_pre);
+}
+
+mpcl_status mpcl_bias_act_backward_grad(mpcl_context *ctx, mpcl_tensor *d_pre, mpcl_tensor *d_bias,
+                                        const mpcl_tensor *d_out, const mpcl_tensor *saved,
+                                        mpcl_activation act) {
+    static const char op[] = "mpcl_bias_act_backward_grad";
+    TRY(check_backward_args(ctx, op, d_pre, d_out, saved, act));
+    TRY(check_present(ctx, d_bias, op, "d_bias"));
+    TRY(check_dtype(ctx, d_bias, d_out->dtype, op, "d_bias"));
+    TRY(check_shape(ctx, d_bias, 1, d_out->cols, op, "d_bias"));
+    static const char *const names[2][MPCL_ACT_COUNT] = {
+        {"mpcl_bias_act_backward_grad_identity", "mpcl_bias_act_backward_grad_relu",
+         "mpcl_bias_act_backward_grad_gelu", "mpcl_bias_act_backward_grad_sigmoid",
+         "mpcl_bias_act_backward_grad_tanh"},
+        {"mpcl_bias_act_backward_grad_identity_v8", "mpcl_bias_act_backward_grad_relu_v8",
+         "mpcl_bias_act_backward_grad_gelu_v8", "mpcl_bias_act_backward_grad_sigmoid_v8",
+         "mpcl_bias_act_backward_grad_tanh_v8"},
+    };
+    const char *name = names[d_out->cols % ELEMENTWISE_VEC == 0][act];
+    cl_kernel k;
+    TRY(mpcl__kernel(ctx, d_out->dtype, name, &k));
+    return bias_grad_launch(ctx, k, name, d_bias, d_pre, d_out, saved ? saved : d_out);
 }
 
 /* ---- softmax cross-entropy ---- */

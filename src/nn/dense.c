@@ -80,15 +80,17 @@ static mpcl_status dense_backward(mpcl__layer *L, const mpcl_tensor *in, mpcl_te
     const mpcl__layer_env *env = L->env;
     size_t B = in->rows;
     mpcl_tensor dpre = mpcl__tensor_rows(L->d_output, B);
-    mpcl_status st = MPCL_OK;
+    mpcl_status st;
     if (L->spec.activation != MPCL_ACT_IDENTITY) {
-        /* In place: d_output becomes the gradient of the pre-activation. */
+        /* In place: d_output becomes the gradient of the pre-activation, and
+         * the bias gradient its column sums, in one launch. */
         mpcl_tensor saved = mpcl__tensor_rows(d->z ? d->z : L->output, B);
-        st = mpcl_bias_act_backward(env->ctx, &dpre, &dpre, &saved, L->spec.activation);
+        st = mpcl_bias_act_backward_grad(env->ctx, &dpre, d->db, &dpre, &saved, L->spec.activation);
+    } else {
+        st = mpcl_bias_grad(env->ctx, d->db, &dpre);
     }
     if (st == MPCL_OK)
         st = mpcl_gemm(env->ctx, env->gemm, true, false, 1.0f, in, &dpre, 0.0f, d->dw);
-    if (st == MPCL_OK) st = mpcl_bias_grad(env->ctx, d->db, &dpre);
     if (st == MPCL_OK && d_in)
         st = mpcl_gemm(env->ctx, env->gemm, false, true, 1.0f, &dpre, d->w, 0.0f, d_in);
     return st;

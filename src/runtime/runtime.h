@@ -127,7 +127,7 @@ void mpcl__cache_write(const char *dir, mpcl__cache_key key, const unsigned char
 
 /* ---- context ---- */
 
-#define MPCL__MAX_KERNELS 128
+#define MPCL__MAX_KERNELS 256
 
 struct mpcl_context {
     cl_platform_id platform;
