@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "mpcl/context.h"
+#include "mpcl/data.h"
 #include "mpcl/model.h"
 
 #ifdef __cplusplus
@@ -56,6 +57,13 @@ typedef struct mpcl_train_params {
     /* Checked between steps; when it becomes non-zero, fit stops after the
      * current step (a Ctrl-C handler sets it). */
     volatile sig_atomic_t *stop;
+    /* Data from memory instead of the IDX files (mpcl_dataset_from_memory):
+     * when train_data is set, data_dir and both limits are ignored, and
+     * test_data may be NULL, for no evaluation (the test figures stay NaN and
+     * mpcl_trainer_evaluate is refused). Both are copied to the device by
+     * mpcl_trainer_create; the caller keeps them. */
+    const mpcl_dataset *train_data;
+    const mpcl_dataset *test_data;
 } mpcl_train_params;
 
 mpcl_train_params mpcl_train_default_params(void);
@@ -74,7 +82,8 @@ mpcl_model *mpcl_trainer_model(const mpcl_trainer *tr);
  * report callbacks). */
 mpcl_status mpcl_trainer_fit(mpcl_trainer *tr);
 
-/* Evaluates the whole test set: mean loss and accuracy. */
+/* Evaluates the whole test set: mean loss and accuracy (MPCL_ERR_INVALID_ARG
+ * for a trainer made without test data). */
 mpcl_status mpcl_trainer_evaluate(mpcl_trainer *tr, double *loss, double *accuracy);
 
 typedef struct mpcl_train_summary {

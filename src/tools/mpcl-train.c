@@ -53,6 +53,7 @@ static const char usage[] =
     "  --metrics PATH          CSV: step,epoch,loss,accuracy,loss_scale,skipped,samples_per_s,\n"
     "                          grad_norm (empty without --clip-norm)\n"
     "  --report-every N        steps between progress reports (default 50)\n"
+    "  --plot PATH             SVG of the run: loss, accuracy, loss scale, samples/s\n"
     "  --json                  JSON summary on stdout; the human text goes to stderr\n"
     "  --quiet                 no human text, only errors (and --json)\n"
     "  --help, --version\n"
@@ -94,6 +95,8 @@ typedef struct ui {
     char metrics_error[256];
     uint32_t epochs;
     size_t batch;
+    mpcl_run_record *plot; /* NULL without --plot */
+    bool plot_failed;
 } ui;
 
 static void format_eta(char *buf, size_t size, double seconds) {
@@ -116,6 +119,7 @@ static bool scaling_on(const train_args *a, const mpcl_plan *plan) {
 
 static void on_report(void *user, const mpcl_train_report *r) {
     ui *u = user;
+    if (u->plot && mpcl_run_record_add(u->plot, r) != MPCL_OK) u->plot_failed = true;
     if (u->metrics && !u->metrics_failed) {
         fprintf(u->metrics, "%llu,%u,%.6g,%.6g,%.9g,%u,%.6g,", (unsigned long long)r->step,
                 r->epoch, r->loss, r->accuracy, (double)r->loss_scale, r->skipped,
@@ -283,7 +287,8 @@ int main(int argc, char **argv) {
     /* Everything the user can get wrong about files is checked before the
      * minutes of training, not after them. */
     if ((a.save && !train_args_check_output_path("--save", a.save, err, sizeof err)) ||
-        (a.metrics && !train_args_check_output_path("--metrics", a.metrics, err, sizeof err))) {
+        (a.metrics && !train_args_check_output_path("--metrics", a.metrics, err, sizeof err)) ||
+        (a.plot && !train_args_check_output_path("--plot", a.plot, err, sizeof err))) {
         fprintf(stderr, "mpcl-train: %s\n", err);
         return EXIT_ERROR;
     }
@@ -341,6 +346,11 @@ int main(int argc, char **argv) {
         }
     }
 
+    if (a.plot && mpcl_run_record_create(tr, &u.plot) != MPCL_OK) {
+        fprintf(stderr, "mpcl-train: --plot: %s\n", mpcl_errmsg());
+        goto done;
+    }
+
     install_handlers();
     st = mpcl_trainer_fit(tr);
     if (u.line_open) fputc('\n', human);
@@ -358,6 +368,13 @@ int main(int argc, char **argv) {
         }
         if (human) fprintf(human, "saved     %s\n", a.save);
     }
+    if (a.plot) {
+        if (u.plot_failed || mpcl_run_record_write_svg(u.plot, a.plot) != MPCL_OK) {
+            fprintf(stderr, "mpcl-train: --plot %s: %s\n", a.plot, mpcl_errmsg());
+            goto done;
+        }
+        if (human) fprintf(human, "plot      %s\n", a.plot);
+    }
     if (u.metrics_failed) {
         fprintf(stderr, "mpcl-train: %s\n", u.metrics_error);
         goto done;
@@ -370,6 +387,7 @@ done:
         fprintf(stderr, "mpcl-train: --metrics %s: %s\n", a.metrics, strerror(errno));
         rc = EXIT_ERROR;
     }
+    mpcl_run_record_destroy(u.plot);
     mpcl_trainer_destroy(tr);
     mpcl_context_destroy(ctx);
     if (fflush(stdout) != 0 && rc == EXIT_OK) rc = EXIT_ERROR;

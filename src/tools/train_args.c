@@ -131,7 +131,7 @@ static const struct {
     {"--clip-norm", FLAG_VALUE},   {"--momentum", FLAG_VALUE},
     {"--nesterov", FLAG_BOOL},     {"--json", FLAG_BOOL},
     {"--quiet", FLAG_BOOL},        {"--help", FLAG_BOOL},
-    {"--version", FLAG_BOOL},
+    {"--version", FLAG_BOOL},      {"--plot", FLAG_VALUE},
 };
 
 static bool apply(train_args *a, const char *f, const char *v, char *err, size_t size) {
@@ -223,6 +223,8 @@ static bool apply(train_args *a, const char *f, const char *v, char *err, size_t
             a->resume = v;
         else if (strcmp(f, "--metrics") == 0)
             a->metrics = v;
+        else if (strcmp(f, "--plot") == 0)
+            a->plot = v;
     }
     return true;
 }
