@@ -402,28 +402,35 @@ class Sequential:
                              history)
         hooks.update(record=rec, progress=progress)
 
+        done = threading.Event()
+
         def run():
             try:
                 call(lib.mpcl_trainer_fit, tr, ctx=ctx)
             except BaseException as e:
                 failure.append(e)
+            finally:
+                done.set()
 
         # fit runs in a thread (ctypes releases the GIL) so that the main
         # thread takes Ctrl-C as KeyboardInterrupt and turns it into the stop
-        # flag the trainer checks between steps.
+        # flag the trainer checks between steps. The main thread polls with
+        # sleep: a KeyboardInterrupt inside Thread.join can leave is_alive()
+        # False while the thread still runs (CPython bpo-45274).
         t = threading.Thread(target=run, name="mpcl-fit", daemon=True)
         interrupted = False
         t.start()
-        while t.is_alive():
+        while not done.is_set():
             try:
-                t.join(0.05)
+                time.sleep(0.02)
             except KeyboardInterrupt:
-                if interrupted:
-                    raise
+                # Once is enough: the trainer stops within a step, and raising
+                # here would leave it training in the background.
+                if not interrupted:
+                    print("\nmpcl: stopping after the current step", file=sys.stderr,
+                          flush=True)
                 interrupted = True
                 stop.value = 1
-                print("\nmpcl: stopping after the current step (Ctrl-C again to abort)",
-                      file=sys.stderr, flush=True)
         if progress.live and progress.line_open:
             print(flush=True)
         s = _lib.TrainSummary()
