@@ -58,6 +58,7 @@ class _Progress:
         self.live = verbose == 1 and sys.stdout.isatty()
         self.epoch = None
         self.line_open = False
+        self.live_len = 0
         self.t_last = 0.0  # elapsed_s of the last report
 
     def _start(self, r):
@@ -102,14 +103,19 @@ class _Progress:
             secs = r.elapsed_s - self.t0
             head = f"{total}/{total} [{'=' * 30}] - {_fmt_time(secs)} " \
                    f"{1000 * secs / max(total, 1):.0f}ms/step"
-            print(("\r" if self.live else "") + " - ".join([head] + parts), flush=True)
+            text = " - ".join([head] + parts)
+            if self.live:  # over the live line, padded to its length
+                text = "\r" + text.ljust(self.live_len)
+            print(text, flush=True)
             self.line_open = False
         elif self.live:
             done = int(30 * r.epoch_step / total)
             bar = "=" * max(done - 1, 0) + (">" if done else "") + "." * (30 - done)
             eta = (total - r.epoch_step) * self.batch / r.samples_per_s if r.samples_per_s else 0
             line = f"{r.epoch_step:>{w}}/{total} [{bar}] - ETA: {_fmt_time(eta)}"
-            sys.stdout.write("\r" + " - ".join([line] + parts))
+            text = " - ".join([line] + parts)
+            self.live_len = len(text)
+            sys.stdout.write("\r" + text)
             sys.stdout.flush()
             self.line_open = True
 
