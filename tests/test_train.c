@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "mpcl/plot.h"
 #include "train/train_internal.h"
 #include "testutil.h"
 
@@ -480,6 +481,31 @@ static void test_memory_data(void **state) {
     assert_true(c.count > 0 && c.r[c.count - 1].epoch_end && isnan(c.r[c.count - 1].test_loss));
     double loss, acc;
     assert_int_equal(mpcl_trainer_evaluate(tc, &loss, &acc), MPCL_ERR_INVALID_ARG);
+
+    /* The run record takes the reports and writes them as SVG (its drawing is
+     * checked by rendering it, in tests/python/test_plot.py); an empty record
+     * gives empty panels, and a folder that does not exist is MPCL_ERR_IO. */
+    mpcl_run_record *rec = NULL;
+    TU_ASSERT_OK(mpcl_run_record_create(tc, &rec));
+    char path[] = "/tmp/mpcl-test-plot-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    TU_ASSERT_OK(mpcl_run_record_write_svg(rec, path));
+    for (size_t i = 0; i < c.count && i < MAX_REPORTS; i++)
+        TU_ASSERT_OK(mpcl_run_record_add(rec, &c.r[i]));
+    assert_int_equal(mpcl_run_record_count(rec), c.count);
+    TU_ASSERT_OK(mpcl_run_record_write_svg(rec, path));
+    FILE *f = fopen(path, "r");
+    static char svg[1 << 16];
+    size_t got = fread(svg, 1, sizeof svg - 1, f);
+    fclose(f);
+    svg[got] = 0;
+    unlink(path);
+    assert_true(strncmp(svg, "<?xml", 5) == 0 && strstr(svg, "</svg>\n"));
+    assert_non_null(strstr(svg, mpcl_context_device(ctx)->name));
+    assert_int_equal(mpcl_run_record_write_svg(rec, "/nonexistent-mpcl-dir/x.svg"), MPCL_ERR_IO);
+    mpcl_run_record_destroy(rec);
 
     mpcl_dataset *narrow = NULL;
     TU_ASSERT_OK(mpcl_dataset_from_memory(mpcl_dataset_pixels(files[1]),

@@ -505,12 +505,15 @@ class Sequential:
         ctx = _lib.context()
         pol = _lib.parse_enum(lib.mpcl_policy_parse, self.policy, "policy", _lib.POLICIES)
         plan = lib.mpcl_context_plan(ctx, pol)
+        scaling = plan.loss_scaling
+        if self._compiled and self._compiled[0].loss_scaling != _lib.LOSS_SCALING_PLAN:
+            scaling = self._compiled[0].loss_scaling == _lib.LOSS_SCALING_ON
         dev = lib.mpcl_context_device(ctx).contents
         print_fn(f"Device: {_lib.text(dev.name)}")
         print_fn(f"Policy: {self.policy} -> {_lib.text(lib.mpcl_policy_name(plan.resolved))}: "
                  f"storage {_lib.text(lib.mpcl_dtype_name(plan.storage))}, GEMM "
                  f"{_lib.text(lib.mpcl_gemm_path_name(plan.gemm))}, loss scaling "
-                 f"{'on' if plan.loss_scaling else 'off'} ({_lib.text(plan.reason)})")
+                 f"{'on' if scaling else 'off'} ({_lib.text(plan.reason)})")
         print_fn("_" * 65)
 
     def save(self, path):
