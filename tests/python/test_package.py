@@ -1,6 +1,7 @@
 """The package itself: the ctypes mirrors of the C structs agree with the
 library (defaults read through them are the documented ones), the library is
 found as documented, and pip installs the package without a compiler."""
+import glob
 import os
 import shutil
 import subprocess
@@ -71,6 +72,19 @@ def test_library_lookup(tmp_path):
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == str(libdir / "libmpcl.so.0")
+    # With neither (and no mpcl.pc anywhere pkg-config looks), a checkout
+    # whose build folder is build/ finds build/src/libmpcl.so.0: running from
+    # the build tree. Only where that is this build and nothing is installed.
+    here = os.path.dirname(os.path.dirname(os.path.abspath(mpcl.__file__)))
+    tree = os.path.join(here, "..", "build", "src", "libmpcl.so.0")
+    installed = [f for prefix in ("/usr/local", "/usr") for pattern in (
+        "/lib*/libmpcl.so*", "/lib*/*/libmpcl.so*") for f in glob.glob(prefix + pattern)]
+    if not os.path.samefile(os.path.dirname(tree), os.path.dirname(lib)) or installed:
+        return
+    env.update(PKG_CONFIG_PATH=str(tmp_path / "none"), PKG_CONFIG_LIBDIR=str(tmp_path / "none"))
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert p.returncode == 0, p.stderr
+    assert os.path.samefile(p.stdout.strip(), tree)
 
 
 def test_pip_installs_without_a_compiler(tmp_path):
