@@ -15,7 +15,7 @@ import time
 import numpy as np
 
 from . import _lib, losses, mixed_precision, optimizers
-from ._lib import MpclError, call, lib
+from ._lib import call, lib
 
 _HIDDEN_ACTIVATIONS = ("linear", "relu", "gelu", "tanh", "sigmoid")
 _ACCURACY = ("accuracy", "acc", "sparse_categorical_accuracy")

@@ -2,7 +2,6 @@
 format: the same run gives the same weights, a CLI checkpoint predicts in
 Python as the CLI evaluates it, and each resumes the other's file."""
 import json
-import os
 
 import numpy as np
 import pytest

@@ -2,7 +2,6 @@
 library's message; bad arrays refused in Python before any device work."""
 import json
 
-import numpy as np
 import pytest
 
 import mpcl

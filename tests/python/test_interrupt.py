@@ -2,7 +2,6 @@
 keeps what it learnt (a checkpoint written afterwards holds it), and
 KeyboardInterrupt reaches the caller."""
 import json
-import os
 import signal
 import subprocess
 import sys
