@@ -16,7 +16,7 @@ PUBLIC = {
     "compute": ["tensor", "ops", "gemm", "loss_scale", "optim", "quickbench"],
     "nn": ["model"],
     "io": ["data", "safetensors", "batch"],
-    "train": ["train"],
+    "train": ["train", "plot"],
     "tools": ["mpcl"],
 }
 AREA_OF_PUBLIC = {h: a for a, hs in PUBLIC.items() for h in hs}

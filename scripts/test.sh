@@ -37,7 +37,9 @@ status=0
 run pocl
 # Not the GEMM-heavy tests on Rusticl: llvmpipe JIT-compiles the GEMM kernel
 # for ~25 s per launch geometry, and they run many (tests/meson.build).
-run rusticl --no-suite install --no-suite model --no-suite jit-heavy
+# The Python package's suite runs on PoCL only (it trains through the same
+# library on every device; one run checks the package).
+run rusticl --no-suite install --no-suite model --no-suite jit-heavy --no-suite python
 if [ -f .venv-intel/vendors/intel.icd ]; then
     run intel --suite kernels --suite model --suite tools
 else
@@ -49,13 +51,15 @@ echo "== suite under ASan+UBSan on pocl"
 configure build-asan -Dwerror=true -Dbuildtype=debug -Db_sanitize=address,undefined -Db_lundef=false
 meson compile -C build-asan
 setups+=("build-asan:pocl")
+# Not the Python suite: a plain python3 cannot load an ASan-built libmpcl.
 # fast_unwind_on_malloc=0: a leak inside a PoCL driver module that is unloaded
 # before exit shows only as "<unknown module>" with the fast unwinder; the full
 # stack reaches libpocl, which lsan.supp names.
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:fast_unwind_on_malloc=0 \
     LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp:print_suppressions=0 \
     UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-    meson test -C build-asan --setup pocl --print-errorlogs --no-suite install || status=1
+    meson test -C build-asan --setup pocl --print-errorlogs --no-suite install \
+    --no-suite python || status=1
 
 python3 scripts/test_summary.py "${setups[@]}" || status=1
 exit $status

@@ -615,6 +615,45 @@ static void test_real_fashion_mnist(void **state) {
     mpcl_dataset_destroy(ds);
 }
 
+/* A data set from memory is a copy, checked like a file's: every label
+ * below the class count, no empty dimension. */
+static void test_from_memory(void **state) {
+    (void)state;
+    uint8_t px[2 * 6], lab[2] = {2, 0};
+    for (int i = 0; i < 12; i++) px[i] = (uint8_t)(i * 20);
+    mpcl_dataset *ds = (mpcl_dataset *)1;
+    TU_ASSERT_OK(mpcl_dataset_from_memory(px, lab, 2, 2, 3, 3, &ds));
+    px[0] = 99; /* the data set holds its own copy */
+    lab[0] = 1;
+    assert_int_equal(mpcl_dataset_count(ds), 2);
+    assert_int_equal(mpcl_dataset_features(ds), 6);
+    assert_int_equal(mpcl_dataset_num_classes(ds), 3);
+    assert_int_equal(mpcl_dataset_pixels(ds)[0], 0);
+    assert_int_equal(mpcl_dataset_pixels(ds)[11], 220);
+    assert_int_equal(mpcl_dataset_labels(ds)[0], 2);
+    float x[6];
+    int32_t y, idx = 1;
+    TU_ASSERT_OK(mpcl_dataset_batch(ds, &idx, 1, x, &y));
+    assert_int_equal(y, 0);
+    assert_true(x[5] == 220.0f / 255.0f);
+    mpcl_dataset_destroy(ds);
+
+    lab[0] = 3; /* not below 3 classes */
+    ds = (mpcl_dataset *)1;
+    assert_int_equal(mpcl_dataset_from_memory(px, lab, 2, 2, 3, 3, &ds), MPCL_ERR_LABEL);
+    assert_null(ds);
+    assert_non_null(strstr(mpcl_errmsg(), "sample 0"));
+    lab[0] = 0;
+    assert_int_equal(mpcl_dataset_from_memory(px, lab, 0, 2, 3, 3, &ds), MPCL_ERR_INVALID_ARG);
+    assert_int_equal(mpcl_dataset_from_memory(px, lab, 2, 0, 3, 3, &ds), MPCL_ERR_INVALID_ARG);
+    assert_int_equal(mpcl_dataset_from_memory(px, lab, 2, 2, 3, 0, &ds), MPCL_ERR_INVALID_ARG);
+    assert_int_equal(mpcl_dataset_from_memory(px, lab, 2, 2, 3, 257, &ds), MPCL_ERR_INVALID_ARG);
+    assert_int_equal(mpcl_dataset_from_memory(NULL, lab, 2, 2, 3, 3, &ds), MPCL_ERR_INVALID_ARG);
+    assert_int_equal(mpcl_dataset_from_memory(px, lab, SIZE_MAX / 2, 1 << 16, 1 << 16, 3, &ds),
+                     MPCL_ERR_INVALID_ARG);
+    assert_null(ds);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_raw_round_trip),
@@ -628,6 +667,7 @@ int main(void) {
         cmocka_unit_test(test_counts_and_dimensions),
         cmocka_unit_test(test_label_range),
         cmocka_unit_test(test_subset_and_batch),
+        cmocka_unit_test(test_from_memory),
         cmocka_unit_test(test_rng_and_shuffle_golden),
         cmocka_unit_test(test_shuffle_uniform),
         cmocka_unit_test(test_real_fashion_mnist),

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "mpcl/plot.h"
 #include "train/train_internal.h"
 #include "testutil.h"
 
@@ -429,6 +430,101 @@ static void test_bad_params(void **state) {
     mpcl_context_destroy(ctx);
 }
 
+/* Data from memory train exactly as the same samples read from the files;
+ * without test data there is no evaluation; a test set of another width is
+ * refused. */
+static void test_memory_data(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    static recorder a, b, c;
+    memset(&a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
+    memset(&c, 0, sizeof c);
+    mpcl_train_params pa = small_params(&a, MPCL_POLICY_FLOAT32);
+    pa.epochs = 1;
+    mpcl_trainer *ta = make(ctx, &pa);
+    TU_ASSERT_OK(mpcl_trainer_fit(ta));
+
+    mpcl_dataset *files[2] = {NULL, NULL}, *mem[2] = {NULL, NULL};
+    const char *prefix[2] = {"train", "t10k"};
+    size_t limit[2] = {pa.train_limit, pa.test_limit};
+    for (int i = 0; i < 2; i++) {
+        TU_ASSERT_OK(mpcl_idx_load(NULL, prefix[i], &files[i]));
+        TU_ASSERT_OK(mpcl_dataset_from_memory(
+            mpcl_dataset_pixels(files[i]), mpcl_dataset_labels(files[i]), limit[i],
+            mpcl_dataset_rows(files[i]), mpcl_dataset_cols(files[i]), 10, &mem[i]));
+    }
+    mpcl_train_params pb = small_params(&b, MPCL_POLICY_FLOAT32);
+    pb.epochs = 1;
+    pb.data_dir = "/nonexistent-mpcl-data"; /* ignored with train_data */
+    pb.train_data = mem[0];
+    pb.test_data = mem[1];
+    mpcl_trainer *tb = make(ctx, &pb);
+    TU_ASSERT_OK(mpcl_trainer_fit(tb));
+    assert_int_equal(a.count, b.count);
+    for (size_t i = 0; i < a.count; i++) {
+        assert_memory_equal(&a.r[i].loss, &b.r[i].loss, sizeof(double));
+        assert_memory_equal(&a.r[i].test_loss, &b.r[i].test_loss, sizeof(double));
+    }
+    size_t na, nb;
+    float *sa = all_state(ta, &na), *sb = all_state(tb, &nb);
+    assert_int_equal(na, nb);
+    assert_memory_equal(sa, sb, na * sizeof *sa);
+    free(sa);
+    free(sb);
+
+    mpcl_train_params pc = small_params(&c, MPCL_POLICY_FLOAT32);
+    pc.epochs = 1;
+    pc.train_data = mem[0];
+    mpcl_trainer *tc = make(ctx, &pc);
+    TU_ASSERT_OK(mpcl_trainer_fit(tc));
+    assert_true(c.count > 0 && c.r[c.count - 1].epoch_end && isnan(c.r[c.count - 1].test_loss));
+    double loss, acc;
+    assert_int_equal(mpcl_trainer_evaluate(tc, &loss, &acc), MPCL_ERR_INVALID_ARG);
+
+    /* The run record takes the reports and writes them as SVG (its drawing is
+     * checked by rendering it, in tests/python/test_plot.py); an empty record
+     * gives empty panels, and a folder that does not exist is MPCL_ERR_IO. */
+    mpcl_run_record *rec = NULL;
+    TU_ASSERT_OK(mpcl_run_record_create(tc, &rec));
+    char path[] = "/tmp/mpcl-test-plot-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    TU_ASSERT_OK(mpcl_run_record_write_svg(rec, path));
+    for (size_t i = 0; i < c.count && i < MAX_REPORTS; i++)
+        TU_ASSERT_OK(mpcl_run_record_add(rec, &c.r[i]));
+    assert_int_equal(mpcl_run_record_count(rec), c.count);
+    TU_ASSERT_OK(mpcl_run_record_write_svg(rec, path));
+    FILE *f = fopen(path, "r");
+    static char svg[1 << 16];
+    size_t got = fread(svg, 1, sizeof svg - 1, f);
+    fclose(f);
+    svg[got] = 0;
+    unlink(path);
+    assert_true(strncmp(svg, "<?xml", 5) == 0 && strstr(svg, "</svg>\n"));
+    assert_non_null(strstr(svg, mpcl_context_device(ctx)->name));
+    assert_int_equal(mpcl_run_record_write_svg(rec, "/nonexistent-mpcl-dir/x.svg"), MPCL_ERR_IO);
+    mpcl_run_record_destroy(rec);
+
+    mpcl_dataset *narrow = NULL;
+    TU_ASSERT_OK(mpcl_dataset_from_memory(mpcl_dataset_pixels(files[1]),
+                                          mpcl_dataset_labels(files[1]), 8, 1, 700, 10, &narrow));
+    pc.test_data = narrow;
+    mpcl_trainer *td = (mpcl_trainer *)&pc;
+    assert_int_equal(mpcl_trainer_create(ctx, &pc, &td), MPCL_ERR_FORMAT);
+    assert_null(td);
+    mpcl_dataset_destroy(narrow);
+    for (int i = 0; i < 2; i++) {
+        mpcl_dataset_destroy(files[i]);
+        mpcl_dataset_destroy(mem[i]);
+    }
+    mpcl_trainer_destroy(ta);
+    mpcl_trainer_destroy(tb);
+    mpcl_trainer_destroy(tc);
+    mpcl_context_destroy(ctx);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_epoch_order),
@@ -438,6 +534,7 @@ int main(void) {
         cmocka_unit_test(test_stop),
         cmocka_unit_test(test_cadence_and_partial_batch),
         cmocka_unit_test(test_evaluate),
+        cmocka_unit_test(test_memory_data),
         cmocka_unit_test(test_gather_matches_host),
         cmocka_unit_test(test_resume_bfloat16),
     };

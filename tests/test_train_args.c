@@ -100,6 +100,17 @@ static void every_flag_both_spellings(void **state) {
     assert_string_equal(a.save, "x.st");
     assert_string_equal(a.resume, "y.st");
     assert_string_equal(a.metrics, "m.csv");
+    assert_null(a.plot);
+    assert_true(parse(&a, err, sizeof err, "--plot", "run.svg", NULL));
+    assert_string_equal(a.plot, "run.svg");
+    assert_true(parse(&a, err, sizeof err, "--plot=r.svg", NULL));
+    assert_string_equal(a.plot, "r.svg");
+    assert_false(parse(&a, err, sizeof err, "--plot=", NULL));
+    assert_non_null(strstr(err, "--plot"));
+    assert_true(parse(&a, err, sizeof err, "--loss-scale", "128", "--device=cpu", "--save", "x.st",
+                      "--resume=y.st", "--metrics", "m.csv", "--report-every=7", "--train-limit",
+                      "512", "--test-limit=0", "--quiet", "--seed", "18446744073709551615",
+                      "--optimizer=adamw", NULL));
     assert_int_equal(a.report_every, 7);
     assert_int_equal(a.train_limit, 512);
     assert_int_equal(a.test_limit, 0);

@@ -57,6 +57,15 @@ mpcl_status mpcl_idx_load(const char *dir, const char *prefix, mpcl_dataset **ou
  * otherwise). The class count is kept from src. */
 mpcl_status mpcl_dataset_subset(const mpcl_dataset *src, size_t n, mpcl_dataset **out);
 
+/* A data set from memory, copied: count samples of rows x cols u8 pixels
+ * (row-major, one sample after another, as in an IDX file) and count u8
+ * labels, each below num_classes (1 to 256). MPCL_ERR_INVALID_ARG for a NULL
+ * buffer, a zero size or more than MPCL_IDX_MAX_BYTES of pixels;
+ * MPCL_ERR_LABEL naming the first label out of range. *out is NULL after any
+ * failure. */
+mpcl_status mpcl_dataset_from_memory(const uint8_t *pixels, const uint8_t *labels, size_t count,
+                                     size_t rows, size_t cols, int num_classes, mpcl_dataset **out);
+
 void mpcl_dataset_destroy(mpcl_dataset *ds);
 
 size_t mpcl_dataset_count(const mpcl_dataset *ds);

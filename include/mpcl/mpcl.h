@@ -19,6 +19,7 @@
 #include "mpcl/batch.h"
 #include "mpcl/model.h"
 #include "mpcl/train.h"
+#include "mpcl/plot.h"
 #include "mpcl/version.h"
 
 #endif

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "mpcl/context.h"
+#include "mpcl/data.h"
 #include "mpcl/model.h"
 
 #ifdef __cplusplus
@@ -76,6 +77,13 @@ typedef struct mpcl_train_params {
      * (model.loss_scale.initial_scale: a scale the user typed) instead of
      * the checkpoint's; the skipped-step count is restored either way. */
     bool resume_keeps_scale;
+    /* Data from memory instead of the IDX files (mpcl_dataset_from_memory):
+     * when train_data is set, data_dir and both limits are ignored, and
+     * test_data may be NULL, for no evaluation (the test figures stay NaN and
+     * mpcl_trainer_evaluate is refused). Both are copied to the device by
+     * mpcl_trainer_create; the caller keeps them. */
+    const mpcl_dataset *train_data;
+    const mpcl_dataset *test_data;
 } mpcl_train_params;
 
 #define MPCL_TRAIN_QUEUE_AHEAD 2
@@ -96,7 +104,8 @@ mpcl_model *mpcl_trainer_model(const mpcl_trainer *tr);
  * report callbacks). */
 mpcl_status mpcl_trainer_fit(mpcl_trainer *tr);
 
-/* Evaluates the whole test set: mean loss and accuracy. */
+/* Evaluates the whole test set: mean loss and accuracy (MPCL_ERR_INVALID_ARG
+ * for a trainer made without test data). */
 mpcl_status mpcl_trainer_evaluate(mpcl_trainer *tr, double *loss, double *accuracy);
 
 typedef struct mpcl_train_summary {

@@ -418,3 +418,49 @@ mpcl_status mpcl_dataset_batch(const mpcl_dataset *ds, const int32_t *idx, size_
     }
     return MPCL_OK;
 }
+
+mpcl_status mpcl_dataset_from_memory(const uint8_t *pixels, const uint8_t *labels, size_t count,
+                                     size_t rows, size_t cols, int num_classes,
+                                     mpcl_dataset **out) {
+    if (!out)
+        return MPCL_ERROR(NULL, MPCL_ERR_INVALID_ARG, "mpcl_dataset_from_memory: out is NULL");
+    *out = NULL;
+    if (!pixels || !labels || count == 0 || rows == 0 || cols == 0 || num_classes < 1 ||
+        num_classes > 256)
+        return MPCL_ERROR(NULL, MPCL_ERR_INVALID_ARG,
+                          "mpcl_dataset_from_memory: %zu samples of %zux%zu, %d classes (%s)",
+                          count, rows, cols, num_classes,
+                          !pixels || !labels ? "a NULL buffer" : "each must be at least 1");
+    /* The same bound as a file's image section: the product cannot overflow. */
+    if ((uint64_t)rows > MPCL_IDX_MAX_BYTES || (uint64_t)cols > MPCL_IDX_MAX_BYTES ||
+        (uint64_t)rows * cols > MPCL_IDX_MAX_BYTES / count)
+        return MPCL_ERROR(
+            NULL, MPCL_ERR_INVALID_ARG,
+            "mpcl_dataset_from_memory: %zu samples of %zux%zu is more than %llu bytes", count, rows,
+            cols, (unsigned long long)MPCL_IDX_MAX_BYTES);
+    for (size_t i = 0; i < count; i++)
+        if (labels[i] >= num_classes)
+            return MPCL_ERROR(NULL, MPCL_ERR_LABEL,
+                              "mpcl_dataset_from_memory: label %u of sample %zu is not below the "
+                              "class count %d",
+                              labels[i], i, num_classes);
+    size_t features = rows * cols;
+    mpcl_dataset *ds = calloc(1, sizeof *ds);
+    if (ds) {
+        ds->count = count;
+        ds->rows = rows;
+        ds->cols = cols;
+        ds->num_classes = num_classes;
+        ds->pixels = malloc(count * features);
+        ds->labels = malloc(count);
+    }
+    if (!ds || !ds->pixels || !ds->labels) {
+        mpcl_dataset_destroy(ds);
+        return MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "mpcl_dataset_from_memory: %zu samples",
+                          count);
+    }
+    memcpy(ds->pixels, pixels, count * features);
+    memcpy(ds->labels, labels, count);
+    *out = ds;
+    return MPCL_OK;
+}

@@ -61,6 +61,7 @@ static const char usage[] =
     "  --metrics PATH          CSV: step,epoch,loss,accuracy,loss_scale,skipped,samples_per_s,\n"
     "                          grad_norm (empty without --clip-norm)\n"
     "  --report-every N        steps between progress reports (default 50)\n"
+    "  --plot PATH             SVG of the run: loss, accuracy, loss scale, samples/s\n"
     "  --json                  JSON summary on stdout; the human text goes to stderr\n"
     "  --quiet                 no human text, only errors (and --json)\n"
     "  --help, --version\n"
@@ -103,6 +104,8 @@ typedef struct ui {
     char metrics_error[256];
     uint32_t epochs;
     size_t batch;
+    mpcl_run_record *plot; /* NULL without --plot */
+    bool plot_failed;
 } ui;
 
 static void format_eta(char *buf, size_t size, double seconds) {
@@ -125,6 +128,7 @@ static bool scaling_on(const train_args *a, const mpcl_plan *plan) {
 
 static void on_report(void *user, const mpcl_train_report *r) {
     ui *u = user;
+    if (u->plot && mpcl_run_record_add(u->plot, r) != MPCL_OK) u->plot_failed = true;
     if (u->metrics && !u->metrics_failed) {
         fprintf(u->metrics, "%llu,%u,%.6g,%.6g,%.9g,%u,%.6g,", (unsigned long long)r->step,
                 r->epoch, r->loss, r->accuracy, (double)r->loss_scale, r->skipped,
@@ -372,6 +376,7 @@ int main(int argc, char **argv) {
     if ((a.save && !train_args_check_output_path("--save", a.save, false, err, sizeof err)) ||
         (a.metrics && !train_args_check_output_path("--metrics", a.metrics, a.resume != NULL, err,
                                                     sizeof err)) ||
+        (a.plot && !train_args_check_output_path("--plot", a.plot, false, err, sizeof err)) ||
         (a.resume && !train_args_check_input_path("--resume", a.resume, err, sizeof err)) ||
         !train_args_check_aliases(&a, err, sizeof err)) {
         fprintf(stderr, "mpcl-train: %s\n", err);
@@ -438,6 +443,10 @@ int main(int argc, char **argv) {
         }
     }
 
+    if (a.plot && mpcl_run_record_create(tr, &u.plot) != MPCL_OK) {
+        fprintf(stderr, "mpcl-train: --plot: %s\n", mpcl_errmsg());
+        goto done;
+    }
     /* Start-up: from main to the first step (context, verification, data,
      * model, checkpoint), in the JSON summary. */
     const double startup_s = monotonic_s() - t_main;
@@ -462,6 +471,13 @@ int main(int argc, char **argv) {
         }
         if (human) fprintf(human, "saved     %s\n", a.save);
     }
+    if (a.plot) {
+        if (u.plot_failed || mpcl_run_record_write_svg(u.plot, a.plot) != MPCL_OK) {
+            fprintf(stderr, "mpcl-train: --plot %s: %s\n", a.plot, mpcl_errmsg());
+            goto done;
+        }
+        if (human) fprintf(human, "plot      %s\n", a.plot);
+    }
     if (u.metrics_failed) {
         fprintf(stderr, "mpcl-train: %s\n", u.metrics_error);
         goto done;
@@ -483,6 +499,7 @@ done:
         fprintf(stderr, "mpcl-train: --metrics %s: %s\n", a.metrics, strerror(errno));
         rc = EXIT_ERROR;
     }
+    mpcl_run_record_destroy(u.plot);
     mpcl_trainer_destroy(tr);
     mpcl_context_destroy(ctx);
     if (fflush(stdout) != 0 && rc == EXIT_OK) rc = EXIT_ERROR;

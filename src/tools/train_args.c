@@ -136,6 +136,7 @@ static const struct {
     {"--quiet", FLAG_BOOL},        {"--help", FLAG_BOOL},
     {"--version", FLAG_BOOL},      {"--classes", FLAG_VALUE},
     {"--save-every", FLAG_VALUE},  {"--keep-going-on-nan", FLAG_BOOL},
+    {"--plot", FLAG_VALUE},
 };
 
 static bool apply(train_args *a, const char *f, const char *v, char *err, size_t size) {
@@ -247,6 +248,8 @@ static bool apply(train_args *a, const char *f, const char *v, char *err, size_t
             a->resume = v;
         else if (strcmp(f, "--metrics") == 0)
             a->metrics = v;
+        else if (strcmp(f, "--plot") == 0)
+            a->plot = v;
     }
     return true;
 }
@@ -409,20 +412,22 @@ static bool same_file(const file_id *x, const file_id *y) {
 }
 
 bool train_args_check_aliases(const train_args *a, char *err, size_t err_size) {
-    if (!a->metrics) return true;
-    file_id m;
-    identify(a->metrics, &m);
-    const char *other[2] = {a->save, a->resume}, *name[2] = {"--save", "--resume"};
-    for (int i = 0; i < 2; i++) {
-        if (!other[i]) continue;
-        file_id o;
-        identify(other[i], &o);
-        if (same_file(&m, &o))
-            return fail(err, err_size,
-                        "--metrics '%s' and %s '%s' are the same file; the CSV would %s the "
-                        "checkpoint",
-                        a->metrics, name[i], other[i], i ? "overwrite" : "be overwritten by");
-    }
+    /* Every output, and the checkpoint read: no two may be one file, except
+     * --save onto --resume (continuing in place, documented). */
+    const char *path[4] = {a->save, a->resume, a->metrics, a->plot};
+    static const char *const name[4] = {"--save", "--resume", "--metrics", "--plot"};
+    file_id id[4];
+    for (int i = 0; i < 4; i++)
+        if (path[i]) identify(path[i], &id[i]);
+    for (int i = 0; i < 4; i++)
+        for (int j = i + 1; j < 4; j++) {
+            if (!path[i] || !path[j] || (i == 0 && j == 1)) continue;
+            if (same_file(&id[i], &id[j]))
+                return fail(err, err_size,
+                            "%s '%s' and %s '%s' are the same file; one would overwrite the "
+                            "other",
+                            name[j], path[j], name[i], path[i]);
+        }
     return true;
 }
 

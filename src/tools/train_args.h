@@ -45,6 +45,7 @@ typedef struct train_args {
     uint32_t report_every;          /* 50 */
     size_t train_limit, test_limit; /* 0: all */
     bool json, quiet, help, version;
+    const char *plot; /* --plot PATH: the run's SVG, written at the end */
 } train_args;
 
 void train_args_defaults(train_args *a);

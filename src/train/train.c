@@ -105,6 +105,20 @@ static mpcl_status check_inferred_classes(mpcl_context *ctx, const mpcl_dataset 
                       (unsigned)labels[first_max], first_max, classes, missing, empty);
 }
 
+/* The test set, when there is one, must fit the training set's model. */
+static mpcl_status check_test_data(mpcl_context *ctx, const mpcl_dataset *train,
+                                   const mpcl_dataset *test) {
+    if (test && mpcl_dataset_features(test) != mpcl_dataset_features(train))
+        return MPCL_ERROR(ctx, MPCL_ERR_FORMAT,
+                          "training images have %zu pixels, test images %zu: not one data set",
+                          mpcl_dataset_features(train), mpcl_dataset_features(test));
+    if (test && mpcl_dataset_num_classes(test) > mpcl_dataset_num_classes(train))
+        return MPCL_ERROR(ctx, MPCL_ERR_LABEL,
+                          "the test data have %d classes, the training data %d",
+                          mpcl_dataset_num_classes(test), mpcl_dataset_num_classes(train));
+    return MPCL_OK;
+}
+
 mpcl_status mpcl_trainer_create(mpcl_context *ctx, const mpcl_train_params *params,
                                 mpcl_trainer **out) {
     *out = NULL;
@@ -146,23 +160,27 @@ mpcl_status mpcl_trainer_create(mpcl_context *ctx, const mpcl_train_params *para
     }
 
     /* The class count is given or comes from the training labels; the test
-     * labels must fall inside it. */
-    if ((st = load_split(ctx, tr->data_dir, "train", params->num_classes, params->train_limit,
-                         &train, &tr->train_available)) != MPCL_OK)
-        goto cleanup;
-    if (params->num_classes == 0 && (st = check_inferred_classes(ctx, train)) != MPCL_OK)
-        goto cleanup;
-    if ((st = load_split(ctx, tr->data_dir, "t10k", mpcl_dataset_num_classes(train),
-                         params->test_limit, &test, NULL)) != MPCL_OK)
-        goto cleanup;
-    if (mpcl_dataset_features(test) != mpcl_dataset_features(train)) {
-        st = MPCL_ERROR(ctx, MPCL_ERR_FORMAT,
-                        "training images have %zu pixels, test images %zu: not one data set",
-                        mpcl_dataset_features(train), mpcl_dataset_features(test));
-        goto cleanup;
+     * labels must fall inside it. Data from memory come with their class
+     * count (mpcl_dataset_from_memory), so the inferred-count check is the
+     * files' only. */
+    const mpcl_dataset *train_ds = params->train_data, *test_ds = params->test_data;
+    if (!train_ds) {
+        if ((st = load_split(ctx, tr->data_dir, "train", params->num_classes,
+                             params->train_limit, &train, &tr->train_available)) != MPCL_OK)
+            goto cleanup;
+        if (params->num_classes == 0 && (st = check_inferred_classes(ctx, train)) != MPCL_OK)
+            goto cleanup;
+        if ((st = load_split(ctx, tr->data_dir, "t10k", mpcl_dataset_num_classes(train),
+                             params->test_limit, &test, NULL)) != MPCL_OK)
+            goto cleanup;
+        train_ds = train;
+        test_ds = test;
+    } else {
+        tr->train_available = mpcl_dataset_count(train_ds);
     }
-    tr->train_count = mpcl_dataset_count(train);
-    tr->test_count = mpcl_dataset_count(test);
+    if ((st = check_test_data(ctx, train_ds, test_ds)) != MPCL_OK) goto cleanup;
+    tr->train_count = mpcl_dataset_count(train_ds);
+    tr->test_count = test_ds ? mpcl_dataset_count(test_ds) : 0;
     if (tr->train_count > INT32_MAX || tr->test_count > INT32_MAX) {
         st = MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "data sets of more than 2^31 samples");
         goto cleanup;
@@ -170,8 +188,8 @@ mpcl_status mpcl_trainer_create(mpcl_context *ctx, const mpcl_train_params *para
     tr->steps_per_epoch = (tr->train_count + params->batch - 1) / params->batch;
 
     mpcl_model_params mp = params->model;
-    mp.inputs = mpcl_dataset_features(train);
-    mp.classes = (size_t)mpcl_dataset_num_classes(train);
+    mp.inputs = mpcl_dataset_features(train_ds);
+    mp.classes = (size_t)mpcl_dataset_num_classes(train_ds);
     mp.max_batch = params->batch;
     mp.seed = params->seed;
     tr->params.model = mp;
@@ -179,19 +197,20 @@ mpcl_status mpcl_trainer_create(mpcl_context *ctx, const mpcl_train_params *para
     mpcl_dtype storage = mpcl_model_plan(tr->model)->storage;
 
     tr->host_order = malloc(tr->train_count * sizeof *tr->host_order);
-    int32_t *iota = malloc(tr->test_count * sizeof *iota);
+    int32_t *iota = malloc((tr->test_count ? tr->test_count : 1) * sizeof *iota);
     if (!tr->host_order || !iota) {
         free(iota);
         st = MPCL_ERROR(ctx, MPCL_ERR_OUT_OF_MEMORY, "order of %zu samples", tr->train_count);
         goto cleanup;
     }
     mpcl_iota_indices(iota, tr->test_count);
-    if ((st = mpcl_device_dataset_create(ctx, train, &tr->train)) != MPCL_OK ||
-        (st = mpcl_device_dataset_create(ctx, test, &tr->test)) != MPCL_OK ||
+    if ((st = mpcl_device_dataset_create(ctx, train_ds, &tr->train)) != MPCL_OK ||
+        (test_ds && (st = mpcl_device_dataset_create(ctx, test_ds, &tr->test)) != MPCL_OK) ||
         (st = mpcl_tensor_create(ctx, MPCL_DTYPE_I32, tr->train_count, 1, &tr->order)) != MPCL_OK ||
-        (st = mpcl_tensor_create(ctx, MPCL_DTYPE_I32, tr->test_count, 1, &tr->test_order)) !=
-            MPCL_OK ||
-        (st = mpcl_tensor_upload_i32(tr->test_order, iota, tr->test_count)) != MPCL_OK ||
+        (test_ds &&
+         ((st = mpcl_tensor_create(ctx, MPCL_DTYPE_I32, tr->test_count, 1, &tr->test_order)) !=
+              MPCL_OK ||
+          (st = mpcl_tensor_upload_i32(tr->test_order, iota, tr->test_count)) != MPCL_OK)) ||
         (st = mpcl_tensor_create(ctx, storage, params->batch, mp.inputs, &tr->x)) != MPCL_OK ||
         (st = mpcl_tensor_create(ctx, MPCL_DTYPE_I32, params->batch, 1, &tr->labels)) != MPCL_OK) {
         free(iota);
@@ -230,6 +249,8 @@ mpcl_model *mpcl_trainer_model(const mpcl_trainer *tr) {
 }
 
 mpcl_status mpcl_trainer_evaluate(mpcl_trainer *tr, double *loss, double *accuracy) {
+    if (!tr->test)
+        return MPCL_ERROR(tr->ctx, MPCL_ERR_INVALID_ARG, "this trainer has no test data");
     size_t batch = tr->params.batch;
     mpcl_status st = MPCL_OK;
     for (size_t first = 0; first < tr->test_count && st == MPCL_OK; first += batch) {
@@ -305,7 +326,7 @@ static mpcl_status report(mpcl_trainer *tr, fit_clock *c, bool epoch_end) {
     r.epoch_end = epoch_end;
     r.test_loss = NAN;
     r.test_accuracy = NAN;
-    if (epoch_end) {
+    if (epoch_end && tr->test) {
         if ((st = mpcl_trainer_evaluate(tr, &r.test_loss, &r.test_accuracy)) != MPCL_OK) return st;
         tr->evaluated = true;
         tr->test_loss = r.test_loss;

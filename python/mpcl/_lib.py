@@ -1,0 +1,340 @@
+"""libmpcl through ctypes: finding the library, the C structs the package
+uses (mirrors of include/mpcl/*.h, kept in the headers' field order), the
+function prototypes, and the one exception type."""
+
+import ctypes
+import ctypes.util
+import os
+import subprocess
+import threading
+from ctypes import (CFUNCTYPE, POINTER, Structure, c_bool, c_char, c_char_p, c_double, c_float,
+                    c_int, c_size_t, c_uint, c_uint32, c_uint64, c_void_p)
+
+MAX_HIDDEN = 7
+MAX_LAYERS = MAX_HIDDEN + 1
+MAX_RANK = 4
+INFO_STR = 256
+EXTENSIONS_STR = 16384
+ST_MAX_DIMS = 8
+
+# Enums (include/mpcl/*.h): values fixed by the order there.
+ACTIVATIONS = ["identity", "relu", "gelu", "sigmoid", "tanh"]
+POLICIES = ["auto", "mixed_float16", "float32", "mixed_bfloat16"]
+DTYPES = ["f32", "f16", "i32", "u8", "bf16"]
+OPTIM_SGD, OPTIM_ADAM, OPTIM_ADAMW = 0, 1, 2
+SLOT_MASTER, SLOT_M, SLOT_V = 0, 1, 2
+LOSS_SCALING_PLAN, LOSS_SCALING_ON, LOSS_SCALING_OFF = 0, 1, 2
+LOSS_SCALE_DYNAMIC, LOSS_SCALE_FIXED = 0, 1
+
+
+
+class MpclError(RuntimeError):
+    """A libmpcl failure: `status` is the status name ("MPCL_ERR_FORMAT"),
+    `message` the library's detail (the failing call, file, offset...)."""
+
+    def __init__(self, status, message):
+        super().__init__(f"{status}: {message}")
+        self.status = status
+        self.message = message
+
+
+class LayerSpec(Structure):
+    _fields_ = [("kind", c_char * 16), ("units", c_size_t), ("activation", c_int)]
+
+
+class OptimParams(Structure):
+    _fields_ = [("kind", c_int), ("lr", c_float), ("beta1", c_float), ("beta2", c_float),
+                ("eps", c_float), ("weight_decay", c_float), ("momentum", c_float),
+                ("nesterov", c_int), ("clip_norm", c_float)]
+
+
+class LossScaleParams(Structure):
+    _fields_ = [("mode", c_int), ("initial_scale", c_float), ("growth_interval", c_uint32),
+                ("growth_factor", c_float), ("backoff_factor", c_float), ("min_scale", c_float),
+                ("max_scale", c_float)]
+
+
+class LossScaleState(Structure):
+    _fields_ = [("scale", c_float), ("good_steps", c_uint32), ("skipped_steps", c_uint32),
+                ("found_inf", c_int), ("last_found_inf", c_int)]
+
+
+class ModelParams(Structure):
+    _fields_ = [("inputs", c_size_t), ("layers", LayerSpec * MAX_LAYERS),
+                ("layer_count", c_size_t), ("hidden", c_size_t * MAX_HIDDEN),
+                ("hidden_count", c_size_t), ("classes", c_size_t), ("activation", c_int),
+                ("policy", c_int), ("max_batch", c_size_t), ("seed", c_uint64),
+                ("optim", OptimParams), ("loss_scaling", c_int), ("loss_scale", LossScaleParams)]
+
+
+class TrainReport(Structure):
+    _fields_ = [("step", c_uint64), ("epoch", c_uint32), ("epoch_step", c_uint64),
+                ("epoch_steps", c_uint64), ("loss", c_double), ("accuracy", c_double),
+                ("loss_scale", c_float), ("skipped", c_uint32), ("grad_norm", c_double),
+                ("samples_per_s", c_double), ("elapsed_s", c_double), ("epoch_end", c_bool),
+                ("test_loss", c_double), ("test_accuracy", c_double)]
+
+
+REPORT_FN = CFUNCTYPE(None, c_void_p, POINTER(TrainReport))
+
+
+class TrainParams(Structure):
+    _fields_ = [("data_dir", c_char_p), ("train_limit", c_size_t), ("test_limit", c_size_t),
+                ("epochs", c_uint32), ("batch", c_size_t), ("seed", c_uint64),
+                ("report_every", c_uint32), ("model", ModelParams), ("on_report", REPORT_FN),
+                ("user", c_void_p), ("stop", POINTER(c_int)), ("num_classes", c_int),
+                ("keep_going_on_nan", c_bool), ("save_path", c_char_p),
+                ("save_every_steps", c_uint64), ("save_every_epochs", c_uint32),
+                ("resume_keeps_scale", c_bool), ("train_data", c_void_p),
+                ("test_data", c_void_p)]
+
+
+class TrainSummary(Structure):
+    _fields_ = [("steps", c_uint64), ("epochs_done", c_uint32), ("stopped", c_bool),
+                ("test_loss", c_double), ("test_accuracy", c_double),
+                ("train_samples_per_s", c_double), ("seconds", c_double),
+                ("skipped_steps", c_uint32), ("final_loss_scale", c_float),
+                ("peak_device_bytes", c_size_t), ("diverged", c_bool),
+                ("evaluated", c_bool)]
+
+
+class XentStats(Structure):
+    _fields_ = [("loss_sum", c_double), ("correct", c_uint64), ("samples", c_uint64),
+                ("calls", c_uint64), ("bad", c_uint64), ("bad_call", ctypes.c_int64),
+                ("bad_row", ctypes.c_int64), ("bad_label", ctypes.c_int64)]
+
+
+class Plan(Structure):
+    _fields_ = [("policy", c_int), ("resolved", c_int), ("storage", c_int), ("gemm", c_int),
+                ("loss_scaling", c_bool), ("usable", c_bool), ("reason", c_char * 256)]
+
+
+class PlanOverrides(Structure):
+    _fields_ = [("fp16", c_int), ("gemm_set", c_bool), ("gemm", c_int)]
+
+
+class ContextParams(Structure):
+    _fields_ = [("device", c_char_p), ("verify_fp16", c_bool)]
+
+
+class FpConfig(Structure):
+    _fields_ = [(n, c_bool) for n in (
+        "present", "denorm", "inf_nan", "round_to_nearest", "round_to_zero", "round_to_inf",
+        "fma", "correctly_rounded_divide_sqrt", "soft_float")]
+
+
+class DeviceInfo(Structure):
+    _fields_ = [("id", c_char * 24), ("platform_index", c_uint), ("device_index", c_uint)] + [
+        (n, c_char * INFO_STR) for n in (
+            "platform", "platform_version", "platform_vendor", "name", "vendor",
+            "driver_version", "opencl_version", "opencl_c_version")] + [
+        ("type", c_int), ("compute_units", c_uint32), ("max_clock_mhz", c_uint32),
+        ("global_mem_bytes", c_uint64), ("local_mem_bytes", c_uint64),
+        ("max_alloc_bytes", c_uint64), ("extensions", c_char * EXTENSIONS_STR),
+        ("half_fp", FpConfig), ("single_fp", FpConfig), ("double_fp", FpConfig),
+        ("preferred_vector_width_half", c_uint32), ("preferred_vector_width_float", c_uint32),
+        ("native_vector_width_half", c_uint32), ("native_vector_width_float", c_uint32),
+        ("max_subgroups", c_uint32), ("has_fp16_extension", c_bool), ("has_fp64", c_bool),
+        ("intel_bfloat16_conversions", c_bool), ("integer_dot_product", c_bool),
+        ("fp16_math", c_int), ("fp16_storage", c_int), ("fp16_detail", c_char * INFO_STR),
+        ("bf16_storage", c_int), ("bf16_detail", c_char * INFO_STR)]
+
+
+class SkippedPlatform(Structure):
+    _fields_ = [("platform_index", c_uint), ("name", c_char * INFO_STR),
+                ("reason", c_char * INFO_STR)]
+
+
+class ParamInfo(Structure):
+    _fields_ = [("name", c_char * 48), ("rank", c_size_t), ("shape", c_size_t * MAX_RANK),
+                ("offset", c_size_t), ("count", c_size_t)]
+
+
+class StTensor(Structure):
+    _fields_ = [("name", c_char_p), ("dtype", c_int), ("ndim", c_size_t),
+                ("shape", c_size_t * ST_MAX_DIMS), ("data", c_void_p), ("bytes", c_size_t)]
+
+
+P = c_void_p  # every opaque handle
+_S = c_int  # mpcl_status
+
+# name: (restype, argtypes). A restype of _S is checked by call().
+_PROTOTYPES = {
+    "mpcl_version": (c_char_p, []),
+    "mpcl_status_name": (c_char_p, [c_int]),
+    "mpcl_status_str": (c_char_p, [c_int]),
+    "mpcl_errmsg": (c_char_p, []),
+    "mpcl_device_list_create": (_S, [c_uint, POINTER(P)]),
+    "mpcl_device_list_destroy": (None, [P]),
+    "mpcl_device_list_count": (c_size_t, [P]),
+    "mpcl_device_list_get": (POINTER(DeviceInfo), [P, c_size_t]),
+    "mpcl_device_list_verify_fp16": (_S, [P, c_size_t]),
+    "mpcl_device_list_skipped_count": (c_size_t, [P]),
+    "mpcl_device_list_skipped": (POINTER(SkippedPlatform), [P, c_size_t]),
+    "mpcl_device_type_name": (c_char_p, [c_int]),
+    "mpcl_fp16_math_name": (c_char_p, [c_int]),
+    "mpcl_fp16_storage_name": (c_char_p, [c_int]),
+    "mpcl_bf16_storage_name": (c_char_p, [c_int]),
+    "mpcl_plan_overrides_from_env": (_S, [POINTER(PlanOverrides)]),
+    "mpcl_plan_resolve": (Plan, [POINTER(DeviceInfo), c_int, POINTER(PlanOverrides)]),
+    "mpcl_plan_fp16_math_usable": (c_bool, [POINTER(DeviceInfo), c_int]),
+    "mpcl_policy_name": (c_char_p, [c_int]),
+    "mpcl_policy_parse": (c_bool, [c_char_p, POINTER(c_int)]),
+    "mpcl_dtype_name": (c_char_p, [c_int]),
+    "mpcl_gemm_path_name": (c_char_p, [c_int]),
+    "mpcl_activation_parse": (c_bool, [c_char_p, POINTER(c_int)]),
+    "mpcl_activation_name": (c_char_p, [c_int]),
+    "mpcl_optim_kind_name": (c_char_p, [c_int]),
+    "mpcl_optim_kind_parse": (c_bool, [c_char_p, POINTER(c_int)]),
+    "mpcl_optim_default_params": (OptimParams, [c_int]),
+    "mpcl_optim_params_check": (_S, [P, POINTER(OptimParams)]),
+    "mpcl_loss_scale_default_params": (LossScaleParams, []),
+    "mpcl_context_default_params": (ContextParams, []),
+    "mpcl_context_create": (_S, [POINTER(ContextParams), POINTER(P)]),
+    "mpcl_context_destroy": (None, [P]),
+    "mpcl_context_device": (POINTER(DeviceInfo), [P]),
+    "mpcl_context_plan": (Plan, [P, c_int]),
+    "mpcl_context_errmsg": (c_char_p, [P]),
+    "mpcl_model_default_params": (ModelParams, []),
+    "mpcl_model_create": (_S, [P, POINTER(ModelParams), POINTER(P)]),
+    "mpcl_model_destroy": (None, [P]),
+    "mpcl_model_plan": (POINTER(Plan), [P]),
+    "mpcl_model_params_of": (POINTER(ModelParams), [P]),
+    "mpcl_model_loss_scale": (P, [P]),
+    "mpcl_model_eval_step": (_S, [P, P, P]),
+    "mpcl_model_read_eval_stats": (_S, [P, POINTER(XentStats), c_bool]),
+    "mpcl_model_read_logits": (_S, [P, c_void_p, c_size_t]),
+    "mpcl_model_param_count": (c_size_t, [P]),
+    "mpcl_model_param": (POINTER(ParamInfo), [P, c_size_t]),
+    "mpcl_model_has_slot": (c_bool, [P, c_int]),
+    "mpcl_model_read_param": (_S, [P, c_size_t, c_int, c_void_p, c_size_t]),
+    "mpcl_model_write_param": (_S, [P, c_size_t, c_int, c_void_p, c_size_t]),
+    "mpcl_model_read_step": (_S, [P, POINTER(c_uint32)]),
+    "mpcl_model_write_step": (_S, [P, c_uint32]),
+    "mpcl_loss_scale_read": (_S, [P, P, POINTER(LossScaleState)]),
+    "mpcl_loss_scale_write_state": (_S, [P, P, POINTER(LossScaleState)]),
+    "mpcl_tensor_create": (_S, [P, c_int, c_size_t, c_size_t, POINTER(P)]),
+    "mpcl_tensor_destroy": (None, [P]),
+    "mpcl_tensor_upload_f32": (_S, [P, c_void_p, c_size_t]),
+    "mpcl_tensor_upload_i32": (_S, [P, c_void_p, c_size_t]),
+    "mpcl_idx_load": (_S, [c_char_p, c_char_p, POINTER(P)]),
+    "mpcl_dataset_from_memory": (_S, [c_void_p, c_void_p, c_size_t, c_size_t, c_size_t, c_int,
+                                      POINTER(P)]),
+    "mpcl_dataset_destroy": (None, [P]),
+    "mpcl_dataset_count": (c_size_t, [P]),
+    "mpcl_dataset_rows": (c_size_t, [P]),
+    "mpcl_dataset_cols": (c_size_t, [P]),
+    "mpcl_dataset_pixels": (c_void_p, [P]),
+    "mpcl_dataset_labels": (c_void_p, [P]),
+    "mpcl_train_default_params": (TrainParams, []),
+    "mpcl_trainer_create": (_S, [P, POINTER(TrainParams), POINTER(P)]),
+    "mpcl_trainer_destroy": (None, [P]),
+    "mpcl_trainer_model": (P, [P]),
+    "mpcl_trainer_fit": (_S, [P]),
+    "mpcl_trainer_summary": (None, [P, POINTER(TrainSummary)]),
+    "mpcl_trainer_save": (_S, [P, c_char_p]),
+    "mpcl_safetensors_read": (_S, [c_char_p, POINTER(P)]),
+    "mpcl_safetensors_destroy": (None, [P]),
+    "mpcl_safetensors_count": (c_size_t, [P]),
+    "mpcl_safetensors_tensor": (POINTER(StTensor), [P, c_size_t]),
+    "mpcl_safetensors_find": (POINTER(StTensor), [P, c_char_p]),
+    "mpcl_safetensors_meta_get": (c_char_p, [P, c_char_p]),
+    "mpcl_st_dtype_name": (c_char_p, [c_int]),
+    "mpcl_run_record_create": (_S, [P, POINTER(P)]),
+    "mpcl_run_record_destroy": (None, [P]),
+    "mpcl_run_record_add": (_S, [P, POINTER(TrainReport)]),
+    "mpcl_run_record_count": (c_size_t, [P]),
+    "mpcl_run_record_write_svg": (_S, [P, c_char_p]),
+}
+
+
+def _candidates():
+    """Where libmpcl may be, in the order the README gives: MPCL_LIBRARY,
+    pkg-config, the install prefix; then the build tree next to this source
+    tree (running from a checkout) and the loader's own search."""
+    env = os.environ.get("MPCL_LIBRARY")
+    if env:
+        yield env
+        return
+    try:
+        libdir = subprocess.run(["pkg-config", "--variable=libdir", "mpcl"], capture_output=True,
+                                text=True, timeout=10).stdout.strip()
+        if libdir:
+            yield os.path.join(libdir, "libmpcl.so.0")
+    except (OSError, subprocess.SubprocessError):
+        pass
+    for prefix in ("/usr/local", "/usr"):
+        for lib in ("lib", "lib64", "lib/x86_64-linux-gnu", "lib/aarch64-linux-gnu"):
+            yield os.path.join(prefix, lib, "libmpcl.so.0")
+    here = os.path.dirname(os.path.abspath(__file__))
+    yield os.path.join(here, "..", "..", "build", "src", "libmpcl.so.0")
+    found = ctypes.util.find_library("mpcl")
+    if found:
+        yield found
+
+
+def _load():
+    tried = []
+    for path in _candidates():
+        if os.path.sep in path and not os.path.exists(path):
+            tried.append(path)
+            continue
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError as e:
+            if os.environ.get("MPCL_LIBRARY"):
+                raise ImportError(f"MPCL_LIBRARY={path}: {e}") from e
+            tried.append(f"{path} ({e})")
+            continue
+        for name, (res, args) in _PROTOTYPES.items():
+            fn = getattr(lib, name)
+            fn.restype = res
+            fn.argtypes = args
+        return lib, path
+    raise ImportError("libmpcl not found; set MPCL_LIBRARY to its path (tried: " +
+                      ", ".join(tried) + ")")
+
+
+lib, library_path = _load()
+
+
+def text(b):
+    return b.decode("utf-8", "replace") if b is not None else None
+
+
+def status_name(st):
+    return text(lib.mpcl_status_name(st))
+
+
+def call(fn, *args, ctx=None):
+    """Calls a libmpcl function returning mpcl_status; raises MpclError with
+    the status name and the detail (of the context when given, else of this
+    thread) on failure."""
+    st = fn(*args)
+    if st != 0:
+        msg = text(lib.mpcl_context_errmsg(ctx)) if ctx else text(lib.mpcl_errmsg())
+        raise MpclError(status_name(st), msg or text(lib.mpcl_status_str(st)))
+
+
+_ctx = None
+_ctx_lock = threading.Lock()
+
+
+def context():
+    """The process's one context: the device $MPCL_DEVICE selects (else the
+    library's default rule), created on first use and kept until exit."""
+    global _ctx
+    with _ctx_lock:
+        if _ctx is None:
+            p = lib.mpcl_context_default_params()
+            h = P()
+            call(lib.mpcl_context_create, ctypes.byref(p), ctypes.byref(h))
+            _ctx = h.value
+        return _ctx
+
+
+def parse_enum(fn, name, what, choices):
+    v = c_int()
+    if not isinstance(name, str) or not fn(name.encode(), ctypes.byref(v)):
+        raise ValueError(f"unknown {what} {name!r}; choose one of {', '.join(choices)}")
+    return v.value
