@@ -165,8 +165,8 @@ mpcl_status mpcl_trainer_create(mpcl_context *ctx, const mpcl_train_params *para
      * files' only. */
     const mpcl_dataset *train_ds = params->train_data, *test_ds = params->test_data;
     if (!train_ds) {
-        if ((st = load_split(ctx, tr->data_dir, "train", params->num_classes,
-                             params->train_limit, &train, &tr->train_available)) != MPCL_OK)
+        if ((st = load_split(ctx, tr->data_dir, "train", params->num_classes, params->train_limit,
+                             &train, &tr->train_available)) != MPCL_OK)
             goto cleanup;
         if (params->num_classes == 0 && (st = check_inferred_classes(ctx, train)) != MPCL_OK)
             goto cleanup;
