@@ -40,7 +40,7 @@ def _verdict(d, overrides):
     if _clib.mpcl_plan_fp16_math_usable(ctypes.byref(d), overrides.fp16):
         return "full mixed precision: f16 storage and f16 GEMM (HGEMM), f32 master weights"
     return ("mixed_float16 runs as f16 storage with f32 math (halves memory traffic); "
-            "auto picks float32")
+            "auto measures which is faster")
 
 
 def devices():
