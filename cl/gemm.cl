@@ -28,8 +28,23 @@
 // element (the "gather" loop, slower: small or transposed-B cases).
 
 #if defined(MPCL_STORAGE_F16)
-#define GEMM_VLOAD8(p, o) vload_half8(0, (p) + (o))
-#define GEMM_VLOAD16(p, o) vload_half16(0, (p) + (o))
+// f16 vectors are loaded as ushort bits (vload of ushort needs 2-byte
+// alignment only) and converted from a private vector: PoCL 3.1 compiled
+// vload_half8/16 of a global row that starts at an odd multiple of 8 halves
+// into an aligned vector move (vmovaps), which faulted (M even, K % 8 != 0).
+inline float8 gemm_f16_load8(const __global half *p) {
+    ushort8 bits = vload8(0, (const __global ushort *)p);
+    return vload_half8(0, (const half *)&bits);
+}
+inline float16 gemm_f16_load16(const __global half *p) {
+    ushort16 bits = vload16(0, (const __global ushort *)p);
+    return vload_half16(0, (const half *)&bits);
+}
+#define GEMM_VLOAD8(p, o) gemm_f16_load8((p) + (o))
+#define GEMM_VLOAD16(p, o) gemm_f16_load16((p) + (o))
+// From the private arrays of raw bits below (aligned, private).
+#define GEMM_PVLOAD8(p, o) vload_half8(0, (p) + (o))
+#define GEMM_PVLOAD16(p, o) vload_half16(0, (p) + (o))
 #define GEMM_VSTORE8(v, p, o) vstore_half8_rte((v), 0, (p) + (o))
 #define GEMM_VSTORE16(v, p, o) vstore_half16_rte((v), 0, (p) + (o))
 #elif defined(MPCL_STORAGE_BF16)
@@ -60,6 +75,10 @@ typedef float gemm_raw_t;
 #endif
 #define GEMM_RAW_LOAD(p, i) (((__global const gemm_raw_t *)(p))[(i)])
 // C held as float (the f32-output kernels of the f16 and bf16 programs).
+#if !defined(MPCL_STORAGE_F16)
+#define GEMM_PVLOAD8 GEMM_VLOAD8
+#define GEMM_PVLOAD16 GEMM_VLOAD16
+#endif
 #if defined(MPCL_STORAGE_F16) || defined(MPCL_STORAGE_BF16)
 #define GEMM_NARROW_STORAGE 1
 #endif
@@ -94,7 +113,7 @@ typedef float gemm_raw_t;
 // layout; araw starts zeroed, so the lanes past kn convert defined bits).
 #define GEMM_STAGE_RAW(r, P) araw[(r) * rstride + kk * kstride] = GEMM_RAW_LOAD(a, ao##r + (kb + kk) * aks);
 #define GEMM_CONVERT_ROW(r, P) \
-    GEMM_FVSTORE_BLOCK(GEMM_BVLOAD(GEMM_RAW_PTR(araw), (r) * GEMM_W), r, abuf);
+    GEMM_FVSTORE_BLOCK(GEMM_RAW_BVLOAD(GEMM_RAW_PTR(araw), (r) * GEMM_W), r, abuf);
 #if defined(GEMM_NARROW_STORAGE)
 #define GEMM_STAGE_EDGE                                         \
     for (uint kk = 0; kk < kn; kk++) { GEMM_ROWS(GEMM_STAGE_RAW, 0) } \
@@ -116,7 +135,7 @@ typedef float gemm_raw_t;
         for (uint kk = 0; kk < kn; kk++) {                                             \
             for (uint l = 0; l < GEMM_W; l++)                                          \
                 braw[l] = GEMM_RAW_LOAD(b, min(cj0 + l, N - 1) * bcs + (kb + kk) * bks); \
-            const GEMM_VT bv = GEMM_BVLOAD(GEMM_RAW_PTR(braw), 0);                     \
+            const GEMM_VT bv = GEMM_RAW_BVLOAD(GEMM_RAW_PTR(braw), 0);                     \
             const float *ap = abuf + kk * (KSTRIDE);                                   \
             GEMM_ROWS(GEMM_FMA, RSTRIDE)                                               \
         }                                                                              \
@@ -204,6 +223,7 @@ typedef float gemm_raw_t;
 #define GEMM_TM MPCL_ABI_GEMM_TILE_WIDE
 #define GEMM_ROWS GEMM_ROWS16
 #define GEMM_BVLOAD GEMM_VLOAD16
+#define GEMM_RAW_BVLOAD GEMM_PVLOAD16
 #define GEMM_FVSTORE_BLOCK(v, i, p) vstore16((v), (i), (p))
 #define GEMM_FVLOAD_BLOCK(p) vload16(0, (p))
 #define GEMM_CVLOAD GEMM_VLOAD16
@@ -233,6 +253,7 @@ GEMM_KERNEL(mpcl_gemm_w16_cf32)
 #undef GEMM_TM
 #undef GEMM_ROWS
 #undef GEMM_BVLOAD
+#undef GEMM_RAW_BVLOAD
 #undef GEMM_FVSTORE_BLOCK
 #undef GEMM_FVLOAD_BLOCK
 #undef GEMM_CVLOAD
@@ -248,6 +269,7 @@ GEMM_KERNEL(mpcl_gemm_w16_cf32)
 #define GEMM_TM MPCL_ABI_GEMM_TILE_NARROW
 #define GEMM_ROWS GEMM_ROWS8
 #define GEMM_BVLOAD GEMM_VLOAD8
+#define GEMM_RAW_BVLOAD GEMM_PVLOAD8
 #define GEMM_FVSTORE_BLOCK(v, i, p) vstore8((v), (i), (p))
 #define GEMM_FVLOAD_BLOCK(p) vload8(0, (p))
 #define GEMM_CVLOAD GEMM_VLOAD8
@@ -271,6 +293,7 @@ GEMM_KERNEL(mpcl_gemm_w8_cf32)
 #undef GEMM_TM
 #undef GEMM_ROWS
 #undef GEMM_BVLOAD
+#undef GEMM_RAW_BVLOAD
 #undef GEMM_FVSTORE_BLOCK
 #undef GEMM_FVLOAD_BLOCK
 #undef GEMM_CVLOAD

@@ -19,10 +19,23 @@ typedef struct gemm_case {
 
 /* {m, n, k, big, quick} */
 static const gemm_case cases[] = {
-    {1, 1, 1, false, false},     {7, 33, 5, false, false},     {33, 7, 130, false, false},
-    {130, 7, 33, false, false},  {17, 31, 9, false, false},    {16, 16, 16, false, false},
-    {8, 10, 3, false, false},    {40, 20, 12, false, true},    {128, 10, 128, true, false},
-    {128, 128, 10, true, false}, {128, 128, 784, true, false}, {784, 128, 128, true, false},
+    {1, 1, 1, false, false},
+    {7, 33, 5, false, false},
+    {33, 7, 130, false, false},
+    {130, 7, 33, false, false},
+    {17, 31, 9, false, false},
+    {16, 16, 16, false, false},
+    {8, 10, 3, false, false},
+    {40, 20, 12, false, true},
+    {128, 10, 128, true, false},
+    {128, 128, 10, true, false},
+    {128, 128, 784, true, false},
+    {784, 128, 128, true, false},
+    /* Whole 16-deep blocks of rows that start at odd multiples of 8 elements
+     * (K % 16 == 4, M even): the vector loads of A rows are unaligned; PoCL
+     * once compiled f16's into an aligned move that faulted. */
+    {8, 16, 20, false, false},
+    {18, 36, 27, false, false},
 };
 
 /* One (path, C dtype) combination to test. */
