@@ -15,6 +15,7 @@ packages=(
     pocl-opencl-icd mesa-opencl-icd oclgrind
     libclblast-dev libcmocka-dev zlib1g-dev libopenblas-dev
     dataset-fashion-mnist
+    libopenmpi-dev openmpi-bin
 )
 
 missing=()
