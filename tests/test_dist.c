@@ -282,7 +282,7 @@ typedef struct phase_set {
     int32_t y[8];
 } phase_set;
 
-/* Models of 20-16-4 on this process's replicas (two local, or one under
+/* Models of 32-16-4 on this process's replicas (two local, or one under
  * MPI), and a global batch of 8 random rows, the same on every replica and
  * rank (a fixed seed). */
 static void phase_make(phase_set *s, mpcl_policy policy, size_t n) {
@@ -332,39 +332,45 @@ static void poke_inf(mpcl_model *m) {
     free(v);
 }
 
+/* One step of this process's replicas (global replica `poke` gets an inf in
+ * its gradient; none when poke >= 2), then per replica: the loss-scale
+ * state after apply, and whether the weights changed. */
+static void phase_step(phase_set *s, mpcl_dist *d, size_t first, size_t poke,
+                       mpcl_loss_scale_state *ls, bool *changed) {
+    uint64_t before[2], after;
+    for (size_t r = 0; r < s->n; r++) {
+        TU_ASSERT_OK(mpcl_dist_weights_checksum(s->m[r], &before[r]));
+        phase_grads(s, r, first + r);
+        if (first + r == poke) poke_inf(s->m[r]);
+    }
+    TU_ASSERT_OK(mpcl_dist_allreduce_grads(d, s->m));
+    for (size_t r = 0; r < s->n; r++) {
+        TU_ASSERT_OK(mpcl_model_apply(s->m[r]));
+        TU_ASSERT_OK(mpcl_loss_scale_read(g_ctx[r], mpcl_model_loss_scale(s->m[r]), &ls[r]));
+        TU_ASSERT_OK(mpcl_dist_weights_checksum(s->m[r], &after));
+        changed[r] = after != before[r];
+    }
+}
+
 /* One replica's gradient overflows: after the all-reduce every replica
  * skips the step (weights untouched) and halves its scale; the next clean
  * step applies everywhere, and the replicas still agree bit for bit. */
 static void overflow_skips_everywhere(mpcl_dist *d, size_t n, size_t first) {
     phase_set s;
     phase_make(&s, MPCL_POLICY_MIXED_FLOAT16, n);
-    uint64_t before[2], after[2];
-    mpcl_loss_scale_state ls0;
+    mpcl_loss_scale_state ls0, ls[2];
+    bool changed[2];
     TU_ASSERT_OK(mpcl_loss_scale_read(g_ctx[0], mpcl_model_loss_scale(s.m[0]), &ls0));
+    phase_step(&s, d, first, 1, ls, changed);
     for (size_t r = 0; r < n; r++) {
-        TU_ASSERT_OK(mpcl_dist_weights_checksum(s.m[r], &before[r]));
-        phase_grads(&s, r, first + r);
-        if (first + r == 1) poke_inf(s.m[r]); /* global replica 1 only */
+        assert_int_equal(ls[r].skipped_steps, 1);
+        assert_true(ls[r].scale == ls0.scale / 2);
+        assert_false(changed[r]);
     }
-    TU_ASSERT_OK(mpcl_dist_allreduce_grads(d, s.m));
+    phase_step(&s, d, first, 2, ls, changed);
     for (size_t r = 0; r < n; r++) {
-        TU_ASSERT_OK(mpcl_model_apply(s.m[r]));
-        mpcl_loss_scale_state ls;
-        TU_ASSERT_OK(mpcl_loss_scale_read(g_ctx[r], mpcl_model_loss_scale(s.m[r]), &ls));
-        assert_int_equal(ls.skipped_steps, 1);
-        assert_true(ls.scale == ls0.scale / 2);
-        TU_ASSERT_OK(mpcl_dist_weights_checksum(s.m[r], &after[r]));
-        assert_true(after[r] == before[r]);
-    }
-    for (size_t r = 0; r < n; r++) phase_grads(&s, r, first + r);
-    TU_ASSERT_OK(mpcl_dist_allreduce_grads(d, s.m));
-    for (size_t r = 0; r < n; r++) {
-        TU_ASSERT_OK(mpcl_model_apply(s.m[r]));
-        mpcl_loss_scale_state ls;
-        TU_ASSERT_OK(mpcl_loss_scale_read(g_ctx[r], mpcl_model_loss_scale(s.m[r]), &ls));
-        assert_int_equal(ls.skipped_steps, 1);
-        TU_ASSERT_OK(mpcl_dist_weights_checksum(s.m[r], &after[r]));
-        assert_true(after[r] != before[r]);
+        assert_int_equal(ls[r].skipped_steps, 1);
+        assert_true(changed[r]);
     }
     TU_ASSERT_OK(mpcl_dist_check_weights(d, s.m));
     phase_free(&s);
