@@ -88,6 +88,21 @@ else:
         same = all(mpi[k] == two[k] for k in ("test_loss", "test_accuracy", "steps"))
         check(same, f"mpirun -np 2 and --devices {TWO} give identical figures")
 
+    # A rank that fails (here: rank 1 cannot read its data) ends the job:
+    # it prints its error and aborts, and rank 0 does not wait for it.
+    t0 = time.time()
+    try:
+        p = subprocess.run([MPIRUN] + MPI_FLAGS[:-2] + ["-np", "1", TRAIN] + SMALL + [":", "-np",
+                            "1", TRAIN] + SMALL + ["--data", "/nonexistent-mpcl-data"],
+                           env=ENV, capture_output=True, text=True, timeout=60)
+        out = p.stdout + p.stderr
+        check(p.returncode != 0 and time.time() - t0 < 30,
+              f"a failing rank ends the job: exit {p.returncode} in {time.time() - t0:.1f} s")
+        check("rank 1 failed" in out and "nonexistent-mpcl-data" in out,
+              "the failing rank says why and that it ends the job")
+    except subprocess.TimeoutExpired:
+        check(False, "a failing rank ends the job within 60 s")
+
     # Kill rank 1 mid-run: mpirun must end with a non-zero status and say so.
     mark = uuid.uuid4().hex
     env = dict(ENV, MPCL_TEST_MARK=mark)
