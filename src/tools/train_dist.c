@@ -50,6 +50,10 @@ static mpcl_status open_devices(train_dist *td, const train_args *a) {
         if ((st = platform_devices(NULL, ids, &count)) != MPCL_OK) return st;
         return open_context(td, ids[mpcl_dist_local_rank(td->dist) % count]);
     }
+    if (mpcl_dist_mpi_launched())
+        fprintf(stderr,
+                "mpcl-train: started by an MPI launcher, but this libmpcl was built "
+                "without MPI: this process trains alone\n");
     if (!a->devices) return open_context(td, a->device);
     if (strcmp(a->devices, "all") == 0) {
         if ((st = platform_devices(a->device, ids, &count)) != MPCL_OK) return st;
