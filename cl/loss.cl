@@ -12,14 +12,15 @@
 // logits, d_logits: [rows, classes]. labels: [rows] int. stats: 32-bit words
 // at the MPCL_ABI_XENT_STAT_* offsets of cl/abi.h, which ops.c reads: the
 // loss sum as a float with its Kahan compensation, the rest uints. With
-// write_grad, d_logits[r,c] = (p[r,c] - (c == label)) * scale / rows, where
+// write_grad, d_logits[r,c] = (p[r,c] - (c == label)) * scale / grad_rows
+// (grad_rows = rows, or a data-parallel replica's global batch), where
 // scale is scale_buf[0] when use_scale_buf and scale_value otherwise; without
 // it d_logits is not touched (and may be any buffer).
 // A label outside [0, classes) counts as bad: the row adds no loss, its
 // gradient row is zero, and the first bad (call, row, label) is recorded.
 __kernel __attribute__((reqd_work_group_size(MPCL_ABI_LOSS_WG, 1, 1))) void mpcl_softmax_xent(
     __global uint *stats, __global storage_t *d_logits, __global const storage_t *logits,
-    __global const int *labels, uint rows, uint classes, __global const float *scale_buf,
+    __global const int *labels, uint rows, uint grad_rows, uint classes, __global const float *scale_buf,
     float scale_value, int use_scale_buf, int write_grad) {
     __local float l_loss[MPCL_ABI_LOSS_WG];
     __local uint l_correct[MPCL_ABI_LOSS_WG], l_valid[MPCL_ABI_LOSS_WG];
@@ -27,7 +28,7 @@ __kernel __attribute__((reqd_work_group_size(MPCL_ABI_LOSS_WG, 1, 1))) void mpcl
     const uint lid = get_local_id(0);
 
     float g = 0.0f;
-    if (write_grad) g = (use_scale_buf ? scale_buf[0] : scale_value) / (float)rows;
+    if (write_grad) g = (use_scale_buf ? scale_buf[0] : scale_value) / (float)grad_rows;
 
     float loss = 0.0f;
     uint correct = 0, valid = 0, bad = 0, first_bad = UINT_MAX;

@@ -16,6 +16,7 @@ packages=(
     libclblast-dev libcmocka-dev zlib1g-dev libopenblas-dev
     dataset-fashion-mnist
     python3-numpy python3-pytest python3-pil python3-pip python3-setuptools librsvg2-bin
+    libopenmpi-dev openmpi-bin
 )
 
 missing=()

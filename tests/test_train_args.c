@@ -154,6 +154,13 @@ static void every_flag_both_spellings(void **state) {
     /* Seven hidden layers is the model's limit, and allowed. */
     assert_true(parse(&a, err, sizeof err, "--hidden", "1,2,3,4,5,6,7", NULL));
     assert_int_equal(a.hidden_count, 7);
+    /* Data parallel: the device list is kept as typed (train_dist.c reads it). */
+    assert_null(a.devices);
+    assert_int_equal(a.grad_compression, MPCL_GRAD_COMPRESSION_NONE);
+    assert_true(
+        parse(&a, err, sizeof err, "--devices", "0:0,0:1", "--grad-compression=bf16", NULL));
+    assert_string_equal(a.devices, "0:0,0:1");
+    assert_int_equal(a.grad_compression, MPCL_GRAD_COMPRESSION_BF16);
 }
 
 /* Each rejected (flag, value): the message must name the flag and, where
@@ -162,6 +169,8 @@ static void rejects(void **state) {
     (void)state;
     static const char *const bad[][2] = {
         {"--batch", "0"},
+        {"--grad-compression", "fp8"},
+        {"--devices", ""},
         {"--batch", "-1"},
         {"--batch", "12abc"},
         {"--batch", ""},

@@ -122,6 +122,9 @@ const mpcl_model_params *mpcl_model_params_of(const mpcl_model *m);
 const mpcl_plan *mpcl_model_plan(const mpcl_model *m);
 size_t mpcl_model_layer_count(const mpcl_model *m);
 const mpcl_layer_spec *mpcl_model_layer(const mpcl_model *m, size_t index);
+/* The context the model was created on. */
+mpcl_context *mpcl_model_context(const mpcl_model *m);
+
 /* NULL when loss scaling is off. */
 mpcl_loss_scale *mpcl_model_loss_scale(const mpcl_model *m);
 
@@ -132,6 +135,15 @@ mpcl_loss_scale *mpcl_model_loss_scale(const mpcl_model *m);
  * for backward. x: [B, inputs] in the plan's storage dtype; labels: [B, 1]
  * i32; 1 <= B <= max_batch. x and labels must stay alive until backward. */
 mpcl_status mpcl_model_forward(mpcl_model *m, const mpcl_tensor *x, const mpcl_tensor *labels);
+/* Forward of one replica's slice x of a data-parallel global batch of
+ * batch_rows rows (>= x's rows; MPCL_ERR_INVALID_ARG otherwise): as
+ * mpcl_model_forward, except that the loss gradient is divided by batch_rows
+ * instead of x's rows. Each row's loss gradient is then bit for bit what the
+ * whole batch in one model gives it, and the sum of the slices' gradient
+ * arenas is the global batch's gradient (only the order of the sum differs). */
+mpcl_status mpcl_model_forward_slice(mpcl_model *m, const mpcl_tensor *x, const mpcl_tensor *labels,
+                                     size_t batch_rows);
+
 /* Gradients of the last forward into the gradient arena (overwritten, not
  * accumulated). MPCL_ERR_INVALID_ARG without a forward before it. */
 mpcl_status mpcl_model_backward(mpcl_model *m);

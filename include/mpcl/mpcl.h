@@ -18,6 +18,7 @@
 #include "mpcl/safetensors.h"
 #include "mpcl/batch.h"
 #include "mpcl/model.h"
+#include "mpcl/dist.h"
 #include "mpcl/train.h"
 #include "mpcl/plot.h"
 #include "mpcl/version.h"

@@ -25,7 +25,8 @@ extern "C" {
     X(ERR_LABEL, "label out of range")                 \
     X(ERR_CLBLAST, "a CLBlast call failed")            \
     X(ERR_IO, "file input/output failed")              \
-    X(ERR_FORMAT, "malformed file")
+    X(ERR_FORMAT, "malformed file")                    \
+    X(ERR_DIST, "data-parallel replicas disagree or one failed")
 
 typedef enum mpcl_status {
 #define MPCL_STATUS_ENUM_(name, sentence) MPCL_##name,

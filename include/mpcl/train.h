@@ -11,6 +11,7 @@
 
 #include "mpcl/context.h"
 #include "mpcl/data.h"
+#include "mpcl/dist.h"
 #include "mpcl/model.h"
 
 #ifdef __cplusplus
@@ -84,6 +85,15 @@ typedef struct mpcl_train_params {
      * mpcl_trainer_create; the caller keeps them. */
     const mpcl_dataset *train_data;
     const mpcl_dataset *test_data;
+    /* Data parallel (dist.h): NULL trains one model on ctx. With a
+     * communicator (borrowed), this process trains one replica on each of
+     * replica_ctx[0 .. mpcl_dist_local_replicas) (borrowed; replica_ctx[0]
+     * is ctx; NULL means ctx alone, for MPI), `batch` is the global batch,
+     * split in replica order (mpcl_dist_slice), and every replica ends each
+     * step with the same weights. Replica 0 evaluates and its model is the
+     * one checkpoints save; a checkpoint resumes under any world size. */
+    mpcl_dist *dist;
+    mpcl_context *const *replica_ctx;
 } mpcl_train_params;
 
 #define MPCL_TRAIN_QUEUE_AHEAD 2
@@ -97,6 +107,11 @@ mpcl_status mpcl_trainer_create(mpcl_context *ctx, const mpcl_train_params *para
                                 mpcl_trainer **out);
 void mpcl_trainer_destroy(mpcl_trainer *tr);
 mpcl_model *mpcl_trainer_model(const mpcl_trainer *tr);
+/* This process's replica r's model (r < local replicas; NULL past them). */
+mpcl_model *mpcl_trainer_replica_model(const mpcl_trainer *tr, size_t r);
+/* Why the replicas' common plan is not what each device would take alone
+ * ("" when every replica resolved the policy alike). */
+const char *mpcl_trainer_plan_note(const mpcl_trainer *tr);
 
 /* Trains until params.epochs are done or *stop is set; resumes from where a
  * loaded checkpoint left off. Steps not yet reported when it returns get one
@@ -120,6 +135,14 @@ typedef struct mpcl_train_summary {
     size_t peak_device_bytes;
     bool diverged;  /* the training loss became non-finite (no loss scaling) */
     bool evaluated; /* test_loss and test_accuracy come from an evaluation */
+    /* Data parallel: replicas in all (1 alone), this process's share of
+     * the training samples per second of training time, bytes each replica
+     * puts into one gradient all-reduce (0 alone), and the seconds spent in
+     * all-reduces in all. */
+    size_t world_size;
+    double replica_samples_per_s;
+    size_t allreduce_bytes_per_step;
+    double allreduce_seconds;
 } mpcl_train_summary;
 
 void mpcl_trainer_summary(const mpcl_trainer *tr, mpcl_train_summary *out);

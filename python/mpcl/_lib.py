@@ -86,7 +86,7 @@ class TrainParams(Structure):
                 ("keep_going_on_nan", c_bool), ("save_path", c_char_p),
                 ("save_every_steps", c_uint64), ("save_every_epochs", c_uint32),
                 ("resume_keeps_scale", c_bool), ("train_data", c_void_p),
-                ("test_data", c_void_p)]
+                ("test_data", c_void_p), ("dist", c_void_p), ("replica_ctx", c_void_p)]
 
 
 class TrainSummary(Structure):
@@ -95,7 +95,9 @@ class TrainSummary(Structure):
                 ("train_samples_per_s", c_double), ("seconds", c_double),
                 ("skipped_steps", c_uint32), ("final_loss_scale", c_float),
                 ("peak_device_bytes", c_size_t), ("diverged", c_bool),
-                ("evaluated", c_bool)]
+                ("evaluated", c_bool), ("world_size", c_size_t),
+                ("replica_samples_per_s", c_double), ("allreduce_bytes_per_step", c_size_t),
+                ("allreduce_seconds", c_double)]
 
 
 class XentStats(Structure):

@@ -83,4 +83,14 @@ cl_mem mpcl__loss_scale_scale_mem(const mpcl_loss_scale *ls);
 mpcl_status mpcl__loss_scale_set_update_args(mpcl_context *ctx, const mpcl_loss_scale *ls,
                                              cl_kernel k, const char *name);
 
+/* mpcl_softmax_xent_forward_backward with the gradient divided by grad_rows
+ * (>= the rows of logits) instead of the rows: a data-parallel replica holds
+ * a slice of a global batch of grad_rows rows, so that the slices' gradients
+ * sum to the global batch's (dist area). */
+mpcl_status mpcl__softmax_xent_forward_backward_rows(mpcl_context *ctx, mpcl_tensor *stats,
+                                                     mpcl_tensor *d_logits,
+                                                     const mpcl_tensor *logits,
+                                                     const mpcl_tensor *labels,
+                                                     const mpcl_tensor *scale, size_t grad_rows);
+
 #endif

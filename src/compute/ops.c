@@ -325,9 +325,12 @@ cleanup:
     return st;
 }
 
+/* grad_rows: the B the gradient is divided by (the rows of logits, or a
+ * data-parallel replica's global batch: mpcl__softmax_xent_forward_backward_rows). */
 static mpcl_status softmax_xent(mpcl_context *ctx, const char *op, mpcl_tensor *stats,
                                 mpcl_tensor *d_logits, const mpcl_tensor *logits,
-                                const mpcl_tensor *labels, const mpcl_tensor *scale) {
+                                const mpcl_tensor *labels, const mpcl_tensor *scale,
+                                size_t grad_rows) {
     TRY(check_stats(ctx, stats, op));
     TRY(check_present(ctx, logits, op, "logits"));
     TRY(check_present(ctx, labels, op, "labels"));
@@ -341,10 +344,14 @@ static mpcl_status softmax_xent(mpcl_context *ctx, const char *op, mpcl_tensor *
     if (d_logits) TRY(check_shape(ctx, d_logits, logits->rows, logits->cols, op, "d_logits"));
     if (scale) TRY(check_shape(ctx, scale, 1, 1, op, "scale"));
     TRY(check_count(ctx, logits, op));
+    if (grad_rows < logits->rows || grad_rows > UINT32_MAX)
+        return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "%s: gradient divisor %zu for %zu rows", op,
+                          grad_rows, logits->rows);
 
     cl_kernel k;
     TRY(mpcl__kernel(ctx, logits->dtype, "mpcl_softmax_xent", &k));
     cl_uint rows = (cl_uint)logits->rows, classes = (cl_uint)logits->cols;
+    cl_uint divisor = (cl_uint)grad_rows;
     cl_float scale_value = 1.0f;
     cl_int use_scale_buf = scale != NULL, write_grad = d_logits != NULL;
     /* Arguments the kernel does not touch get a stand-in buffer. */
@@ -352,23 +359,34 @@ static mpcl_status softmax_xent(mpcl_context *ctx, const char *op, mpcl_tensor *
     cl_mem scale_mem = scale ? scale->mem : stats->mem;
     TRY(mpcl__set_args(ctx, k, "mpcl_softmax_xent", MPCL_ARG(stats->mem), MPCL_ARG(d_mem),
                        MPCL_ARG(logits->mem), MPCL_ARG(labels->mem), MPCL_ARG(rows),
-                       MPCL_ARG(classes), MPCL_ARG(scale_mem), MPCL_ARG(scale_value),
-                       MPCL_ARG(use_scale_buf), MPCL_ARG(write_grad), MPCL_ARGS_END));
+                       MPCL_ARG(divisor), MPCL_ARG(classes), MPCL_ARG(scale_mem),
+                       MPCL_ARG(scale_value), MPCL_ARG(use_scale_buf), MPCL_ARG(write_grad),
+                       MPCL_ARGS_END));
     return mpcl__launch_1d(ctx, k, "mpcl_softmax_xent", MPCL_ABI_LOSS_WG, MPCL_ABI_LOSS_WG);
 }
 
 mpcl_status mpcl_softmax_xent_forward(mpcl_context *ctx, mpcl_tensor *stats,
                                       const mpcl_tensor *logits, const mpcl_tensor *labels) {
-    return softmax_xent(ctx, "mpcl_softmax_xent_forward", stats, NULL, logits, labels, NULL);
+    return softmax_xent(ctx, "mpcl_softmax_xent_forward", stats, NULL, logits, labels, NULL,
+                        logits ? logits->rows : 0);
 }
 
 mpcl_status mpcl_softmax_xent_forward_backward(mpcl_context *ctx, mpcl_tensor *stats,
                                                mpcl_tensor *d_logits, const mpcl_tensor *logits,
                                                const mpcl_tensor *labels,
                                                const mpcl_tensor *scale) {
+    return mpcl__softmax_xent_forward_backward_rows(ctx, stats, d_logits, logits, labels, scale,
+                                                    logits ? logits->rows : 0);
+}
+
+mpcl_status mpcl__softmax_xent_forward_backward_rows(mpcl_context *ctx, mpcl_tensor *stats,
+                                                     mpcl_tensor *d_logits,
+                                                     const mpcl_tensor *logits,
+                                                     const mpcl_tensor *labels,
+                                                     const mpcl_tensor *scale, size_t grad_rows) {
     static const char op[] = "mpcl_softmax_xent_forward_backward";
     if (!d_logits) return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "%s: d_logits is NULL", op);
-    return softmax_xent(ctx, op, stats, d_logits, logits, labels, scale);
+    return softmax_xent(ctx, op, stats, d_logits, logits, labels, scale, grad_rows);
 }
 
 /* ---- casts ---- */

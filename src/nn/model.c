@@ -280,6 +280,9 @@ const mpcl_layer_spec *mpcl_model_layer(const mpcl_model *m, size_t index) {
 mpcl_loss_scale *mpcl_model_loss_scale(const mpcl_model *m) {
     return m->ls;
 }
+mpcl_context *mpcl_model_context(const mpcl_model *m) {
+    return m->ctx;
+}
 mpcl_tensor *mpcl_model_grad_arena(mpcl_model *m) {
     return m->arenas.grads;
 }
@@ -315,6 +318,11 @@ static mpcl_status forward_layers(mpcl_model *m, const mpcl_tensor *x, bool trai
 }
 
 mpcl_status mpcl_model_forward(mpcl_model *m, const mpcl_tensor *x, const mpcl_tensor *labels) {
+    return mpcl_model_forward_slice(m, x, labels, x ? x->rows : 0);
+}
+
+mpcl_status mpcl_model_forward_slice(mpcl_model *m, const mpcl_tensor *x, const mpcl_tensor *labels,
+                                     size_t batch_rows) {
     mpcl_status st = check_batch(m, x, labels);
     if (st != MPCL_OK) return st;
     m->phase = PHASE_IDLE;
@@ -322,8 +330,9 @@ mpcl_status mpcl_model_forward(mpcl_model *m, const mpcl_tensor *x, const mpcl_t
     mpcl_tensor logits = mpcl__tensor_rows(top->output, x->rows),
                 dlogits = mpcl__tensor_rows(top->d_output, x->rows);
     if ((st = forward_layers(m, x, true)) != MPCL_OK) return st;
-    st = mpcl_softmax_xent_forward_backward(m->ctx, m->train_stats, &dlogits, &logits, labels,
-                                            m->ls ? mpcl_loss_scale_tensor(m->ls) : NULL);
+    st = mpcl__softmax_xent_forward_backward_rows(m->ctx, m->train_stats, &dlogits, &logits, labels,
+                                                  m->ls ? mpcl_loss_scale_tensor(m->ls) : NULL,
+                                                  batch_rows);
     if (st != MPCL_OK) return st;
     m->x = *x;
     m->phase = PHASE_FORWARD;

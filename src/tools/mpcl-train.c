@@ -16,6 +16,7 @@
 #include "mpcl/mpcl.h"
 #include "mpcl/train.h"
 #include "train_args.h"
+#include "train_dist.h"
 
 enum { EXIT_OK = 0, EXIT_ERROR = 1, EXIT_NO_DEVICE = 2, EXIT_DIVERGED = 3 };
 
@@ -54,6 +55,11 @@ static const char usage[] =
     "  --initial-loss-scale X  first dynamic scale (default 32768)\n"
     "  --device SEL            P:D id, cpu, gpu, accelerator or part of a name\n"
     "                          (default $MPCL_DEVICE, else the first GPU, accelerator, CPU)\n"
+    "Data parallel (the batch is the global batch, split across replicas):\n"
+    "  --devices LIST|all      one replica per device in this process: P:D,P:D,... or all\n"
+    "                          devices of --device's platform; under mpirun one replica\n"
+    "                          per rank instead, on the local rank's device\n"
+    "  --grad-compression C    none, fp16 or bf16: gradients summed as 16-bit values\n"
     "Files and output:\n"
     "  --save PATH             write a safetensors checkpoint at the end or on Ctrl-C\n"
     "  --save-every N|Ne       also save every N steps (or N epochs) during the run\n"
@@ -251,7 +257,8 @@ static double monotonic_s(void) {
 }
 
 static void write_json(const train_args *a, const mpcl_device_info *dev, const mpcl_plan *plan,
-                       const mpcl_train_summary *s, double startup_s) {
+                       const mpcl_train_summary *s, const train_dist *td, const double *rates,
+                       double startup_s) {
     jsonw w;
     jsonw_init(&w, stdout);
     jsonw_object_begin(&w);
@@ -301,6 +308,7 @@ static void write_json(const train_args *a, const mpcl_device_info *dev, const m
         jsonw_string(&w, a->resume);
     else
         jsonw_null(&w);
+    train_dist_json(&w, td, s, rates);
     jsonw_object_end(&w);
     fputc('\n', stdout);
 }
@@ -386,8 +394,27 @@ int main(int argc, char **argv) {
      * start-up is over, before any training or writing. */
     install_handlers();
 
-    FILE *human = a.quiet ? NULL : a.json ? stderr : stdout;
+    /* The devices (several with --devices; this rank's under mpirun). */
+    train_dist td;
+    mpcl_status st = train_dist_open(&td, &a);
+    if (st != MPCL_OK) {
+        fprintf(stderr, "mpcl-train: %s\n", td.err);
+        /* An unknown selector is the user's mistake (1, as mpcl-probe); no
+         * OpenCL at all is the machine's (2). */
+        const char *env = getenv("MPCL_DEVICE");
+        bool selected = a.device || a.devices || (env && *env);
+        return st == MPCL_ERR_NO_PLATFORM || (st == MPCL_ERR_NO_DEVICE && !selected)
+                   ? EXIT_NO_DEVICE
+                   : EXIT_ERROR;
+    }
+    mpcl_context *ctx = td.ctx[0];
+    /* Under mpirun, rank 0 alone prints and writes files. */
+    bool leader = train_dist_leader(&td);
+    FILE *human = a.quiet || !leader ? NULL : a.json ? stderr : stdout;
+    if (!leader) a.metrics = a.plot = NULL; /* only rank 0 writes files */
     mpcl_train_params p = train_args_to_params(&a);
+    p.dist = td.dist;
+    p.replica_ctx = td.ctx;
     ui u = {.human = human,
             .live = human && isatty(fileno(human)),
             .epochs = a.epochs,
@@ -396,20 +423,6 @@ int main(int argc, char **argv) {
     p.user = &u;
     p.stop = &stop_flag;
 
-    mpcl_context_params cp = mpcl_context_default_params();
-    cp.device = a.device;
-    mpcl_context *ctx = NULL;
-    mpcl_status st = mpcl_context_create(&cp, &ctx);
-    if (st != MPCL_OK) {
-        fprintf(stderr, "mpcl-train: %s\n", mpcl_errmsg());
-        /* An unknown selector is the user's mistake (1, as mpcl-probe); no
-         * OpenCL at all is the machine's (2). */
-        const char *env = getenv("MPCL_DEVICE");
-        bool selected = a.device || (env && *env);
-        return st == MPCL_ERR_NO_PLATFORM || (st == MPCL_ERR_NO_DEVICE && !selected)
-                   ? EXIT_NO_DEVICE
-                   : EXIT_ERROR;
-    }
     const mpcl_device_info *dev = mpcl_context_device(ctx);
     if (human) print_start(human, &a, dev);
 
@@ -423,6 +436,7 @@ int main(int argc, char **argv) {
     mpcl_plan plan = *mpcl_model_plan(mpcl_trainer_model(tr));
     if (human) print_plan(human, &a, &plan);
     if (human) print_model(human, &a, mpcl_model_params_of(mpcl_trainer_model(tr)));
+    if (human) train_dist_print(human, &td, tr);
     if (a.resume && mpcl_trainer_load(tr, a.resume) != MPCL_OK) {
         fprintf(stderr, "mpcl-train: --resume %s: %s\n", a.resume, mpcl_errmsg());
         goto done;
@@ -482,7 +496,12 @@ int main(int argc, char **argv) {
         fprintf(stderr, "mpcl-train: %s\n", u.metrics_error);
         goto done;
     }
-    if (a.json) write_json(&a, dev, &plan, &s, startup_s);
+    if (a.json) {
+        double *rates = calloc(s.world_size, sizeof *rates);
+        if (rates) train_dist_rates(&td, &s, rates); /* collective under MPI */
+        if (rates && leader) write_json(&a, dev, &plan, &s, &td, rates, startup_s);
+        free(rates);
+    }
     /* The status says what happened: a signal after the last step changed
      * nothing, and the run is done. */
     if (s.diverged && !a.keep_going_on_nan)
@@ -500,8 +519,15 @@ done:
         rc = EXIT_ERROR;
     }
     mpcl_run_record_destroy(u.plot);
+    /* A failing rank ends the MPI job, so that no other rank waits for it in
+     * a collective; mpirun then exits non-zero on every rank's behalf. */
+    if (rc == EXIT_ERROR && td.dist && mpcl_dist_is_mpi(td.dist)) {
+        fprintf(stderr, "mpcl-train: rank %zu failed; ending the MPI job\n",
+                mpcl_dist_rank(td.dist));
+        mpcl_dist_abort(td.dist, EXIT_ERROR);
+    }
     mpcl_trainer_destroy(tr);
-    mpcl_context_destroy(ctx);
+    train_dist_close(&td);
     if (fflush(stdout) != 0 && rc == EXIT_OK) rc = EXIT_ERROR;
     return rc;
 }

@@ -122,21 +122,37 @@ static const struct {
     const char *name;
     flag_kind kind;
 } flags[] = {
-    {"--data", FLAG_VALUE},        {"--epochs", FLAG_VALUE},
-    {"--batch", FLAG_VALUE},       {"--lr", FLAG_VALUE},
-    {"--hidden", FLAG_VALUE},      {"--activation", FLAG_VALUE},
-    {"--optimizer", FLAG_VALUE},   {"--precision", FLAG_VALUE},
-    {"--loss-scale", FLAG_VALUE},  {"--initial-loss-scale", FLAG_VALUE},
-    {"--device", FLAG_VALUE},      {"--seed", FLAG_VALUE},
-    {"--save", FLAG_VALUE},        {"--resume", FLAG_VALUE},
-    {"--metrics", FLAG_VALUE},     {"--report-every", FLAG_VALUE},
-    {"--train-limit", FLAG_VALUE}, {"--test-limit", FLAG_VALUE},
-    {"--clip-norm", FLAG_VALUE},   {"--momentum", FLAG_VALUE},
-    {"--nesterov", FLAG_BOOL},     {"--json", FLAG_BOOL},
-    {"--quiet", FLAG_BOOL},        {"--help", FLAG_BOOL},
-    {"--version", FLAG_BOOL},      {"--classes", FLAG_VALUE},
-    {"--save-every", FLAG_VALUE},  {"--keep-going-on-nan", FLAG_BOOL},
+    {"--data", FLAG_VALUE},
+    {"--epochs", FLAG_VALUE},
+    {"--batch", FLAG_VALUE},
+    {"--lr", FLAG_VALUE},
+    {"--hidden", FLAG_VALUE},
+    {"--activation", FLAG_VALUE},
+    {"--optimizer", FLAG_VALUE},
+    {"--precision", FLAG_VALUE},
+    {"--loss-scale", FLAG_VALUE},
+    {"--initial-loss-scale", FLAG_VALUE},
+    {"--device", FLAG_VALUE},
+    {"--seed", FLAG_VALUE},
+    {"--save", FLAG_VALUE},
+    {"--resume", FLAG_VALUE},
+    {"--metrics", FLAG_VALUE},
+    {"--report-every", FLAG_VALUE},
+    {"--train-limit", FLAG_VALUE},
+    {"--test-limit", FLAG_VALUE},
+    {"--clip-norm", FLAG_VALUE},
+    {"--momentum", FLAG_VALUE},
+    {"--nesterov", FLAG_BOOL},
+    {"--json", FLAG_BOOL},
+    {"--quiet", FLAG_BOOL},
+    {"--help", FLAG_BOOL},
+    {"--version", FLAG_BOOL},
+    {"--classes", FLAG_VALUE},
+    {"--save-every", FLAG_VALUE},
+    {"--keep-going-on-nan", FLAG_BOOL},
     {"--plot", FLAG_VALUE},
+    {"--devices", FLAG_VALUE},
+    {"--grad-compression", FLAG_VALUE},
 };
 
 static bool apply(train_args *a, const char *f, const char *v, char *err, size_t size) {
@@ -211,6 +227,9 @@ static bool apply(train_args *a, const char *f, const char *v, char *err, size_t
         if (a->momentum > 1.0f)
             return fail(err, size, "%s: '%s' is above 1 (momentum is in [0, 1])", f, v);
         a->momentum_set = true;
+    } else if (strcmp(f, "--grad-compression") == 0) {
+        if (!mpcl_grad_compression_parse(v, &a->grad_compression))
+            return fail(err, size, "%s: unknown compression '%s' (none, fp16, bf16)", f, v);
     } else if (strcmp(f, "--precision") == 0) {
         if (!mpcl_policy_parse(v, &a->policy))
             return fail(err, size,
@@ -242,6 +261,8 @@ static bool apply(train_args *a, const char *f, const char *v, char *err, size_t
             a->data_dir = v;
         else if (strcmp(f, "--device") == 0)
             a->device = v;
+        else if (strcmp(f, "--devices") == 0)
+            a->devices = v;
         else if (strcmp(f, "--save") == 0)
             a->save = v;
         else if (strcmp(f, "--resume") == 0)

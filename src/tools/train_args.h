@@ -45,7 +45,9 @@ typedef struct train_args {
     uint32_t report_every;          /* 50 */
     size_t train_limit, test_limit; /* 0: all */
     bool json, quiet, help, version;
-    const char *plot; /* --plot PATH: the run's SVG, written at the end */
+    const char *plot;                       /* --plot PATH: the run's SVG, written at the end */
+    const char *devices;                    /* --devices P:D,P:D or all: local data parallel */
+    mpcl_grad_compression grad_compression; /* none */
 } train_args;
 
 void train_args_defaults(train_args *a);

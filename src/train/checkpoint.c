@@ -113,6 +113,8 @@ mpcl_status mpcl_trainer_save(mpcl_trainer *tr, const char *path) {
     const mpcl_plan *plan = mpcl_model_plan(m);
     mpcl_loss_scale *ls = mpcl_model_loss_scale(m);
     if (!path) return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "checkpoint path is NULL");
+    /* Every replica holds the same state: rank 0 alone writes it. */
+    if (tr->dist && mpcl_dist_rank(tr->dist) != 0) return MPCL_OK;
 
     expected e[MAX_TENSORS];
     size_t n = expected_tensors(m, e);
@@ -574,6 +576,37 @@ mpcl_status mpcl_trainer_load(mpcl_trainer *tr, const char *path) {
         (st = check_tensors(&L, tr->model, e, n)) == MPCL_OK &&
         (st = check_run(&L, tr, &cs)) == MPCL_OK)
         st = apply(tr, file, e, n, &cs);
+    if (st == MPCL_OK) st = mpcl__train_sync_replicas(tr);
     mpcl_safetensors_destroy(file);
+    return st;
+}
+
+mpcl_status mpcl__train_sync_replicas(mpcl_trainer *tr) {
+    mpcl_model *m0 = tr->models[0];
+    mpcl_status st = MPCL_OK;
+    for (size_t r = 1; r < tr->replicas && st == MPCL_OK; r++) {
+        mpcl_model *m = tr->models[r];
+        for (size_t p = 0; p < mpcl_model_param_count(m0) && st == MPCL_OK; p++) {
+            size_t count = mpcl_model_param(m0, p)->count;
+            float *buf = malloc(count * sizeof *buf);
+            if (!buf) return MPCL_ERROR(tr->ctx, MPCL_ERR_OUT_OF_MEMORY, "copying replicas");
+            for (int slot = 0; slot < MPCL_OPTIM_SLOT_COUNT && st == MPCL_OK; slot++) {
+                if (!mpcl_model_has_slot(m0, (mpcl_optim_slot)slot)) continue;
+                st = mpcl_model_read_param(m0, p, (mpcl_optim_slot)slot, buf, count);
+                if (st == MPCL_OK)
+                    st = mpcl_model_write_param(m, p, (mpcl_optim_slot)slot, buf, count);
+            }
+            free(buf);
+        }
+        uint32_t step = 0;
+        if (st == MPCL_OK) st = mpcl_model_read_step(m0, &step);
+        if (st == MPCL_OK) st = mpcl_model_write_step(m, step);
+        mpcl_loss_scale *ls0 = mpcl_model_loss_scale(m0), *ls = mpcl_model_loss_scale(m);
+        mpcl_loss_scale_state s;
+        if (st == MPCL_OK && ls0 && ls) {
+            st = mpcl_loss_scale_read(tr->ctx, ls0, &s);
+            if (st == MPCL_OK) st = mpcl_loss_scale_write_state(tr->rep[r].ctx, ls, &s);
+        }
+    }
     return st;
 }

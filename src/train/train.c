@@ -119,6 +119,82 @@ static mpcl_status check_test_data(mpcl_context *ctx, const mpcl_dataset *train,
     return MPCL_OK;
 }
 
+/* The replicas' contexts, and the batch split they need: every replica takes
+ * at least one row of every batch, the last partial one included. */
+static mpcl_status setup_replicas(mpcl_trainer *tr, const mpcl_train_params *params) {
+    mpcl_context *ctx = tr->ctx;
+    tr->dist = params->dist;
+    tr->replicas = tr->dist ? mpcl_dist_local_replicas(tr->dist) : 1;
+    tr->rep[0].ctx = ctx;
+    if (!tr->dist) return MPCL_OK;
+    if (tr->replicas > 1 && (!params->replica_ctx || params->replica_ctx[0] != ctx))
+        return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG,
+                          "%zu local replicas need replica_ctx[0 .. %zu), the first being ctx",
+                          tr->replicas, tr->replicas);
+    for (size_t r = 1; r < tr->replicas; r++) tr->rep[r].ctx = params->replica_ctx[r];
+    size_t world = mpcl_dist_world_size(tr->dist), last = tr->train_count % params->batch;
+    if (params->batch < world || (last && last < world))
+        return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG,
+                          "batch %zu (last batch of the epoch: %zu samples) over %zu replicas: "
+                          "every replica needs at least one sample of every batch; choose "
+                          "--batch or --train-limit to fit",
+                          params->batch, last ? last : params->batch, world);
+    return MPCL_OK;
+}
+
+/* One precision plan for every replica: replica 0 resolves the policy, the
+ * others take what it resolved to; when a device cannot run that (or, under
+ * MPI, the processes resolved `auto` differently), every replica falls back
+ * to float32, the plan every device runs, and plan_note says so. An explicit
+ * policy that some replica cannot run is refused. */
+static mpcl_status create_models(mpcl_trainer *tr, mpcl_model_params *mp) {
+    mpcl_status st = mpcl_model_create(tr->ctx, mp, &tr->model);
+    if (st != MPCL_OK) return st;
+    tr->rep[0].model = tr->models[0] = tr->model;
+    if (!tr->dist) return MPCL_OK;
+    mpcl_model_params each = *mp;
+    each.policy = mpcl_model_plan(tr->model)->resolved;
+    size_t misfit = 0;
+    for (size_t r = 1; r < tr->replicas && !misfit; r++) {
+        st = mpcl_model_create(tr->rep[r].ctx, &each, &tr->rep[r].model);
+        if (st == MPCL_ERR_UNSUPPORTED)
+            misfit = r;
+        else if (st != MPCL_OK)
+            return st;
+        tr->models[r] = tr->rep[r].model;
+    }
+    double votes[MPCL_POLICY_COUNT + 1] = {0};
+    votes[misfit ? MPCL_POLICY_COUNT : each.policy] = 1;
+    if ((st = mpcl_dist_sum_f64(tr->dist, tr->ctx, votes, MPCL_POLICY_COUNT + 1)) != MPCL_OK)
+        return st;
+    double processes = mpcl_dist_is_mpi(tr->dist) ? (double)mpcl_dist_world_size(tr->dist) : 1;
+    if (votes[each.policy] == processes) return MPCL_OK;
+    if (mp->policy != MPCL_POLICY_AUTO)
+        return MPCL_ERROR(tr->ctx, MPCL_ERR_UNSUPPORTED,
+                          "policy %s cannot run on every replica (%s); choose another "
+                          "--precision or other devices",
+                          mpcl_policy_name(mp->policy),
+                          misfit ? "a local device refused it" : "another rank refused it");
+    snprintf(tr->plan_note, sizeof tr->plan_note,
+             "float32, the common plan: replica 0 resolved auto to %s, which not every "
+             "replica's device runs alike",
+             mpcl_policy_name(each.policy));
+    for (size_t r = 0; r < tr->replicas; r++) {
+        mpcl_model_destroy(tr->rep[r].model);
+        tr->rep[r].model = tr->models[r] = NULL;
+    }
+    tr->model = NULL;
+    each.policy = MPCL_POLICY_FLOAT32;
+    for (size_t r = 0; r < tr->replicas; r++) {
+        if ((st = mpcl_model_create(tr->rep[r].ctx, &each, &tr->rep[r].model)) != MPCL_OK)
+            return st;
+        tr->models[r] = tr->rep[r].model;
+    }
+    tr->model = tr->models[0];
+    mp->policy = MPCL_POLICY_FLOAT32;
+    return MPCL_OK;
+}
+
 mpcl_status mpcl_trainer_create(mpcl_context *ctx, const mpcl_train_params *params,
                                 mpcl_trainer **out) {
     *out = NULL;
@@ -193,7 +269,8 @@ mpcl_status mpcl_trainer_create(mpcl_context *ctx, const mpcl_train_params *para
     mp.max_batch = params->batch;
     mp.seed = params->seed;
     tr->params.model = mp;
-    if ((st = mpcl_model_create(ctx, &mp, &tr->model)) != MPCL_OK) goto cleanup;
+    if ((st = setup_replicas(tr, params)) != MPCL_OK || (st = create_models(tr, &mp)) != MPCL_OK)
+        goto cleanup;
     mpcl_dtype storage = mpcl_model_plan(tr->model)->storage;
 
     tr->host_order = malloc(tr->train_count * sizeof *tr->host_order);
@@ -217,6 +294,24 @@ mpcl_status mpcl_trainer_create(mpcl_context *ctx, const mpcl_train_params *para
         goto cleanup;
     }
     free(iota);
+    mpcl__replica *r0 = &tr->rep[0];
+    r0->train = tr->train;
+    r0->order = tr->order;
+    r0->x = tr->x;
+    r0->labels = tr->labels;
+    /* The other replicas: their own copy of the training data, and batch
+     * buffers for a slice (at most the whole batch). */
+    for (size_t r = 1; r < tr->replicas; r++) {
+        mpcl__replica *R = &tr->rep[r];
+        if ((st = mpcl_device_dataset_create(R->ctx, train_ds, &R->train)) != MPCL_OK ||
+            (st = mpcl_tensor_create(R->ctx, MPCL_DTYPE_I32, tr->train_count, 1, &R->order)) !=
+                MPCL_OK ||
+            (st = mpcl_tensor_create(R->ctx, storage, params->batch, mp.inputs, &R->x)) !=
+                MPCL_OK ||
+            (st = mpcl_tensor_create(R->ctx, MPCL_DTYPE_I32, params->batch, 1, &R->labels)) !=
+                MPCL_OK)
+            goto cleanup;
+    }
 
 cleanup:
     mpcl_dataset_destroy(train);
@@ -231,6 +326,14 @@ cleanup:
 
 void mpcl_trainer_destroy(mpcl_trainer *tr) {
     if (!tr) return;
+    for (size_t r = 1; r < tr->replicas; r++) {
+        mpcl__replica *R = &tr->rep[r];
+        mpcl_tensor_destroy(R->x);
+        mpcl_tensor_destroy(R->labels);
+        mpcl_tensor_destroy(R->order);
+        mpcl_device_dataset_destroy(R->train);
+        mpcl_model_destroy(R->model);
+    }
     mpcl_tensor_destroy(tr->x);
     mpcl_tensor_destroy(tr->labels);
     mpcl_tensor_destroy(tr->order);
@@ -246,6 +349,14 @@ void mpcl_trainer_destroy(mpcl_trainer *tr) {
 
 mpcl_model *mpcl_trainer_model(const mpcl_trainer *tr) {
     return tr->model;
+}
+
+mpcl_model *mpcl_trainer_replica_model(const mpcl_trainer *tr, size_t r) {
+    return r < tr->replicas ? tr->models[r] : NULL;
+}
+
+const char *mpcl_trainer_plan_note(const mpcl_trainer *tr) {
+    return tr->plan_note;
 }
 
 mpcl_status mpcl_trainer_evaluate(mpcl_trainer *tr, double *loss, double *accuracy) {
@@ -296,12 +407,21 @@ static void check_divergence(mpcl_trainer *tr, double loss) {
     if (!isfinite(loss) && !mpcl_model_loss_scale(tr->model)) tr->diverged = true;
 }
 
+/* The training statistics since the last read, over every replica. */
+static mpcl_status read_train_stats(mpcl_trainer *tr, mpcl_xent_stats *s) {
+    if (tr->dist) return mpcl_dist_read_train_stats(tr->dist, tr->models, s);
+    return mpcl_model_read_train_stats(tr->model, s, true);
+}
+
 /* The host reads of one report: training statistics since the last one, the
  * loss scaler, and at an epoch's end the evaluation. */
 static mpcl_status report(mpcl_trainer *tr, fit_clock *c, bool epoch_end) {
     mpcl_xent_stats s;
-    mpcl_status st = mpcl_model_read_train_stats(tr->model, &s, true);
+    mpcl_status st = read_train_stats(tr, &s);
     if (st == MPCL_OK) st = read_scale(tr);
+    /* The replicas were handed identical arenas at every step, so their
+     * weights must agree bit for bit: checked once per epoch. */
+    if (st == MPCL_OK && epoch_end && tr->dist) st = mpcl_dist_check_weights(tr->dist, tr->models);
     if (st != MPCL_OK) return st;
     double t = now_s();
     tr->train_seconds += t - c->mark;
@@ -342,6 +462,15 @@ static mpcl_status report(mpcl_trainer *tr, fit_clock *c, bool epoch_end) {
 
 static bool stop_requested(const mpcl_trainer *tr) {
     return tr->params.stop && *tr->params.stop != 0;
+}
+
+/* Under MPI every rank must stop at the same step (a rank that stopped
+ * alone would leave the others waiting in the next all-reduce): the flags
+ * are OR-ed over the ranks, one small all-reduce per step. */
+static bool stop_agreed(const mpcl_trainer *tr) {
+    double v = stop_requested(tr) ? 1.0 : 0.0;
+    if (tr->dist && mpcl_dist_is_mpi(tr->dist)) mpcl_dist_sum_f64(tr->dist, tr->ctx, &v, 1);
+    return v > 0;
 }
 
 /* Markers after the last MPCL_TRAIN_QUEUE_AHEAD steps: before a step is
@@ -390,6 +519,36 @@ static bool save_due(const mpcl_trainer *tr, bool epoch_end) {
            (p->save_every_epochs && epoch_end && tr->epoch % p->save_every_epochs == 0);
 }
 
+/* One step on the global batch of B rows at `first` of the epoch's order.
+ * Data parallel: each replica gathers its slice from its own copy of the
+ * data, and its loss gradient is divided by the global B (not its slice's
+ * rows), so that the all-reduced sum of the replicas' arenas is the global
+ * batch's gradient (mpcl_model_forward_slice); then every replica applies
+ * the same sum. */
+static mpcl_status train_step(mpcl_trainer *tr, size_t first, size_t B) {
+    mpcl_status st = MPCL_OK;
+    if (!tr->dist) {
+        mpcl_tensor x = mpcl__tensor_rows(tr->x, B), y = mpcl__tensor_rows(tr->labels, B);
+        st = mpcl_device_dataset_gather(tr->ctx, tr->train, tr->order, first, &x, &y);
+        if (st == MPCL_OK) st = mpcl_model_train_step(tr->model, &x, &y);
+        return st;
+    }
+    size_t base = mpcl_dist_first_replica(tr->dist);
+    for (size_t r = 0; r < tr->replicas && st == MPCL_OK; r++) {
+        mpcl__replica *R = &tr->rep[r];
+        size_t off, rows;
+        mpcl_dist_slice(tr->dist, base + r, B, &off, &rows);
+        mpcl_tensor x = mpcl__tensor_rows(R->x, rows), y = mpcl__tensor_rows(R->labels, rows);
+        st = mpcl_device_dataset_gather(R->ctx, R->train, R->order, first + off, &x, &y);
+        if (st == MPCL_OK) st = mpcl_model_forward_slice(R->model, &x, &y, B);
+        if (st == MPCL_OK) st = mpcl_model_backward(R->model);
+        if (st == MPCL_OK) tr->local_samples += rows;
+    }
+    if (st == MPCL_OK) st = mpcl_dist_allreduce_grads(tr->dist, tr->models);
+    for (size_t r = 0; r < tr->replicas && st == MPCL_OK; r++) st = mpcl_model_apply(tr->models[r]);
+    return st;
+}
+
 mpcl_status mpcl_trainer_fit(mpcl_trainer *tr) {
     fit_clock c;
     c.start = c.mark = c.last = now_s();
@@ -402,25 +561,25 @@ mpcl_status mpcl_trainer_fit(mpcl_trainer *tr) {
     memset(&ring, 0, sizeof ring);
     /* Start the statistics from zero whatever an earlier failed call left. */
     mpcl_xent_stats s;
-    mpcl_status st = mpcl_model_read_train_stats(tr->model, &s, true);
+    mpcl_status st = read_train_stats(tr, &s);
     while (st == MPCL_OK && tr->epoch < tr->params.epochs && !tr->stopped) {
         if (!tr->order_valid || tr->order_epoch != tr->epoch) {
             tr->order_valid = false;
             mpcl__train_epoch_order(tr->params.seed, tr->epoch, tr->host_order, n);
-            if ((st = mpcl_tensor_upload_i32(tr->order, tr->host_order, n)) != MPCL_OK) break;
+            for (size_t r = 0; r < tr->replicas && st == MPCL_OK; r++)
+                st = mpcl_tensor_upload_i32(tr->rep[r].order, tr->host_order, n);
+            if (st != MPCL_OK) break;
             tr->order_valid = true;
             tr->order_epoch = tr->epoch;
         }
         if ((st = ring_wait_slot(tr->ctx, &ring)) != MPCL_OK) break;
-        if (stop_requested(tr)) {
+        if (stop_agreed(tr)) {
             tr->stopped = true;
             break;
         }
         size_t first = (size_t)tr->epoch_step * batch;
         size_t B = n - first < batch ? n - first : batch;
-        mpcl_tensor x = mpcl__tensor_rows(tr->x, B), y = mpcl__tensor_rows(tr->labels, B);
-        st = mpcl_device_dataset_gather(tr->ctx, tr->train, tr->order, first, &x, &y);
-        if (st == MPCL_OK) st = mpcl_model_train_step(tr->model, &x, &y);
+        st = train_step(tr, first, B);
         if (st == MPCL_OK) st = ring_mark(tr->ctx, &ring);
         if (st != MPCL_OK) break;
         tr->step++;
@@ -478,4 +637,10 @@ void mpcl_trainer_summary(const mpcl_trainer *tr, mpcl_train_summary *out) {
     out->skipped_steps = tr->skipped_steps;
     out->final_loss_scale = tr->loss_scale;
     out->peak_device_bytes = mpcl_context_bytes_peak(tr->ctx);
+    out->world_size = tr->dist ? mpcl_dist_world_size(tr->dist) : 1;
+    uint64_t mine = tr->dist ? tr->local_samples : tr->train_samples;
+    out->replica_samples_per_s = tr->train_seconds > 0 ? (double)mine / tr->train_seconds : 0.0;
+    out->allreduce_bytes_per_step =
+        tr->dist && out->world_size > 1 ? mpcl_dist_allreduce_bytes(tr->dist, tr->model) : 0;
+    out->allreduce_seconds = tr->dist ? mpcl_dist_allreduce_seconds(tr->dist) : 0.0;
 }

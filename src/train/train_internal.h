@@ -6,8 +6,17 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "io/io.h"
+#include "dist/dist.h"
 #include "mpcl/train.h"
+
+/* A data-parallel replica beyond the first: its own device copy of the
+ * training data, order and batch buffers, and model. */
+typedef struct mpcl__replica {
+    mpcl_context *ctx;
+    mpcl_model *model;
+    mpcl_device_dataset *train;
+    mpcl_tensor *order, *x, *labels;
+} mpcl__replica;
 
 struct mpcl_trainer {
     mpcl_context *ctx;
@@ -43,6 +52,16 @@ struct mpcl_trainer {
     double seconds;
     float loss_scale;       /* as last read from the device; 1 without a scaler */
     uint32_t skipped_steps; /* likewise; 0 without a scaler */
+
+    /* Data parallel: the communicator (borrowed; NULL alone), this
+     * process's replicas (rep[0] mirrors the fields above and owns nothing),
+     * models[r] = rep[r].model for the dist calls. */
+    mpcl_dist *dist;
+    size_t replicas;
+    mpcl__replica rep[MPCL_DIST_MAX_LOCAL];
+    mpcl_model *models[MPCL_DIST_MAX_LOCAL];
+    char plan_note[160];
+    uint64_t local_samples; /* training samples of this process's replicas */
 };
 
 /* The shuffle of one epoch into idx[0..n): a pure function of (seed, epoch),
@@ -52,5 +71,9 @@ void mpcl__train_epoch_order(uint64_t seed, uint32_t epoch, int32_t *idx, size_t
 /* Host-only calls (data, safetensors) record their failure on the thread
  * only; this copies that detail to ctx too and returns st. */
 mpcl_status mpcl__train_adopt_error(mpcl_context *ctx, mpcl_status st);
+
+/* Copies replica 0's state (weights, optimizer state and step, loss-scale
+ * state) to this process's other replicas, after a checkpoint load. */
+mpcl_status mpcl__train_sync_replicas(mpcl_trainer *tr);
 
 #endif
