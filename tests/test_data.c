@@ -149,6 +149,59 @@ static unsigned char *slurp(const char *p, size_t *n) {
     return b;
 }
 
+/* ---- memory follows the input, not the header's claim ---- */
+
+typedef struct load_job {
+    const char *dir;
+} load_job;
+
+static int load_status(void *arg) {
+    const load_job *j = arg;
+    mpcl_dataset *ds = NULL;
+    mpcl_status st = mpcl_idx_load(j->dir, "train", &ds);
+    mpcl_dataset_destroy(ds);
+    return (int)st;
+}
+
+/* A header that claims far more data than the file holds: refused with
+ * MPCL_ERR_FORMAT, and within 16 MiB of address space more than the process
+ * maps now, where the full-size allocation of the claim (45 MiB raw, 2 GiB
+ * gzip) would have failed with MPCL_ERR_OUT_OF_MEMORY. */
+static void test_claim_beyond_file(void **state) {
+    (void)state;
+    uint8_t body[1000];
+    for (size_t i = 0; i < sizeof body; i++) body[i] = (uint8_t)(i * 7);
+    const struct {
+        int gz;
+        uint32_t dims[3];
+        const char *frag1, *frag2;
+    } cases[] = {
+        {0,
+         {60000, 28, 28},
+         "truncated file: expected 47040016 bytes (through the pixel data)",
+         "got only 1016"},
+        {1,
+         {32768, 256, 256},
+         "truncated file: expected 2147483664 bytes (through the pixel data)",
+         "got only 1016"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        tmpdir d;
+        tmp_make(&d);
+        write_idx(&d, "train-images-idx3-ubyte", 0x803, cases[c].dims, 3, body, sizeof body,
+                  cases[c].gz);
+        expect_fail(d.path, "train", NULL, MPCL_ERR_FORMAT, cases[c].frag1, cases[c].frag2, NULL);
+        load_job j = {d.path};
+        bool limited;
+        int r = tu_run_memory_limited((size_t)16 << 20, load_status, &j, &limited);
+        if (r != MPCL_ERR_FORMAT)
+            fail_msg("case %zu under a 16 MiB limit: exit %d, expected %s (%d)", c, r,
+                     mpcl_status_name(MPCL_ERR_FORMAT), (int)MPCL_ERR_FORMAT);
+        if (!limited) print_message("case %zu: address-space limit not applied (ASan)\n", c);
+        tmp_remove(&d);
+    }
+}
+
 /* ---- round trips ---- */
 
 static void test_raw_round_trip(void **state) {
@@ -624,6 +677,7 @@ int main(void) {
         cmocka_unit_test(test_missing_folder_and_file),
         cmocka_unit_test(test_wrong_magic),
         cmocka_unit_test(test_truncated),
+        cmocka_unit_test(test_claim_beyond_file),
         cmocka_unit_test(test_corrupt_gzip),
         cmocka_unit_test(test_counts_and_dimensions),
         cmocka_unit_test(test_label_range),

@@ -56,6 +56,13 @@ float *tu_model_state(mpcl_model *m, size_t *n_out);
 /* The poison bit pattern of a 16-bit float dtype. */
 #define TU_POISON_16(dtype) ((dtype) == MPCL_DTYPE_BF16 ? TU_POISON_BF16 : TU_POISON_F16)
 
+/* Runs fn(arg) in a forked child whose address space is limited to what the
+ * process maps now plus `extra` bytes (RLIMIT_AS), and returns fn's result
+ * (0..255), or -1 when the child died. Under AddressSanitizer, which maps
+ * terabytes of shadow up front, the limit cannot be applied: fn then runs
+ * unlimited in the child, and *limited is set to false. */
+int tu_run_memory_limited(size_t extra, int (*fn)(void *), void *arg, bool *limited);
+
 /* assert_int_equal with the error detail printed when it fails. */
 #define TU_ASSERT_OK(call)                                                 \
     do {                                                                   \

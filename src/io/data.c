@@ -41,6 +41,7 @@ mpcl_idx_params mpcl_idx_default_params(void) {
 typedef struct idx_file {
     FILE *fp;
     char path[PATH_BYTES];
+    uint64_t size; /* of the file, from fstat: a raw file's data must fit in it */
     uint64_t got;
     int gz;    /* decoding gzip */
     int zinit; /* zs needs inflateEnd */
@@ -77,6 +78,10 @@ static mpcl_status idx_open(idx_file *f, const char *dir, const char *name) {
     f->fp = fopen(f->path, "rb");
     if (!f->fp)
         return MPCL_ERROR(NULL, MPCL_ERR_IO, "cannot open '%s': %s", f->path, strerror(errno));
+    struct stat sb;
+    if (fstat(fileno(f->fp), &sb) != 0)
+        return MPCL_ERROR(NULL, MPCL_ERR_IO, "cannot stat '%s': %s", f->path, strerror(errno));
+    f->size = (uint64_t)sb.st_size;
     size_t have = fread(f->in, 1, 2, f->fp);
     if (ferror(f->fp))
         return MPCL_ERROR(NULL, MPCL_ERR_IO, "reading '%s': %s", f->path, strerror(errno));
@@ -170,6 +175,13 @@ static mpcl_status truncated(const idx_file *f, const char *what, uint64_t expec
                       (unsigned long long)f->got);
 }
 
+static mpcl_status past_end(const idx_file *f, uint64_t expected, uint64_t more) {
+    return MPCL_ERROR(NULL, MPCL_ERR_FORMAT,
+                      "'%s': data continues past the %llu bytes its header describes (%llu "
+                      "bytes more)",
+                      f->path, (unsigned long long)expected, (unsigned long long)more);
+}
+
 static uint32_t be32(const unsigned char *p) {
     return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
 }
@@ -193,13 +205,11 @@ static mpcl_status idx_header(idx_file *f, uint32_t magic, uint32_t *dims, int n
     return MPCL_OK;
 }
 
-/* Reads exactly n data bytes after a header of hdr bytes, then insists on the
- * end of the file (which also makes zlib check the gzip CRC). */
-static mpcl_status idx_body(idx_file *f, uint8_t *buf, uint64_t n, uint64_t hdr, const char *what) {
+/* After exactly hdr + n bytes: insists on the end of the file (which also
+ * makes zlib check the gzip CRC). */
+static mpcl_status idx_end(idx_file *f, uint64_t n, uint64_t hdr) {
     uint64_t got;
-    mpcl_status st = idx_read(f, buf, n, &got);
-    if (st != MPCL_OK) return st;
-    if (got < n) return truncated(f, what, hdr + n);
+    mpcl_status st;
     /* Read to the end, which verifies the gzip trailer; a damaged deflate
      * stream can also decode into extra bytes before inflate notices, and
      * then the damage is the better report. */
@@ -213,11 +223,62 @@ static mpcl_status idx_body(idx_file *f, uint8_t *buf, uint64_t n, uint64_t hdr,
     if (f->zcut)
         return MPCL_ERROR(NULL, MPCL_ERR_FORMAT, "'%s': %s after %llu decompressed bytes", f->path,
                           GZ_CUT, (unsigned long long)f->got);
-    if (more != 0)
-        return MPCL_ERROR(NULL, MPCL_ERR_FORMAT,
-                          "'%s': data continues past the %llu bytes its header describes (%llu "
-                          "bytes more)",
-                          f->path, (unsigned long long)(hdr + n), (unsigned long long)more);
+    if (more != 0) return past_end(f, hdr + n, more);
+    return MPCL_OK;
+}
+
+/* Where a gzip body's buffer starts; it doubles as data arrive. */
+#define GZ_FIRST_BYTES ((uint64_t)1 << 20)
+
+/* Allocates and reads exactly n data bytes after a header of hdr bytes, then
+ * checks the end of the file. Memory follows the input, never the header's
+ * claim alone: a raw file must hold hdr + n bytes (checked against its size
+ * before anything is allocated), and a gzip body's buffer starts at
+ * GZ_FIRST_BYTES and doubles only as decompressed bytes arrive (gzip's
+ * ISIZE trailer is the length mod 2^32 and comes last, so it cannot be
+ * trusted up front), so it is at most twice the data that really are there
+ * and at most n; deflate expands at most ~1032:1, which bounds that by the
+ * compressed size too. *out is NULL after a failure. */
+static mpcl_status idx_body(idx_file *f, uint8_t **out, uint64_t n, uint64_t hdr,
+                            const char *what) {
+    *out = NULL;
+    if (!f->gz) {
+        uint64_t have = f->size > hdr ? f->size - hdr : 0;
+        if (have < n)
+            return MPCL_ERROR(NULL, MPCL_ERR_FORMAT,
+                              "'%s': truncated file: expected %llu bytes (through the %s), got "
+                              "only %llu",
+                              f->path, (unsigned long long)(hdr + n), what,
+                              (unsigned long long)f->size);
+        if (have > n) return past_end(f, hdr + n, have - n);
+    }
+    uint64_t cap = f->gz && n > GZ_FIRST_BYTES ? GZ_FIRST_BYTES : n, got = 0, more;
+    uint8_t *buf = malloc(cap ? (size_t)cap : 1);
+    mpcl_status st = MPCL_OK;
+    for (;;) {
+        if (!buf) {
+            st = MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "'%s': cannot allocate %llu bytes of %s",
+                            f->path, (unsigned long long)cap, what);
+            break;
+        }
+        if ((st = idx_read(f, buf + got, cap - got, &more)) != MPCL_OK) break;
+        got += more;
+        if (got < cap) {
+            st = truncated(f, what, hdr + n);
+            break;
+        }
+        if (got == n) break;
+        cap = 2 * cap < n ? 2 * cap : n;
+        uint8_t *grown = realloc(buf, (size_t)cap);
+        if (!grown) free(buf);
+        buf = grown;
+    }
+    if (st == MPCL_OK) st = idx_end(f, n, hdr);
+    if (st != MPCL_OK) {
+        free(buf);
+        return st;
+    }
+    *out = buf;
     return MPCL_OK;
 }
 
@@ -257,13 +318,7 @@ static mpcl_status load_images(mpcl_dataset *ds, const char *dir, const char *pr
     ds->rows = d[1];
     ds->cols = d[2];
     uint64_t bytes = (uint64_t)d[0] * pixels;
-    ds->pixels = malloc((size_t)bytes);
-    if (!ds->pixels) {
-        st = MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "'%s': cannot allocate %llu bytes of pixels",
-                        f.path, (unsigned long long)bytes);
-        goto cleanup;
-    }
-    st = idx_body(&f, ds->pixels, bytes, 16, "pixel data");
+    st = idx_body(&f, &ds->pixels, bytes, 16, "pixel data");
 cleanup:
     idx_close(&f);
     return st;
@@ -285,13 +340,7 @@ static mpcl_status load_labels(mpcl_dataset *ds, const char *dir, const char *pr
                         (unsigned)count, images_file, ds->count);
         goto cleanup;
     }
-    ds->labels = malloc(ds->count);
-    if (!ds->labels) {
-        st = MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "'%s': cannot allocate %zu labels", f.path,
-                        ds->count);
-        goto cleanup;
-    }
-    st = idx_body(&f, ds->labels, ds->count, 8, "label data");
+    st = idx_body(&f, &ds->labels, ds->count, 8, "label data");
     if (st != MPCL_OK) goto cleanup;
     int max = 0;
     for (size_t i = 0; i < ds->count; i++) {
