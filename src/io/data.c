@@ -61,8 +61,15 @@ static int has_gz_suffix(const char *path) {
     return n >= 3 && strcmp(path + n - 3, ".gz") == 0;
 }
 
+static void idx_close(idx_file *f) {
+    if (f->zinit) inflateEnd(&f->zs);
+    if (f->fp) fclose(f->fp);
+    f->zinit = 0;
+    f->fp = NULL;
+}
+
 /* Picks <dir>/<name> when it exists, else <dir>/<name>.gz. */
-static mpcl_status idx_open(idx_file *f, const char *dir, const char *name) {
+static mpcl_status open_file(idx_file *f, const char *dir, const char *name) {
     char raw[PATH_BYTES - 3]; /* room for ".gz" in f->path */
     int n = snprintf(raw, sizeof raw, "%s/%s", dir, name);
     if (n < 0 || (size_t)n >= sizeof raw)
@@ -99,6 +106,14 @@ static mpcl_status idx_open(idx_file *f, const char *dir, const char *name) {
         f->zinit = 1;
     }
     return MPCL_OK;
+}
+
+/* open_file, closing what it opened when it fails (a bad gzip magic, for
+ * one, is found after the file is open), so that no caller can leak it. */
+static mpcl_status idx_open(idx_file *f, const char *dir, const char *name) {
+    mpcl_status st = open_file(f, dir, name);
+    if (st != MPCL_OK) idx_close(f);
+    return st;
 }
 
 /* Refills the input buffer; 0 bytes means the end of the file. */
@@ -280,13 +295,6 @@ static mpcl_status idx_body(idx_file *f, uint8_t **out, uint64_t n, uint64_t hdr
     }
     *out = buf;
     return MPCL_OK;
-}
-
-static void idx_close(idx_file *f) {
-    if (f->zinit) inflateEnd(&f->zs);
-    if (f->fp) fclose(f->fp);
-    f->zinit = 0;
-    f->fp = NULL;
 }
 
 static mpcl_status load_images(mpcl_dataset *ds, const char *dir, const char *prefix) {
