@@ -434,3 +434,16 @@ mpcl_status mpcl_trainer_load(mpcl_trainer *tr, const char *path) {
     mpcl_safetensors_destroy(file);
     return st;
 }
+
+mpcl_status mpcl__checkpoint_check(mpcl_trainer *tr, const mpcl_safetensors *file,
+                                   const char *path) {
+    loader L = {tr->ctx, path, file};
+    expected e[MAX_TENSORS];
+    size_t n = expected_tensors(tr->model, e);
+    ckpt_state cs;
+    memset(&cs, 0, sizeof cs);
+    mpcl_status st;
+    if ((st = check_format(&L)) == MPCL_OK && (st = check_tensors(&L, tr->model, e, n)) == MPCL_OK)
+        st = check_run(&L, tr, &cs);
+    return st;
+}

@@ -50,4 +50,9 @@ void mpcl__train_epoch_order(uint64_t seed, uint32_t epoch, int32_t *idx, size_t
  * only; this copies that detail to ctx too and returns st. */
 mpcl_status mpcl__train_adopt_error(mpcl_context *ctx, mpcl_status st);
 
+/* Every check mpcl_trainer_load makes on a read file (format, tensors,
+ * metadata) before it changes anything; for the fuzz harness. */
+mpcl_status mpcl__checkpoint_check(mpcl_trainer *tr, const mpcl_safetensors *file,
+                                   const char *path);
+
 #endif
