@@ -135,20 +135,6 @@ static void expect_fail(const char *dir, const char *prefix, const mpcl_idx_para
     va_end(ap);
 }
 
-/* Reads a whole file into a malloc'ed buffer. */
-static unsigned char *slurp(const char *p, size_t *n) {
-    FILE *f = fopen(p, "rb");
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    *n = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *b = malloc(*n);
-    assert_non_null(b);
-    assert_int_equal(fread(b, 1, *n, f), *n);
-    fclose(f);
-    return b;
-}
-
 /* Open descriptors of this process. */
 static int open_fds(void) {
     DIR *dir = opendir("/proc/self/fd");
@@ -324,7 +310,7 @@ static void test_gzip_details(void **state) {
     char p1[256], p2[256];
     snprintf(p1, sizeof p1, "%s/part1.gz", d.path);
     snprintf(p2, sizeof p2, "%s/part2.gz", d.path);
-    unsigned char *a = slurp(p1, &n1), *b = slurp(p2, &n2);
+    unsigned char *a = tu_slurp(p1, &n1), *b = tu_slurp(p2, &n2);
     unsigned char *cat = malloc(n1 + n2 + 4);
     assert_non_null(cat);
     memcpy(cat, a, n1);
@@ -442,7 +428,7 @@ static void test_corrupt_gzip(void **state) {
     char p[256];
     snprintf(p, sizeof p, "%s/train-images-idx3-ubyte.gz", d.path);
     size_t n;
-    unsigned char *gz = slurp(p, &n);
+    unsigned char *gz = tu_slurp(p, &n);
     assert_true(n > 64);
 
     /* Bytes flipped in the middle of the deflate data. */

@@ -160,3 +160,15 @@ int tu_run_memory_limited(size_t extra, int (*fn)(void *), void *arg, bool *limi
     if (waitpid(pid, &ws, 0) != pid) fail_msg("waitpid failed");
     return WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
 }
+
+unsigned char *tu_slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) fail_msg("cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    *n = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *b = malloc(*n ? *n : 1);
+    if (!b || fread(b, 1, *n, f) != *n) fail_msg("cannot read %s", path);
+    fclose(f);
+    return b;
+}

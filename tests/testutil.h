@@ -56,6 +56,10 @@ float *tu_model_state(mpcl_model *m, size_t *n_out);
 /* The poison bit pattern of a 16-bit float dtype. */
 #define TU_POISON_16(dtype) ((dtype) == MPCL_DTYPE_BF16 ? TU_POISON_BF16 : TU_POISON_F16)
 
+/* A whole file, malloc'ed (at least 1 byte), its length in *n; fails the
+ * test when it cannot be read. */
+unsigned char *tu_slurp(const char *path, size_t *n);
+
 /* Runs fn(arg) in a forked child whose address space is limited to what the
  * process maps now plus `extra` bytes (RLIMIT_AS), and returns fn's result
  * (0..255), or -1 when the child died. Under AddressSanitizer, which maps
