@@ -40,6 +40,11 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:fast_unwind_on_malloc=0}
 export LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp:print_suppressions=0
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 
+# One JSON line per harness in meson's test-log format, so that
+# scripts/test_summary.py counts this run as "build-fuzz:fuzz".
+mkdir -p "$dir/meson-logs"
+results=$dir/meson-logs/testlog-fuzz.json
+: >"$results"
 status=0
 for h in "${harnesses[@]}"; do
     mkdir -p "$dir/corpus/$h"
@@ -60,9 +65,11 @@ for h in "${harnesses[@]}"; do
         grep -E '^#[0-9]+.*DONE|stat::number_of_executed_units|stat::average_exec_per_sec' "$log" |
             tr '\n' ' ' || true
         echo
+        echo "{\"name\": \"$h\", \"result\": \"OK\"}" >>"$results"
     else
         echo "fuzz: $h FAILED (exit $?); the input is in $dir/artifacts/, the log in $log:" >&2
         grep -E 'ERROR|SUMMARY|Test unit written|==[0-9]+==' "$log" | head -20 >&2 || true
+        echo "{\"name\": \"$h\", \"result\": \"FAIL\"}" >>"$results"
         status=1
     fi
 done
