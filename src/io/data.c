@@ -4,6 +4,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,6 +69,8 @@ static void idx_close(idx_file *f) {
     f->fp = NULL;
 }
 
+static mpcl_status attach(idx_file *f);
+
 /* Picks <dir>/<name> when it exists, else <dir>/<name>.gz. */
 static mpcl_status open_file(idx_file *f, const char *dir, const char *name) {
     char raw[PATH_BYTES - 3]; /* room for ".gz" in f->path */
@@ -89,6 +92,23 @@ static mpcl_status open_file(idx_file *f, const char *dir, const char *name) {
     if (fstat(fileno(f->fp), &sb) != 0)
         return MPCL_ERROR(NULL, MPCL_ERR_IO, "cannot stat '%s': %s", f->path, strerror(errno));
     f->size = (uint64_t)sb.st_size;
+    return attach(f);
+}
+
+/* An image in memory as an open file (for the fuzz harness): `name` stands
+ * for the path, and a ".gz" at its end asks for gzip as on disk. */
+static mpcl_status open_mem(idx_file *f, const char *name, const void *data, size_t size) {
+    snprintf(f->path, sizeof f->path, "%s", name);
+    /* fmemopen refuses size 0 on older C libraries; an empty file reads the same. */
+    f->fp = size ? fmemopen((void *)(uintptr_t)data, size, "rb") : fopen("/dev/null", "rb");
+    if (!f->fp)
+        return MPCL_ERROR(NULL, MPCL_ERR_IO, "cannot open '%s': %s", f->path, strerror(errno));
+    f->size = size;
+    return attach(f);
+}
+
+/* After the open: gzip or raw, from the first two bytes. */
+static mpcl_status attach(idx_file *f) {
     size_t have = fread(f->in, 1, 2, f->fp);
     if (ferror(f->fp))
         return MPCL_ERROR(NULL, MPCL_ERR_IO, "reading '%s': %s", f->path, strerror(errno));
@@ -297,74 +317,105 @@ static mpcl_status idx_body(idx_file *f, uint8_t **out, uint64_t n, uint64_t hdr
     return MPCL_OK;
 }
 
-static mpcl_status load_images(mpcl_dataset *ds, const char *dir, const char *prefix) {
-    char name[256];
-    idx_file f = {0};
+/* Reads and checks an open images file into ds; the caller closes it. */
+static mpcl_status read_images(mpcl_dataset *ds, idx_file *f) {
     uint32_t d[3];
-    if (snprintf(name, sizeof name, "%s-images-idx3-ubyte", prefix) >= (int)sizeof name)
-        return MPCL_ERROR(NULL, MPCL_ERR_INVALID_ARG, "IDX prefix '%s' is too long", prefix);
-    mpcl_status st = idx_open(&f, dir, name);
+    mpcl_status st = idx_header(f, IDX_MAGIC_IMAGES, d, 3);
     if (st != MPCL_OK) return st;
-    st = idx_header(&f, IDX_MAGIC_IMAGES, d, 3);
-    if (st != MPCL_OK) goto cleanup;
-    if (d[0] == 0) {
-        st = MPCL_ERROR(NULL, MPCL_ERR_FORMAT, "'%s': header says zero images", f.path);
-        goto cleanup;
-    }
+    if (d[0] == 0)
+        return MPCL_ERROR(NULL, MPCL_ERR_FORMAT, "'%s': header says zero images", f->path);
     /* Each factor is below 2^32, so the products fit in 64 bits when checked stepwise. */
     uint64_t pixels = (uint64_t)d[1] * d[2];
     if (d[1] == 0 || d[2] == 0 || d[0] > INT32_MAX || pixels > MPCL_IDX_MAX_BYTES ||
-        (uint64_t)d[0] * pixels > MPCL_IDX_MAX_BYTES || (uint64_t)d[0] * pixels > SIZE_MAX) {
-        st = MPCL_ERROR(NULL, MPCL_ERR_FORMAT,
-                        "'%s': absurd dimensions %u x %u x %u in the header (the limit is "
-                        "%llu bytes of pixels, at most %d images, no zero side)",
-                        f.path, (unsigned)d[0], (unsigned)d[1], (unsigned)d[2],
-                        (unsigned long long)MPCL_IDX_MAX_BYTES, INT32_MAX);
-        goto cleanup;
-    }
+        (uint64_t)d[0] * pixels > MPCL_IDX_MAX_BYTES || (uint64_t)d[0] * pixels > SIZE_MAX)
+        return MPCL_ERROR(NULL, MPCL_ERR_FORMAT,
+                          "'%s': absurd dimensions %u x %u x %u in the header (the limit is "
+                          "%llu bytes of pixels, at most %d images, no zero side)",
+                          f->path, (unsigned)d[0], (unsigned)d[1], (unsigned)d[2],
+                          (unsigned long long)MPCL_IDX_MAX_BYTES, INT32_MAX);
     ds->count = d[0];
     ds->rows = d[1];
     ds->cols = d[2];
     uint64_t bytes = (uint64_t)d[0] * pixels;
-    st = idx_body(&f, &ds->pixels, bytes, 16, "pixel data");
-cleanup:
+    return idx_body(f, &ds->pixels, bytes, 16, "pixel data");
+}
+
+/* Reads and checks an open labels file into ds, whose images are read. */
+static mpcl_status read_labels(mpcl_dataset *ds, idx_file *f, int num_classes,
+                               const char *images_file) {
+    uint32_t count;
+    mpcl_status st = idx_header(f, IDX_MAGIC_LABELS, &count, 1);
+    if (st != MPCL_OK) return st;
+    if (count != ds->count)
+        return MPCL_ERROR(NULL, MPCL_ERR_FORMAT, "'%s' has %u labels but '%s' has %zu images",
+                          f->path, (unsigned)count, images_file, ds->count);
+    st = idx_body(f, &ds->labels, ds->count, 8, "label data");
+    if (st != MPCL_OK) return st;
+    int max = 0;
+    for (size_t i = 0; i < ds->count; i++) {
+        if (num_classes > 0 && ds->labels[i] >= num_classes)
+            return MPCL_ERROR(NULL, MPCL_ERR_FORMAT,
+                              "'%s': label %u at index %zu (byte offset %zu) is not below the "
+                              "class count %d",
+                              f->path, (unsigned)ds->labels[i], i, 8 + i, num_classes);
+        if (ds->labels[i] > max) max = ds->labels[i];
+    }
+    ds->num_classes = num_classes > 0 ? num_classes : max + 1;
+    return MPCL_OK;
+}
+
+/* Opens <dir>/<prefix>-<kind> (or its .gz). */
+static mpcl_status open_prefixed(idx_file *f, const char *dir, const char *prefix,
+                                 const char *kind) {
+    char name[256];
+    if (snprintf(name, sizeof name, "%s-%s", prefix, kind) >= (int)sizeof name)
+        return MPCL_ERROR(NULL, MPCL_ERR_INVALID_ARG, "IDX prefix '%s' is too long", prefix);
+    return idx_open(f, dir, name);
+}
+
+static mpcl_status load_images(mpcl_dataset *ds, const char *dir, const char *prefix) {
+    idx_file f = {0};
+    mpcl_status st = open_prefixed(&f, dir, prefix, "images-idx3-ubyte");
+    if (st == MPCL_OK) st = read_images(ds, &f);
     idx_close(&f);
     return st;
 }
 
 static mpcl_status load_labels(mpcl_dataset *ds, const char *dir, const char *prefix,
                                int num_classes, const char *images_file) {
-    char name[256];
     idx_file f = {0};
-    uint32_t count;
-    if (snprintf(name, sizeof name, "%s-labels-idx1-ubyte", prefix) >= (int)sizeof name)
-        return MPCL_ERROR(NULL, MPCL_ERR_INVALID_ARG, "IDX prefix '%s' is too long", prefix);
-    mpcl_status st = idx_open(&f, dir, name);
-    if (st != MPCL_OK) return st;
-    st = idx_header(&f, IDX_MAGIC_LABELS, &count, 1);
-    if (st != MPCL_OK) goto cleanup;
-    if (count != ds->count) {
-        st = MPCL_ERROR(NULL, MPCL_ERR_FORMAT, "'%s' has %u labels but '%s' has %zu images", f.path,
-                        (unsigned)count, images_file, ds->count);
-        goto cleanup;
-    }
-    st = idx_body(&f, &ds->labels, ds->count, 8, "label data");
-    if (st != MPCL_OK) goto cleanup;
-    int max = 0;
-    for (size_t i = 0; i < ds->count; i++) {
-        if (num_classes > 0 && ds->labels[i] >= num_classes) {
-            st = MPCL_ERROR(NULL, MPCL_ERR_FORMAT,
-                            "'%s': label %u at index %zu (byte offset %zu) is not below the "
-                            "class count %d",
-                            f.path, (unsigned)ds->labels[i], i, 8 + i, num_classes);
-            goto cleanup;
-        }
-        if (ds->labels[i] > max) max = ds->labels[i];
-    }
-    ds->num_classes = num_classes > 0 ? num_classes : max + 1;
-cleanup:
+    mpcl_status st = open_prefixed(&f, dir, prefix, "labels-idx1-ubyte");
+    if (st == MPCL_OK) st = read_labels(ds, &f, num_classes, images_file);
     idx_close(&f);
     return st;
+}
+
+mpcl_status mpcl__idx_load_mem(const char *images_name, const void *images, size_t images_size,
+                               const char *labels_name, const void *labels, size_t labels_size,
+                               int num_classes, mpcl_dataset **out) {
+    *out = NULL;
+    mpcl_dataset *ds = calloc(1, sizeof *ds);
+    if (!ds) return MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "mpcl_idx_load: dataset");
+    /* The 64 KiB input buffer needs no zeroing; the fields before it do. */
+    idx_file *f = malloc(sizeof *f);
+    if (f) memset(f, 0, offsetof(idx_file, in));
+    mpcl_status st = f ? open_mem(f, images_name, images, images_size)
+                       : MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "mpcl_idx_load: file");
+    if (st == MPCL_OK) st = read_images(ds, f);
+    if (f) idx_close(f);
+    if (st == MPCL_OK) {
+        memset(f, 0, offsetof(idx_file, in));
+        st = open_mem(f, labels_name, labels, labels_size);
+        if (st == MPCL_OK) st = read_labels(ds, f, num_classes, images_name);
+        idx_close(f);
+    }
+    free(f);
+    if (st != MPCL_OK) {
+        mpcl_dataset_destroy(ds);
+        return st;
+    }
+    *out = ds;
+    return MPCL_OK;
 }
 
 mpcl_status mpcl_idx_load_ex(const char *dir, const char *prefix, const mpcl_idx_params *params,
