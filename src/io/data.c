@@ -1,6 +1,7 @@
 /* IDX reader (raw or gzip through zlib's inflate), batches, and the portable shuffle.
  * Every byte count is checked in 64-bit arithmetic before anything is
- * allocated, so a corrupt header can neither overflow nor ask for gigabytes. */
+ * allocated, so a corrupt header cannot overflow, and memory follows the
+ * data that are really there rather than the header's claim (idx_body). */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <limits.h>
