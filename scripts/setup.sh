@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 
 packages=(
     gcc libc6-dev git python3 python3-venv
-    meson ninja-build pkg-config clang-format
+    meson ninja-build pkg-config clang-format clang
     ocl-icd-opencl-dev opencl-headers clinfo
     pocl-opencl-icd mesa-opencl-icd oclgrind
     libclblast-dev libcmocka-dev zlib1g-dev libopenblas-dev

@@ -2,7 +2,8 @@
 # The whole test suite, as CI runs it: install what is missing, build with
 # warnings as errors, run the suite on every OpenCL implementation here
 # (PoCL, Rusticl, Intel's CPU runtime; the kernel tests under Oclgrind), then
-# again under AddressSanitizer + UndefinedBehaviorSanitizer on PoCL.
+# again under AddressSanitizer + UndefinedBehaviorSanitizer on PoCL, then
+# every fuzz harness for FUZZ_SECONDS (30) each.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -60,6 +61,10 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:fast_unwind_on_malloc=0 \
     UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     meson test -C build-asan --setup pocl --print-errorlogs --no-suite install \
     --no-suite python || status=1
+
+echo "== fuzz: every libFuzzer harness for ${FUZZ_SECONDS:-30}s (scripts/fuzz.sh)"
+setups+=("build-fuzz:fuzz")
+scripts/fuzz.sh "${FUZZ_SECONDS:-30}" || status=1
 
 python3 scripts/test_summary.py "${setups[@]}" || status=1
 exit $status

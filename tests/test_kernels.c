@@ -53,6 +53,17 @@ static mpcl__cache_outcome build(mpcl_context *ctx, const char *src) {
     return mpcl__cache_last_outcome(ctx);
 }
 
+/* A fill through the f32 program gives the right numbers. */
+static void fill_runs(mpcl_context *ctx) {
+    mpcl_tensor *t = NULL;
+    TU_ASSERT_OK(mpcl_tensor_create(ctx, MPCL_DTYPE_F32, 3, 5, &t));
+    TU_ASSERT_OK(mpcl_tensor_fill(t, 2.5f));
+    float got[15];
+    TU_ASSERT_OK(mpcl_tensor_download_f32(t, got, 15));
+    for (int i = 0; i < 15; i++) assert_true(got[i] == 2.5f);
+    mpcl_tensor_destroy(t);
+}
+
 static void embedded_sources_are_there(void **state) {
     (void)state;
     size_t n = 0;
@@ -127,13 +138,7 @@ static void cache_miss_then_hit_across_contexts(void **state) {
     ctx = tu_context();
     TU_ASSERT_OK(mpcl_context_warm_up(ctx));
     assert_int_equal(mpcl__cache_last_outcome(ctx), MPCL__CACHE_HIT);
-    mpcl_tensor *t = NULL;
-    TU_ASSERT_OK(mpcl_tensor_create(ctx, MPCL_DTYPE_F32, 3, 5, &t));
-    TU_ASSERT_OK(mpcl_tensor_fill(t, 2.5f));
-    float got[15];
-    TU_ASSERT_OK(mpcl_tensor_download_f32(t, got, 15));
-    for (int i = 0; i < 15; i++) assert_true(got[i] == 2.5f);
-    mpcl_tensor_destroy(t);
+    fill_runs(ctx);
     mpcl_context_destroy(ctx);
 }
 
@@ -156,7 +161,7 @@ static void corrupt_truncated_and_foreign_entries_are_rebuilt(void **state) {
     char path[512];
     only_entry(path, sizeof path);
 
-    rewrite_entry(path, 48, "garbage!", 8, -1); /* payload changed: checksum fails */
+    rewrite_entry(path, 88, "garbage!", 8, -1); /* payload changed: the tag fails */
     assert_int_equal(build(ctx, source_a), MPCL__CACHE_REJECTED);
     assert_int_equal(build(ctx, source_a), MPCL__CACHE_HIT); /* rewritten */
 
@@ -179,6 +184,65 @@ static void corrupt_truncated_and_foreign_entries_are_rebuilt(void **state) {
     assert_int_equal(rename(saved, path_b), 0); /* a's entry now sits under b's name */
     assert_int_equal(build(ctx, source_b), MPCL__CACHE_REJECTED);
     assert_int_equal(build(ctx, source_b), MPCL__CACHE_HIT);
+    mpcl_context_destroy(ctx);
+}
+
+/* The library's f32 and f16 programs (same kernels, other storage types)
+ * with their bodies and tags swapped between the two entries, as a crafted
+ * cache would hold them: each is rejected and rebuilt, and a fill through the
+ * f32 program then gives the right numbers. The cache before tags accepted
+ * such entries, and the wrong program then ran (crashes, or NaN in training). */
+static void swapped_program_bodies_are_rebuilt(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    cl_program p;
+    TU_ASSERT_OK(mpcl__program(ctx, MPCL_DTYPE_F32, &p));
+    char path32[512], path16[512];
+    only_entry(path32, sizeof path32);
+    char saved[600];
+    snprintf(saved, sizeof saved, "%s.keep", cache_dir);
+    assert_int_equal(rename(path32, saved), 0); /* so that only_entry finds the f16 one */
+    TU_ASSERT_OK(mpcl__program(ctx, MPCL_DTYPE_F16, &p));
+    only_entry(path16, sizeof path16);
+    assert_int_equal(rename(saved, path32), 0);
+    mpcl_context_destroy(ctx);
+
+    /* Swap everything after the magic and the key (size, tag, body). */
+    FILE *f32 = fopen(path32, "rb"), *f16 = fopen(path16, "rb");
+    assert_non_null(f32);
+    assert_non_null(f16);
+    static unsigned char a[1 << 24], b[1 << 24];
+    size_t na = fread(a, 1, sizeof a, f32), nb = fread(b, 1, sizeof b, f16);
+    fclose(f32);
+    fclose(f16);
+    assert_true(na > 40 && na < sizeof a && nb > 40 && nb < sizeof b);
+    unsigned char head[40];
+    memcpy(head, a, 40);
+    memcpy(a, b, 40);
+    memcpy(b, head, 40); /* a: f16's key with f32's body and tag; b the other way */
+    FILE *w = fopen(path32, "wb");
+    assert_non_null(w);
+    assert_int_equal(fwrite(b, 1, nb, w), nb);
+    fclose(w);
+    w = fopen(path16, "wb");
+    assert_non_null(w);
+    assert_int_equal(fwrite(a, 1, na, w), na);
+    fclose(w);
+
+    ctx = tu_context();
+    TU_ASSERT_OK(mpcl__program(ctx, MPCL_DTYPE_F32, &p));
+    assert_int_equal(mpcl__cache_last_outcome(ctx), MPCL__CACHE_REJECTED);
+    TU_ASSERT_OK(mpcl__program(ctx, MPCL_DTYPE_F16, &p));
+    assert_int_equal(mpcl__cache_last_outcome(ctx), MPCL__CACHE_REJECTED);
+    fill_runs(ctx);
+    mpcl_context_destroy(ctx);
+
+    /* Rebuilt: both entries load again. */
+    ctx = tu_context();
+    TU_ASSERT_OK(mpcl__program(ctx, MPCL_DTYPE_F32, &p));
+    assert_int_equal(mpcl__cache_last_outcome(ctx), MPCL__CACHE_HIT);
+    TU_ASSERT_OK(mpcl__program(ctx, MPCL_DTYPE_F16, &p));
+    assert_int_equal(mpcl__cache_last_outcome(ctx), MPCL__CACHE_HIT);
     mpcl_context_destroy(ctx);
 }
 
@@ -251,6 +315,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(cache_miss_then_hit_across_contexts, setup, teardown),
         cmocka_unit_test_setup_teardown(corrupt_truncated_and_foreign_entries_are_rebuilt, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(swapped_program_bodies_are_rebuilt, setup, teardown),
         cmocka_unit_test_setup_teardown(cache_can_be_turned_off, setup, teardown),
         cmocka_unit_test_setup_teardown(verification_verdict_is_cached, setup, teardown),
     };

@@ -747,6 +747,85 @@ static void test_write_errors_keep_old_file(void **state) {
     rm_tree(d.path);
 }
 
+/* ---- memory follows the header's length ---- */
+
+/* Headers of `bytes` bytes: "{"a":[0,0,...]}" (one value per two bytes) and
+ * "{"__metadata__":{"k0000000":"",...}}" (one key per 14 bytes). */
+static char *dense_array_header(size_t bytes) {
+    char *h = malloc(bytes + 1);
+    assert_non_null(h);
+    size_t n = (size_t)snprintf(h, bytes + 1, "{\"a\":[0");
+    while (n + 4 <= bytes) n += (size_t)snprintf(h + n, bytes + 1 - n, ",0");
+    snprintf(h + n, bytes + 1 - n, "]}");
+    return h;
+}
+
+static char *many_keys_header(size_t keys) {
+    size_t bytes = 32 + 14 * keys;
+    char *h = malloc(bytes);
+    assert_non_null(h);
+    size_t n = (size_t)snprintf(h, bytes, "{\"__metadata__\":{");
+    for (size_t i = 0; i < keys; i++)
+        n += (size_t)snprintf(h + n, bytes - n, "%s\"k%07zu\":\"\"", i ? "," : "", i);
+    snprintf(h + n, bytes - n, "}}");
+    return h;
+}
+
+typedef struct read_job {
+    const char *path;
+} read_job;
+
+static int read_status(void *arg) {
+    const read_job *j = arg;
+    mpcl_safetensors *st = NULL;
+    mpcl_status s = mpcl_safetensors_read(j->path, &st);
+    mpcl_safetensors_destroy(st);
+    return (int)s;
+}
+
+/* A 16 MiB header of 8 million tiny values is refused before the parser
+ * allocates anything (MPCL_ERR_FORMAT naming the ratio), and a 14 MB header
+ * of a million metadata keys reads within 6 times its size. Both run in a
+ * child whose address space is limited to 6 times the header plus 16 MiB
+ * more than the process maps now; the parser before this limit took about
+ * 35 times the header and failed there with MPCL_ERR_OUT_OF_MEMORY. */
+static void test_header_memory_bounded(void **state) {
+    (void)state;
+    tmpdir d;
+    tmp_make(&d);
+    char p[128];
+    snprintf(p, sizeof p, "%s/big.safetensors", d.path);
+    const size_t dense_bytes = (size_t)16 << 20, keys = 1000000;
+    for (int c = 0; c < 2; c++) {
+        char *h = c == 0 ? dense_array_header(dense_bytes) : many_keys_header(keys);
+        size_t hlen = strlen(h);
+        write_st(p, h, NULL, 0);
+        free(h);
+        mpcl_status want = c == 0 ? MPCL_ERR_FORMAT : MPCL_OK;
+        if (c == 0) {
+            expect_read_fail(p, MPCL_ERR_FORMAT, "holds 8388606 JSON values",
+                             "over the limit of 8 times its length", NULL);
+        } else {
+            mpcl_safetensors *st = NULL;
+            TU_ASSERT_OK(mpcl_safetensors_read(p, &st));
+            assert_int_equal(mpcl_safetensors_count(st), 0);
+            assert_int_equal(mpcl_safetensors_meta_count(st), keys);
+            assert_string_equal(mpcl_safetensors_meta(st, keys - 1)->key, "k0999999");
+            assert_string_equal(mpcl_safetensors_meta_get(st, "k0500000"), "");
+            mpcl_safetensors_destroy(st);
+        }
+        read_job j = {p};
+        bool limited;
+        int r = tu_run_memory_limited(6 * hlen + ((size_t)16 << 20), read_status, &j, &limited);
+        if (r != (int)want)
+            fail_msg("case %d (%zu-byte header) under the limit: exit %d, expected %s (%d)", c,
+                     hlen, r, mpcl_status_name(want), (int)want);
+        if (!limited) print_message("case %d: address-space limit not applied (ASan)\n", c);
+    }
+    assert_int_equal(unlink(p), 0);
+    assert_int_equal(rmdir(d.path), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dtype_table),
@@ -754,6 +833,7 @@ int main(void) {
         cmocka_unit_test(test_exact_bytes),
         cmocka_unit_test(test_python_reader),
         cmocka_unit_test(test_bad_files),
+        cmocka_unit_test(test_header_memory_bounded),
         cmocka_unit_test(test_prefix_and_flip_sweep),
         cmocka_unit_test(test_write_errors_keep_old_file),
     };

@@ -2,12 +2,21 @@
 #include "testutil.h"
 
 #include <dirent.h>
-#include <unistd.h>
-
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define TU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TU_ASAN 1
+#endif
+#endif
 
 mpcl_context *tu_context(void) {
     mpcl_context *ctx = NULL;
@@ -143,4 +152,49 @@ void tu_cache_dir_remove(const char *dir) {
         closedir(d);
     }
     rmdir(dir);
+}
+
+/* The process's mapped bytes now: the first field of /proc/self/statm, in pages. */
+static size_t mapped_bytes(void) {
+    unsigned long pages = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (!f || fscanf(f, "%lu", &pages) != 1) fail_msg("cannot read /proc/self/statm");
+    fclose(f);
+    return (size_t)pages * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+int tu_run_memory_limited(size_t extra, int (*fn)(void *), void *arg, bool *limited) {
+#ifdef TU_ASAN
+    *limited = false;
+#else
+    *limited = true;
+#endif
+    size_t limit = mapped_bytes() + extra;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) fail_msg("fork failed");
+    if (pid == 0) {
+        if (*limited) {
+            struct rlimit rl = {(rlim_t)limit, (rlim_t)limit};
+            if (setrlimit(RLIMIT_AS, &rl) != 0) _exit(254);
+        }
+        int r = fn(arg);
+        fflush(NULL);
+        _exit(r & 0xff);
+    }
+    int ws;
+    if (waitpid(pid, &ws, 0) != pid) fail_msg("waitpid failed");
+    return WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
+}
+
+unsigned char *tu_slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) fail_msg("cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    *n = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *b = malloc(*n ? *n : 1);
+    if (!b || fread(b, 1, *n, f) != *n) fail_msg("cannot read %s", path);
+    fclose(f);
+    return b;
 }

@@ -62,6 +62,16 @@ bool tu_cache_dir_make(char *template_path);
 /* Removes a folder made by tu_cache_dir_make with what is in it (files and
  * the verdicts/ folder). */
 void tu_cache_dir_remove(const char *dir);
+/* A whole file, malloc'ed (at least 1 byte), its length in *n; fails the
+ * test when it cannot be read. */
+unsigned char *tu_slurp(const char *path, size_t *n);
+
+/* Runs fn(arg) in a forked child whose address space is limited to what the
+ * process maps now plus `extra` bytes (RLIMIT_AS), and returns fn's result
+ * (0..255), or -1 when the child died. Under AddressSanitizer, which maps
+ * terabytes of shadow up front, the limit cannot be applied: fn then runs
+ * unlimited in the child, and *limited is set to false. */
+int tu_run_memory_limited(size_t extra, int (*fn)(void *), void *arg, bool *limited);
 
 /* assert_int_equal with the error detail printed when it fails. */
 #define TU_ASSERT_OK(call)                                                 \

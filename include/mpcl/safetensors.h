@@ -79,9 +79,13 @@ typedef struct mpcl_safetensors mpcl_safetensors;
 /* Reads and validates a whole file: size, header length (below
  * MPCL_ST_MAX_HEADER), strict JSON, known dtypes, shapes that match their
  * byte ranges, offsets inside the data section, contiguous, without gaps or
- * overlaps, string-only metadata. Never reads out of bounds.
+ * overlaps, string-only metadata. Never reads out of bounds. Memory stays
+ * proportional to the file: a header whose JSON values would take more than
+ * 8 times its length (or 512 MiB) to hold is refused before it is parsed,
+ * and the whole read takes at most about 13 times the header plus the data
+ * section.
  * Errors: MPCL_ERR_IO for open or read failures, MPCL_ERR_FORMAT with the
- * exact reason for anything malformed. */
+ * exact reason for anything malformed or too dense. */
 mpcl_status mpcl_safetensors_read(const char *path, mpcl_safetensors **out);
 void mpcl_safetensors_destroy(mpcl_safetensors *st);
 

@@ -1,9 +1,11 @@
 /* IDX reader (raw or gzip through zlib's inflate), batches, and the portable shuffle.
  * Every byte count is checked in 64-bit arithmetic before anything is
- * allocated, so a corrupt header can neither overflow nor ask for gigabytes. */
+ * allocated, so a corrupt header cannot overflow, and memory follows the
+ * data that are really there rather than the header's claim (idx_body). */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +43,7 @@ mpcl_idx_params mpcl_idx_default_params(void) {
 typedef struct idx_file {
     FILE *fp;
     char path[PATH_BYTES];
+    uint64_t size; /* of the file, from fstat: a raw file's data must fit in it */
     uint64_t got;
     int gz;    /* decoding gzip */
     int zinit; /* zs needs inflateEnd */
@@ -60,8 +63,17 @@ static int has_gz_suffix(const char *path) {
     return n >= 3 && strcmp(path + n - 3, ".gz") == 0;
 }
 
+static void idx_close(idx_file *f) {
+    if (f->zinit) inflateEnd(&f->zs);
+    if (f->fp) fclose(f->fp);
+    f->zinit = 0;
+    f->fp = NULL;
+}
+
+static mpcl_status attach(idx_file *f);
+
 /* Picks <dir>/<name> when it exists, else <dir>/<name>.gz. */
-static mpcl_status idx_open(idx_file *f, const char *dir, const char *name) {
+static mpcl_status open_file(idx_file *f, const char *dir, const char *name) {
     char raw[PATH_BYTES - 3]; /* room for ".gz" in f->path */
     int n = snprintf(raw, sizeof raw, "%s/%s", dir, name);
     if (n < 0 || (size_t)n >= sizeof raw)
@@ -77,6 +89,27 @@ static mpcl_status idx_open(idx_file *f, const char *dir, const char *name) {
     f->fp = fopen(f->path, "rb");
     if (!f->fp)
         return MPCL_ERROR(NULL, MPCL_ERR_IO, "cannot open '%s': %s", f->path, strerror(errno));
+    struct stat sb;
+    if (fstat(fileno(f->fp), &sb) != 0)
+        return MPCL_ERROR(NULL, MPCL_ERR_IO, "cannot stat '%s': %s", f->path, strerror(errno));
+    f->size = (uint64_t)sb.st_size;
+    return attach(f);
+}
+
+/* An image in memory as an open file (for the fuzz harness): `name` stands
+ * for the path, and a ".gz" at its end asks for gzip as on disk. */
+static mpcl_status open_mem(idx_file *f, const char *name, const void *data, size_t size) {
+    snprintf(f->path, sizeof f->path, "%s", name);
+    /* fmemopen refuses size 0 on older C libraries; an empty file reads the same. */
+    f->fp = size ? fmemopen((void *)(uintptr_t)data, size, "rb") : fopen("/dev/null", "rb");
+    if (!f->fp)
+        return MPCL_ERROR(NULL, MPCL_ERR_IO, "cannot open '%s': %s", f->path, strerror(errno));
+    f->size = size;
+    return attach(f);
+}
+
+/* After the open: gzip or raw, from the first two bytes. */
+static mpcl_status attach(idx_file *f) {
     size_t have = fread(f->in, 1, 2, f->fp);
     if (ferror(f->fp))
         return MPCL_ERROR(NULL, MPCL_ERR_IO, "reading '%s': %s", f->path, strerror(errno));
@@ -94,6 +127,14 @@ static mpcl_status idx_open(idx_file *f, const char *dir, const char *name) {
         f->zinit = 1;
     }
     return MPCL_OK;
+}
+
+/* open_file, closing what it opened when it fails (a bad gzip magic, for
+ * one, is found after the file is open), so that no caller can leak it. */
+static mpcl_status idx_open(idx_file *f, const char *dir, const char *name) {
+    mpcl_status st = open_file(f, dir, name);
+    if (st != MPCL_OK) idx_close(f);
+    return st;
 }
 
 /* Refills the input buffer; 0 bytes means the end of the file. */
@@ -170,6 +211,13 @@ static mpcl_status truncated(const idx_file *f, const char *what, uint64_t expec
                       (unsigned long long)f->got);
 }
 
+static mpcl_status past_end(const idx_file *f, uint64_t expected, uint64_t more) {
+    return MPCL_ERROR(NULL, MPCL_ERR_FORMAT,
+                      "'%s': data continues past the %llu bytes its header describes (%llu "
+                      "bytes more)",
+                      f->path, (unsigned long long)expected, (unsigned long long)more);
+}
+
 static uint32_t be32(const unsigned char *p) {
     return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
 }
@@ -193,13 +241,11 @@ static mpcl_status idx_header(idx_file *f, uint32_t magic, uint32_t *dims, int n
     return MPCL_OK;
 }
 
-/* Reads exactly n data bytes after a header of hdr bytes, then insists on the
- * end of the file (which also makes zlib check the gzip CRC). */
-static mpcl_status idx_body(idx_file *f, uint8_t *buf, uint64_t n, uint64_t hdr, const char *what) {
+/* After exactly hdr + n bytes: insists on the end of the file (which also
+ * makes zlib check the gzip CRC). */
+static mpcl_status idx_end(idx_file *f, uint64_t n, uint64_t hdr) {
     uint64_t got;
-    mpcl_status st = idx_read(f, buf, n, &got);
-    if (st != MPCL_OK) return st;
-    if (got < n) return truncated(f, what, hdr + n);
+    mpcl_status st;
     /* Read to the end, which verifies the gzip trailer; a damaged deflate
      * stream can also decode into extra bytes before inflate notices, and
      * then the damage is the better report. */
@@ -213,101 +259,164 @@ static mpcl_status idx_body(idx_file *f, uint8_t *buf, uint64_t n, uint64_t hdr,
     if (f->zcut)
         return MPCL_ERROR(NULL, MPCL_ERR_FORMAT, "'%s': %s after %llu decompressed bytes", f->path,
                           GZ_CUT, (unsigned long long)f->got);
-    if (more != 0)
-        return MPCL_ERROR(NULL, MPCL_ERR_FORMAT,
-                          "'%s': data continues past the %llu bytes its header describes (%llu "
-                          "bytes more)",
-                          f->path, (unsigned long long)(hdr + n), (unsigned long long)more);
+    if (more != 0) return past_end(f, hdr + n, more);
     return MPCL_OK;
 }
 
-static void idx_close(idx_file *f) {
-    if (f->zinit) inflateEnd(&f->zs);
-    if (f->fp) fclose(f->fp);
-    f->zinit = 0;
-    f->fp = NULL;
+/* Where a gzip body's buffer starts; it doubles as data arrive. */
+#define GZ_FIRST_BYTES ((uint64_t)1 << 20)
+
+/* Allocates and reads exactly n data bytes after a header of hdr bytes, then
+ * checks the end of the file. Memory follows the input, never the header's
+ * claim alone: a raw file must hold hdr + n bytes (checked against its size
+ * before anything is allocated), and a gzip body's buffer starts at
+ * GZ_FIRST_BYTES and doubles only as decompressed bytes arrive (gzip's
+ * ISIZE trailer is the length mod 2^32 and comes last, so it cannot be
+ * trusted up front), so it is at most twice the data that really are there
+ * and at most n; deflate expands at most ~1032:1, which bounds that by the
+ * compressed size too. *out is NULL after a failure. */
+static mpcl_status idx_body(idx_file *f, uint8_t **out, uint64_t n, uint64_t hdr,
+                            const char *what) {
+    *out = NULL;
+    if (!f->gz) {
+        uint64_t have = f->size > hdr ? f->size - hdr : 0;
+        if (have < n)
+            return MPCL_ERROR(NULL, MPCL_ERR_FORMAT,
+                              "'%s': truncated file: expected %llu bytes (through the %s), got "
+                              "only %llu",
+                              f->path, (unsigned long long)(hdr + n), what,
+                              (unsigned long long)f->size);
+        if (have > n) return past_end(f, hdr + n, have - n);
+    }
+    uint64_t cap = f->gz && n > GZ_FIRST_BYTES ? GZ_FIRST_BYTES : n, got = 0, more;
+    uint8_t *buf = malloc(cap ? (size_t)cap : 1);
+    mpcl_status st = MPCL_OK;
+    for (;;) {
+        if (!buf) {
+            st = MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "'%s': cannot allocate %llu bytes of %s",
+                            f->path, (unsigned long long)cap, what);
+            break;
+        }
+        if ((st = idx_read(f, buf + got, cap - got, &more)) != MPCL_OK) break;
+        got += more;
+        if (got < cap) {
+            st = truncated(f, what, hdr + n);
+            break;
+        }
+        if (got == n) break;
+        cap = 2 * cap < n ? 2 * cap : n;
+        uint8_t *grown = realloc(buf, (size_t)cap);
+        if (!grown) free(buf);
+        buf = grown;
+    }
+    if (st == MPCL_OK) st = idx_end(f, n, hdr);
+    if (st != MPCL_OK) {
+        free(buf);
+        return st;
+    }
+    *out = buf;
+    return MPCL_OK;
 }
 
-static mpcl_status load_images(mpcl_dataset *ds, const char *dir, const char *prefix) {
-    char name[256];
-    idx_file f = {0};
+/* Reads and checks an open images file into ds; the caller closes it. */
+static mpcl_status read_images(mpcl_dataset *ds, idx_file *f) {
     uint32_t d[3];
-    if (snprintf(name, sizeof name, "%s-images-idx3-ubyte", prefix) >= (int)sizeof name)
-        return MPCL_ERROR(NULL, MPCL_ERR_INVALID_ARG, "IDX prefix '%s' is too long", prefix);
-    mpcl_status st = idx_open(&f, dir, name);
+    mpcl_status st = idx_header(f, IDX_MAGIC_IMAGES, d, 3);
     if (st != MPCL_OK) return st;
-    st = idx_header(&f, IDX_MAGIC_IMAGES, d, 3);
-    if (st != MPCL_OK) goto cleanup;
-    if (d[0] == 0) {
-        st = MPCL_ERROR(NULL, MPCL_ERR_FORMAT, "'%s': header says zero images", f.path);
-        goto cleanup;
-    }
+    if (d[0] == 0)
+        return MPCL_ERROR(NULL, MPCL_ERR_FORMAT, "'%s': header says zero images", f->path);
     /* Each factor is below 2^32, so the products fit in 64 bits when checked stepwise. */
     uint64_t pixels = (uint64_t)d[1] * d[2];
     if (d[1] == 0 || d[2] == 0 || d[0] > INT32_MAX || pixels > MPCL_IDX_MAX_BYTES ||
-        (uint64_t)d[0] * pixels > MPCL_IDX_MAX_BYTES || (uint64_t)d[0] * pixels > SIZE_MAX) {
-        st = MPCL_ERROR(NULL, MPCL_ERR_FORMAT,
-                        "'%s': absurd dimensions %u x %u x %u in the header (the limit is "
-                        "%llu bytes of pixels, at most %d images, no zero side)",
-                        f.path, (unsigned)d[0], (unsigned)d[1], (unsigned)d[2],
-                        (unsigned long long)MPCL_IDX_MAX_BYTES, INT32_MAX);
-        goto cleanup;
-    }
+        (uint64_t)d[0] * pixels > MPCL_IDX_MAX_BYTES || (uint64_t)d[0] * pixels > SIZE_MAX)
+        return MPCL_ERROR(NULL, MPCL_ERR_FORMAT,
+                          "'%s': absurd dimensions %u x %u x %u in the header (the limit is "
+                          "%llu bytes of pixels, at most %d images, no zero side)",
+                          f->path, (unsigned)d[0], (unsigned)d[1], (unsigned)d[2],
+                          (unsigned long long)MPCL_IDX_MAX_BYTES, INT32_MAX);
     ds->count = d[0];
     ds->rows = d[1];
     ds->cols = d[2];
     uint64_t bytes = (uint64_t)d[0] * pixels;
-    ds->pixels = malloc((size_t)bytes);
-    if (!ds->pixels) {
-        st = MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "'%s': cannot allocate %llu bytes of pixels",
-                        f.path, (unsigned long long)bytes);
-        goto cleanup;
+    return idx_body(f, &ds->pixels, bytes, 16, "pixel data");
+}
+
+/* Reads and checks an open labels file into ds, whose images are read. */
+static mpcl_status read_labels(mpcl_dataset *ds, idx_file *f, int num_classes,
+                               const char *images_file) {
+    uint32_t count;
+    mpcl_status st = idx_header(f, IDX_MAGIC_LABELS, &count, 1);
+    if (st != MPCL_OK) return st;
+    if (count != ds->count)
+        return MPCL_ERROR(NULL, MPCL_ERR_FORMAT, "'%s' has %u labels but '%s' has %zu images",
+                          f->path, (unsigned)count, images_file, ds->count);
+    st = idx_body(f, &ds->labels, ds->count, 8, "label data");
+    if (st != MPCL_OK) return st;
+    int max = 0;
+    for (size_t i = 0; i < ds->count; i++) {
+        if (num_classes > 0 && ds->labels[i] >= num_classes)
+            return MPCL_ERROR(NULL, MPCL_ERR_FORMAT,
+                              "'%s': label %u at index %zu (byte offset %zu) is not below the "
+                              "class count %d",
+                              f->path, (unsigned)ds->labels[i], i, 8 + i, num_classes);
+        if (ds->labels[i] > max) max = ds->labels[i];
     }
-    st = idx_body(&f, ds->pixels, bytes, 16, "pixel data");
-cleanup:
+    ds->num_classes = num_classes > 0 ? num_classes : max + 1;
+    return MPCL_OK;
+}
+
+/* Opens <dir>/<prefix>-<kind> (or its .gz). */
+static mpcl_status open_prefixed(idx_file *f, const char *dir, const char *prefix,
+                                 const char *kind) {
+    char name[256];
+    if (snprintf(name, sizeof name, "%s-%s", prefix, kind) >= (int)sizeof name)
+        return MPCL_ERROR(NULL, MPCL_ERR_INVALID_ARG, "IDX prefix '%s' is too long", prefix);
+    return idx_open(f, dir, name);
+}
+
+static mpcl_status load_images(mpcl_dataset *ds, const char *dir, const char *prefix) {
+    idx_file f = {0};
+    mpcl_status st = open_prefixed(&f, dir, prefix, "images-idx3-ubyte");
+    if (st == MPCL_OK) st = read_images(ds, &f);
     idx_close(&f);
     return st;
 }
 
 static mpcl_status load_labels(mpcl_dataset *ds, const char *dir, const char *prefix,
                                int num_classes, const char *images_file) {
-    char name[256];
     idx_file f = {0};
-    uint32_t count;
-    if (snprintf(name, sizeof name, "%s-labels-idx1-ubyte", prefix) >= (int)sizeof name)
-        return MPCL_ERROR(NULL, MPCL_ERR_INVALID_ARG, "IDX prefix '%s' is too long", prefix);
-    mpcl_status st = idx_open(&f, dir, name);
-    if (st != MPCL_OK) return st;
-    st = idx_header(&f, IDX_MAGIC_LABELS, &count, 1);
-    if (st != MPCL_OK) goto cleanup;
-    if (count != ds->count) {
-        st = MPCL_ERROR(NULL, MPCL_ERR_FORMAT, "'%s' has %u labels but '%s' has %zu images", f.path,
-                        (unsigned)count, images_file, ds->count);
-        goto cleanup;
-    }
-    ds->labels = malloc(ds->count);
-    if (!ds->labels) {
-        st = MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "'%s': cannot allocate %zu labels", f.path,
-                        ds->count);
-        goto cleanup;
-    }
-    st = idx_body(&f, ds->labels, ds->count, 8, "label data");
-    if (st != MPCL_OK) goto cleanup;
-    int max = 0;
-    for (size_t i = 0; i < ds->count; i++) {
-        if (num_classes > 0 && ds->labels[i] >= num_classes) {
-            st = MPCL_ERROR(NULL, MPCL_ERR_FORMAT,
-                            "'%s': label %u at index %zu (byte offset %zu) is not below the "
-                            "class count %d",
-                            f.path, (unsigned)ds->labels[i], i, 8 + i, num_classes);
-            goto cleanup;
-        }
-        if (ds->labels[i] > max) max = ds->labels[i];
-    }
-    ds->num_classes = num_classes > 0 ? num_classes : max + 1;
-cleanup:
+    mpcl_status st = open_prefixed(&f, dir, prefix, "labels-idx1-ubyte");
+    if (st == MPCL_OK) st = read_labels(ds, &f, num_classes, images_file);
     idx_close(&f);
     return st;
+}
+
+mpcl_status mpcl__idx_load_mem(const char *images_name, const void *images, size_t images_size,
+                               const char *labels_name, const void *labels, size_t labels_size,
+                               int num_classes, mpcl_dataset **out) {
+    *out = NULL;
+    mpcl_dataset *ds = calloc(1, sizeof *ds);
+    if (!ds) return MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "mpcl_idx_load: dataset");
+    /* The 64 KiB input buffer needs no zeroing; the fields before it do. */
+    idx_file *f = malloc(sizeof *f);
+    if (f) memset(f, 0, offsetof(idx_file, in));
+    mpcl_status st = f ? open_mem(f, images_name, images, images_size)
+                       : MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "mpcl_idx_load: file");
+    if (st == MPCL_OK) st = read_images(ds, f);
+    if (f) idx_close(f);
+    if (st == MPCL_OK) {
+        memset(f, 0, offsetof(idx_file, in));
+        st = open_mem(f, labels_name, labels, labels_size);
+        if (st == MPCL_OK) st = read_labels(ds, f, num_classes, images_name);
+        idx_close(f);
+    }
+    free(f);
+    if (st != MPCL_OK) {
+        mpcl_dataset_destroy(ds);
+        return st;
+    }
+    *out = ds;
+    return MPCL_OK;
 }
 
 mpcl_status mpcl_idx_load_ex(const char *dir, const char *prefix, const mpcl_idx_params *params,

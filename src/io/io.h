@@ -8,4 +8,17 @@
 #include "mpcl/safetensors.h"
 #include "nn/nn.h"
 
+/* mpcl_idx_load_ex on two file images in memory (for the fuzz harness):
+ * the names stand for the paths in messages, and one ending in ".gz" must
+ * hold gzip, as on disk. num_classes as in mpcl_idx_params. */
+mpcl_status mpcl__idx_load_mem(const char *images_name, const void *images, size_t images_size,
+                               const char *labels_name, const void *labels, size_t labels_size,
+                               int num_classes, mpcl_dataset **out);
+
+/* mpcl_safetensors_read on a file image already in memory (size bytes);
+ * `name` stands for the path in messages. For the fuzz harnesses and tests:
+ * the same checks, the same statuses. */
+mpcl_status mpcl__safetensors_parse(const char *name, const void *bytes, size_t size,
+                                    mpcl_safetensors **out);
+
 #endif

@@ -91,47 +91,55 @@ static int utf8_valid(const char *s) {
 
 /* ---- a strict JSON parser for the header ---- */
 
+/* Memory: the parser keeps the tree in one block of nodes whose size is known
+ * before anything is allocated. A first pass counts the values in the header
+ * (scan_values); the tree then needs exactly that many nodes, and a header
+ * whose tree would take more than ST_TREE_RATIO times its own length, or
+ * more than ST_TREE_MAX bytes, is refused before the block is allocated.
+ * Strings are decoded in place in the header (a decoded string is never
+ * longer than its source), so keys, names and metadata cost nothing more,
+ * and the reader's object points into the header it keeps. Each container
+ * takes its children from the block in one piece, counted by the same scan
+ * over the container alone. The whole read thus takes at most
+ * (1 + ST_TREE_RATIO + ST_BUILD_RATIO) times the header, plus the data
+ * section, plus a constant. */
+#define ST_TREE_RATIO 8u
+#define ST_TREE_SLACK ((uint64_t)64 << 10)
+#define ST_TREE_MAX ((uint64_t)512 << 20)
+/* The reader's tables (tensors, spans, metadata) are checked against this
+ * ratio too; a valid tensor entry takes at least 49 header bytes and 144
+ * table bytes, so valid headers never come near it. */
+#define ST_BUILD_RATIO 4u
+
 typedef enum jtype { J_OBJ, J_ARR, J_STR, J_INT } jtype;
 
 typedef struct jval jval;
-typedef struct jmember jmember;
 
+/* 32 bytes: the scan's ratio is in these units. */
 struct jval {
-    jtype type;
-    size_t pos; /* byte offset in the header, for messages */
-    size_t n;   /* members or elements */
-    jmember *members;
-    jval *elems;
-    char *str; /* NUL-terminated; \u0000 is rejected so strlen is the length */
-    int neg;   /* integer: sign and magnitude (magnitude <= 2^63) */
-    uint64_t mag;
-};
-
-struct jmember {
-    char *key;
-    size_t pos;
-    jval val;
+    const char *key; /* member key, NUL-terminated in the header; NULL in an array */
+    union {
+        jval *kids;      /* J_OBJ members or J_ARR elements, n of them */
+        const char *str; /* J_STR, NUL-terminated in the header (\u0000 is refused) */
+        uint64_t mag;    /* J_INT magnitude (<= 2^63), sign in neg */
+    } u;
+    uint32_t pos;    /* byte offset in the header, for messages */
+    uint32_t keypos; /* offset of the key, for the duplicate-key message */
+    uint32_t n;
+    uint8_t type, neg;
 };
 
 typedef struct jparser {
-    const char *s;
+    char *s; /* the header, decoded in place */
     size_t n, i;
     int depth;
     const char *path;
+    jval *pool; /* the node block */
+    size_t pool_used, pool_size;
+    int dropped; /* a value did not fit the scan's count (see next_kid) */
 } jparser;
 
 #define JSON_MAX_DEPTH 16
-
-static void json_free(jval *v) {
-    for (size_t i = 0; v->members && i < v->n; i++) {
-        free(v->members[i].key);
-        json_free(&v->members[i].val);
-    }
-    for (size_t i = 0; v->elems && i < v->n; i++) json_free(&v->elems[i]);
-    free(v->members);
-    free(v->elems);
-    free(v->str);
-}
 
 #define JSON_FAIL(p, at, ...) mpcl__json_fail((p), (at), __FILE__, __LINE__, __VA_ARGS__)
 
@@ -150,10 +158,55 @@ static mpcl_status mpcl__json_fail(const jparser *p, size_t at, const char *file
                        p->path, at, at + 8, what);
 }
 
+static int is_ws(char c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
 static void skip_ws(jparser *p) {
-    while (p->i < p->n &&
-           (p->s[p->i] == ' ' || p->s[p->i] == '\t' || p->s[p->i] == '\n' || p->s[p->i] == '\r'))
-        p->i++;
+    while (p->i < p->n && is_ws(p->s[p->i])) p->i++;
+}
+
+/* The index just past the string whose opening quote is at i (n when it is
+ * unterminated). The parser finds the end of a string the same way. */
+static size_t string_end(const char *s, size_t n, size_t i) {
+    size_t end = i + 1;
+    while (end < n && s[end] != '"') end += s[end] == '\\' ? 2 : 1;
+    return end < n ? end + 1 : n;
+}
+
+/* Counts the values that start in s[i, n) at nesting level 0 relative to i,
+ * stopping at the bracket that closes the level (when `one_level`), or
+ * counts the values at every level (when not). A value starts at a string
+ * that is not followed by ':', at a '-' or digit after a non-digit, and at
+ * '{' or '['. On valid JSON this is the exact count; on anything else it is
+ * what the parser can ask for before it fails, and the parser checks. */
+static size_t scan_values(const char *s, size_t n, size_t i, int one_level) {
+    size_t count = 0;
+    int level = 0, in_number = 0;
+    while (i < n) {
+        char c = s[i];
+        if (c == '"') {
+            size_t j = string_end(s, n, i);
+            size_t k = j;
+            while (k < n && is_ws(s[k])) k++;
+            if ((k >= n || s[k] != ':') && (level == 0 || !one_level)) count++;
+            in_number = 0;
+            i = j;
+            continue;
+        }
+        int digit = (c >= '0' && c <= '9') || c == '-';
+        if (digit && !in_number && (level == 0 || !one_level)) count++;
+        in_number = digit;
+        if (c == '{' || c == '[') {
+            if (level == 0 || !one_level) count++;
+            level++;
+        } else if (c == '}' || c == ']') {
+            if (level == 0) break;
+            level--;
+        }
+        i++;
+    }
+    return count;
 }
 
 /* Prefix for "expected X" messages when the header simply ran out. */
@@ -199,29 +252,23 @@ static size_t put_utf8(char *o, uint32_t cp) {
     return 4;
 }
 
-/* At the opening quote. The decoded string is never longer than its source. */
-static mpcl_status parse_string(jparser *p, char **out) {
+/* At the opening quote. Decodes in place: the output starts at the opening
+ * quote and never overtakes the input (an escape of 2, 6 or 12 source bytes
+ * writes 1 to 4), and the NUL goes at most where the closing quote was. */
+static mpcl_status parse_string(jparser *p, const char **out) {
     size_t start = p->i++;
-    size_t end = p->i;
-    while (end < p->n && p->s[end] != '"') end += p->s[end] == '\\' ? 2 : 1;
-    if (end >= p->n) return JSON_FAIL(p, start, "unterminated string");
-    char *o = malloc(end - p->i + 1);
-    if (!o) return MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "header string of %zu bytes", end);
+    size_t end = string_end(p->s, p->n, start) - 1;
+    if (end >= p->n || p->s[end] != '"') return JSON_FAIL(p, start, "unterminated string");
+    char *o = p->s + start;
     size_t k = 0;
     while (p->i < end) {
         unsigned char c = (unsigned char)p->s[p->i];
         size_t at = p->i;
-        if (c < 0x20) {
-            free(o);
-            return JSON_FAIL(p, at, "raw control character 0x%02x in a string", c);
-        }
+        if (c < 0x20) return JSON_FAIL(p, at, "raw control character 0x%02x in a string", c);
         if (c >= 0x80) {
             size_t len = utf8_seq((const unsigned char *)p->s + at, end - at);
-            if (!len) {
-                free(o);
-                return JSON_FAIL(p, at, "invalid UTF-8 in a string");
-            }
-            memcpy(o + k, p->s + at, len);
+            if (!len) return JSON_FAIL(p, at, "invalid UTF-8 in a string");
+            memmove(o + k, p->s + at, len);
             k += len;
             p->i += len;
             continue;
@@ -244,34 +291,25 @@ static mpcl_status parse_string(jparser *p, char **out) {
         case 'r': o[k++] = '\r'; break;
         case 't': o[k++] = '\t'; break;
         case 'u':
-            if (end - p->i < 4 || !hex4(p->s + p->i, &cp)) {
-                free(o);
+            if (end - p->i < 4 || !hex4(p->s + p->i, &cp))
                 return JSON_FAIL(p, at, "\\u not followed by four hex digits");
-            }
             p->i += 4;
             if (cp >= 0xd800 && cp <= 0xdbff) {
                 uint32_t lo;
                 if (end - p->i < 6 || p->s[p->i] != '\\' || p->s[p->i + 1] != 'u' ||
-                    !hex4(p->s + p->i + 2, &lo) || lo < 0xdc00 || lo > 0xdfff) {
-                    free(o);
+                    !hex4(p->s + p->i + 2, &lo) || lo < 0xdc00 || lo > 0xdfff)
                     return JSON_FAIL(p, at, "high surrogate \\u%04x without its low half",
                                      (unsigned)cp);
-                }
                 p->i += 6;
                 cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
             } else if (cp >= 0xdc00 && cp <= 0xdfff) {
-                free(o);
                 return JSON_FAIL(p, at, "lone low surrogate \\u%04x", (unsigned)cp);
             } else if (cp == 0) {
-                free(o);
                 return JSON_FAIL(p, at, "\\u0000 is not allowed in names or metadata");
             }
-            /* 6 or 12 source bytes always cover the 1 to 4 bytes written. */
             k += put_utf8(o + k, cp);
             break;
-        default:
-            free(o);
-            return JSON_FAIL(p, at, "unknown escape '\\%c'", e >= 0x20 && e < 0x7f ? e : '?');
+        default: return JSON_FAIL(p, at, "unknown escape '\\%c'", e >= 0x20 && e < 0x7f ? e : '?');
         }
     }
     o[k] = '\0';
@@ -299,20 +337,47 @@ static mpcl_status parse_int(jparser *p, jval *v) {
     }
     if (p->i < p->n && (p->s[p->i] == '.' || p->s[p->i] == 'e' || p->s[p->i] == 'E'))
         return JSON_FAIL(p, start, "non-integer number (only integers are allowed)");
-    v->mag = m;
+    v->u.mag = m;
     return MPCL_OK;
 }
 
 static int key_cmp(const void *a, const void *b) {
-    const jmember *const *x = a, *const *y = b;
+    const jval *const *x = a, *const *y = b;
     return strcmp((*x)->key, (*y)->key);
 }
 
 static mpcl_status parse_value(jparser *p, jval *v);
 
+/* Takes the children of the container opening at p->i from the node block:
+ * as many as the scan counts, which the caller may not exceed. */
+static mpcl_status take_kids(jparser *p, jval *v, size_t *cap) {
+    size_t want = scan_values(p->s, p->n, p->i + 1, 1);
+    size_t left = p->pool_size - p->pool_used;
+    *cap = want < left ? want : left;
+    v->u.kids = p->pool + p->pool_used;
+    p->pool_used += *cap;
+    return MPCL_OK;
+}
+
+/* The next child's node: from the block while the scan's count lasts, else
+ * the caller's spare. The scan counts exactly on valid JSON, so a spare is
+ * used only on broken JSON, whose parse then fails where it is broken (a
+ * parse that succeeds anyway is refused at the end, through `dropped`). */
+static jval *next_kid(jparser *p, jval *v, size_t cap, jval *spare) {
+    jval *k = spare;
+    if (v->n < cap)
+        k = &v->u.kids[v->n++];
+    else
+        p->dropped = 1;
+    memset(k, 0, sizeof *k);
+    return k;
+}
+
 static mpcl_status parse_object(jparser *p, jval *v) {
-    size_t cap = 0;
+    size_t cap;
     v->type = J_OBJ;
+    mpcl_status st = take_kids(p, v, &cap);
+    if (st != MPCL_OK) return st;
     p->i++;
     skip_ws(p);
     if (p->i < p->n && p->s[p->i] == '}') {
@@ -323,23 +388,18 @@ static mpcl_status parse_object(jparser *p, jval *v) {
         skip_ws(p);
         if (p->i >= p->n || p->s[p->i] != '"')
             return JSON_FAIL(p, p->i, "%sexpected a string key", at_end(p));
-        if (v->n == cap) {
-            cap = cap ? 2 * cap : 8;
-            jmember *m = realloc(v->members, cap * sizeof *m);
-            if (!m) return MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "header object");
-            v->members = m;
-        }
-        jmember *m = &v->members[v->n];
-        memset(m, 0, sizeof *m);
-        m->pos = p->i;
-        v->n++; /* counted now so that json_free releases a half-parsed member */
-        mpcl_status st = parse_string(p, &m->key);
+        size_t keypos = p->i;
+        const char *key;
+        st = parse_string(p, &key);
         if (st != MPCL_OK) return st;
         skip_ws(p);
         if (p->i >= p->n || p->s[p->i] != ':')
             return JSON_FAIL(p, p->i, "%sexpected ':'", at_end(p));
         p->i++;
-        st = parse_value(p, &m->val);
+        jval spare, *m = next_kid(p, v, cap, &spare);
+        m->key = key;
+        m->keypos = (uint32_t)keypos;
+        st = parse_value(p, m);
         if (st != MPCL_OK) return st;
         skip_ws(p);
         if (p->i < p->n && p->s[p->i] == ',') {
@@ -352,17 +412,18 @@ static mpcl_status parse_object(jparser *p, jval *v) {
         }
         return JSON_FAIL(p, p->i, "%sexpected ',' or '}'", at_end(p));
     }
-    /* Duplicate keys, found by sorting pointers: O(n log n) for big headers. */
+    /* Duplicate keys, found by sorting pointers: O(n log n) for big headers.
+     * The pointers take n * 8 bytes, a quarter of the nodes' own size. */
     if (v->n > 1) {
-        jmember **sorted = malloc(v->n * sizeof *sorted);
+        const jval **sorted = malloc(v->n * sizeof *sorted);
         if (!sorted) return MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "header keys");
-        for (size_t i = 0; i < v->n; i++) sorted[i] = &v->members[i];
+        for (size_t i = 0; i < v->n; i++) sorted[i] = &v->u.kids[i];
         qsort(sorted, v->n, sizeof *sorted, key_cmp);
         for (size_t i = 1; i < v->n; i++) {
             if (strcmp(sorted[i - 1]->key, sorted[i]->key) == 0) {
-                const jmember *later =
-                    sorted[i]->pos > sorted[i - 1]->pos ? sorted[i] : sorted[i - 1];
-                mpcl_status st = JSON_FAIL(p, later->pos, "duplicate key \"%s\"", later->key);
+                const jval *later =
+                    sorted[i]->keypos > sorted[i - 1]->keypos ? sorted[i] : sorted[i - 1];
+                st = JSON_FAIL(p, later->keypos, "duplicate key \"%s\"", later->key);
                 free(sorted);
                 return st;
             }
@@ -373,8 +434,10 @@ static mpcl_status parse_object(jparser *p, jval *v) {
 }
 
 static mpcl_status parse_array(jparser *p, jval *v) {
-    size_t cap = 0;
+    size_t cap;
     v->type = J_ARR;
+    mpcl_status st = take_kids(p, v, &cap);
+    if (st != MPCL_OK) return st;
     p->i++;
     skip_ws(p);
     if (p->i < p->n && p->s[p->i] == ']') {
@@ -382,16 +445,8 @@ static mpcl_status parse_array(jparser *p, jval *v) {
         return MPCL_OK;
     }
     for (;;) {
-        if (v->n == cap) {
-            cap = cap ? 2 * cap : 8;
-            jval *e = realloc(v->elems, cap * sizeof *e);
-            if (!e) return MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "header array");
-            v->elems = e;
-        }
-        jval *e = &v->elems[v->n];
-        memset(e, 0, sizeof *e);
-        v->n++;
-        mpcl_status st = parse_value(p, e);
+        jval spare, *e = next_kid(p, v, cap, &spare);
+        st = parse_value(p, e);
         if (st != MPCL_OK) return st;
         skip_ws(p);
         if (p->i < p->n && p->s[p->i] == ',') {
@@ -408,12 +463,12 @@ static mpcl_status parse_array(jparser *p, jval *v) {
 
 static mpcl_status parse_value(jparser *p, jval *v) {
     skip_ws(p);
-    v->pos = p->i;
+    v->pos = (uint32_t)p->i;
     if (p->i >= p->n) return JSON_FAIL(p, p->i, "unexpected end of header");
     char c = p->s[p->i];
     if (c == '"') {
         v->type = J_STR;
-        return parse_string(p, &v->str);
+        return parse_string(p, &v->u.str);
     }
     if (c == '-' || (c >= '0' && c <= '9')) return parse_int(p, v);
     if (c == '{' || c == '[') {
@@ -436,18 +491,15 @@ struct mpcl_safetensors {
     size_t count;
     mpcl_st_meta *meta;
     size_t meta_count;
+    char *header; /* decoded in place: names, keys and values point into it */
     void *data;
 };
 
 void mpcl_safetensors_destroy(mpcl_safetensors *st) {
     if (!st) return;
-    for (size_t i = 0; i < st->count; i++) free((char *)st->tensors[i].name);
-    for (size_t i = 0; i < st->meta_count; i++) {
-        free((char *)st->meta[i].key);
-        free((char *)st->meta[i].value);
-    }
     free(st->tensors);
     free(st->meta);
+    free(st->header);
     free(st->data);
     free(st);
 }
@@ -480,13 +532,13 @@ static mpcl_status fmt_fail(const char *path, const char *file, int line, const 
 
 static const jval *member(const jval *obj, const char *key) {
     for (size_t i = 0; i < obj->n; i++)
-        if (strcmp(obj->members[i].key, key) == 0) return &obj->members[i].val;
+        if (strcmp(obj->u.kids[i].key, key) == 0) return &obj->u.kids[i];
     return NULL;
 }
 
 /* Formats a JSON integer for messages. */
 static const char *int_text(const jval *v, char *buf, size_t size) {
-    snprintf(buf, size, "%s%llu", v->neg ? "-" : "", (ull)v->mag);
+    snprintf(buf, size, "%s%llu", v->neg ? "-" : "", (ull)v->u.mag);
     return buf;
 }
 
@@ -494,7 +546,7 @@ static mpcl_status check_tensor(const char *path, const char *name, const jval *
                                 uint64_t data_size, mpcl_st_tensor *t, span *sp) {
     if (v->type != J_OBJ) return FMT_FAIL("tensor '%s': entry is not an object", name);
     for (size_t i = 0; i < v->n; i++) {
-        const char *k = v->members[i].key;
+        const char *k = v->u.kids[i].key;
         if (strcmp(k, "dtype") && strcmp(k, "shape") && strcmp(k, "data_offsets"))
             return FMT_FAIL("tensor '%s': unknown field \"%s\"", name, k);
     }
@@ -507,31 +559,31 @@ static mpcl_status check_tensor(const char *path, const char *name, const jval *
     if (dt->type != J_STR) return FMT_FAIL("tensor '%s': dtype is not a string", name);
     int d = -1;
     for (int k = 0; k < MPCL_ST_DTYPE_COUNT; k++)
-        if (strcmp(dt->str, DTYPES[k].name) == 0) d = k;
-    if (d < 0) return FMT_FAIL("tensor '%s': unknown dtype \"%s\"", name, dt->str);
+        if (strcmp(dt->u.str, DTYPES[k].name) == 0) d = k;
+    if (d < 0) return FMT_FAIL("tensor '%s': unknown dtype \"%s\"", name, dt->u.str);
     if (sh->type != J_ARR) return FMT_FAIL("tensor '%s': shape is not an array", name);
     if (sh->n > MPCL_ST_MAX_DIMS)
-        return FMT_FAIL("tensor '%s': %zu dimensions, at most %d are supported", name, sh->n,
-                        MPCL_ST_MAX_DIMS);
+        return FMT_FAIL("tensor '%s': %zu dimensions, at most %d are supported", name,
+                        (size_t)sh->n, MPCL_ST_MAX_DIMS);
     uint64_t shape[MPCL_ST_MAX_DIMS];
     char b0[32], b1[32];
     for (size_t i = 0; i < sh->n; i++) {
-        const jval *e = &sh->elems[i];
+        const jval *e = &sh->u.kids[i];
         if (e->type != J_INT || e->neg)
             return FMT_FAIL("tensor '%s': shape[%zu] is not a non-negative integer", name, i);
-        if (e->mag > SIZE_MAX) return FMT_FAIL("tensor '%s': shape[%zu] too large", name, i);
-        shape[i] = e->mag;
+        if (e->u.mag > SIZE_MAX) return FMT_FAIL("tensor '%s': shape[%zu] too large", name, i);
+        shape[i] = e->u.mag;
     }
     if (off->type != J_ARR || off->n != 2)
         return FMT_FAIL("tensor '%s': data_offsets is not an array of two integers", name);
     for (int i = 0; i < 2; i++)
-        if (off->elems[i].type != J_INT || (off->elems[i].neg && off->elems[i].mag))
+        if (off->u.kids[i].type != J_INT || (off->u.kids[i].neg && off->u.kids[i].u.mag))
             return FMT_FAIL("tensor '%s': data_offsets[%d] is not a non-negative integer", name, i);
-    uint64_t begin = off->elems[0].mag, end = off->elems[1].mag;
+    uint64_t begin = off->u.kids[0].u.mag, end = off->u.kids[1].u.mag;
     if (begin > end)
         return FMT_FAIL("tensor '%s': data_offsets [%s, %s] end before they begin", name,
-                        int_text(&off->elems[0], b0, sizeof b0),
-                        int_text(&off->elems[1], b1, sizeof b1));
+                        int_text(&off->u.kids[0], b0, sizeof b0),
+                        int_text(&off->u.kids[1], b1, sizeof b1));
     if (end > data_size)
         return FMT_FAIL("tensor '%s': data_offsets [%llu, %llu] beyond data section of %llu bytes",
                         name, (ull)begin, (ull)end, (ull)data_size);
@@ -592,7 +644,9 @@ static mpcl_status check_layout(const char *path, span *spans, size_t n, uint64_
     return MPCL_OK;
 }
 
-static mpcl_status build(const char *path, const jval *root, uint64_t data_size,
+/* A tensor entry before any table is allocated, so that the tables are
+ * sized only for entries that are all valid. */
+static mpcl_status build(const char *path, const jval *root, uint64_t hlen, uint64_t data_size,
                          mpcl_safetensors *st) {
     if (root->type != J_OBJ) return FMT_FAIL("header is not a JSON object");
     const jval *meta = member(root, "__metadata__");
@@ -600,18 +654,35 @@ static mpcl_status build(const char *path, const jval *root, uint64_t data_size,
     if (meta) {
         if (meta->type != J_OBJ) return FMT_FAIL("__metadata__ is not an object");
         for (size_t i = 0; i < meta->n; i++)
-            if (meta->members[i].val.type != J_STR)
+            if (meta->u.kids[i].type != J_STR)
                 return FMT_FAIL("__metadata__ value of \"%s\" is not a string",
-                                meta->members[i].key);
+                                meta->u.kids[i].key);
+    }
+    /* Every entry first, into scratch: a bad one is reported before the
+     * tables exist, and the tables are then sized for valid entries only. */
+    for (size_t i = 0; i < root->n; i++) {
+        const jval *m = &root->u.kids[i];
+        if (m == meta) continue;
+        mpcl_st_tensor t;
+        span sp;
+        mpcl_status s = check_tensor(path, m->key, m, data_size, &t, &sp);
+        if (s != MPCL_OK) return s;
+    }
+    uint64_t table_bytes = (uint64_t)ntensors * (sizeof *st->tensors + sizeof(span)) +
+                           (uint64_t)(meta ? meta->n : 0) * sizeof *st->meta;
+    if (table_bytes > ST_BUILD_RATIO * hlen + ST_TREE_SLACK)
+        return FMT_FAIL(
+            "header of %llu bytes describes %zu tensors; their tables would take "
+            "%llu bytes, more than %u times the header",
+            (ull)hlen, ntensors, (ull)table_bytes, ST_BUILD_RATIO);
+    if (meta) {
         st->meta = calloc(meta->n ? meta->n : 1, sizeof *st->meta);
         if (!st->meta) return MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "metadata");
         for (size_t i = 0; i < meta->n; i++) {
-            st->meta[i].key = strdup(meta->members[i].key);
-            st->meta[i].value = strdup(meta->members[i].val.str);
-            st->meta_count++;
-            if (!st->meta[i].key || !st->meta[i].value)
-                return MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "metadata");
+            st->meta[i].key = meta->u.kids[i].key;
+            st->meta[i].value = meta->u.kids[i].u.str;
         }
+        st->meta_count = meta->n;
     }
     st->tensors = calloc(ntensors ? ntensors : 1, sizeof *st->tensors);
     span *spans = calloc(ntensors ? ntensors : 1, sizeof *spans);
@@ -621,15 +692,14 @@ static mpcl_status build(const char *path, const jval *root, uint64_t data_size,
     }
     mpcl_status s = MPCL_OK;
     for (size_t i = 0; i < root->n && s == MPCL_OK; i++) {
-        const jmember *m = &root->members[i];
-        if (&m->val == meta) continue;
+        const jval *m = &root->u.kids[i];
+        if (m == meta) continue;
         mpcl_st_tensor *t = &st->tensors[st->count];
-        s = check_tensor(path, m->key, &m->val, data_size, t, &spans[st->count]);
+        s = check_tensor(path, m->key, m, data_size, t, &spans[st->count]);
         if (s != MPCL_OK) break;
         spans[st->count].index = st->count;
-        t->name = strdup(m->key);
+        t->name = m->key;
         st->count++;
-        if (!t->name) s = MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "tensor name");
     }
     if (s == MPCL_OK) s = check_layout(path, spans, ntensors, data_size);
     if (s == MPCL_OK)
@@ -645,14 +715,82 @@ static uint64_t get_le64(const unsigned char *p) {
     return v;
 }
 
+/* The checks on a file of `size` bytes whose first 8 bytes say hlen. */
+static mpcl_status check_lengths(const char *path, uint64_t size, uint64_t hlen) {
+    if (hlen > size - 8)
+        return FMT_FAIL(
+            "header length %llu beyond the %llu bytes that follow it (not a safetensors "
+            "file, or truncated)",
+            (ull)hlen, (ull)(size - 8));
+    if (hlen > MPCL_ST_MAX_HEADER)
+        return FMT_FAIL("header length %llu over the limit of %u bytes", (ull)hlen,
+                        MPCL_ST_MAX_HEADER);
+    if (hlen < 2) return FMT_FAIL("header length %llu is too short for a JSON object", (ull)hlen);
+    return MPCL_OK;
+}
+
+static mpcl_status too_short(const char *path, uint64_t size) {
+    return FMT_FAIL(
+        "file is %llu bytes, shorter than the 8-byte header length (not a "
+        "safetensors file)",
+        (ull)size);
+}
+
+/* The header buffer (hlen + 1 bytes, for a NUL after it) and the 16-byte
+ * aligned data section of an object under construction. */
+static mpcl_status alloc_sections(const char *path, uint64_t size, uint64_t hlen,
+                                  mpcl_safetensors **out) {
+    uint64_t data_size = size - 8 - hlen;
+    mpcl_safetensors *s = calloc(1, sizeof *s);
+    if (s) s->header = malloc((size_t)hlen + 1);
+    /* aligned_alloc wants a multiple of 16. */
+    if (s && s->header) s->data = aligned_alloc(16, ((size_t)data_size + 16) & ~(size_t)15);
+    if (!s || !s->header || !s->data) {
+        mpcl_safetensors_destroy(s);
+        return MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "'%s': %llu bytes", path, (ull)size);
+    }
+    s->header[hlen] = '\0';
+    *out = s;
+    return MPCL_OK;
+}
+
+/* Parses and validates s->header (hlen bytes) against a data section of
+ * data_size bytes; see the memory note above the parser. */
+static mpcl_status parse_header(const char *path, mpcl_safetensors *s, uint64_t hlen,
+                                uint64_t data_size) {
+    if (s->header[0] != '{')
+        return FMT_FAIL("header does not start with '{' (not a safetensors file)");
+    size_t values = scan_values(s->header, (size_t)hlen, 0, 0);
+    uint64_t tree = (uint64_t)values * sizeof(jval);
+    if (tree > ST_TREE_RATIO * hlen + ST_TREE_SLACK || tree > ST_TREE_MAX)
+        return FMT_FAIL(
+            "header of %llu bytes holds %zu JSON values; parsing it would take %llu "
+            "bytes, over the limit of %u times its length and %llu bytes in all",
+            (ull)hlen, values, (ull)tree, ST_TREE_RATIO, (ull)ST_TREE_MAX);
+    jparser p = {s->header, (size_t)hlen, 0, 0, path, NULL, 0, values, 0};
+    p.pool = malloc(values ? values * sizeof(jval) : 1);
+    if (!p.pool)
+        return MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "'%s': %zu header values", path, values);
+    jval root;
+    memset(&root, 0, sizeof root);
+    mpcl_status st = parse_value(&p, &root);
+    /* The format allows trailing spaces as padding; anything else is garbage. */
+    if (st == MPCL_OK) {
+        skip_ws(&p);
+        if (p.i != p.n) st = JSON_FAIL(&p, p.i, "trailing garbage after the header object");
+    }
+    if (st == MPCL_OK && p.dropped)
+        st = FMT_FAIL("header parsed into more values than it was counted to hold");
+    if (st == MPCL_OK) st = build(path, &root, hlen, data_size, s);
+    free(p.pool);
+    return st;
+}
+
 mpcl_status mpcl_safetensors_read(const char *path, mpcl_safetensors **out) {
     if (!out) return MPCL_ERROR(NULL, MPCL_ERR_INVALID_ARG, "mpcl_safetensors_read: out is NULL");
     *out = NULL;
     if (!path) return MPCL_ERROR(NULL, MPCL_ERR_INVALID_ARG, "mpcl_safetensors_read: path is NULL");
     mpcl_status st = MPCL_OK;
-    char *header = NULL;
-    jval root;
-    memset(&root, 0, sizeof root);
     mpcl_safetensors *s = NULL;
     FILE *f = NULL;
     if ((st = mpcl__open_regular(path, &f)) != MPCL_OK) return st;
@@ -664,10 +802,7 @@ mpcl_status mpcl_safetensors_read(const char *path, mpcl_safetensors **out) {
     uint64_t size = (uint64_t)sb.st_size;
     unsigned char lenbuf[8];
     if (size < 8) {
-        st = FMT_FAIL(
-            "file is %llu bytes, shorter than the 8-byte header length (not a "
-            "safetensors file)",
-            (ull)size);
+        st = too_short(path, size);
         goto cleanup;
     }
     if (fread(lenbuf, 1, 8, f) != 8) {
@@ -675,55 +810,39 @@ mpcl_status mpcl_safetensors_read(const char *path, mpcl_safetensors **out) {
         goto cleanup;
     }
     uint64_t hlen = get_le64(lenbuf);
-    if (hlen > size - 8) {
-        st = FMT_FAIL(
-            "header length %llu beyond the %llu bytes that follow it (not a safetensors "
-            "file, or truncated)",
-            (ull)hlen, (ull)(size - 8));
-        goto cleanup;
-    }
-    if (hlen > MPCL_ST_MAX_HEADER) {
-        st = FMT_FAIL("header length %llu over the limit of %u bytes", (ull)hlen,
-                      MPCL_ST_MAX_HEADER);
-        goto cleanup;
-    }
-    if (hlen < 2) {
-        st = FMT_FAIL("header length %llu is too short for a JSON object", (ull)hlen);
-        goto cleanup;
-    }
+    if ((st = check_lengths(path, size, hlen)) != MPCL_OK) goto cleanup;
     uint64_t data_size = size - 8 - hlen;
-    header = malloc((size_t)hlen);
-    s = calloc(1, sizeof *s);
-    /* 16-byte aligned data (see the header); aligned_alloc wants a multiple of 16. */
-    if (s) s->data = aligned_alloc(16, ((size_t)data_size + 16) & ~(size_t)15);
-    if (!header || !s || !s->data) {
-        st = MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "'%s': %llu bytes", path, (ull)size);
-        goto cleanup;
-    }
-    if (fread(header, 1, (size_t)hlen, f) != hlen ||
+    if ((st = alloc_sections(path, size, hlen, &s)) != MPCL_OK) goto cleanup;
+    if (fread(s->header, 1, (size_t)hlen, f) != hlen ||
         fread(s->data, 1, (size_t)data_size, f) != data_size) {
         st = MPCL_ERROR(NULL, MPCL_ERR_IO, "reading '%s': %s", path,
                         ferror(f) ? strerror(errno) : "file shrank while being read");
         goto cleanup;
     }
-    if (header[0] != '{') {
-        st = FMT_FAIL("header does not start with '{' (not a safetensors file)");
-        goto cleanup;
-    }
-    jparser p = {header, (size_t)hlen, 0, 0, path};
-    st = parse_value(&p, &root);
-    if (st != MPCL_OK) goto cleanup;
-    /* The format allows trailing spaces as padding; anything else is garbage. */
-    skip_ws(&p);
-    if (p.i != p.n) {
-        st = JSON_FAIL(&p, p.i, "trailing garbage after the header object");
-        goto cleanup;
-    }
-    st = build(path, &root, data_size, s);
+    st = parse_header(path, s, hlen, data_size);
 cleanup:
-    json_free(&root);
-    free(header);
-    if (f) fclose(f);
+    fclose(f);
+    if (st != MPCL_OK) {
+        mpcl_safetensors_destroy(s);
+        return st;
+    }
+    *out = s;
+    return MPCL_OK;
+}
+
+mpcl_status mpcl__safetensors_parse(const char *name, const void *bytes, size_t size,
+                                    mpcl_safetensors **out) {
+    *out = NULL;
+    const char *path = name;
+    if (size < 8) return too_short(path, size);
+    uint64_t hlen = get_le64(bytes);
+    mpcl_status st = check_lengths(path, size, hlen);
+    if (st != MPCL_OK) return st;
+    mpcl_safetensors *s;
+    if ((st = alloc_sections(path, size, hlen, &s)) != MPCL_OK) return st;
+    memcpy(s->header, (const unsigned char *)bytes + 8, (size_t)hlen);
+    memcpy(s->data, (const unsigned char *)bytes + 8 + hlen, (size_t)(size - 8 - hlen));
+    st = parse_header(path, s, hlen, size - 8 - hlen);
     if (st != MPCL_OK) {
         mpcl_safetensors_destroy(s);
         return st;

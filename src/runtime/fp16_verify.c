@@ -3,9 +3,11 @@
  * successful build proves nothing (Oclgrind builds `half` arithmetic, then
  * leaves the output unwritten). */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "runtime/runtime.h"
 
@@ -42,12 +44,65 @@ static bool same_f32(float got, float want) {
     return memcmp(&got, &want, sizeof got) == 0;
 }
 
-static cl_program build(cl_context cl, cl_device_id dev, const char *src, const char *options) {
+/* What a probe's compiler wrote to stderr, when it wrote anything. */
+typedef struct probe_log {
+    char text[160];
+} probe_log;
+
+/* Serialises the fd 2 redirection below within the process. */
+static pthread_mutex_t stderr_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* clBuildProgram with file descriptor 2 pointed at an unlinked temp file for
+ * the duration, the text kept in `log`. The half-math probe is expected not
+ * to build on devices without half, and some compilers (PoCL's clang) print
+ * their diagnostics' summary ("1 warning and 4 errors generated.") straight
+ * to fd 2 besides the build log, which would reach the terminal of every
+ * run, --quiet or not; that text belongs to the probe's detail only.
+ * fd 2 is the whole process's: the mutex serialises mpcl's own probes, and
+ * anything another thread of the application writes to stderr during the
+ * build (milliseconds, once per context) lands in the same file; it is
+ * then kept in the detail rather than shown. When no temp file can be made
+ * the build runs with stderr as it is. A temp file rather than a pipe, so
+ * that a long diagnostic cannot fill a pipe and block the build. */
+static cl_int build_capturing_stderr(cl_program p, cl_device_id dev, const char *options,
+                                     probe_log *log) {
+    log->text[0] = '\0';
+    pthread_mutex_lock(&stderr_lock);
+    fflush(stderr);
+    FILE *tmp = tmpfile();
+    int saved = tmp ? dup(STDERR_FILENO) : -1;
+    bool redirected = saved >= 0 && dup2(fileno(tmp), STDERR_FILENO) >= 0;
+    cl_int err = clBuildProgram(p, 1, &dev, options, NULL, NULL);
+    if (redirected) {
+        fflush(stderr);
+        dup2(saved, STDERR_FILENO);
+    }
+    if (saved >= 0) close(saved);
+    if (tmp) {
+        rewind(tmp);
+        size_t n = fread(log->text, 1, sizeof log->text - 1, tmp);
+        log->text[n] = '\0';
+        fclose(tmp);
+    }
+    pthread_mutex_unlock(&stderr_lock);
+    /* One line for the detail: newlines and tabs become spaces, trailing
+     * ones go. */
+    size_t n = strlen(log->text);
+    for (size_t i = 0; i < n; i++)
+        if (log->text[i] == '\n' || log->text[i] == '\t' || log->text[i] == '\r')
+            log->text[i] = ' ';
+    while (n > 0 && log->text[n - 1] == ' ') log->text[--n] = '\0';
+    return err;
+}
+
+static cl_program build(cl_context cl, cl_device_id dev, const char *src, const char *options,
+                        probe_log *log) {
     cl_int err;
     size_t len = strlen(src);
+    log->text[0] = '\0';
     cl_program p = clCreateProgramWithSource(cl, 1, &src, &len, &err);
     if (err != CL_SUCCESS) return NULL;
-    if (clBuildProgram(p, 1, &dev, options, NULL, NULL) != CL_SUCCESS) {
+    if (build_capturing_stderr(p, dev, options, log) != CL_SUCCESS) {
         clReleaseProgram(p);
         return NULL;
     }
@@ -93,8 +148,9 @@ cleanup:
 }
 
 /* Number of wrong results, N+1 when the kernel could not run at all. */
-static int check_storage(cl_context cl, cl_device_id dev, cl_command_queue q, const char *src) {
-    cl_program p = build(cl, dev, src, "-cl-std=CL1.2");
+static int check_storage(cl_context cl, cl_device_id dev, cl_command_queue q, const char *src,
+                         probe_log *log) {
+    cl_program p = build(cl, dev, src, "-cl-std=CL1.2", log);
     if (!p) return N + 1;
     uint16_t in[N], stored[N];
     float loaded[N], srcv[N];
@@ -120,8 +176,9 @@ static int check_storage(cl_context cl, cl_device_id dev, cl_command_queue q, co
     return wrong;
 }
 
-static int check_math(cl_context cl, cl_device_id dev, cl_command_queue q, const char *src) {
-    cl_program p = build(cl, dev, src, "-cl-std=CL1.2 -DMPCL_PROBE_HALF_MATH");
+static int check_math(cl_context cl, cl_device_id dev, cl_command_queue q, const char *src,
+                      probe_log *log) {
+    cl_program p = build(cl, dev, src, "-cl-std=CL1.2 -DMPCL_PROBE_HALF_MATH", log);
     if (!p) return N + 1;
     float a[N], b[N], prod[N], sum[N];
     memcpy(a, math_a, sizeof a);
@@ -204,7 +261,7 @@ static int check_bf16_kernel(cl_context cl, cl_command_queue q, cl_program p, co
 
 /* Number of wrong results over the three kernels (2 * NB checks each),
  * 6 * NB + 1 when the program did not build or a kernel did not run. */
-static int check_bf16(cl_context cl, cl_device_id dev, cl_command_queue q) {
+static int check_bf16(cl_context cl, cl_device_id dev, cl_command_queue q, probe_log *log) {
     char *common = mpcl__cl_source_load("common.cl", NULL);
     char *probe = mpcl__cl_source_load("bf16_probe.cl", NULL);
     char *src = NULL;
@@ -212,7 +269,7 @@ static int check_bf16(cl_context cl, cl_device_id dev, cl_command_queue q) {
         sprintf(src, "%s\n%s", common, probe);
     free(common);
     free(probe);
-    cl_program p = src ? build(cl, dev, src, "-cl-std=CL1.2 -DMPCL_STORAGE_BF16=1") : NULL;
+    cl_program p = src ? build(cl, dev, src, "-cl-std=CL1.2 -DMPCL_STORAGE_BF16=1", log) : NULL;
     free(src);
     if (!p) return 6 * NB + 1;
     static const char *const names[3] = {"probe_bf16_storage", "probe_bf16_storage8",
@@ -227,21 +284,27 @@ static int check_bf16(cl_context cl, cl_device_id dev, cl_command_queue q) {
     return wrong;
 }
 
-/* `total` results were checked; more than `total` wrong means it never ran. */
-static void describe(char *buf, size_t size, const char *what, int wrong, int total) {
+/* `total` results were checked; more than `total` wrong means it never ran.
+ * What the compiler printed, if anything, follows in brackets. */
+static void describe(char *buf, size_t size, const char *what, int wrong, int total,
+                     const probe_log *log) {
+    int n;
     if (wrong == 0)
-        snprintf(buf, size, "%s: %d/%d exact", what, total, total);
+        n = snprintf(buf, size, "%s: %d/%d exact", what, total, total);
     else if (wrong > total)
-        snprintf(buf, size, "%s: did not build or run", what);
+        n = snprintf(buf, size, "%s: did not build or run", what);
     else
-        snprintf(buf, size, "%s: %d/%d wrong", what, wrong, total);
+        n = snprintf(buf, size, "%s: %d/%d wrong", what, wrong, total);
+    if (log->text[0] && n > 0 && (size_t)n < size)
+        snprintf(buf + n, size - (size_t)n, " (compiler: %s)", log->text);
 }
 
 void mpcl__fp16_verify(cl_context cl, cl_device_id dev, cl_command_queue q,
                        mpcl_device_info *info) {
     char *src = mpcl__cl_source_load("fp16_probe.cl", NULL);
-    int storage_wrong = src ? check_storage(cl, dev, q, src) : N + 1;
-    int math_wrong = src ? check_math(cl, dev, q, src) : N + 1;
+    probe_log storage_log = {""}, math_log = {""}, bf16_log = {""};
+    int storage_wrong = src ? check_storage(cl, dev, q, src, &storage_log) : N + 1;
+    int math_wrong = src ? check_math(cl, dev, q, src, &math_log) : N + 1;
     free(src);
     bool math_ok = math_wrong == 0;
     if (info->has_fp16_extension)
@@ -249,14 +312,23 @@ void mpcl__fp16_verify(cl_context cl, cl_device_id dev, cl_command_queue q,
     else
         info->fp16_math = math_ok ? MPCL_FP16_MATH_UNDECLARED_BUT_WORKS : MPCL_FP16_MATH_NONE;
     info->fp16_storage = storage_wrong == 0 ? MPCL_FP16_STORAGE_VERIFIED : MPCL_FP16_STORAGE_BROKEN;
-    char m[96], s[96];
-    describe(m, sizeof m, "half math", math_wrong > N ? 2 * N + 1 : math_wrong, 2 * N);
+    char m[MPCL_INFO_STR], s[MPCL_INFO_STR];
+    describe(m, sizeof m, "half math", math_wrong > N ? 2 * N + 1 : math_wrong, 2 * N, &math_log);
     describe(s, sizeof s, "vload_half/vstore_half_rte",
-             storage_wrong > N ? 2 * N + 1 : storage_wrong, 2 * N);
-    snprintf(info->fp16_detail, sizeof info->fp16_detail, "%s; %s", m, s);
+             storage_wrong > N ? 2 * N + 1 : storage_wrong, 2 * N, &storage_log);
+    /* "m; s", cut so that each keeps at least half of the field. */
+    size_t room = sizeof info->fp16_detail - 3, km = strlen(m), ks = strlen(s);
+    if (km + ks > room) {
+        if (km > room / 2) km = ks < room / 2 ? room - ks : room / 2;
+        if (ks > room - km) ks = room - km;
+    }
+    memcpy(info->fp16_detail, m, km);
+    memcpy(info->fp16_detail + km, "; ", 2);
+    memcpy(info->fp16_detail + km + 2, s, ks);
+    info->fp16_detail[km + 2 + ks] = '\0';
 
-    int bf16_wrong = check_bf16(cl, dev, q);
+    int bf16_wrong = check_bf16(cl, dev, q, &bf16_log);
     info->bf16_storage = bf16_wrong == 0 ? MPCL_BF16_STORAGE_VERIFIED : MPCL_BF16_STORAGE_BROKEN;
     describe(info->bf16_detail, sizeof info->bf16_detail,
-             "bf16 LOAD/STORE (scalar, 8- and 16-wide)", bf16_wrong, 6 * NB);
+             "bf16 LOAD/STORE (scalar, 8- and 16-wide)", bf16_wrong, 6 * NB, &bf16_log);
 }

@@ -114,14 +114,19 @@ mpcl__cache_outcome mpcl__cache_last_outcome(const mpcl_context *ctx);
  * (MPCL_CACHE=0) or no folder can be named. */
 int mpcl__cache_dir(char *buf, size_t size);
 typedef struct mpcl__cache_key {
-    unsigned long long a, b; /* two independent 64-bit hashes of the key material */
+    unsigned char bytes[32]; /* SHA-256 of the key material */
 } mpcl__cache_key;
 mpcl__cache_key mpcl__cache_key_make(const char *const parts[], size_t count);
+/* <dir>/<64 hex digits of key>.bin */
+void mpcl__cache_entry_path(char *buf, size_t size, const char *dir, mpcl__cache_key key);
+/* SHA-256 of n bytes (FIPS 180-4), for the cache and its tests. */
+void mpcl__sha256(const void *data, size_t n, unsigned char out[32]);
 /* The binary stored under key, malloc'ed; NULL when absent. *rejected is set
  * when an entry existed but failed validation. */
 unsigned char *mpcl__cache_read(const char *dir, mpcl__cache_key key, size_t *size, int *rejected);
-/* Atomic: temp file in the same folder, then rename. Failure is silent by
- * design: a cache that cannot be written only costs time. */
+/* Atomic: temp file in the same folder, fsynced, then renamed over the
+ * entry. Failure is silent by design: a cache that cannot be written only
+ * costs time. */
 void mpcl__cache_write(const char *dir, mpcl__cache_key key, const unsigned char *data,
                        size_t size);
 

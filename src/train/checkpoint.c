@@ -610,3 +610,17 @@ mpcl_status mpcl__train_sync_replicas(mpcl_trainer *tr) {
     }
     return st;
 }
+
+mpcl_status mpcl__checkpoint_check(mpcl_trainer *tr, const mpcl_safetensors *file,
+                                   const char *path) {
+    loader L = {tr->ctx, path, file};
+    expected e[MAX_TENSORS];
+    size_t n = expected_tensors(tr->model, e);
+    ckpt_state cs;
+    memset(&cs, 0, sizeof cs);
+    mpcl_status st;
+    if ((st = check_format(&L)) == MPCL_OK && (st = check_identity(&L, tr->model)) == MPCL_OK &&
+        (st = check_tensors(&L, tr->model, e, n)) == MPCL_OK)
+        st = check_run(&L, tr, &cs);
+    return st;
+}

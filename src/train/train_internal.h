@@ -75,5 +75,9 @@ mpcl_status mpcl__train_adopt_error(mpcl_context *ctx, mpcl_status st);
 /* Copies replica 0's state (weights, optimizer state and step, loss-scale
  * state) to this process's other replicas, after a checkpoint load. */
 mpcl_status mpcl__train_sync_replicas(mpcl_trainer *tr);
+/* Every check mpcl_trainer_load makes on a read file (format, tensors,
+ * metadata) before it changes anything; for the fuzz harness. */
+mpcl_status mpcl__checkpoint_check(mpcl_trainer *tr, const mpcl_safetensors *file,
+                                   const char *path);
 
 #endif

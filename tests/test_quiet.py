@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""The tools keep stderr for errors: a tiny mpcl-train run with --quiet and
+an mpcl-probe run leave stderr empty. The fp16 probe's half-math kernel does
+not build on devices without half, and PoCL's compiler printed
+"1 warning and 4 errors generated." on stderr on every run; that text now
+belongs in the probe's detail, which the test checks on PoCL. A cold program
+cache is used (a fresh folder), so that every build, the probes' included,
+really runs.
+
+usage: test_quiet.py PATH/TO/mpcl-train PATH/TO/mpcl-probe"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+TRAIN, PROBE = (os.path.abspath(p) for p in sys.argv[1:3])
+FASHION = "/usr/share/datasets/fashion-mnist"
+FAILURES = []
+
+
+def check(cond, what):
+    if not cond:
+        FAILURES.append(what)
+        print("FAIL:", what, file=sys.stderr)
+    return cond
+
+
+def run(cmd, cache):
+    env = dict(os.environ, MPCL_CACHE_DIR=cache)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
+
+
+def main():
+    with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as out:
+        ck = os.path.join(out, "ck.safetensors")
+        p = run([TRAIN, "--quiet", "--data", FASHION, "--train-limit", "256", "--test-limit",
+                 "128", "--hidden", "16", "--batch", "64", "--epochs", "1", "--save", ck], cache)
+        check(p.returncode == 0, f"mpcl-train --quiet: exit 0 (got {p.returncode}: {p.stderr[-300:]!r})")
+        check(p.stderr == "", f"mpcl-train --quiet: empty stderr (got {p.stderr[-300:]!r})")
+        check(os.path.isfile(ck), "mpcl-train --quiet: the checkpoint was written")
+
+        p = run([PROBE, "--json"], cache)
+        check(p.returncode == 0, f"mpcl-probe: exit 0 (got {p.returncode})")
+        check(p.stderr == "", f"mpcl-probe: empty stderr (got {p.stderr[-300:]!r})")
+        try:
+            devices = json.loads(p.stdout)["devices"]
+        except (ValueError, KeyError) as e:
+            check(False, f"mpcl-probe --json parses ({e})")
+            devices = []
+        for d in devices:
+            detail = d.get("fp16_detail", "")
+            # PoCL's compiler prints a summary of the failed half-math build;
+            # it must show up in the detail instead of stderr.
+            if "Portable Computing Language" in d.get("platform", "") and \
+                    "half math: did not build" in detail:
+                check("(compiler: " in detail and "error" in detail,
+                      f"PoCL's compiler output kept in fp16_detail (got {detail!r})")
+    if FAILURES:
+        print(f"{len(FAILURES)} failure(s)", file=sys.stderr)
+        return 1
+    print("ok")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
