@@ -352,6 +352,25 @@ static void test_missing_folder_and_file(void **state) {
     tmp_remove(&d);
 }
 
+/* A FIFO (or a folder) under a data file's name is named for what it is,
+ * never waited on and never skipped for the .gz variant. alarm() turns a
+ * blocking open into a failure instead of a hang. */
+static void test_special_files(void **state) {
+    (void)state;
+    tmpdir d;
+    tmp_make(&d);
+    sample s = make_sample(5);
+    write_labels(&d, "t10k", &s, 0);
+    char fifo[256];
+    snprintf(fifo, sizeof fifo, "%s/t10k-images-idx3-ubyte", d.path);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    alarm(10);
+    expect_fail(d.path, "t10k", NULL, MPCL_ERR_IO, "t10k-images-idx3-ubyte' is a FIFO",
+                "not a regular file", NULL);
+    alarm(0);
+    tmp_remove(&d);
+}
+
 static void test_wrong_magic(void **state) {
     (void)state;
     tmpdir d;
@@ -739,6 +758,7 @@ int main(void) {
         cmocka_unit_test(test_mixed_and_preference),
         cmocka_unit_test(test_gzip_details),
         cmocka_unit_test(test_missing_folder_and_file),
+        cmocka_unit_test(test_special_files),
         cmocka_unit_test(test_wrong_magic),
         cmocka_unit_test(test_truncated),
         cmocka_unit_test(test_claim_beyond_file),

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <zlib.h>
 
+#include "io/fileio.h"
 #include "io/io.h"
 #include "mpcl/data.h"
 
@@ -53,9 +54,11 @@ typedef struct idx_file {
     unsigned char in[1 << 16];
 } idx_file;
 
-static int is_file(const char *path) {
+/* Whether anything is at path (a FIFO or a folder too: those are then
+ * named for what they are by mpcl__open_regular, not skipped as absent). */
+static int exists(const char *path) {
     struct stat sb;
-    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+    return stat(path, &sb) == 0;
 }
 
 static int has_gz_suffix(const char *path) {
@@ -78,17 +81,17 @@ static mpcl_status open_file(idx_file *f, const char *dir, const char *name) {
     int n = snprintf(raw, sizeof raw, "%s/%s", dir, name);
     if (n < 0 || (size_t)n >= sizeof raw)
         return MPCL_ERROR(NULL, MPCL_ERR_INVALID_ARG, "IDX path '%s/%s' is too long", dir, name);
-    if (is_file(raw)) {
+    if (exists(raw)) {
         memcpy(f->path, raw, (size_t)n + 1);
     } else {
         snprintf(f->path, sizeof f->path, "%s.gz", raw);
-        if (!is_file(f->path))
+        if (!exists(f->path))
             return MPCL_ERROR(NULL, MPCL_ERR_IO, "neither '%s' nor '%s' exists (%s)", raw, f->path,
                               PACKAGE_HINT);
     }
-    f->fp = fopen(f->path, "rb");
-    if (!f->fp)
-        return MPCL_ERROR(NULL, MPCL_ERR_IO, "cannot open '%s': %s", f->path, strerror(errno));
+    /* Never blocks: a FIFO or a device is refused, named as what it is. */
+    mpcl_status st = mpcl__open_regular(f->path, &f->fp);
+    if (st != MPCL_OK) return st;
     struct stat sb;
     if (fstat(fileno(f->fp), &sb) != 0)
         return MPCL_ERROR(NULL, MPCL_ERR_IO, "cannot stat '%s': %s", f->path, strerror(errno));
