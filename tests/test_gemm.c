@@ -3,6 +3,8 @@
  * errors with their exact status and C untouched. */
 #include "testutil.h"
 
+#include "compute/compute.h" /* mpcl__gemm_force_tiles */
+
 #include "mpcl/cl_interop.h" /* CL_TARGET_OPENCL_VERSION before clblast_c.h */
 #include <clblast_c.h>
 
@@ -183,14 +185,21 @@ static void run_variant(mpcl_gemm_path path) {
     for (size_t vi = 0; vi < nv; vi++) {
         if (vs[vi].path != path) continue;
         ran = true;
-        for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
-            if (slow && cases[ci].big) continue;
-            if (rusticl && !cases[ci].quick) continue;
-            for (int t = 0; t < 4; t++) {
-                run_case(ctx, &vs[vi], &cases[ci], t & 2, t & 1, false);
-                run_case(ctx, &vs[vi], &cases[ci], t & 2, t & 1, true);
+        /* mpcl's kernels in both tile sizes (the device picks one for N >=
+         * 16, see gemm.c): the big shapes in the device's choice only. */
+        bool own = path == MPCL_GEMM_MPCL_F32 || path == MPCL_GEMM_MPCL_MIXED;
+        for (int tiles = own ? 1 : 0; tiles >= (own ? -1 : 0); tiles--) {
+            mpcl__gemm_force_tiles(ctx, tiles);
+            for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+                if ((slow || tiles != 0) && cases[ci].big) continue;
+                if (rusticl && !cases[ci].quick) continue;
+                for (int t = 0; t < 4; t++) {
+                    run_case(ctx, &vs[vi], &cases[ci], t & 2, t & 1, false);
+                    run_case(ctx, &vs[vi], &cases[ci], t & 2, t & 1, true);
+                }
             }
         }
+        mpcl__gemm_force_tiles(ctx, 0);
     }
     if (!ran) printf("%s: not usable on this device, skipped\n", mpcl_gemm_path_name(path));
     mpcl_context_destroy(ctx);

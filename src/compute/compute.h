@@ -93,4 +93,13 @@ mpcl_status mpcl__softmax_xent_forward_backward_rows(mpcl_context *ctx, mpcl_ten
                                                      const mpcl_tensor *labels,
                                                      const mpcl_tensor *scale, size_t grad_rows);
 
+/* ---- gemm ---- */
+
+/* Whether mpcl's GEMM takes 16x16 tiles where N >= 16 on this context: where
+ * the device's native float vectors are 16 wide, unless forced. */
+bool mpcl__gemm_wide_tiles(const mpcl_context *ctx);
+/* Forces the tiles (1: 16x16, -1: 8x8, 0: by the device), so that tests
+ * cover both kernels on any device. */
+void mpcl__gemm_force_tiles(mpcl_context *ctx, int wide);
+
 #endif

@@ -57,13 +57,28 @@ static mpcl_status check_dtypes(mpcl_context *ctx, mpcl_gemm_path path, const mp
     return MPCL_OK;
 }
 
+bool mpcl__gemm_wide_tiles(const mpcl_context *ctx) {
+    if (ctx->gemm_tiles) return ctx->gemm_tiles > 0;
+    return ctx->info.native_vector_width_float >= MPCL_ABI_GEMM_TILE_WIDE;
+}
+
+void mpcl__gemm_force_tiles(mpcl_context *ctx, int wide) {
+    ctx->gemm_tiles = wide;
+}
+
 static mpcl_status run_mpcl(mpcl_context *ctx, mpcl_gemm_path path, bool ta, bool tb, size_t m,
                             size_t n, size_t k, float alpha, const mpcl_tensor *a,
                             const mpcl_tensor *b, float beta, mpcl_tensor *c) {
-    /* N >= 16: 16x16 tiles; narrower outputs (the 10-class layer) use 8x8
-     * tiles so that little work is wasted (see cl/gemm.cl). Each item
-     * computes one tile, whose size the kernels share through cl/abi.h. */
-    bool wide = n >= MPCL_ABI_GEMM_TILE_WIDE;
+    /* 16x16 tiles for N >= 16 where the device's float vectors are 16 wide
+     * (AVX-512: the tile's 16 accumulators are 16 of its 32 registers);
+     * elsewhere, and for narrower outputs (the 10-class layer, so that little
+     * work is wasted), 8x8 tiles. On AVX2 (8-wide vectors, 16 registers) a
+     * 16x16 tile needs 32 accumulator registers and spills: the five MLP
+     * GEMMs took 900-943 us there against 757-878 us in 8x8 tiles (f16:
+     * 893-1298 against 697-717), PoCL, alternating runs (bench/README.md).
+     * Each item computes one tile, whose size the kernels share through
+     * cl/abi.h. */
+    bool wide = n >= MPCL_ABI_GEMM_TILE_WIDE && mpcl__gemm_wide_tiles(ctx);
     size_t tile = wide ? MPCL_ABI_GEMM_TILE_WIDE : MPCL_ABI_GEMM_TILE_NARROW;
     bool f32_out = path == MPCL_GEMM_MPCL_MIXED && c->dtype == MPCL_DTYPE_F32;
     const char *name = wide ? (f32_out ? "mpcl_gemm_w16_cf32" : "mpcl_gemm_w16")

@@ -150,6 +150,7 @@ struct mpcl_context {
     int kernel_count;
     mpcl__cache_outcome cache_outcome;
     bool verdict_cached; /* the fp16/bf16 verification was read from the cache */
+    int gemm_tiles;      /* mpcl's GEMM: 0 by the device, 1 16x16, -1 8x8 (tests) */
     size_t bytes_now, bytes_peak;
     uint64_t launches; /* kernels and CLBlast calls enqueued */
     uint64_t syncs;    /* blocking calls: finishes, blocking reads and writes */
