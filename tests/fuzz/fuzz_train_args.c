@@ -32,8 +32,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (train_args_parse(&a, argc, argv, err, sizeof err)) {
         mpcl_train_params p = train_args_to_params(&a);
         sink = p.batch + p.model.hidden_count + (size_t)p.epochs;
-        if (a.save) train_args_check_output_path("--save", a.save, err, sizeof err);
-        if (a.metrics) train_args_check_output_path("--metrics", a.metrics, err, sizeof err);
+        if (a.save) train_args_check_output_path("--save", a.save, false, err, sizeof err);
+        if (a.metrics) train_args_check_output_path("--metrics", a.metrics, false, err, sizeof err);
     } else if (!err[0]) {
         abort(); /* a failure always says why */
     }
