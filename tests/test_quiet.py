@@ -14,16 +14,9 @@ import subprocess
 import sys
 import tempfile
 
-TRAIN, PROBE = (os.path.abspath(p) for p in sys.argv[1:3])
-FASHION = "/usr/share/datasets/fashion-mnist"
-FAILURES = []
+from train_cli_common import FAILURES, FASHION, TRAIN, check  # argv[1]: mpcl-train
 
-
-def check(cond, what):
-    if not cond:
-        FAILURES.append(what)
-        print("FAIL:", what, file=sys.stderr)
-    return cond
+PROBE = os.path.abspath(sys.argv[2])
 
 
 def run(cmd, cache):

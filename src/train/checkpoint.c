@@ -561,21 +561,30 @@ static mpcl_status apply(mpcl_trainer *tr, const mpcl_safetensors *file, const e
     return MPCL_OK;
 }
 
+/* Every check a load makes before it changes anything, filling e[0..*n)
+ * and cs for apply. */
+static mpcl_status check_all(mpcl_trainer *tr, const mpcl_safetensors *file, const char *path,
+                             expected *e, size_t *n, ckpt_state *cs) {
+    loader L = {tr->ctx, path, file};
+    *n = expected_tensors(tr->model, e);
+    memset(cs, 0, sizeof *cs);
+    mpcl_status st;
+    if ((st = check_format(&L)) == MPCL_OK && (st = check_identity(&L, tr->model)) == MPCL_OK &&
+        (st = check_tensors(&L, tr->model, e, *n)) == MPCL_OK)
+        st = check_run(&L, tr, cs);
+    return st;
+}
+
 mpcl_status mpcl_trainer_load(mpcl_trainer *tr, const char *path) {
     mpcl_context *ctx = tr->ctx;
     if (!path) return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "checkpoint path is NULL");
     mpcl_safetensors *file = NULL;
     mpcl_status st = mpcl_safetensors_read(path, &file);
     if (st != MPCL_OK) return mpcl__train_adopt_error(ctx, st);
-    loader L = {ctx, path, file};
     expected e[MAX_TENSORS];
-    size_t n = expected_tensors(tr->model, e);
+    size_t n = 0;
     ckpt_state cs;
-    memset(&cs, 0, sizeof cs);
-    if ((st = check_format(&L)) == MPCL_OK && (st = check_identity(&L, tr->model)) == MPCL_OK &&
-        (st = check_tensors(&L, tr->model, e, n)) == MPCL_OK &&
-        (st = check_run(&L, tr, &cs)) == MPCL_OK)
-        st = apply(tr, file, e, n, &cs);
+    if ((st = check_all(tr, file, path, e, &n, &cs)) == MPCL_OK) st = apply(tr, file, e, n, &cs);
     if (st == MPCL_OK) st = mpcl__train_sync_replicas(tr);
     mpcl_safetensors_destroy(file);
     return st;
@@ -613,14 +622,8 @@ mpcl_status mpcl__train_sync_replicas(mpcl_trainer *tr) {
 
 mpcl_status mpcl__checkpoint_check(mpcl_trainer *tr, const mpcl_safetensors *file,
                                    const char *path) {
-    loader L = {tr->ctx, path, file};
     expected e[MAX_TENSORS];
-    size_t n = expected_tensors(tr->model, e);
+    size_t n = 0;
     ckpt_state cs;
-    memset(&cs, 0, sizeof cs);
-    mpcl_status st;
-    if ((st = check_format(&L)) == MPCL_OK && (st = check_identity(&L, tr->model)) == MPCL_OK &&
-        (st = check_tensors(&L, tr->model, e, n)) == MPCL_OK)
-        st = check_run(&L, tr, &cs);
-    return st;
+    return check_all(tr, file, path, e, &n, &cs);
 }
