@@ -71,14 +71,18 @@
 #define MPCL_ABI_ACT_TANH 4
 #define MPCL_ABI_ACT_COUNT 5
 
-/* mpcl's GEMM tiles: the rows and columns of C that one work-item of
- * cl/gemm.cl computes. src/compute/gemm.c launches ceil(N / tile) x
- * ceil(M / tile) items and uses the wide kernels (mpcl_gemm_w16*) when
- * N >= MPCL_ABI_GEMM_TILE_WIDE, the narrow ones (mpcl_gemm_w8*) below. The
- * kernels' vector types (float16, float8) fix these values: gemm.cl refuses
- * to build with others. */
+/* mpcl's GEMM tiles: the rows and columns of C in one tile of cl/gemm.cl:
+ * 16x16 (mpcl_gemm_w16*), 4x16 (mpcl_gemm_r4w16*) and 8x8 (mpcl_gemm_w8*).
+ * src/compute/gemm.c picks one and launches ceil(N / columns) x
+ * ceil(M / (rows x strip)) items. The kernels' vector types (float16,
+ * float8, and float4 columns of A) fix these values: gemm.cl refuses to
+ * build with others. */
 #define MPCL_ABI_GEMM_TILE_WIDE 16
 #define MPCL_ABI_GEMM_TILE_NARROW 8
+#define MPCL_ABI_GEMM_TILE_FLAT_ROWS 4
+/* The most 4x16 tiles one item of mpcl_gemm_r4w16* computes (its private
+ * partial sums are sized by it); the host passes 1 to the other kernels. */
+#define MPCL_ABI_GEMM_STRIP_MAX 8
 
 /* Floats per work-item of mpcl_copy_f32x4 (cl/fill.cl, a float4 each): the
  * host passes the element count divided by this (src/compute/quickbench.c). */
@@ -140,6 +144,8 @@
     X(MPCL_ABI_ACT_COUNT)           \
     X(MPCL_ABI_GEMM_TILE_WIDE)      \
     X(MPCL_ABI_GEMM_TILE_NARROW)    \
+    X(MPCL_ABI_GEMM_TILE_FLAT_ROWS) \
+    X(MPCL_ABI_GEMM_STRIP_MAX)      \
     X(MPCL_ABI_COPY_F32_LANES)      \
     X(MPCL_ABI_ELEMENTWISE_VEC)     \
     X(MPCL_ABI_BIAS_GRAD_COLS)      \

@@ -13,7 +13,14 @@ __kernel void probe_bf16_storage(__global const storage_t *in, __global float *l
     STORE(stored, i, src[i]);
 }
 
-// The same with the 8- and 16-wide conversions, one vector per item.
+// The same with the 4-, 8- and 16-wide conversions, one vector per item.
+__kernel void probe_bf16_storage4(__global const ushort *in, __global float *loaded,
+                                  __global const float *src, __global ushort *stored) {
+    size_t i = get_global_id(0);
+    vstore4(mpcl_bf16_value4(vload4(i, in)), i, loaded);
+    vstore4(mpcl_bf16_bits4(vload4(i, src)), i, stored);
+}
+
 __kernel void probe_bf16_storage8(__global const ushort *in, __global float *loaded,
                                   __global const float *src, __global ushort *stored) {
     size_t i = get_global_id(0);

@@ -66,6 +66,7 @@ inline float mpcl_f16_value(ushort h) {
         return as_float##N(convert_uint##N(h) << 16);                                  \
     }
 MPCL_BF16_CONVERSIONS()
+MPCL_BF16_CONVERSIONS(4)
 MPCL_BF16_CONVERSIONS(8)
 MPCL_BF16_CONVERSIONS(16)
 #define STORE_BF16(p, i, v) (((__global ushort *)(p))[(i)] = mpcl_bf16_bits(v))

@@ -7,16 +7,20 @@
 // programs, float (the *_cf32 kernels: 16-bit inputs, f32 output). All
 // arithmetic is float.
 //
-// Each work-item computes GEMM_TM rows by GEMM_W columns of C in GEMM_TM
-// named vector accumulators (PoCL keeps accumulators in registers only when
-// they are separate named variables; an array spilled and ran 3x slower).
-// k runs in blocks of GEMM_W: the block of op(A) is first staged, as float,
-// into a small private array with vector loads (so f16 is converted once per
-// element per item with vector conversions; one scalar vload_half per
-// multiply made mpcl-mixed 6x slower on PoCL), then for each k one row of
-// op(B) is loaded as a vector and each row's A element is broadcast into an
-// fma. GEMM_TM == GEMM_W in both shapes, so a column of A fits GEMM_VT.
-// Work-groups are one item (the host launches local size 1x1).
+// A tile is GEMM_TM rows by GEMM_W columns of C, held in GEMM_TM named
+// vector accumulators (PoCL keeps accumulators in registers only when they
+// are separate named variables; an array spilled and ran 3x slower). Each
+// work-item computes a strip of `strip` tiles stacked down the rows (a
+// kernel argument, at most GEMM_STRIP_MAX). k runs in blocks of GEMM_KB and,
+// within a block, the strip's tiles in turn: each tile resumes its partial
+// sums from a private array, so the block's rows of op(B) are read from
+// memory once and from L1 for the other tiles of the strip. For each tile
+// and block, op(A)'s part is first staged, as float, into a private array
+// with vector loads (so f16 is converted once per element per tile with
+// vector conversions; one scalar vload_half per multiply made mpcl-mixed 6x
+// slower on PoCL), then for each k one row of op(B) is loaded as a vector
+// and each row's A element is broadcast into an fma. Work-groups are one item
+// (the host launches local size 1x1).
 //
 // Edges. A tile that would run past the last row (column) is shifted back to
 // end at M (N) when M >= GEMM_TM (N >= GEMM_W), so every load stays a full
@@ -40,6 +44,11 @@ inline float16 gemm_f16_load16(const __global half *p) {
     ushort16 bits = vload16(0, (const __global ushort *)p);
     return vload_half16(0, (const half *)&bits);
 }
+inline float4 gemm_f16_load4(const __global half *p) {
+    ushort4 bits = vload4(0, (const __global ushort *)p);
+    return vload_half4(0, (const half *)&bits);
+}
+#define GEMM_VLOAD4(p, o) gemm_f16_load4((p) + (o))
 #define GEMM_VLOAD8(p, o) gemm_f16_load8((p) + (o))
 #define GEMM_VLOAD16(p, o) gemm_f16_load16((p) + (o))
 // From the private arrays of raw bits below (aligned, private).
@@ -49,11 +58,13 @@ inline float16 gemm_f16_load16(const __global half *p) {
 #define GEMM_VSTORE16(v, p, o) vstore_half16_rte((v), 0, (p) + (o))
 #elif defined(MPCL_STORAGE_BF16)
 // bf16 as ushort vectors, converted with common.cl's vector forms.
+#define GEMM_VLOAD4(p, o) mpcl_bf16_value4(vload4(0, (p) + (o)))
 #define GEMM_VLOAD8(p, o) mpcl_bf16_value8(vload8(0, (p) + (o)))
 #define GEMM_VLOAD16(p, o) mpcl_bf16_value16(vload16(0, (p) + (o)))
 #define GEMM_VSTORE8(v, p, o) vstore8(mpcl_bf16_bits8(v), 0, (p) + (o))
 #define GEMM_VSTORE16(v, p, o) vstore16(mpcl_bf16_bits16(v), 0, (p) + (o))
 #else
+#define GEMM_VLOAD4(p, o) vload4(0, (p) + (o))
 #define GEMM_VLOAD8(p, o) vload8(0, (p) + (o))
 #define GEMM_VLOAD16(p, o) vload16(0, (p) + (o))
 #define GEMM_VSTORE8(v, p, o) vstore8((v), 0, (p) + (o))
@@ -90,7 +101,8 @@ typedef float gemm_raw_t;
 #define GEMM_FVSTORE16(v, p, o) vstore16((v), 0, (p) + (o))
 
 // Row and lane lists (X-macros). P is passed through to X.
-#define GEMM_ROWS8(X, P) X(0, P) X(1, P) X(2, P) X(3, P) X(4, P) X(5, P) X(6, P) X(7, P)
+#define GEMM_ROWS4(X, P) X(0, P) X(1, P) X(2, P) X(3, P)
+#define GEMM_ROWS8(X, P) GEMM_ROWS4(X, P) X(4, P) X(5, P) X(6, P) X(7, P)
 #define GEMM_ROWS16(X, P) \
     GEMM_ROWS8(X, P) X(8, P) X(9, P) X(10, P) X(11, P) X(12, P) X(13, P) X(14, P) X(15, P)
 
@@ -98,26 +110,43 @@ typedef float gemm_raw_t;
 // (GEMM_VT, GEMM_W, GEMM_TM, GEMM_ROWS, GEMM_BVLOAD, GEMM_FVSTORE_BLOCK,
 // GEMM_CT, GEMM_CLOAD, GEMM_CSTORE, GEMM_CVLOAD, GEMM_CVSTORE)
 // that are defined around each instantiation below.
-#define GEMM_DECL(r, P)                                              \
-    const uint ao##r = min(ri0 + (r), M - 1) * ars; /* row offset */ \
-    GEMM_VT acc##r = (GEMM_VT)(0.0f);
+// Tile t of the strip: its first row i0 and the row ri0 its loads start
+// from (shifted or clamped, see top); a tile past M ends the strip.
+#define GEMM_TILE_ROWS                                         \
+    const uint i0 = s0 + t * GEMM_TM;                          \
+    if (i0 >= M) break;                                        \
+    const uint ri0 = M >= GEMM_TM ? min(i0, M - GEMM_TM) : 0;
+// A row's offset and accumulator, which resumes the tile's partial sums
+// after the first block of k.
+#define GEMM_DECL(r, P)                                                        \
+    const uint ao##r = min(ri0 + (r), M - 1) * ars; /* row offset */           \
+    GEMM_VT acc##r = kb ? GEMM_FVLOAD_BLOCK(t * GEMM_TM + (r), part) : (GEMM_VT)(0.0f);
+#define GEMM_SAVE(r, P) GEMM_FVSTORE_BLOCK(acc##r, t * GEMM_TM + (r), part);
+#define GEMM_RELOAD(r, P) const GEMM_VT acc##r = GEMM_FVLOAD_BLOCK(t * GEMM_TM + (r), part);
 // Staging of a W-deep block of op(A) into the private array abuf, converted
 // to float once: f16 and bf16 elements are converted with vector loads here
 // instead of one scalar vload_half per multiply (6x slower on PoCL). ta == 0
 // stores rows (abuf[r * W + kk]), ta == 1 stores columns (abuf[kk * TM + r]).
-#define GEMM_STAGE_ROW(r, P) GEMM_FVSTORE_BLOCK(GEMM_BVLOAD(a, ao##r + kb), r, abuf);
+#define GEMM_STAGE_ROW(r, P) \
+    for (uint c_ = 0; c_ < kn; c_ += GEMM_W) \
+        GEMM_FVSTORE_BLOCK(GEMM_BVLOAD(a, ao##r + kb + c_), ((r) * GEMM_KB + c_) / GEMM_W, abuf);
 #define GEMM_STAGE_SCALAR(r, P) abuf[(r) * rstride + kk * kstride] = LOAD(a, ao##r + (kb + kk) * aks);
 // 16-bit storage stages the block's raw bits element by element, then
-// converts the whole private array with one vector load per row of abuf
-// (GEMM_W == GEMM_TM, so the array is GEMM_TM rows of GEMM_W in either
-// layout; araw starts zeroed, so the lanes past kn convert defined bits).
+// converts the whole private array GEMM_W elements at a time (araw starts
+// zeroed, so the lanes past kn convert defined bits).
 #define GEMM_STAGE_RAW(r, P) araw[(r) * rstride + kk * kstride] = GEMM_RAW_LOAD(a, ao##r + (kb + kk) * aks);
+#define GEMM_CONVERT(q) \
+    GEMM_FVSTORE_BLOCK(GEMM_RAW_BVLOAD(GEMM_RAW_PTR(araw), (q) * GEMM_W), (q), abuf)
 #define GEMM_CONVERT_ROW(r, P) \
-    GEMM_FVSTORE_BLOCK(GEMM_RAW_BVLOAD(GEMM_RAW_PTR(araw), (r) * GEMM_W), r, abuf);
+    for (uint c_ = 0; c_ < kn; c_ += GEMM_W) GEMM_CONVERT(((r) * GEMM_KB + c_) / GEMM_W);
 #if defined(GEMM_NARROW_STORAGE)
-#define GEMM_STAGE_EDGE                                         \
-    for (uint kk = 0; kk < kn; kk++) { GEMM_ROWS(GEMM_STAGE_RAW, 0) } \
-    GEMM_ROWS(GEMM_CONVERT_ROW, 0)
+#define GEMM_STAGE_EDGE                                                          \
+    for (uint kk = 0; kk < kn; kk++) { GEMM_ROWS(GEMM_STAGE_RAW, 0) }            \
+    if (ta) {                                                                    \
+        for (uint q = 0; q < (kn * GEMM_TM + GEMM_W - 1) / GEMM_W; q++) GEMM_CONVERT(q); \
+    } else {                                                                     \
+        GEMM_ROWS(GEMM_CONVERT_ROW, 0)                                           \
+    }
 #else
 #define GEMM_STAGE_EDGE \
     for (uint kk = 0; kk < kn; kk++) { GEMM_ROWS(GEMM_STAGE_SCALAR, 0) }
@@ -140,13 +169,26 @@ typedef float gemm_raw_t;
             GEMM_ROWS(GEMM_FMA, RSTRIDE)                                               \
         }                                                                              \
     }
+// C's element type and accessors, by CF: 0 in the storage dtype, 1 in float
+// (the *_cf32 kernels of the f16 and bf16 programs). The stores below get CF
+// as P.
+#define GEMM_CT_0 storage_t
+#define GEMM_CT_1 float
+#define GEMM_CLOAD_0 LOAD
+#define GEMM_CLOAD_1 GEMM_FLOAD
+#define GEMM_CSTORE_0 STORE
+#define GEMM_CSTORE_1 GEMM_FSTORE
+#define GEMM_CVLOAD_0 GEMM_BVLOAD
+#define GEMM_CVLOAD_1(p, o) GEMM_FVLOAD_BLOCK(0, (p) + (o))
+#define GEMM_CVSTORE_0 GEMM_BVSTORE
+#define GEMM_CVSTORE_1(v, p, o) GEMM_FVSTORE_BLOCK((v), 0, (p) + (o))
 // Whole tile in place: one vector store per row. beta == 0 never reads C.
 #define GEMM_STORE_FULL(r, P)                                                  \
     {                                                                          \
         const uint o_ = (i0 + (r)) * N + j0;                                   \
         GEMM_VT v_ = alpha * acc##r;                                           \
-        if (beta != 0.0f) v_ = fma((GEMM_VT)(beta), GEMM_CVLOAD(c, o_), v_);   \
-        GEMM_CVSTORE(v_, c, o_);                                               \
+        if (beta != 0.0f) v_ = fma((GEMM_VT)(beta), GEMM_CVLOAD_##P(c, o_), v_); \
+        GEMM_CVSTORE_##P(v_, c, o_);                                             \
     }
 // Edge tile: element by element, only what this tile owns (loops rather than
 // unrolled lanes keep the program small; Rusticl compiles it slowly).
@@ -159,146 +201,132 @@ typedef float gemm_raw_t;
                 const uint j_ = cj0 + l;                                           \
                 if (j_ < j0 || j_ >= N) continue;                                  \
                 float v_ = alpha * tmp[l];                                         \
-                if (beta != 0.0f) v_ = fma(beta, GEMM_CLOAD(c, i_ * N + j_), v_);  \
-                GEMM_CSTORE(c, i_ * N + j_, v_);                                   \
+                if (beta != 0.0f) v_ = fma(beta, GEMM_CLOAD_##P(c, i_ * N + j_), v_); \
+                GEMM_CSTORE_##P(c, i_ * N + j_, v_);                                \
             }                                                                      \
         }                                                                          \
     }
 
-#define GEMM_KERNEL(NAME)                                                                      \
+#define GEMM_KERNEL(NAME, CF)                                                                    \
     __kernel void NAME(__global const storage_t *a, __global const storage_t *b,               \
-                       __global GEMM_CT *c, uint M, uint N, uint K, uint ta, uint tb,          \
-                       float alpha, float beta) {                                              \
-        const uint i0 = get_global_id(1) * GEMM_TM, j0 = get_global_id(0) * GEMM_W;            \
-        if (i0 >= M || j0 >= N) return;                                                        \
-        /* First row and column the loads start from (shifted or clamped, see top). */         \
-        const uint ri0 = M >= GEMM_TM ? min(i0, M - GEMM_TM) : 0;                              \
+                       __global GEMM_CT_##CF *c, uint M, uint N, uint K, uint ta, uint tb,          \
+                       float alpha, float beta, uint strip) {                                  \
+        /* This item's strip: strip tiles of GEMM_TM rows from s0. */                         \
+        const uint s0 = get_global_id(1) * GEMM_TM * strip, j0 = get_global_id(0) * GEMM_W;    \
+        if (s0 >= M || j0 >= N) return;                                                        \
+        /* First column the loads start from (shifted or clamped, see top). */                \
         const uint cj0 = N >= GEMM_W ? min(j0, N - GEMM_W) : 0;                                \
         /* op(A)(i, k) = a[i * ars + k * aks]; op(B)(k, j) = b[j * bcs + k * bks]. */          \
         const uint ars = ta ? 1 : K, aks = ta ? M : 1;                                         \
         const uint bcs = tb ? K : 1, bks = tb ? 1 : N;                                         \
-        GEMM_ROWS(GEMM_DECL, 0)                                                                \
         /* op(B) rows as vectors only when stored row-major and wide enough. */                \
         const bool bvec = !tb && N >= GEMM_W;                                                  \
-        const uint rstride = ta ? 1 : GEMM_W, kstride = ta ? GEMM_TM : 1;                      \
-        float abuf[GEMM_W * GEMM_TM], tmp[GEMM_W];                                             \
-        gemm_raw_t braw[GEMM_W], araw[GEMM_W * GEMM_TM] = {0};                                 \
-        for (uint kb = 0; kb < K; kb += GEMM_W) {                                              \
-            const uint kn = min((uint)GEMM_W, K - kb);                                         \
-            if (kn == GEMM_W && !ta) {                                                         \
-                GEMM_ROWS(GEMM_STAGE_ROW, 0)                                                   \
-            } else if (kn == GEMM_W && M >= GEMM_TM) { /* ta: columns are contiguous */        \
-                for (uint kk = 0; kk < GEMM_W; kk++)                                           \
-                    GEMM_FVSTORE_BLOCK(GEMM_BVLOAD(a, (kb + kk) * M + ri0), kk, abuf);         \
-            } else {                                                                           \
-                GEMM_STAGE_EDGE                                                                \
-            }                                                                                  \
-            if (ta) {                                                                          \
-                GEMM_BLOCK(1, GEMM_TM)                                                         \
-            } else {                                                                           \
-                GEMM_BLOCK(GEMM_W, 1)                                                          \
+        const uint rstride = ta ? 1 : GEMM_KB, kstride = ta ? GEMM_TM : 1;                     \
+        float abuf[GEMM_KB * GEMM_TM], tmp[GEMM_W], part[GEMM_STRIP_MAX * GEMM_TM * GEMM_W];       \
+        gemm_raw_t braw[GEMM_W], araw[GEMM_KB * GEMM_TM] = {0};                                \
+        for (uint kb = 0; kb < K; kb += GEMM_KB) {                                             \
+            const uint kn = min((uint)GEMM_KB, K - kb);                                        \
+            /* The tiles of the strip in turn, so this block of op(B) is read  */              \
+            /* from memory once and from the cache GEMM_STRIP - 1 times.       */              \
+            for (uint t = 0; t < strip; t++) {                                            \
+                GEMM_TILE_ROWS                                                                 \
+                GEMM_ROWS(GEMM_DECL, 0)                                                        \
+                if (kn % GEMM_W == 0 && !ta) {                                                 \
+                    GEMM_ROWS(GEMM_STAGE_ROW, 0)                                               \
+                } else if (ta && M >= GEMM_TM) { /* ta: columns are contiguous */              \
+                    for (uint kk = 0; kk < kn; kk++)                                           \
+                        GEMM_AFVSTORE(GEMM_AVLOAD(a, (kb + kk) * M + ri0), kk, abuf);          \
+                } else {                                                                       \
+                    GEMM_STAGE_EDGE                                                            \
+                }                                                                              \
+                if (ta) {                                                                      \
+                    GEMM_BLOCK(1, GEMM_TM)                                                     \
+                } else {                                                                       \
+                    GEMM_BLOCK(GEMM_KB, 1)                                                     \
+                }                                                                              \
+                GEMM_ROWS(GEMM_SAVE, 0)                                                        \
             }                                                                                  \
         }                                                                                      \
-        if (ri0 == i0 && cj0 == j0 && i0 + GEMM_TM <= M && j0 + GEMM_W <= N) {                 \
-            GEMM_ROWS(GEMM_STORE_FULL, 0)                                                      \
-        } else {                                                                               \
-            GEMM_ROWS(GEMM_STORE_EDGE, 0)                                                      \
+        for (uint t = 0; t < strip; t++) {                                                \
+            GEMM_TILE_ROWS                                                                     \
+            GEMM_ROWS(GEMM_RELOAD, 0)                                                          \
+            if (ri0 == i0 && cj0 == j0 && i0 + GEMM_TM <= M && j0 + GEMM_W <= N) {             \
+                GEMM_ROWS(GEMM_STORE_FULL, CF)                                                  \
+            } else {                                                                           \
+                GEMM_ROWS(GEMM_STORE_EDGE, CF)                                                  \
+            }                                                                                  \
         }                                                                                      \
     }
 
 // ---- instantiations ----
 
-// Output in the storage dtype.
-#define GEMM_CT storage_t
-#define GEMM_CLOAD LOAD
-#define GEMM_CSTORE STORE
+// k runs in blocks of GEMM_KB: op(A)'s block is staged once per block, so
+// the per-block work (staging, branches, the store-to-load stall of the first
+// broadcasts) is spread over GEMM_KB multiplies.
+#define GEMM_KB 64
+
+// Each instantiation defines the tile (GEMM_TM rows by GEMM_W columns) and
+// GEMM_STRIP_MAX; the vector types and accessors follow from the widths:
+// rows of op(B) and C are GEMM_W wide, the staged columns of A GEMM_TM.
+#define GEMM_CAT(a, b) GEMM_CAT_(a, b)
+#define GEMM_CAT_(a, b) a##b
+#define GEMM_VT GEMM_CAT(float, GEMM_W)
+#define GEMM_ROWS GEMM_CAT(GEMM_ROWS, GEMM_TM)
+#define GEMM_BVLOAD GEMM_CAT(GEMM_VLOAD, GEMM_W)
+#define GEMM_BVSTORE GEMM_CAT(GEMM_VSTORE, GEMM_W)
+#define GEMM_RAW_BVLOAD GEMM_CAT(GEMM_PVLOAD, GEMM_W)
+#define GEMM_FVSTORE_BLOCK(v, i, p) GEMM_CAT(vstore, GEMM_W)((v), (i), (p))
+#define GEMM_FVLOAD_BLOCK(i, p) GEMM_CAT(vload, GEMM_W)((i), (p))
+#define GEMM_AVLOAD GEMM_CAT(GEMM_VLOAD, GEMM_TM)
+#define GEMM_AFVSTORE(v, i, p) GEMM_CAT(vstore, GEMM_TM)((v), (i), (p))
 
 // Wide: 16 rows x 16 columns (N >= 16). The host sizes the range with the
 // tile of cl/abi.h, which the vector type fixes.
 #if MPCL_ABI_GEMM_TILE_WIDE != 16
 #error "mpcl_gemm_w16 computes float16 tiles: MPCL_ABI_GEMM_TILE_WIDE must be 16"
 #endif
-#define GEMM_VT float16
 #define GEMM_W MPCL_ABI_GEMM_TILE_WIDE
 #define GEMM_TM MPCL_ABI_GEMM_TILE_WIDE
-#define GEMM_ROWS GEMM_ROWS16
-#define GEMM_BVLOAD GEMM_VLOAD16
-#define GEMM_RAW_BVLOAD GEMM_PVLOAD16
-#define GEMM_FVSTORE_BLOCK(v, i, p) vstore16((v), (i), (p))
-#define GEMM_FVLOAD_BLOCK(p) vload16(0, (p))
-#define GEMM_CVLOAD GEMM_VLOAD16
-#define GEMM_CVSTORE GEMM_VSTORE16
-GEMM_KERNEL(mpcl_gemm_w16)
+#define GEMM_STRIP_MAX 1
+GEMM_KERNEL(mpcl_gemm_w16, 0)
 #if defined(GEMM_NARROW_STORAGE)
-#undef GEMM_CT
-#undef GEMM_CLOAD
-#undef GEMM_CSTORE
-#undef GEMM_CVLOAD
-#undef GEMM_CVSTORE
-#define GEMM_CT float
-#define GEMM_CLOAD GEMM_FLOAD
-#define GEMM_CSTORE GEMM_FSTORE
-#define GEMM_CVLOAD GEMM_FVLOAD16
-#define GEMM_CVSTORE GEMM_FVSTORE16
-GEMM_KERNEL(mpcl_gemm_w16_cf32)
-#undef GEMM_CT
-#undef GEMM_CLOAD
-#undef GEMM_CSTORE
-#define GEMM_CT storage_t
-#define GEMM_CLOAD LOAD
-#define GEMM_CSTORE STORE
+GEMM_KERNEL(mpcl_gemm_w16_cf32, 1)
 #endif
-#undef GEMM_VT
 #undef GEMM_W
 #undef GEMM_TM
-#undef GEMM_ROWS
-#undef GEMM_BVLOAD
-#undef GEMM_RAW_BVLOAD
-#undef GEMM_FVSTORE_BLOCK
-#undef GEMM_FVLOAD_BLOCK
-#undef GEMM_CVLOAD
-#undef GEMM_CVSTORE
+#undef GEMM_STRIP_MAX
+
+// Flat: 4 rows x 16 columns (N >= 16) for 8-wide float vectors (AVX2: 16
+// registers): the 8 accumulators are 8 registers, each op(B) row is two
+// full vectors (a whole 64-byte line) used 4 times, and a k costs 6 loads
+// for 8 fmas where 8x8 tiles paid 9 loads for 8.
+#if MPCL_ABI_GEMM_TILE_FLAT_ROWS != 4
+#error "mpcl_gemm_r4w16 stages float4 columns: MPCL_ABI_GEMM_TILE_FLAT_ROWS must be 4"
+#endif
+#define GEMM_W MPCL_ABI_GEMM_TILE_WIDE
+#define GEMM_TM MPCL_ABI_GEMM_TILE_FLAT_ROWS
+#define GEMM_STRIP_MAX MPCL_ABI_GEMM_STRIP_MAX
+GEMM_KERNEL(mpcl_gemm_r4w16, 0)
+#if defined(GEMM_NARROW_STORAGE)
+GEMM_KERNEL(mpcl_gemm_r4w16_cf32, 1)
+#endif
+#undef GEMM_W
+#undef GEMM_TM
+#undef GEMM_STRIP_MAX
 
 // Narrow: 8 rows x 8 columns, for N < 16 (the output layer: N = 10 wastes
 // nothing, its second column tile is shifted to columns 2..9).
 #if MPCL_ABI_GEMM_TILE_NARROW != 8
 #error "mpcl_gemm_w8 computes float8 tiles: MPCL_ABI_GEMM_TILE_NARROW must be 8"
 #endif
-#define GEMM_VT float8
 #define GEMM_W MPCL_ABI_GEMM_TILE_NARROW
 #define GEMM_TM MPCL_ABI_GEMM_TILE_NARROW
-#define GEMM_ROWS GEMM_ROWS8
-#define GEMM_BVLOAD GEMM_VLOAD8
-#define GEMM_RAW_BVLOAD GEMM_PVLOAD8
-#define GEMM_FVSTORE_BLOCK(v, i, p) vstore8((v), (i), (p))
-#define GEMM_FVLOAD_BLOCK(p) vload8(0, (p))
-#define GEMM_CVLOAD GEMM_VLOAD8
-#define GEMM_CVSTORE GEMM_VSTORE8
-GEMM_KERNEL(mpcl_gemm_w8)
+#define GEMM_STRIP_MAX 1
+GEMM_KERNEL(mpcl_gemm_w8, 0)
 #if defined(GEMM_NARROW_STORAGE)
-#undef GEMM_CT
-#undef GEMM_CLOAD
-#undef GEMM_CSTORE
-#undef GEMM_CVLOAD
-#undef GEMM_CVSTORE
-#define GEMM_CT float
-#define GEMM_CLOAD GEMM_FLOAD
-#define GEMM_CSTORE GEMM_FSTORE
-#define GEMM_CVLOAD GEMM_FVLOAD8
-#define GEMM_CVSTORE GEMM_FVSTORE8
-GEMM_KERNEL(mpcl_gemm_w8_cf32)
+GEMM_KERNEL(mpcl_gemm_w8_cf32, 1)
 #endif
-#undef GEMM_VT
 #undef GEMM_W
 #undef GEMM_TM
-#undef GEMM_ROWS
-#undef GEMM_BVLOAD
-#undef GEMM_RAW_BVLOAD
-#undef GEMM_FVSTORE_BLOCK
-#undef GEMM_FVLOAD_BLOCK
-#undef GEMM_CVLOAD
-#undef GEMM_CVSTORE
-#undef GEMM_CT
-#undef GEMM_CLOAD
-#undef GEMM_CSTORE
+#undef GEMM_STRIP_MAX
 #undef GEMM_NARROW_STORAGE

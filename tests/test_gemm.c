@@ -38,6 +38,12 @@ static const gemm_case cases[] = {
      * once compiled f16's into an aligned move that faulted. */
     {8, 16, 20, false, false},
     {18, 36, 27, false, false},
+    /* 4x16 strips: a last strip that ends inside a tile (M = 70: rows 64-69
+     * in two tiles, the second shifted back), k in blocks of 64 with a tail
+     * of 22 (not whole vectors of 16), and M below one tile. */
+    {70, 40, 150, false, false},
+    {37, 17, 65, false, false},
+    {3, 20, 70, false, false},
 };
 
 /* One (path, C dtype) combination to test. */
@@ -190,13 +196,23 @@ static void run_variant(mpcl_gemm_path path) {
     for (size_t vi = 0; vi < nv; vi++) {
         if (vs[vi].path != path) continue;
         ran = true;
-        /* mpcl's kernels in both tile sizes (the device picks one for N >=
-         * 16, see gemm.c): the big shapes in the device's choice only. */
+        /* mpcl's kernels in every tile shape (the device picks one for N >=
+         * 16, see gemm.c), 4x16 in strips of 1, 3 and 8 tiles (and of what
+         * the shape gets): the big shapes in the device's choice only. */
         bool own = path == MPCL_GEMM_MPCL_F32 || path == MPCL_GEMM_MPCL_MIXED;
-        for (int tiles = own ? 1 : 0; tiles >= (own ? -1 : 0); tiles--) {
-            mpcl__gemm_force_tiles(ctx, tiles);
+        static const struct {
+            mpcl__gemm_tiles tiles;
+            unsigned strip;
+        } forced[] = {{MPCL__GEMM_TILES_16X16, 0}, {MPCL__GEMM_TILES_4X16, 1},
+                      {MPCL__GEMM_TILES_4X16, 3},  {MPCL__GEMM_TILES_4X16, 8},
+                      {MPCL__GEMM_TILES_4X16, 0},  {MPCL__GEMM_TILES_8X8, 0},
+                      {MPCL__GEMM_TILES_AUTO, 0}};
+        size_t nf = sizeof forced / sizeof forced[0];
+        for (size_t fi = own ? 0 : nf - 1; fi < nf; fi++) {
+            mpcl__gemm_force_tiles(ctx, forced[fi].tiles, forced[fi].strip);
+            bool auto_tiles = forced[fi].tiles == MPCL__GEMM_TILES_AUTO;
             for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
-                if ((slow || tiles != 0) && cases[ci].big) continue;
+                if ((slow || !auto_tiles) && cases[ci].big) continue;
                 if (rusticl && !cases[ci].quick) continue;
                 for (int t = 0; t < 4; t++) {
                     run_case(ctx, &vs[vi], &cases[ci], t & 2, t & 1, false);
@@ -204,7 +220,7 @@ static void run_variant(mpcl_gemm_path path) {
                 }
             }
         }
-        mpcl__gemm_force_tiles(ctx, 0);
+        mpcl__gemm_force_tiles(ctx, MPCL__GEMM_TILES_AUTO, 0);
     }
     if (!ran) printf("%s: not usable on this device, skipped\n", mpcl_gemm_path_name(path));
     mpcl_context_destroy(ctx);

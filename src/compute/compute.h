@@ -95,11 +95,9 @@ mpcl_status mpcl__softmax_xent_forward_backward_rows(mpcl_context *ctx, mpcl_ten
 
 /* ---- gemm ---- */
 
-/* Whether mpcl's GEMM takes 16x16 tiles where N >= 16 on this context: where
- * the device's native float vectors are 16 wide, unless forced. */
-bool mpcl__gemm_wide_tiles(const mpcl_context *ctx);
-/* Forces the tiles (1: 16x16, -1: 8x8, 0: by the device), so that tests
- * cover both kernels on any device. */
-void mpcl__gemm_force_tiles(mpcl_context *ctx, int wide);
+/* Forces the tiles of mpcl's GEMM where N >= 16 (narrower outputs always
+ * take 8x8) and the tiles per item of the 4x16 kernel (0: by the shape), so
+ * that tests cover every kernel on any device. */
+void mpcl__gemm_force_tiles(mpcl_context *ctx, mpcl__gemm_tiles tiles, unsigned strip);
 
 #endif

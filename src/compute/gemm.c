@@ -57,32 +57,66 @@ static mpcl_status check_dtypes(mpcl_context *ctx, mpcl_gemm_path path, const mp
     return MPCL_OK;
 }
 
-bool mpcl__gemm_wide_tiles(const mpcl_context *ctx) {
-    if (ctx->gemm_tiles) return ctx->gemm_tiles > 0;
-    return ctx->info.native_vector_width_float >= MPCL_ABI_GEMM_TILE_WIDE;
+void mpcl__gemm_force_tiles(mpcl_context *ctx, mpcl__gemm_tiles tiles, unsigned strip) {
+    ctx->gemm_tiles = tiles;
+    ctx->gemm_strip = strip;
 }
 
-void mpcl__gemm_force_tiles(mpcl_context *ctx, int wide) {
-    ctx->gemm_tiles = wide;
+/* The tile shape for C's n columns and op(B)'s storage (tb: transposed).
+ *  - 16x16 for N >= 16 where the device's float vectors are 16 wide
+ *    (AVX-512: the 16 accumulators are 16 of its 32 registers);
+ *  - elsewhere 4x16 for N >= 16 (AVX2: 8 accumulator registers of 16; each
+ *    k loads one 64-byte row piece of op(B) and 4 A values for 8 fmas, where
+ *    8x8 tiles loaded 9 values for 8 fmas), except for a transposed B, whose
+ *    elements the kernel gathers one by one (16 per k cost more than the 8
+ *    of 8x8: 128x128x10 NT, 44-60 against 32-35 us);
+ *  - 8x8 for narrower outputs (the 10-class layer: little work wasted).
+ * A 16x16 tile on AVX2 spills (32 accumulator registers): the five MLP GEMMs
+ * took 900-943 us there against 757-878 us in 8x8 tiles (bench/README.md). */
+static mpcl__gemm_tiles pick_tiles(const mpcl_context *ctx, size_t n, bool tb) {
+    if (ctx->gemm_tiles != MPCL__GEMM_TILES_AUTO)
+        return n >= MPCL_ABI_GEMM_TILE_WIDE ? ctx->gemm_tiles : MPCL__GEMM_TILES_8X8;
+    if (n < MPCL_ABI_GEMM_TILE_WIDE) return MPCL__GEMM_TILES_8X8;
+    if (ctx->info.native_vector_width_float >= MPCL_ABI_GEMM_TILE_WIDE)
+        return MPCL__GEMM_TILES_16X16;
+    return tb ? MPCL__GEMM_TILES_8X8 : MPCL__GEMM_TILES_4X16;
+}
+
+/* Tiles per item for 4x16 tiles: the item runs its strip of tiles one after
+ * the other through each 64-deep block of k, so that block of op(B) (4 KiB)
+ * comes from memory once and from L1 for the other tiles: the 128x128x784
+ * GEMM went from ~67 to ~83 GFLOP/s on one Zen 3 core with op(B) in L1. As
+ * many as fit, while there are 4 items per compute unit to share. */
+static unsigned pick_strip(const mpcl_context *ctx, size_t m, size_t n) {
+    if (ctx->gemm_strip) return ctx->gemm_strip;
+    size_t cols = (n + MPCL_ABI_GEMM_TILE_WIDE - 1) / MPCL_ABI_GEMM_TILE_WIDE;
+    size_t tiles = (m + MPCL_ABI_GEMM_TILE_FLAT_ROWS - 1) / MPCL_ABI_GEMM_TILE_FLAT_ROWS;
+    size_t want = 4 * (size_t)(ctx->info.compute_units ? ctx->info.compute_units : 1);
+    unsigned strip = MPCL_ABI_GEMM_STRIP_MAX;
+    while (strip > 1 && cols * ((tiles + strip - 1) / strip) < want) strip /= 2;
+    return strip;
 }
 
 static mpcl_status run_mpcl(mpcl_context *ctx, mpcl_gemm_path path, bool ta, bool tb, size_t m,
                             size_t n, size_t k, float alpha, const mpcl_tensor *a,
                             const mpcl_tensor *b, float beta, mpcl_tensor *c) {
-    /* 16x16 tiles for N >= 16 where the device's float vectors are 16 wide
-     * (AVX-512: the tile's 16 accumulators are 16 of its 32 registers);
-     * elsewhere, and for narrower outputs (the 10-class layer, so that little
-     * work is wasted), 8x8 tiles. On AVX2 (8-wide vectors, 16 registers) a
-     * 16x16 tile needs 32 accumulator registers and spills: the five MLP
-     * GEMMs took 900-943 us there against 757-878 us in 8x8 tiles (f16:
-     * 893-1298 against 697-717), PoCL, alternating runs (bench/README.md).
-     * Each item computes one tile, whose size the kernels share through
-     * cl/abi.h. */
-    bool wide = n >= MPCL_ABI_GEMM_TILE_WIDE && mpcl__gemm_wide_tiles(ctx);
-    size_t tile = wide ? MPCL_ABI_GEMM_TILE_WIDE : MPCL_ABI_GEMM_TILE_NARROW;
+    /* Each item computes a strip of tiles whose shape the kernels share
+     * through cl/abi.h; only the 4x16 kernel takes strips longer than one. */
+    static const struct {
+        const char *name, *name_cf32;
+        size_t rows, cols;
+    } kernels[] = {
+        [MPCL__GEMM_TILES_16X16] = {"mpcl_gemm_w16", "mpcl_gemm_w16_cf32", MPCL_ABI_GEMM_TILE_WIDE,
+                                    MPCL_ABI_GEMM_TILE_WIDE},
+        [MPCL__GEMM_TILES_4X16] = {"mpcl_gemm_r4w16", "mpcl_gemm_r4w16_cf32",
+                                   MPCL_ABI_GEMM_TILE_FLAT_ROWS, MPCL_ABI_GEMM_TILE_WIDE},
+        [MPCL__GEMM_TILES_8X8] = {"mpcl_gemm_w8", "mpcl_gemm_w8_cf32", MPCL_ABI_GEMM_TILE_NARROW,
+                                  MPCL_ABI_GEMM_TILE_NARROW},
+    };
+    mpcl__gemm_tiles tiles = pick_tiles(ctx, n, tb);
+    cl_uint strip = tiles == MPCL__GEMM_TILES_4X16 ? pick_strip(ctx, m, n) : 1;
     bool f32_out = path == MPCL_GEMM_MPCL_MIXED && c->dtype == MPCL_DTYPE_F32;
-    const char *name = wide ? (f32_out ? "mpcl_gemm_w16_cf32" : "mpcl_gemm_w16")
-                            : (f32_out ? "mpcl_gemm_w8_cf32" : "mpcl_gemm_w8");
+    const char *name = f32_out ? kernels[tiles].name_cf32 : kernels[tiles].name;
     mpcl_dtype storage = path == MPCL_GEMM_MPCL_MIXED ? a->dtype : MPCL_DTYPE_F32;
     cl_kernel kern;
     mpcl_status st = mpcl__kernel(ctx, storage, name, &kern);
@@ -90,12 +124,14 @@ static mpcl_status run_mpcl(mpcl_context *ctx, mpcl_gemm_path path, bool ta, boo
     cl_uint m32 = (cl_uint)m, n32 = (cl_uint)n, k32 = (cl_uint)k, ta32 = ta, tb32 = tb;
     st = mpcl__set_args(ctx, kern, name, MPCL_ARG(a->mem), MPCL_ARG(b->mem), MPCL_ARG(c->mem),
                         MPCL_ARG(m32), MPCL_ARG(n32), MPCL_ARG(k32), MPCL_ARG(ta32), MPCL_ARG(tb32),
-                        MPCL_ARG(alpha), MPCL_ARG(beta), MPCL_ARGS_END);
+                        MPCL_ARG(alpha), MPCL_ARG(beta), MPCL_ARG(strip), MPCL_ARGS_END);
     if (st != MPCL_OK) return st;
     /* One item per work-group: each item's tile is the unit of work, and on
      * CPU devices PoCL spreads work-groups over the cores. */
     const size_t local[2] = {1, 1};
-    return mpcl__launch_2d(ctx, kern, name, (n + tile - 1) / tile, (m + tile - 1) / tile, local);
+    size_t strip_rows = kernels[tiles].rows * strip, cols = kernels[tiles].cols;
+    return mpcl__launch_2d(ctx, kern, name, (n + cols - 1) / cols,
+                           (m + strip_rows - 1) / strip_rows, local);
 }
 
 static mpcl_status run_clblast(mpcl_context *ctx, mpcl_gemm_path path, bool ta, bool tb, size_t m,

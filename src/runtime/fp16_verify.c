@@ -259,8 +259,13 @@ static int check_bf16_kernel(cl_context cl, cl_command_queue q, cl_program p, co
     return wrong;
 }
 
-/* Number of wrong results over the three kernels (2 * NB checks each),
- * 6 * NB + 1 when the program did not build or a kernel did not run. */
+/* The bf16 probe kernels (scalar, 4-, 8- and 16-wide), each checking NB
+ * loads and NB stores. */
+#define BF16_KERNELS 4
+#define BF16_CHECKS (2 * BF16_KERNELS)
+
+/* Number of wrong results over the kernels (2 * NB checks each),
+ * BF16_CHECKS * NB + 1 when the program did not build or a kernel did not run. */
 static int check_bf16(cl_context cl, cl_device_id dev, cl_command_queue q, probe_log *log) {
     char *common = mpcl__cl_source_load("common.cl", NULL);
     char *probe = mpcl__cl_source_load("bf16_probe.cl", NULL);
@@ -271,14 +276,14 @@ static int check_bf16(cl_context cl, cl_device_id dev, cl_command_queue q, probe
     free(probe);
     cl_program p = src ? build(cl, dev, src, "-cl-std=CL1.2 -DMPCL_STORAGE_BF16=1", log) : NULL;
     free(src);
-    if (!p) return 6 * NB + 1;
-    static const char *const names[3] = {"probe_bf16_storage", "probe_bf16_storage8",
-                                         "probe_bf16_storage16"};
-    static const size_t widths[3] = {1, 8, 16};
+    if (!p) return BF16_CHECKS * NB + 1;
+    static const char *const names[BF16_KERNELS] = {"probe_bf16_storage", "probe_bf16_storage4",
+                                                    "probe_bf16_storage8", "probe_bf16_storage16"};
+    static const size_t widths[BF16_KERNELS] = {1, 4, 8, 16};
     int wrong = 0;
-    for (int k = 0; k < 3 && wrong <= 6 * NB; k++) {
+    for (int k = 0; k < BF16_KERNELS && wrong <= BF16_CHECKS * NB; k++) {
         int w = check_bf16_kernel(cl, q, p, names[k], widths[k]);
-        wrong = w < 0 ? 6 * NB + 1 : wrong + w;
+        wrong = w < 0 ? BF16_CHECKS * NB + 1 : wrong + w;
     }
     clReleaseProgram(p);
     return wrong;
@@ -330,5 +335,6 @@ void mpcl__fp16_verify(cl_context cl, cl_device_id dev, cl_command_queue q,
     int bf16_wrong = check_bf16(cl, dev, q, &bf16_log);
     info->bf16_storage = bf16_wrong == 0 ? MPCL_BF16_STORAGE_VERIFIED : MPCL_BF16_STORAGE_BROKEN;
     describe(info->bf16_detail, sizeof info->bf16_detail,
-             "bf16 LOAD/STORE (scalar, 8- and 16-wide)", bf16_wrong, 6 * NB, &bf16_log);
+             "bf16 LOAD/STORE (scalar, 4-, 8- and 16-wide)", bf16_wrong, BF16_CHECKS * NB,
+             &bf16_log);
 }

@@ -100,6 +100,15 @@ mpcl_status mpcl__program_build(mpcl_context *ctx, const char *source, const cha
                                 cl_program *out);
 
 /* What the last mpcl__program_build did with the cache; for tests and bench. */
+/* The tile shapes of mpcl's GEMM (src/compute/gemm.c picks one; tests force
+ * each). */
+typedef enum mpcl__gemm_tiles {
+    MPCL__GEMM_TILES_AUTO,
+    MPCL__GEMM_TILES_16X16,
+    MPCL__GEMM_TILES_4X16,
+    MPCL__GEMM_TILES_8X8,
+} mpcl__gemm_tiles;
+
 typedef enum mpcl__cache_outcome {
     MPCL__CACHE_OFF,
     MPCL__CACHE_HIT,
@@ -149,8 +158,9 @@ struct mpcl_context {
     } kernels[MPCL__MAX_KERNELS];
     int kernel_count;
     mpcl__cache_outcome cache_outcome;
-    bool verdict_cached; /* the fp16/bf16 verification was read from the cache */
-    int gemm_tiles;      /* mpcl's GEMM: 0 by the device, 1 16x16, -1 8x8 (tests) */
+    bool verdict_cached;         /* the fp16/bf16 verification was read from the cache */
+    mpcl__gemm_tiles gemm_tiles; /* mpcl's GEMM tiles; AUTO but in tests */
+    unsigned gemm_strip;         /* tiles per item of 4x16 tiles; 0: by the shape */
     size_t bytes_now, bytes_peak;
     uint64_t launches; /* kernels and CLBlast calls enqueued */
     uint64_t syncs;    /* blocking calls: finishes, blocking reads and writes */
