@@ -2,11 +2,14 @@
  * device, and host reads only when a report is due. See train.h. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "runtime/runtime.h"
 #include "train/train_internal.h"
 
 static double now_s(void) {
@@ -103,6 +106,125 @@ static mpcl_status check_inferred_classes(mpcl_context *ctx, const mpcl_dataset 
                       "corrupt label? Set the class count explicitly (mpcl-train --classes N) "
                       "if that is meant",
                       (unsigned)labels[first_max], first_max, classes, missing, empty);
+}
+
+/* The files' data: the training split (limited, its labels checked against
+ * num_classes or, without it, every class needing an example), then the
+ * test split, checked against the training split's class count. */
+static mpcl_status load_files(mpcl_context *ctx, const char *dir, int num_classes,
+                              size_t train_limit, size_t test_limit, mpcl_dataset **train,
+                              mpcl_dataset **test, size_t *available) {
+    *train = *test = NULL;
+    mpcl_status st = load_split(ctx, dir, "train", num_classes, train_limit, train, available);
+    if (st == MPCL_OK && num_classes == 0) st = check_inferred_classes(ctx, *train);
+    if (st == MPCL_OK)
+        st = load_split(ctx, dir, "t10k", mpcl_dataset_num_classes(*train), test_limit, test, NULL);
+    if (st != MPCL_OK) {
+        mpcl_dataset_destroy(*train);
+        mpcl_dataset_destroy(*test);
+        *train = *test = NULL;
+    }
+    return st;
+}
+
+/* load_files on a thread of its own; the result waits here for the trainer. */
+struct mpcl_train_data_load {
+    char *dir; /* owned; NULL for the default folder */
+    int num_classes;
+    size_t train_limit, test_limit;
+    pthread_t thread;
+    bool threaded; /* thread runs load_files; otherwise wait runs it */
+    bool done;     /* the result below is final */
+    bool taken;    /* a trainer has its datasets */
+    mpcl_status st;
+    char *msg; /* the load's message when st is not MPCL_OK (NULL: no memory for it) */
+    mpcl_dataset *train, *test;
+    size_t available;
+};
+
+static void data_load_run(mpcl_train_data_load *L) {
+    L->st = load_files(NULL, L->dir, L->num_classes, L->train_limit, L->test_limit, &L->train,
+                       &L->test, &L->available);
+    if (L->st != MPCL_OK) L->msg = strdup(mpcl_errmsg());
+}
+
+static void *data_load_main(void *arg) {
+    data_load_run(arg);
+    return NULL;
+}
+
+static void data_load_wait(mpcl_train_data_load *L) {
+    if (L->done) return;
+    if (L->threaded)
+        pthread_join(L->thread, NULL);
+    else
+        data_load_run(L);
+    L->done = true;
+}
+
+mpcl_status mpcl_train_data_load_start(const mpcl_train_params *params,
+                                       mpcl_train_data_load **out) {
+    if (!out)
+        return MPCL_ERROR(NULL, MPCL_ERR_INVALID_ARG, "mpcl_train_data_load_start: out is NULL");
+    *out = NULL;
+    if (!params)
+        return MPCL_ERROR(NULL, MPCL_ERR_INVALID_ARG, "mpcl_train_data_load_start: params is NULL");
+    mpcl_train_data_load *L = calloc(1, sizeof *L);
+    if (L && params->data_dir && !(L->dir = strdup(params->data_dir))) {
+        free(L);
+        L = NULL;
+    }
+    if (!L) return MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "mpcl_train_data_load_start");
+    L->num_classes = params->num_classes;
+    L->train_limit = params->train_limit;
+    L->test_limit = params->test_limit;
+    /* SIGINT and SIGTERM stay with the threads that were there: a tool's
+     * handler sees them where it did before, and no read here is cut short. */
+    sigset_t block, old;
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    sigaddset(&block, SIGTERM);
+    bool masked = pthread_sigmask(SIG_BLOCK, &block, &old) == 0;
+    L->threaded = pthread_create(&L->thread, NULL, data_load_main, L) == 0;
+    if (masked) pthread_sigmask(SIG_SETMASK, &old, NULL);
+    *out = L;
+    return MPCL_OK;
+}
+
+void mpcl_train_data_load_destroy(mpcl_train_data_load *L) {
+    if (!L) return;
+    data_load_wait(L);
+    mpcl_dataset_destroy(L->train);
+    mpcl_dataset_destroy(L->test);
+    free(L->msg);
+    free(L->dir);
+    free(L);
+}
+
+/* The datasets of params->data_load, once it is done, with its status and
+ * message as they were. */
+static mpcl_status take_loaded(mpcl_context *ctx, const mpcl_train_params *params,
+                               mpcl_dataset **train, mpcl_dataset **test, size_t *available) {
+    mpcl_train_data_load *L = params->data_load;
+    bool same_dir = (!L->dir && !params->data_dir) ||
+                    (L->dir && params->data_dir && strcmp(L->dir, params->data_dir) == 0);
+    if (!same_dir || L->num_classes != params->num_classes ||
+        L->train_limit != params->train_limit || L->test_limit != params->test_limit)
+        return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG,
+                          "data_load was started with other data params (data_dir, limits or "
+                          "num_classes) than the trainer's");
+    if (L->taken)
+        return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "data_load was already used by a trainer");
+    data_load_wait(L);
+    if (L->st != MPCL_OK)
+        return L->msg ? mpcl__error_restore(ctx, L->st, L->msg)
+                      : MPCL_ERROR(ctx, L->st, "loading the data failed (no memory to keep why)");
+    *train = L->train;
+    *test = L->test;
+    *available = L->available;
+    L->train = L->test = NULL;
+    L->taken = true;
+    return MPCL_OK;
 }
 
 /* The test set, when there is one, must fit the training set's model. */
@@ -229,6 +351,7 @@ mpcl_status mpcl_trainer_create(mpcl_context *ctx, const mpcl_train_params *para
         }
     }
     tr->params.save_path = tr->save_path;
+    tr->params.data_load = NULL; /* borrowed for this call only */
     if (params->num_classes < 0 || params->num_classes > 256) {
         st = MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "num_classes %d outside [0, 256]",
                         params->num_classes);
@@ -241,14 +364,11 @@ mpcl_status mpcl_trainer_create(mpcl_context *ctx, const mpcl_train_params *para
      * files' only. */
     const mpcl_dataset *train_ds = params->train_data, *test_ds = params->test_data;
     if (!train_ds) {
-        if ((st = load_split(ctx, tr->data_dir, "train", params->num_classes, params->train_limit,
-                             &train, &tr->train_available)) != MPCL_OK)
-            goto cleanup;
-        if (params->num_classes == 0 && (st = check_inferred_classes(ctx, train)) != MPCL_OK)
-            goto cleanup;
-        if ((st = load_split(ctx, tr->data_dir, "t10k", mpcl_dataset_num_classes(train),
-                             params->test_limit, &test, NULL)) != MPCL_OK)
-            goto cleanup;
+        st = params->data_load
+                 ? take_loaded(ctx, params, &train, &test, &tr->train_available)
+                 : load_files(ctx, tr->data_dir, params->num_classes, params->train_limit,
+                              params->test_limit, &train, &test, &tr->train_available);
+        if (st != MPCL_OK) goto cleanup;
         train_ds = train;
         test_ds = test;
     } else {
