@@ -431,8 +431,9 @@ static void test_bad_params(void **state) {
 }
 
 /* trainer_create with params.data_load (the files decoded on a thread while
- * the caller does other work) and without it: the same status and the same
- * message, word for word, for a missing folder and for a corrupt file; the
+ * the caller does other work, and the model made meanwhile) and without it:
+ * the same status and the same message, word for word, for a missing folder,
+ * a corrupt file, a bad model with bad data and a bad model alone; the
  * same training; a load started with other data params, or used twice, is
  * refused; a load never handed to a trainer is simply destroyed. */
 static void expect_same_failure(mpcl_context *ctx, const mpcl_train_params *p,
@@ -470,7 +471,32 @@ static void test_data_load(void **state) {
     p.data_dir = dir;
     expect_same_failure(ctx, &p, MPCL_ERR_FORMAT);
     assert_non_null(strstr(mpcl_errmsg(), "magic number"));
+
+    /* The model is made from the header and the labels while the pixels
+     * decode, but its failure is still reported after the data's: truncated
+     * pixels win over a bad model, and with good data the model's own
+     * message comes back. */
+    const unsigned char images[17] = {0, 0, 8, 3, 0, 0, 0, 2, 0, 0, 0, 1, 0, 0, 0, 1, 9};
+    const unsigned char labels[10] = {0, 0, 8, 1, 0, 0, 0, 2, 0, 1};
+    char labels_path[64];
+    snprintf(labels_path, sizeof labels_path, "%s/train-labels-idx1-ubyte", dir);
+    assert_non_null(f = fopen(path, "wb"));
+    assert_int_equal(fwrite(images, 1, sizeof images, f), sizeof images);
+    fclose(f);
+    assert_non_null(f = fopen(labels_path, "wb"));
+    assert_int_equal(fwrite(labels, 1, sizeof labels, f), sizeof labels);
+    fclose(f);
+    p.model.activation = MPCL_ACT_COUNT;
+    p.model.policy = MPCL_POLICY_FLOAT32;
+    expect_same_failure(ctx, &p, MPCL_ERR_FORMAT);
+    assert_non_null(strstr(mpcl_errmsg(), "truncated file"));
+    p.data_dir = NULL;
+    p.train_limit = 640;
+    p.test_limit = 256;
+    expect_same_failure(ctx, &p, MPCL_ERR_INVALID_ARG);
+    assert_non_null(strstr(mpcl_errmsg(), "unknown activation"));
     unlink(path);
+    unlink(labels_path);
     rmdir(dir);
 
     static recorder a, b;

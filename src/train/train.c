@@ -9,6 +9,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "io/io.h"
+#include "nn/nn.h"
 #include "runtime/runtime.h"
 #include "train/train_internal.h"
 
@@ -136,6 +138,14 @@ struct mpcl_train_data_load {
     bool threaded; /* thread runs load_files; otherwise wait runs it */
     bool done;     /* the result below is final */
     bool taken;    /* a trainer has its datasets */
+    /* The shape read before the pixels (mpcl__idx_peek), for a model made
+     * while they decode; shape_known turns true (under mu, signalled on cv)
+     * when it has been tried, and shape_ok says whether it was read. */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool shape_known, shape_ok;
+    size_t features;
+    int classes;
     mpcl_status st;
     char *msg; /* the load's message when st is not MPCL_OK (NULL: no memory for it) */
     mpcl_dataset *train, *test;
@@ -149,8 +159,31 @@ static void data_load_run(mpcl_train_data_load *L) {
 }
 
 static void *data_load_main(void *arg) {
-    data_load_run(arg);
+    mpcl_train_data_load *L = arg;
+    size_t features = 0;
+    int classes = 0;
+    bool ok = mpcl__idx_peek(L->dir, "train", L->num_classes, &features, &classes) == MPCL_OK;
+    pthread_mutex_lock(&L->mu);
+    L->shape_known = true;
+    L->shape_ok = ok;
+    L->features = features;
+    L->classes = classes;
+    pthread_cond_signal(&L->cv);
+    pthread_mutex_unlock(&L->mu);
+    data_load_run(L);
     return NULL;
+}
+
+/* The shape the load read ahead of the pixels; false when there is none. */
+static bool data_load_shape(mpcl_train_data_load *L, size_t *features, int *classes) {
+    if (!L->threaded) return false;
+    pthread_mutex_lock(&L->mu);
+    while (!L->shape_known) pthread_cond_wait(&L->cv, &L->mu);
+    bool ok = L->shape_ok;
+    *features = L->features;
+    *classes = L->classes;
+    pthread_mutex_unlock(&L->mu);
+    return ok;
 }
 
 static void data_load_wait(mpcl_train_data_load *L) {
@@ -178,6 +211,8 @@ mpcl_status mpcl_train_data_load_start(const mpcl_train_params *params,
     L->num_classes = params->num_classes;
     L->train_limit = params->train_limit;
     L->test_limit = params->test_limit;
+    pthread_mutex_init(&L->mu, NULL);
+    pthread_cond_init(&L->cv, NULL);
     /* SIGINT and SIGTERM stay with the threads that were there: a tool's
      * handler sees them where it did before, and no read here is cut short. */
     sigset_t block, old;
@@ -198,14 +233,16 @@ void mpcl_train_data_load_destroy(mpcl_train_data_load *L) {
     mpcl_dataset_destroy(L->test);
     free(L->msg);
     free(L->dir);
+    pthread_cond_destroy(&L->cv);
+    pthread_mutex_destroy(&L->mu);
     free(L);
 }
 
 /* The datasets of params->data_load, once it is done, with its status and
  * message as they were. */
-static mpcl_status take_loaded(mpcl_context *ctx, const mpcl_train_params *params,
-                               mpcl_dataset **train, mpcl_dataset **test, size_t *available) {
-    mpcl_train_data_load *L = params->data_load;
+/* Whether params->data_load loads what params name, and is still unused. */
+static mpcl_status data_load_check(mpcl_context *ctx, const mpcl_train_params *params) {
+    const mpcl_train_data_load *L = params->data_load;
     bool same_dir = (!L->dir && !params->data_dir) ||
                     (L->dir && params->data_dir && strcmp(L->dir, params->data_dir) == 0);
     if (!same_dir || L->num_classes != params->num_classes ||
@@ -215,6 +252,14 @@ static mpcl_status take_loaded(mpcl_context *ctx, const mpcl_train_params *param
                           "num_classes) than the trainer's");
     if (L->taken)
         return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "data_load was already used by a trainer");
+    return MPCL_OK;
+}
+
+static mpcl_status take_loaded(mpcl_context *ctx, const mpcl_train_params *params,
+                               mpcl_dataset **train, mpcl_dataset **test, size_t *available) {
+    mpcl_train_data_load *L = params->data_load;
+    mpcl_status st = data_load_check(ctx, params);
+    if (st != MPCL_OK) return st;
     data_load_wait(L);
     if (L->st != MPCL_OK)
         return L->msg ? mpcl__error_restore(ctx, L->st, L->msg)
@@ -264,6 +309,14 @@ static mpcl_status setup_replicas(mpcl_trainer *tr, const mpcl_train_params *par
     return MPCL_OK;
 }
 
+static void destroy_models(mpcl_trainer *tr) {
+    for (size_t r = 0; r < tr->replicas; r++) {
+        mpcl_model_destroy(tr->rep[r].model);
+        tr->rep[r].model = tr->models[r] = NULL;
+    }
+    tr->model = NULL;
+}
+
 /* One precision plan for every replica: replica 0 resolves the policy, the
  * others take what it resolved to; when a device cannot run that (or, under
  * MPI, the processes resolved `auto` differently), every replica falls back
@@ -301,11 +354,7 @@ static mpcl_status create_models(mpcl_trainer *tr, mpcl_model_params *mp) {
              "float32, the common plan: replica 0 resolved auto to %s, which not every "
              "replica's device runs alike",
              mpcl_policy_name(each.policy));
-    for (size_t r = 0; r < tr->replicas; r++) {
-        mpcl_model_destroy(tr->rep[r].model);
-        tr->rep[r].model = tr->models[r] = NULL;
-    }
-    tr->model = NULL;
+    destroy_models(tr);
     each.policy = MPCL_POLICY_FLOAT32;
     for (size_t r = 0; r < tr->replicas; r++) {
         if ((st = mpcl_model_create(tr->rep[r].ctx, &each, &tr->rep[r].model)) != MPCL_OK)
@@ -315,6 +364,31 @@ static mpcl_status create_models(mpcl_trainer *tr, mpcl_model_params *mp) {
     tr->model = tr->models[0];
     mp->policy = MPCL_POLICY_FLOAT32;
     return MPCL_OK;
+}
+
+/* While a data_load decodes the pixels, the model is made from the shape it
+ * read ahead of them (mpcl__idx_peek), so that the model's programs load
+ * beside the inflate. Not under dist, and not where `auto` would measure (a
+ * measurement beside a decoding thread would not be a fair one). Returns
+ * whether the model was tried; its status goes to *st and its message to
+ * *msg (a copy: a failure is reported, as before, only once the data are
+ * known to be good). */
+static bool early_model(mpcl_trainer *tr, const mpcl_train_params *params, mpcl_model_params *mp,
+                        mpcl_status *st, char **msg) {
+    size_t features;
+    int classes;
+    if (params->dist || data_load_check(tr->ctx, params) != MPCL_OK ||
+        !data_load_shape(params->data_load, &features, &classes))
+        return false;
+    *mp = params->model;
+    mp->inputs = features;
+    mp->classes = (size_t)classes;
+    mp->max_batch = params->batch;
+    mp->seed = params->seed;
+    if (mp->policy == MPCL_POLICY_AUTO && !mpcl__auto_plan_known(tr->ctx, mp)) return false;
+    if ((*st = setup_replicas(tr, params)) == MPCL_OK) *st = create_models(tr, mp);
+    *msg = *st != MPCL_OK ? strdup(mpcl_errmsg()) : NULL;
+    return true;
 }
 
 mpcl_status mpcl_trainer_create(mpcl_context *ctx, const mpcl_train_params *params,
@@ -333,6 +407,10 @@ mpcl_status mpcl_trainer_create(mpcl_context *ctx, const mpcl_train_params *para
     tr->test_accuracy = NAN;
     mpcl_status st = MPCL_OK;
     mpcl_dataset *train = NULL, *test = NULL;
+    mpcl_model_params early_mp;
+    mpcl_status early_st = MPCL_OK;
+    char *early_msg = NULL;
+    bool early = false;
     if (params->data_dir) {
         size_t n = strlen(params->data_dir) + 1;
         tr->data_dir = malloc(n);
@@ -364,6 +442,7 @@ mpcl_status mpcl_trainer_create(mpcl_context *ctx, const mpcl_train_params *para
      * files' only. */
     const mpcl_dataset *train_ds = params->train_data, *test_ds = params->test_data;
     if (!train_ds) {
+        early = params->data_load && early_model(tr, params, &early_mp, &early_st, &early_msg);
         st = params->data_load
                  ? take_loaded(ctx, params, &train, &test, &tr->train_available)
                  : load_files(ctx, tr->data_dir, params->num_classes, params->train_limit,
@@ -389,8 +468,18 @@ mpcl_status mpcl_trainer_create(mpcl_context *ctx, const mpcl_train_params *para
     mp.max_batch = params->batch;
     mp.seed = params->seed;
     tr->params.model = mp;
-    if ((st = setup_replicas(tr, params)) != MPCL_OK || (st = create_models(tr, &mp)) != MPCL_OK)
+    if (early && (early_mp.inputs != mp.inputs || early_mp.classes != mp.classes)) {
+        destroy_models(tr); /* the files changed between the reads: the data decide */
+        early = false;
+    }
+    if ((st = setup_replicas(tr, params)) != MPCL_OK) goto cleanup;
+    if (early && early_st != MPCL_OK) {
+        st = early_msg
+                 ? mpcl__error_restore(ctx, early_st, early_msg)
+                 : MPCL_ERROR(ctx, early_st, "creating the model failed (no memory to keep why)");
         goto cleanup;
+    }
+    if (!early && (st = create_models(tr, &mp)) != MPCL_OK) goto cleanup;
     mpcl_dtype storage = mpcl_model_plan(tr->model)->storage;
 
     tr->host_order = malloc(tr->train_count * sizeof *tr->host_order);
@@ -434,6 +523,7 @@ mpcl_status mpcl_trainer_create(mpcl_context *ctx, const mpcl_train_params *para
     }
 
 cleanup:
+    free(early_msg);
     mpcl_dataset_destroy(train);
     mpcl_dataset_destroy(test);
     if (st != MPCL_OK) {
