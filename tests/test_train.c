@@ -433,9 +433,10 @@ static void test_bad_params(void **state) {
 /* trainer_create with params.data_load (the files decoded on a thread while
  * the caller does other work, and the model made meanwhile) and without it:
  * the same status and the same message, word for word, for a missing folder,
- * a corrupt file, a bad model with bad data and a bad model alone; the
- * same training; a load started with other data params, or used twice, is
- * refused; a load never handed to a trainer is simply destroyed. */
+ * a corrupt file, a bad model with bad data, a bad test label and a bad
+ * model alone; the same training; a load started with other data params,
+ * or used twice, is refused; a load never handed to a trainer is simply
+ * destroyed. */
 static void expect_same_failure(mpcl_context *ctx, const mpcl_train_params *p,
                                 mpcl_status expected) {
     mpcl_trainer *tr = NULL;
@@ -490,6 +491,26 @@ static void test_data_load(void **state) {
     p.model.policy = MPCL_POLICY_FLOAT32;
     expect_same_failure(ctx, &p, MPCL_ERR_FORMAT);
     assert_non_null(strstr(mpcl_errmsg(), "truncated file"));
+    /* Whole training files, and a test label beyond their two classes (the
+     * test split decodes beside the training split): the test's message. */
+    const unsigned char test_images[17] = {0, 0, 8, 3, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 7};
+    const unsigned char test_labels[9] = {0, 0, 8, 1, 0, 0, 0, 1, 5};
+    char test_paths[2][64];
+    snprintf(test_paths[0], sizeof test_paths[0], "%s/t10k-images-idx3-ubyte", dir);
+    snprintf(test_paths[1], sizeof test_paths[1], "%s/t10k-labels-idx1-ubyte", dir);
+    assert_non_null(f = fopen(path, "ab"));
+    assert_int_equal(fwrite(images + 16, 1, 1, f), 1);
+    fclose(f);
+    assert_non_null(f = fopen(test_paths[0], "wb"));
+    assert_int_equal(fwrite(test_images, 1, sizeof test_images, f), sizeof test_images);
+    fclose(f);
+    assert_non_null(f = fopen(test_paths[1], "wb"));
+    assert_int_equal(fwrite(test_labels, 1, sizeof test_labels, f), sizeof test_labels);
+    fclose(f);
+    expect_same_failure(ctx, &p, MPCL_ERR_FORMAT);
+    assert_non_null(strstr(mpcl_errmsg(), "is not below the class count 2"));
+    unlink(test_paths[0]);
+    unlink(test_paths[1]);
     p.data_dir = NULL;
     p.train_limit = 640;
     p.test_limit = 256;

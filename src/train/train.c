@@ -113,23 +113,33 @@ static mpcl_status check_inferred_classes(mpcl_context *ctx, const mpcl_dataset 
 /* The files' data: the training split (limited, its labels checked against
  * num_classes or, without it, every class needing an example), then the
  * test split, checked against the training split's class count. */
-static mpcl_status load_files(mpcl_context *ctx, const char *dir, int num_classes,
-                              size_t train_limit, size_t test_limit, mpcl_dataset **train,
-                              mpcl_dataset **test, size_t *available) {
-    *train = *test = NULL;
-    mpcl_status st = load_split(ctx, dir, "train", num_classes, train_limit, train, available);
+static mpcl_status load_train(mpcl_context *ctx, const char *dir, int num_classes, size_t limit,
+                              mpcl_dataset **train, size_t *available) {
+    *train = NULL;
+    mpcl_status st = load_split(ctx, dir, "train", num_classes, limit, train, available);
     if (st == MPCL_OK && num_classes == 0) st = check_inferred_classes(ctx, *train);
-    if (st == MPCL_OK)
-        st = load_split(ctx, dir, "t10k", mpcl_dataset_num_classes(*train), test_limit, test, NULL);
     if (st != MPCL_OK) {
         mpcl_dataset_destroy(*train);
-        mpcl_dataset_destroy(*test);
-        *train = *test = NULL;
+        *train = NULL;
     }
     return st;
 }
 
-/* load_files on a thread of its own; the result waits here for the trainer. */
+static mpcl_status load_files(mpcl_context *ctx, const char *dir, int num_classes,
+                              size_t train_limit, size_t test_limit, mpcl_dataset **train,
+                              mpcl_dataset **test, size_t *available) {
+    *test = NULL;
+    mpcl_status st = load_train(ctx, dir, num_classes, train_limit, train, available);
+    if (st == MPCL_OK && (st = load_split(ctx, dir, "t10k", mpcl_dataset_num_classes(*train),
+                                          test_limit, test, NULL)) != MPCL_OK) {
+        mpcl_dataset_destroy(*train);
+        *train = NULL;
+    }
+    return st;
+}
+
+/* load_files on a thread of its own (and the test split on a second one);
+ * the result waits here for the trainer. */
 struct mpcl_train_data_load {
     char *dir; /* owned; NULL for the default folder */
     int num_classes;
@@ -146,16 +156,50 @@ struct mpcl_train_data_load {
     bool shape_known, shape_ok;
     size_t features;
     int classes;
+    /* The test split, decoded on a second thread beside the training split
+     * against the class count read ahead; used when the training split
+     * gives the same count, else loaded again after it. */
+    pthread_t test_thread;
+    mpcl_status test_st;
+    char *test_msg;
+    mpcl_dataset *test_early;
     mpcl_status st;
     char *msg; /* the load's message when st is not MPCL_OK (NULL: no memory for it) */
     mpcl_dataset *train, *test;
     size_t available;
 };
 
-static void data_load_run(mpcl_train_data_load *L) {
-    L->st = load_files(NULL, L->dir, L->num_classes, L->train_limit, L->test_limit, &L->train,
-                       &L->test, &L->available);
-    if (L->st != MPCL_OK) L->msg = strdup(mpcl_errmsg());
+static void *test_main(void *arg) {
+    mpcl_train_data_load *L = arg;
+    L->test_st = load_split(NULL, L->dir, "t10k", L->classes, L->test_limit, &L->test_early, NULL);
+    if (L->test_st != MPCL_OK) L->test_msg = strdup(mpcl_errmsg());
+    return NULL;
+}
+
+/* load_files, with the test split taken from test_thread when it ran
+ * (test_started) against the class count the training split has: the
+ * status and message are the ones load_files gives, in its order. */
+static void data_load_run(mpcl_train_data_load *L, bool test_started) {
+    mpcl_status st =
+        load_train(NULL, L->dir, L->num_classes, L->train_limit, &L->train, &L->available);
+    if (test_started) pthread_join(L->test_thread, NULL);
+    if (st != MPCL_OK) {
+        L->msg = strdup(mpcl_errmsg());
+    } else if (test_started && L->classes == mpcl_dataset_num_classes(L->train)) {
+        st = L->test_st;
+        L->test = L->test_early;
+        L->msg = L->test_msg;
+        L->test_early = NULL;
+        L->test_msg = NULL;
+    } else if ((st = load_split(NULL, L->dir, "t10k", mpcl_dataset_num_classes(L->train),
+                                L->test_limit, &L->test, NULL)) != MPCL_OK) {
+        L->msg = strdup(mpcl_errmsg());
+    }
+    if (st != MPCL_OK) {
+        mpcl_dataset_destroy(L->train);
+        L->train = NULL;
+    }
+    L->st = st;
 }
 
 static void *data_load_main(void *arg) {
@@ -170,7 +214,7 @@ static void *data_load_main(void *arg) {
     L->classes = classes;
     pthread_cond_signal(&L->cv);
     pthread_mutex_unlock(&L->mu);
-    data_load_run(L);
+    data_load_run(L, ok && pthread_create(&L->test_thread, NULL, test_main, L) == 0);
     return NULL;
 }
 
@@ -191,7 +235,7 @@ static void data_load_wait(mpcl_train_data_load *L) {
     if (L->threaded)
         pthread_join(L->thread, NULL);
     else
-        data_load_run(L);
+        data_load_run(L, false);
     L->done = true;
 }
 
@@ -231,7 +275,9 @@ void mpcl_train_data_load_destroy(mpcl_train_data_load *L) {
     data_load_wait(L);
     mpcl_dataset_destroy(L->train);
     mpcl_dataset_destroy(L->test);
+    mpcl_dataset_destroy(L->test_early);
     free(L->msg);
+    free(L->test_msg);
     free(L->dir);
     pthread_cond_destroy(&L->cv);
     pthread_mutex_destroy(&L->mu);
