@@ -110,9 +110,8 @@ static mpcl_status check_inferred_classes(mpcl_context *ctx, const mpcl_dataset 
                       (unsigned)labels[first_max], first_max, classes, missing, empty);
 }
 
-/* The files' data: the training split (limited, its labels checked against
- * num_classes or, without it, every class needing an example), then the
- * test split, checked against the training split's class count. */
+/* The training split (limited, its labels checked against num_classes or,
+ * without it, every class needing an example). */
 static mpcl_status load_train(mpcl_context *ctx, const char *dir, int num_classes, size_t limit,
                               mpcl_dataset **train, size_t *available) {
     *train = NULL;
@@ -125,6 +124,8 @@ static mpcl_status load_train(mpcl_context *ctx, const char *dir, int num_classe
     return st;
 }
 
+/* The files' data: the training split, then the test split, checked
+ * against the training split's class count. */
 static mpcl_status load_files(mpcl_context *ctx, const char *dir, int num_classes,
                               size_t train_limit, size_t test_limit, mpcl_dataset **train,
                               mpcl_dataset **test, size_t *available) {
@@ -145,7 +146,7 @@ struct mpcl_train_data_load {
     int num_classes;
     size_t train_limit, test_limit;
     pthread_t thread;
-    bool threaded; /* thread runs load_files; otherwise wait runs it */
+    bool threaded; /* thread runs data_load_main; otherwise wait runs the load */
     bool done;     /* the result below is final */
     bool taken;    /* a trainer has its datasets */
     /* The shape read before the pixels (mpcl__idx_peek), for a model made
@@ -284,8 +285,6 @@ void mpcl_train_data_load_destroy(mpcl_train_data_load *L) {
     free(L);
 }
 
-/* The datasets of params->data_load, once it is done, with its status and
- * message as they were. */
 /* Whether params->data_load loads what params name, and is still unused. */
 static mpcl_status data_load_check(mpcl_context *ctx, const mpcl_train_params *params) {
     const mpcl_train_data_load *L = params->data_load;
@@ -301,6 +300,8 @@ static mpcl_status data_load_check(mpcl_context *ctx, const mpcl_train_params *p
     return MPCL_OK;
 }
 
+/* The datasets of params->data_load, once it is done, with its status and
+ * message as they were. */
 static mpcl_status take_loaded(mpcl_context *ctx, const mpcl_train_params *params,
                                mpcl_dataset **train, mpcl_dataset **test, size_t *available) {
     mpcl_train_data_load *L = params->data_load;
