@@ -430,6 +430,131 @@ static void test_bad_params(void **state) {
     mpcl_context_destroy(ctx);
 }
 
+/* trainer_create with params.data_load (the files decoded on a thread while
+ * the caller does other work, and the model made meanwhile) and without it:
+ * the same status and the same message, word for word, for a missing folder,
+ * a corrupt file, a bad model with bad data, a bad test label and a bad
+ * model alone; the same training; a load started with other data params,
+ * or used twice, is refused; a load never handed to a trainer is simply
+ * destroyed. */
+static void expect_same_failure(mpcl_context *ctx, const mpcl_train_params *p,
+                                mpcl_status expected) {
+    mpcl_trainer *tr = NULL;
+    assert_int_equal(mpcl_trainer_create(ctx, p, &tr), expected);
+    char *own = strdup(mpcl_errmsg());
+    assert_non_null(own);
+    mpcl_train_params q = *p;
+    TU_ASSERT_OK(mpcl_train_data_load_start(&q, &q.data_load));
+    assert_int_equal(mpcl_trainer_create(ctx, &q, &tr), expected);
+    assert_null(tr);
+    assert_string_equal(mpcl_errmsg(), own);
+    assert_string_equal(mpcl_context_errmsg(ctx), own);
+    mpcl_train_data_load_destroy(q.data_load);
+    free(own);
+}
+
+static void test_data_load(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    mpcl_train_params p = mpcl_train_default_params();
+    p.data_dir = "/nonexistent-mpcl-data";
+    expect_same_failure(ctx, &p, MPCL_ERR_IO);
+
+    /* A folder whose training images have a wrong magic number. */
+    char dir[] = "/tmp/mpcl-test-data-load-XXXXXX", path[64];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/train-images-idx3-ubyte", dir);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    const unsigned char bad[16] = {0, 0, 8, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1};
+    assert_int_equal(fwrite(bad, 1, sizeof bad, f), sizeof bad);
+    fclose(f);
+    p.data_dir = dir;
+    expect_same_failure(ctx, &p, MPCL_ERR_FORMAT);
+    assert_non_null(strstr(mpcl_errmsg(), "magic number"));
+
+    /* The model is made from the header and the labels while the pixels
+     * decode, but its failure is still reported after the data's: truncated
+     * pixels win over a bad model, and with good data the model's own
+     * message comes back. */
+    const unsigned char images[17] = {0, 0, 8, 3, 0, 0, 0, 2, 0, 0, 0, 1, 0, 0, 0, 1, 9};
+    const unsigned char labels[10] = {0, 0, 8, 1, 0, 0, 0, 2, 0, 1};
+    char labels_path[64];
+    snprintf(labels_path, sizeof labels_path, "%s/train-labels-idx1-ubyte", dir);
+    assert_non_null(f = fopen(path, "wb"));
+    assert_int_equal(fwrite(images, 1, sizeof images, f), sizeof images);
+    fclose(f);
+    assert_non_null(f = fopen(labels_path, "wb"));
+    assert_int_equal(fwrite(labels, 1, sizeof labels, f), sizeof labels);
+    fclose(f);
+    p.model.activation = MPCL_ACT_COUNT;
+    p.model.policy = MPCL_POLICY_FLOAT32;
+    expect_same_failure(ctx, &p, MPCL_ERR_FORMAT);
+    assert_non_null(strstr(mpcl_errmsg(), "truncated file"));
+    /* Whole training files, and a test label beyond their two classes (the
+     * test split decodes beside the training split): the test's message. */
+    const unsigned char test_images[17] = {0, 0, 8, 3, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 7};
+    const unsigned char test_labels[9] = {0, 0, 8, 1, 0, 0, 0, 1, 5};
+    char test_paths[2][64];
+    snprintf(test_paths[0], sizeof test_paths[0], "%s/t10k-images-idx3-ubyte", dir);
+    snprintf(test_paths[1], sizeof test_paths[1], "%s/t10k-labels-idx1-ubyte", dir);
+    assert_non_null(f = fopen(path, "ab"));
+    assert_int_equal(fwrite(images + 16, 1, 1, f), 1);
+    fclose(f);
+    assert_non_null(f = fopen(test_paths[0], "wb"));
+    assert_int_equal(fwrite(test_images, 1, sizeof test_images, f), sizeof test_images);
+    fclose(f);
+    assert_non_null(f = fopen(test_paths[1], "wb"));
+    assert_int_equal(fwrite(test_labels, 1, sizeof test_labels, f), sizeof test_labels);
+    fclose(f);
+    expect_same_failure(ctx, &p, MPCL_ERR_FORMAT);
+    assert_non_null(strstr(mpcl_errmsg(), "is not below the class count 2"));
+    unlink(test_paths[0]);
+    unlink(test_paths[1]);
+    p.data_dir = NULL;
+    p.train_limit = 640;
+    p.test_limit = 256;
+    expect_same_failure(ctx, &p, MPCL_ERR_INVALID_ARG);
+    assert_non_null(strstr(mpcl_errmsg(), "unknown activation"));
+    unlink(path);
+    unlink(labels_path);
+    rmdir(dir);
+
+    static recorder a, b;
+    memset(&a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
+    mpcl_train_params pa = small_params(&a, MPCL_POLICY_FLOAT32),
+                      pb = small_params(&b, MPCL_POLICY_FLOAT32);
+    pa.epochs = pb.epochs = 1;
+    TU_ASSERT_OK(mpcl_train_data_load_start(&pb, &pb.data_load));
+    mpcl_trainer *ta = make(ctx, &pa), *tb = make(ctx, &pb);
+    TU_ASSERT_OK(mpcl_trainer_fit(ta));
+    TU_ASSERT_OK(mpcl_trainer_fit(tb));
+    assert_int_equal(a.count, b.count);
+    for (size_t i = 0; i < a.count; i++) {
+        assert_memory_equal(&a.r[i].loss, &b.r[i].loss, sizeof(double));
+        assert_memory_equal(&a.r[i].test_loss, &b.r[i].test_loss, sizeof(double));
+    }
+    mpcl_trainer *tr = NULL;
+    assert_int_equal(mpcl_trainer_create(ctx, &pb, &tr), MPCL_ERR_INVALID_ARG);
+    assert_non_null(strstr(mpcl_errmsg(), "already used"));
+    mpcl_train_data_load_destroy(pb.data_load);
+
+    TU_ASSERT_OK(mpcl_train_data_load_start(&pb, &pb.data_load));
+    pb.train_limit++;
+    assert_int_equal(mpcl_trainer_create(ctx, &pb, &tr), MPCL_ERR_INVALID_ARG);
+    assert_null(tr);
+    mpcl_train_data_load_destroy(pb.data_load);
+    TU_ASSERT_OK(mpcl_train_data_load_start(&pb, &pb.data_load));
+    mpcl_train_data_load_destroy(pb.data_load);
+    mpcl_train_data_load_destroy(NULL);
+    assert_int_equal(mpcl_train_data_load_start(NULL, &pb.data_load), MPCL_ERR_INVALID_ARG);
+    assert_null(pb.data_load);
+    mpcl_trainer_destroy(ta);
+    mpcl_trainer_destroy(tb);
+    mpcl_context_destroy(ctx);
+}
+
 /* Data from memory train exactly as the same samples read from the files;
  * without test data there is no evaluation; a test set of another width is
  * refused. */
@@ -535,6 +660,7 @@ int main(void) {
         cmocka_unit_test(test_cadence_and_partial_batch),
         cmocka_unit_test(test_evaluate),
         cmocka_unit_test(test_memory_data),
+        cmocka_unit_test(test_data_load),
         cmocka_unit_test(test_gather_matches_host),
         cmocka_unit_test(test_resume_bfloat16),
     };

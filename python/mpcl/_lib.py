@@ -86,7 +86,8 @@ class TrainParams(Structure):
                 ("keep_going_on_nan", c_bool), ("save_path", c_char_p),
                 ("save_every_steps", c_uint64), ("save_every_epochs", c_uint32),
                 ("resume_keeps_scale", c_bool), ("train_data", c_void_p),
-                ("test_data", c_void_p), ("dist", c_void_p), ("replica_ctx", c_void_p)]
+                ("test_data", c_void_p), ("dist", c_void_p), ("replica_ctx", c_void_p),
+                ("data_load", c_void_p)]
 
 
 class TrainSummary(Structure):

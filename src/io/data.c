@@ -394,6 +394,34 @@ static mpcl_status load_labels(mpcl_dataset *ds, const char *dir, const char *pr
     return st;
 }
 
+mpcl_status mpcl__idx_peek(const char *dir, const char *prefix, int num_classes, size_t *features,
+                           int *classes) {
+    if (!dir) dir = MPCL_DATA_DEFAULT_DIR;
+    /* The 64 KiB input buffer needs no zeroing; the fields before it do. */
+    idx_file *f = malloc(sizeof *f);
+    if (!f) return MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "mpcl__idx_peek: file");
+    memset(f, 0, offsetof(idx_file, in));
+    uint32_t d[3] = {0, 0, 0};
+    mpcl_status st = open_prefixed(f, dir, prefix, "images-idx3-ubyte");
+    if (st == MPCL_OK) st = idx_header(f, IDX_MAGIC_IMAGES, d, 3);
+    idx_close(f);
+    if (st == MPCL_OK && (d[1] == 0 || d[2] == 0 || (uint64_t)d[1] * d[2] > MPCL_IDX_MAX_BYTES))
+        st = MPCL_ERROR(NULL, MPCL_ERR_FORMAT, "'%s': absurd dimensions", f->path);
+    mpcl_dataset ds = {.count = d[0], .num_classes = num_classes};
+    if (st == MPCL_OK && num_classes == 0) {
+        memset(f, 0, offsetof(idx_file, in));
+        st = open_prefixed(f, dir, prefix, "labels-idx1-ubyte");
+        if (st == MPCL_OK) st = read_labels(&ds, f, 0, prefix);
+        idx_close(f);
+        free(ds.labels);
+    }
+    free(f);
+    if (st != MPCL_OK) return st;
+    *features = (size_t)d[1] * d[2];
+    *classes = ds.num_classes;
+    return MPCL_OK;
+}
+
 mpcl_status mpcl__idx_load_mem(const char *images_name, const void *images, size_t images_size,
                                const char *labels_name, const void *labels, size_t labels_size,
                                int num_classes, mpcl_dataset **out) {

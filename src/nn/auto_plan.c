@@ -188,6 +188,15 @@ bool mpcl__auto_by_capability(void) {
     return v && strcmp(v, "capability") == 0;
 }
 
+bool mpcl__auto_plan_known(mpcl_context *ctx, const mpcl_model_params *params) {
+    if (mpcl__auto_by_capability()) return true;
+    candidate c[MAX_CANDIDATES];
+    size_t n = list_candidates(ctx, c), best = 0;
+    char dir[4096];
+    return n == 1 || (mpcl__verdict_dir(dir, sizeof dir) != 0 &&
+                      read_verdict(dir, verdict_key(ctx, params, c, n), c, n, &best));
+}
+
 mpcl_status mpcl_model_auto_plan(mpcl_context *ctx, const mpcl_model_params *params,
                                  mpcl_plan *out) {
     *out = mpcl_context_plan(ctx, MPCL_POLICY_AUTO);

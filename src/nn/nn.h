@@ -95,5 +95,9 @@ mpcl_status mpcl__model_create_plan(mpcl_context *ctx, const mpcl_model_params *
                                     const mpcl_plan *plan, mpcl_model **out);
 /* MPCL_AUTO=capability: `auto` by the capability rule, not measured. */
 bool mpcl__auto_by_capability(void);
+/* Whether mpcl_model_auto_plan would resolve these params without measuring
+ * (the capability rule, a single candidate, or a verdict in the cache); it
+ * measures nothing and writes nothing. */
+bool mpcl__auto_plan_known(mpcl_context *ctx, const mpcl_model_params *params);
 
 #endif

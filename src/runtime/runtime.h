@@ -51,6 +51,9 @@ mpcl_status mpcl__cl_status(cl_int err);
 
 /* Appends to the message just recorded (for build logs, device lists). */
 void mpcl__error_append(mpcl_context *ctx, const char *text);
+/* Records `text`, a whole message another thread recorded (mpcl_errmsg
+ * there), as this thread's and ctx's message, word for word; returns status. */
+mpcl_status mpcl__error_restore(mpcl_context *ctx, mpcl_status status, const char *text);
 
 /* ---- device ---- */
 

@@ -60,6 +60,12 @@ void mpcl__error_append(mpcl_context *ctx, const char *text) {
     copy_to_context(ctx);
 }
 
+mpcl_status mpcl__error_restore(mpcl_context *ctx, mpcl_status status, const char *text) {
+    snprintf(thread_errmsg, sizeof thread_errmsg, "%s", text);
+    copy_to_context(ctx);
+    return status;
+}
+
 mpcl_status mpcl__cl_status(cl_int err) {
     switch (err) {
     case CL_SUCCESS: return MPCL_OK;

@@ -394,10 +394,18 @@ int main(int argc, char **argv) {
      * start-up is over, before any training or writing. */
     install_handlers();
 
+    /* The files are decoded on a thread of their own while the devices are
+     * opened; the trainer reports the load's outcome where it did before.
+     * Should the start fail, the trainer loads them itself. */
+    mpcl_train_params p = train_args_to_params(&a);
+    mpcl_train_data_load *load = NULL;
+    if (mpcl_train_data_load_start(&p, &load) != MPCL_OK) load = NULL;
+
     /* The devices (several with --devices; this rank's under mpirun). */
     train_dist td;
     mpcl_status st = train_dist_open(&td, &a);
     if (st != MPCL_OK) {
+        mpcl_train_data_load_destroy(load);
         fprintf(stderr, "mpcl-train: %s\n", td.err);
         /* An unknown selector is the user's mistake (1, as mpcl-probe); no
          * OpenCL at all is the machine's (2). */
@@ -412,7 +420,7 @@ int main(int argc, char **argv) {
     bool leader = train_dist_leader(&td);
     FILE *human = a.quiet || !leader ? NULL : a.json ? stderr : stdout;
     if (!leader) a.metrics = a.plot = NULL; /* only rank 0 writes files */
-    mpcl_train_params p = train_args_to_params(&a);
+    p.data_load = load;
     p.dist = td.dist;
     p.replica_ctx = td.ctx;
     ui u = {.human = human,
@@ -527,6 +535,7 @@ done:
         mpcl_dist_abort(td.dist, EXIT_ERROR);
     }
     mpcl_trainer_destroy(tr);
+    mpcl_train_data_load_destroy(load);
     train_dist_close(&td);
     if (fflush(stdout) != 0 && rc == EXIT_OK) rc = EXIT_ERROR;
     return rc;

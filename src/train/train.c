@@ -2,11 +2,16 @@
  * device, and host reads only when a report is due. See train.h. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "io/io.h"
+#include "nn/nn.h"
+#include "runtime/runtime.h"
 #include "train/train_internal.h"
 
 static double now_s(void) {
@@ -105,6 +110,215 @@ static mpcl_status check_inferred_classes(mpcl_context *ctx, const mpcl_dataset 
                       (unsigned)labels[first_max], first_max, classes, missing, empty);
 }
 
+/* The training split (limited, its labels checked against num_classes or,
+ * without it, every class needing an example). */
+static mpcl_status load_train(mpcl_context *ctx, const char *dir, int num_classes, size_t limit,
+                              mpcl_dataset **train, size_t *available) {
+    *train = NULL;
+    mpcl_status st = load_split(ctx, dir, "train", num_classes, limit, train, available);
+    if (st == MPCL_OK && num_classes == 0) st = check_inferred_classes(ctx, *train);
+    if (st != MPCL_OK) {
+        mpcl_dataset_destroy(*train);
+        *train = NULL;
+    }
+    return st;
+}
+
+/* The files' data: the training split, then the test split, checked
+ * against the training split's class count. */
+static mpcl_status load_files(mpcl_context *ctx, const char *dir, int num_classes,
+                              size_t train_limit, size_t test_limit, mpcl_dataset **train,
+                              mpcl_dataset **test, size_t *available) {
+    *test = NULL;
+    mpcl_status st = load_train(ctx, dir, num_classes, train_limit, train, available);
+    if (st == MPCL_OK && (st = load_split(ctx, dir, "t10k", mpcl_dataset_num_classes(*train),
+                                          test_limit, test, NULL)) != MPCL_OK) {
+        mpcl_dataset_destroy(*train);
+        *train = NULL;
+    }
+    return st;
+}
+
+/* load_files on a thread of its own (and the test split on a second one);
+ * the result waits here for the trainer. */
+struct mpcl_train_data_load {
+    char *dir; /* owned; NULL for the default folder */
+    int num_classes;
+    size_t train_limit, test_limit;
+    pthread_t thread;
+    bool threaded; /* thread runs data_load_main; otherwise wait runs the load */
+    bool done;     /* the result below is final */
+    bool taken;    /* a trainer has its datasets */
+    /* The shape read before the pixels (mpcl__idx_peek), for a model made
+     * while they decode; shape_known turns true (under mu, signalled on cv)
+     * when it has been tried, and shape_ok says whether it was read. */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool shape_known, shape_ok;
+    size_t features;
+    int classes;
+    /* The test split, decoded on a second thread beside the training split
+     * against the class count read ahead; used when the training split
+     * gives the same count, else loaded again after it. */
+    pthread_t test_thread;
+    mpcl_status test_st;
+    char *test_msg;
+    mpcl_dataset *test_early;
+    mpcl_status st;
+    char *msg; /* the load's message when st is not MPCL_OK (NULL: no memory for it) */
+    mpcl_dataset *train, *test;
+    size_t available;
+};
+
+static void *test_main(void *arg) {
+    mpcl_train_data_load *L = arg;
+    L->test_st = load_split(NULL, L->dir, "t10k", L->classes, L->test_limit, &L->test_early, NULL);
+    if (L->test_st != MPCL_OK) L->test_msg = strdup(mpcl_errmsg());
+    return NULL;
+}
+
+/* load_files, with the test split taken from test_thread when it ran
+ * (test_started) against the class count the training split has: the
+ * status and message are the ones load_files gives, in its order. */
+static void data_load_run(mpcl_train_data_load *L, bool test_started) {
+    mpcl_status st =
+        load_train(NULL, L->dir, L->num_classes, L->train_limit, &L->train, &L->available);
+    if (test_started) pthread_join(L->test_thread, NULL);
+    if (st != MPCL_OK) {
+        L->msg = strdup(mpcl_errmsg());
+    } else if (test_started && L->classes == mpcl_dataset_num_classes(L->train)) {
+        st = L->test_st;
+        L->test = L->test_early;
+        L->msg = L->test_msg;
+        L->test_early = NULL;
+        L->test_msg = NULL;
+    } else if ((st = load_split(NULL, L->dir, "t10k", mpcl_dataset_num_classes(L->train),
+                                L->test_limit, &L->test, NULL)) != MPCL_OK) {
+        L->msg = strdup(mpcl_errmsg());
+    }
+    if (st != MPCL_OK) {
+        mpcl_dataset_destroy(L->train);
+        L->train = NULL;
+    }
+    L->st = st;
+}
+
+static void *data_load_main(void *arg) {
+    mpcl_train_data_load *L = arg;
+    size_t features = 0;
+    int classes = 0;
+    bool ok = mpcl__idx_peek(L->dir, "train", L->num_classes, &features, &classes) == MPCL_OK;
+    pthread_mutex_lock(&L->mu);
+    L->shape_known = true;
+    L->shape_ok = ok;
+    L->features = features;
+    L->classes = classes;
+    pthread_cond_signal(&L->cv);
+    pthread_mutex_unlock(&L->mu);
+    data_load_run(L, ok && pthread_create(&L->test_thread, NULL, test_main, L) == 0);
+    return NULL;
+}
+
+/* The shape the load read ahead of the pixels; false when there is none. */
+static bool data_load_shape(mpcl_train_data_load *L, size_t *features, int *classes) {
+    if (!L->threaded) return false;
+    pthread_mutex_lock(&L->mu);
+    while (!L->shape_known) pthread_cond_wait(&L->cv, &L->mu);
+    bool ok = L->shape_ok;
+    *features = L->features;
+    *classes = L->classes;
+    pthread_mutex_unlock(&L->mu);
+    return ok;
+}
+
+static void data_load_wait(mpcl_train_data_load *L) {
+    if (L->done) return;
+    if (L->threaded)
+        pthread_join(L->thread, NULL);
+    else
+        data_load_run(L, false);
+    L->done = true;
+}
+
+mpcl_status mpcl_train_data_load_start(const mpcl_train_params *params,
+                                       mpcl_train_data_load **out) {
+    if (!out)
+        return MPCL_ERROR(NULL, MPCL_ERR_INVALID_ARG, "mpcl_train_data_load_start: out is NULL");
+    *out = NULL;
+    if (!params)
+        return MPCL_ERROR(NULL, MPCL_ERR_INVALID_ARG, "mpcl_train_data_load_start: params is NULL");
+    mpcl_train_data_load *L = calloc(1, sizeof *L);
+    if (L && params->data_dir && !(L->dir = strdup(params->data_dir))) {
+        free(L);
+        L = NULL;
+    }
+    if (!L) return MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "mpcl_train_data_load_start");
+    L->num_classes = params->num_classes;
+    L->train_limit = params->train_limit;
+    L->test_limit = params->test_limit;
+    pthread_mutex_init(&L->mu, NULL);
+    pthread_cond_init(&L->cv, NULL);
+    /* SIGINT and SIGTERM stay with the threads that were there: a tool's
+     * handler sees them where it did before, and no read here is cut short. */
+    sigset_t block, old;
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    sigaddset(&block, SIGTERM);
+    bool masked = pthread_sigmask(SIG_BLOCK, &block, &old) == 0;
+    L->threaded = pthread_create(&L->thread, NULL, data_load_main, L) == 0;
+    if (masked) pthread_sigmask(SIG_SETMASK, &old, NULL);
+    *out = L;
+    return MPCL_OK;
+}
+
+void mpcl_train_data_load_destroy(mpcl_train_data_load *L) {
+    if (!L) return;
+    data_load_wait(L);
+    mpcl_dataset_destroy(L->train);
+    mpcl_dataset_destroy(L->test);
+    mpcl_dataset_destroy(L->test_early);
+    free(L->msg);
+    free(L->test_msg);
+    free(L->dir);
+    pthread_cond_destroy(&L->cv);
+    pthread_mutex_destroy(&L->mu);
+    free(L);
+}
+
+/* Whether params->data_load loads what params name, and is still unused. */
+static mpcl_status data_load_check(mpcl_context *ctx, const mpcl_train_params *params) {
+    const mpcl_train_data_load *L = params->data_load;
+    bool same_dir = (!L->dir && !params->data_dir) ||
+                    (L->dir && params->data_dir && strcmp(L->dir, params->data_dir) == 0);
+    if (!same_dir || L->num_classes != params->num_classes ||
+        L->train_limit != params->train_limit || L->test_limit != params->test_limit)
+        return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG,
+                          "data_load was started with other data params (data_dir, limits or "
+                          "num_classes) than the trainer's");
+    if (L->taken)
+        return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "data_load was already used by a trainer");
+    return MPCL_OK;
+}
+
+/* The datasets of params->data_load, once it is done, with its status and
+ * message as they were. */
+static mpcl_status take_loaded(mpcl_context *ctx, const mpcl_train_params *params,
+                               mpcl_dataset **train, mpcl_dataset **test, size_t *available) {
+    mpcl_train_data_load *L = params->data_load;
+    mpcl_status st = data_load_check(ctx, params);
+    if (st != MPCL_OK) return st;
+    data_load_wait(L);
+    if (L->st != MPCL_OK)
+        return L->msg ? mpcl__error_restore(ctx, L->st, L->msg)
+                      : MPCL_ERROR(ctx, L->st, "loading the data failed (no memory to keep why)");
+    *train = L->train;
+    *test = L->test;
+    *available = L->available;
+    L->train = L->test = NULL;
+    L->taken = true;
+    return MPCL_OK;
+}
+
 /* The test set, when there is one, must fit the training set's model. */
 static mpcl_status check_test_data(mpcl_context *ctx, const mpcl_dataset *train,
                                    const mpcl_dataset *test) {
@@ -140,6 +354,14 @@ static mpcl_status setup_replicas(mpcl_trainer *tr, const mpcl_train_params *par
                           "--batch or --train-limit to fit",
                           params->batch, last ? last : params->batch, world);
     return MPCL_OK;
+}
+
+static void destroy_models(mpcl_trainer *tr) {
+    for (size_t r = 0; r < tr->replicas; r++) {
+        mpcl_model_destroy(tr->rep[r].model);
+        tr->rep[r].model = tr->models[r] = NULL;
+    }
+    tr->model = NULL;
 }
 
 /* One precision plan for every replica: replica 0 resolves the policy, the
@@ -179,11 +401,7 @@ static mpcl_status create_models(mpcl_trainer *tr, mpcl_model_params *mp) {
              "float32, the common plan: replica 0 resolved auto to %s, which not every "
              "replica's device runs alike",
              mpcl_policy_name(each.policy));
-    for (size_t r = 0; r < tr->replicas; r++) {
-        mpcl_model_destroy(tr->rep[r].model);
-        tr->rep[r].model = tr->models[r] = NULL;
-    }
-    tr->model = NULL;
+    destroy_models(tr);
     each.policy = MPCL_POLICY_FLOAT32;
     for (size_t r = 0; r < tr->replicas; r++) {
         if ((st = mpcl_model_create(tr->rep[r].ctx, &each, &tr->rep[r].model)) != MPCL_OK)
@@ -193,6 +411,31 @@ static mpcl_status create_models(mpcl_trainer *tr, mpcl_model_params *mp) {
     tr->model = tr->models[0];
     mp->policy = MPCL_POLICY_FLOAT32;
     return MPCL_OK;
+}
+
+/* While a data_load decodes the pixels, the model is made from the shape it
+ * read ahead of them (mpcl__idx_peek), so that the model's programs load
+ * beside the inflate. Not under dist, and not where `auto` would measure (a
+ * measurement beside a decoding thread would not be a fair one). Returns
+ * whether the model was tried; its status goes to *st and its message to
+ * *msg (a copy: a failure is reported, as before, only once the data are
+ * known to be good). */
+static bool early_model(mpcl_trainer *tr, const mpcl_train_params *params, mpcl_model_params *mp,
+                        mpcl_status *st, char **msg) {
+    size_t features;
+    int classes;
+    if (params->dist || data_load_check(tr->ctx, params) != MPCL_OK ||
+        !data_load_shape(params->data_load, &features, &classes))
+        return false;
+    *mp = params->model;
+    mp->inputs = features;
+    mp->classes = (size_t)classes;
+    mp->max_batch = params->batch;
+    mp->seed = params->seed;
+    if (mp->policy == MPCL_POLICY_AUTO && !mpcl__auto_plan_known(tr->ctx, mp)) return false;
+    if ((*st = setup_replicas(tr, params)) == MPCL_OK) *st = create_models(tr, mp);
+    *msg = *st != MPCL_OK ? strdup(mpcl_errmsg()) : NULL;
+    return true;
 }
 
 mpcl_status mpcl_trainer_create(mpcl_context *ctx, const mpcl_train_params *params,
@@ -211,6 +454,10 @@ mpcl_status mpcl_trainer_create(mpcl_context *ctx, const mpcl_train_params *para
     tr->test_accuracy = NAN;
     mpcl_status st = MPCL_OK;
     mpcl_dataset *train = NULL, *test = NULL;
+    mpcl_model_params early_mp;
+    mpcl_status early_st = MPCL_OK;
+    char *early_msg = NULL;
+    bool early = false;
     if (params->data_dir) {
         size_t n = strlen(params->data_dir) + 1;
         tr->data_dir = malloc(n);
@@ -229,6 +476,7 @@ mpcl_status mpcl_trainer_create(mpcl_context *ctx, const mpcl_train_params *para
         }
     }
     tr->params.save_path = tr->save_path;
+    tr->params.data_load = NULL; /* borrowed for this call only */
     if (params->num_classes < 0 || params->num_classes > 256) {
         st = MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "num_classes %d outside [0, 256]",
                         params->num_classes);
@@ -241,14 +489,12 @@ mpcl_status mpcl_trainer_create(mpcl_context *ctx, const mpcl_train_params *para
      * files' only. */
     const mpcl_dataset *train_ds = params->train_data, *test_ds = params->test_data;
     if (!train_ds) {
-        if ((st = load_split(ctx, tr->data_dir, "train", params->num_classes, params->train_limit,
-                             &train, &tr->train_available)) != MPCL_OK)
-            goto cleanup;
-        if (params->num_classes == 0 && (st = check_inferred_classes(ctx, train)) != MPCL_OK)
-            goto cleanup;
-        if ((st = load_split(ctx, tr->data_dir, "t10k", mpcl_dataset_num_classes(train),
-                             params->test_limit, &test, NULL)) != MPCL_OK)
-            goto cleanup;
+        early = params->data_load && early_model(tr, params, &early_mp, &early_st, &early_msg);
+        st = params->data_load
+                 ? take_loaded(ctx, params, &train, &test, &tr->train_available)
+                 : load_files(ctx, tr->data_dir, params->num_classes, params->train_limit,
+                              params->test_limit, &train, &test, &tr->train_available);
+        if (st != MPCL_OK) goto cleanup;
         train_ds = train;
         test_ds = test;
     } else {
@@ -269,8 +515,18 @@ mpcl_status mpcl_trainer_create(mpcl_context *ctx, const mpcl_train_params *para
     mp.max_batch = params->batch;
     mp.seed = params->seed;
     tr->params.model = mp;
-    if ((st = setup_replicas(tr, params)) != MPCL_OK || (st = create_models(tr, &mp)) != MPCL_OK)
+    if (early && (early_mp.inputs != mp.inputs || early_mp.classes != mp.classes)) {
+        destroy_models(tr); /* the files changed between the reads: the data decide */
+        early = false;
+    }
+    if ((st = setup_replicas(tr, params)) != MPCL_OK) goto cleanup;
+    if (early && early_st != MPCL_OK) {
+        st = early_msg
+                 ? mpcl__error_restore(ctx, early_st, early_msg)
+                 : MPCL_ERROR(ctx, early_st, "creating the model failed (no memory to keep why)");
         goto cleanup;
+    }
+    if (!early && (st = create_models(tr, &mp)) != MPCL_OK) goto cleanup;
     mpcl_dtype storage = mpcl_model_plan(tr->model)->storage;
 
     tr->host_order = malloc(tr->train_count * sizeof *tr->host_order);
@@ -314,6 +570,7 @@ mpcl_status mpcl_trainer_create(mpcl_context *ctx, const mpcl_train_params *para
     }
 
 cleanup:
+    free(early_msg);
     mpcl_dataset_destroy(train);
     mpcl_dataset_destroy(test);
     if (st != MPCL_OK) {
