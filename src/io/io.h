@@ -8,9 +8,6 @@
 #include "mpcl/safetensors.h"
 #include "nn/nn.h"
 
-/* mpcl_idx_load_ex on two file images in memory (for the fuzz harness):
- * the names stand for the paths in messages, and one ending in ".gz" must
- * hold gzip, as on disk. num_classes as in mpcl_idx_params. */
 /* What a model of <dir>/<prefix>'s data needs, read without its pixels: the
  * features (rows x cols, from the images' header) and the class count
  * (num_classes when above 0, else the largest label + 1, from the labels
@@ -19,6 +16,9 @@
  * check: a caller reports the load's errors, not these). */
 mpcl_status mpcl__idx_peek(const char *dir, const char *prefix, int num_classes, size_t *features,
                            int *classes);
+/* mpcl_idx_load_ex on two file images in memory (for the fuzz harness):
+ * the names stand for the paths in messages, and one ending in ".gz" must
+ * hold gzip, as on disk. num_classes as in mpcl_idx_params. */
 mpcl_status mpcl__idx_load_mem(const char *images_name, const void *images, size_t images_size,
                                const char *labels_name, const void *labels, size_t labels_size,
                                int num_classes, mpcl_dataset **out);
