@@ -255,7 +255,7 @@ int bench_cmd_gemm(mpcl_context *ctx, const bench_opts *opts) {
  * speed of the machine moves by 2x from one second to the next; taking each
  * path's best over rounds spread across the same minutes compares them at
  * the machine's best, where `gemm` times one path after the other. */
-#define ROUNDS 30
+#define ROUNDS 60
 #define ROUND_CALLS 20
 enum { ROUND_F32, ROUND_F16, ROUND_BF16, ROUND_OPENBLAS, ROUND_PATHS };
 
@@ -363,7 +363,7 @@ static const bench_cmd commands[] = {
     {"gemm", bench_cmd_gemm,
      "every GEMM path the device runs on the MLP shapes and 1024^3, against OpenBLAS"},
     {"gemm-rounds", bench_cmd_gemm_rounds,
-     "the MLP batch's GEMMs in f32, f16, bf16 and OpenBLAS, interleaved, best of 30 rounds"},
+     "the MLP batch's GEMMs in f32, f16, bf16 and OpenBLAS, interleaved, best of 60 rounds"},
     {"train", bench_cmd_train,
      "training samples/s per policy, one step split by phase, launches per step"},
     {"elementwise", bench_cmd_elementwise,
