@@ -28,6 +28,7 @@ const char *bench_cpu_features(void);
 int bench_cmd_gemm(mpcl_context *ctx, const bench_opts *opts);
 int bench_cmd_gemm_rounds(mpcl_context *ctx, const bench_opts *opts);
 int bench_cmd_train(mpcl_context *ctx, const bench_opts *opts);
+int bench_cmd_train_rounds(mpcl_context *ctx, const bench_opts *opts);
 int bench_cmd_elementwise(mpcl_context *ctx, const bench_opts *opts);
 
 #endif

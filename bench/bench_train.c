@@ -233,13 +233,15 @@ static mpcl_status measure(mpcl_context *ctx, const mpcl_dataset *ds, mpcl_polic
     return st;
 }
 
+/* The policies both train commands time, float32 (the reference) first. */
+static const mpcl_policy policies[] = {MPCL_POLICY_FLOAT32, MPCL_POLICY_MIXED_FLOAT16,
+                                       MPCL_POLICY_MIXED_BFLOAT16};
+enum { NP = sizeof policies / sizeof policies[0] };
+
 int bench_cmd_train(mpcl_context *ctx, const bench_opts *opts) {
     mpcl_dataset *ds = NULL;
     mpcl_status st = load_data(&ds);
     if (st != MPCL_OK) return bench_fail("loading Fashion-MNIST", st);
-    const mpcl_policy policies[] = {MPCL_POLICY_FLOAT32, MPCL_POLICY_MIXED_FLOAT16,
-                                    MPCL_POLICY_MIXED_BFLOAT16};
-    enum { NP = sizeof policies / sizeof policies[0] };
     phase_times t[NP];
     mpcl_plan plans[NP];
     bool ran[NP] = {false};
@@ -297,5 +299,86 @@ int bench_cmd_train(mpcl_context *ctx, const bench_opts *opts) {
         "phases are timed alone on the same shapes; step - (GEMM + elementwise + optim) is\n"
         "launch overhead. copy: the device copying the optimizer's bytes (its floor).\n"
         "host waits: blocking calls inside a step (0: no host round trip).\n");
+    return 0;
+}
+
+/* The three policies' whole steps interleaved: ROUNDS rounds, each timing
+ * ROUND_STEPS steps of every policy in turn; per policy the best round and
+ * the median round. The ratio of the 16-bit steps to float32 is then taken
+ * at the same moments of a machine whose speed moves within a minute, where
+ * `train` times one policy after the other. */
+#define ROUNDS 25
+#define ROUND_STEPS 40
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int bench_cmd_train_rounds(mpcl_context *ctx, const bench_opts *opts) {
+    mpcl_dataset *ds = NULL;
+    mpcl_status st = load_data(&ds);
+    if (st != MPCL_OK) return bench_fail("loading Fashion-MNIST", st);
+    step_state s[NP];
+    bool ready[NP] = {false};
+    double rate[NP][ROUNDS];
+    for (int i = 0; i < NP && st == MPCL_OK; i++) {
+        if (!mpcl_context_plan(ctx, policies[i]).usable) continue;
+        if ((st = setup(&s[i], ctx, ds, policies[i])) != MPCL_OK) break;
+        ready[i] = true;
+        for (int k = 0; k < 10 && st == MPCL_OK; k++) st = full_step(&s[i]); /* warm-up */
+    }
+    for (int r = 0; r < ROUNDS && st == MPCL_OK; r++)
+        for (int i = 0; i < NP && st == MPCL_OK; i++) {
+            if (!ready[i]) continue;
+            if ((st = mpcl_context_finish(ctx)) != MPCL_OK) break;
+            double t0 = bench_now_s();
+            for (int k = 0; k < ROUND_STEPS && st == MPCL_OK; k++) st = full_step(&s[i]);
+            if (st == MPCL_OK) st = mpcl_context_finish(ctx);
+            rate[i][r] = B * ROUND_STEPS / (bench_now_s() - t0);
+        }
+    for (int i = 0; i < NP; i++)
+        if (ready[i]) teardown(&s[i]);
+    mpcl_dataset_destroy(ds);
+    if (st != MPCL_OK) return bench_fail("timing training steps", st);
+
+    double best[NP], median[NP];
+    for (int i = 0; i < NP; i++) {
+        if (!ready[i]) continue;
+        qsort(rate[i], ROUNDS, sizeof rate[i][0], cmp_double);
+        best[i] = rate[i][ROUNDS - 1];
+        median[i] = rate[i][ROUNDS / 2];
+    }
+    if (opts->json) {
+        jsonw w;
+        jsonw_init(&w, stdout);
+        jsonw_array_begin(&w);
+        for (int i = 0; i < NP; i++) {
+            if (!ready[i]) continue;
+            jsonw_object_begin(&w);
+            jsonw_kv_string(&w, "policy", mpcl_policy_name(policies[i]));
+            jsonw_kv_number(&w, "best_samples_per_s", best[i]);
+            jsonw_kv_number(&w, "median_samples_per_s", median[i]);
+            if (ready[0]) jsonw_kv_number(&w, "best_ratio_to_float32", best[i] / best[0]);
+            if (ready[0]) jsonw_kv_number(&w, "median_ratio_to_float32", median[i] / median[0]);
+            jsonw_object_end(&w);
+        }
+        jsonw_array_end(&w);
+        fputc('\n', stdout);
+        return 0;
+    }
+    printf("784-128-10 MLP, batch 128, Adam; %d interleaved rounds of %d steps per policy\n",
+           ROUNDS, ROUND_STEPS);
+    printf("%-14s %12s %14s %12s %14s\n", "policy", "best samp/s", "best / float32", "median",
+           "median / f32");
+    for (int i = 0; i < NP; i++) {
+        if (!ready[i]) {
+            printf("%-14s not usable here\n", mpcl_policy_name(policies[i]));
+            continue;
+        }
+        printf("%-14s %12.0f %14.3f %12.0f %14.3f\n", mpcl_policy_name(policies[i]), best[i],
+               ready[0] ? best[i] / best[0] : (double)NAN, median[i],
+               ready[0] ? median[i] / median[0] : (double)NAN);
+    }
     return 0;
 }

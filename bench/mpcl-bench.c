@@ -1,7 +1,7 @@
 /* mpcl-bench: timings as tables (or JSON), each against a reference measured
  * in the same run. Subcommands live in one table; add a row to add one.
  *
- *   mpcl-bench gemm|gemm-rounds|train|elementwise [--device SEL] [--json]
+ *   mpcl-bench gemm|gemm-rounds|train|train-rounds|elementwise [--device SEL] [--json]
  */
 #include <cblas.h>
 #include <math.h>
@@ -366,6 +366,8 @@ static const bench_cmd commands[] = {
      "the MLP batch's GEMMs in f32, f16, bf16 and OpenBLAS, interleaved, best of 60 rounds"},
     {"train", bench_cmd_train,
      "training samples/s per policy, one step split by phase, launches per step"},
+    {"train-rounds", bench_cmd_train_rounds,
+     "the three policies' training steps interleaved over 25 rounds: best and median"},
     {"elementwise", bench_cmd_elementwise,
      "bandwidth of the elementwise kernels at 16 MB, against host memcpy"},
 };
