@@ -41,7 +41,7 @@ static const gemm_case cases[] = {
     /* 4x16 strips: a last strip that ends inside a tile (M = 70: rows 64-69
      * in two tiles, the second shifted back), k in blocks of 64 with a tail
      * of 22 (not whole vectors of 16), and M below one tile. */
-    {70, 40, 150, false, false},
+    {70, 17, 86, false, false},
     {37, 17, 65, false, false},
     {3, 20, 70, false, false},
 };
@@ -209,6 +209,10 @@ static void run_variant(mpcl_gemm_path path) {
                       {MPCL__GEMM_TILES_AUTO, 0}};
         size_t nf = sizeof forced / sizeof forced[0];
         for (size_t fi = own ? 0 : nf - 1; fi < nf; fi++) {
+            /* Oclgrind interprets (~1e6 ops/s): there, strips of 3 stand for
+             * every strip length (a partial last strip included). */
+            bool other_strip = forced[fi].tiles == MPCL__GEMM_TILES_4X16 && forced[fi].strip != 3;
+            if (slow && other_strip) continue;
             mpcl__gemm_force_tiles(ctx, forced[fi].tiles, forced[fi].strip);
             bool auto_tiles = forced[fi].tiles == MPCL__GEMM_TILES_AUTO;
             for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
