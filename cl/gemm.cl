@@ -102,10 +102,6 @@ typedef float gemm_raw_t;
 #endif
 #define GEMM_FLOAD(p, i) ((p)[(i)])
 #define GEMM_FSTORE(p, i, v) ((p)[(i)] = (v))
-#define GEMM_FVLOAD8(p, o) vload8(0, (p) + (o))
-#define GEMM_FVLOAD16(p, o) vload16(0, (p) + (o))
-#define GEMM_FVSTORE8(v, p, o) vstore8((v), 0, (p) + (o))
-#define GEMM_FVSTORE16(v, p, o) vstore16((v), 0, (p) + (o))
 
 // Row and lane lists (X-macros). P is passed through to X.
 #define GEMM_ROWS4(X, P) X(0, P) X(1, P) X(2, P) X(3, P)
@@ -113,10 +109,10 @@ typedef float gemm_raw_t;
 #define GEMM_ROWS16(X, P) \
     GEMM_ROWS8(X, P) X(8, P) X(9, P) X(10, P) X(11, P) X(12, P) X(13, P) X(14, P) X(15, P)
 
-// The pieces of the kernel body. They use the configuration macros
-// (GEMM_VT, GEMM_W, GEMM_TM, GEMM_ROWS, GEMM_BVLOAD, GEMM_FVSTORE_BLOCK,
-// GEMM_CT, GEMM_CLOAD, GEMM_CSTORE, GEMM_CVLOAD, GEMM_CVSTORE)
-// that are defined around each instantiation below.
+// The pieces of the kernel body. They use each instantiation's tile
+// (GEMM_W, GEMM_TM, GEMM_STRIP_MAX, defined around it below) and what
+// follows from it (GEMM_VT, GEMM_ROWS, GEMM_BVLOAD, ...: see
+// "instantiations"); C's accessors are chosen by the kernel's CF.
 // Tile t of the strip: its first row i0 and the row ri0 its loads start
 // from (shifted or clamped, see top); a tile past M ends the strip.
 #define GEMM_TILE_ROWS                                         \

@@ -88,7 +88,10 @@ static mpcl__gemm_tiles pick_tiles(const mpcl_context *ctx, size_t n, bool tb) {
  * GEMM went from ~67 to ~83 GFLOP/s on one Zen 3 core with op(B) in L1. As
  * many as fit, while there are 4 items per compute unit to share. */
 static unsigned pick_strip(const mpcl_context *ctx, size_t m, size_t n) {
-    if (ctx->gemm_strip) return ctx->gemm_strip;
+    /* The kernel's partial sums hold at most MPCL_ABI_GEMM_STRIP_MAX tiles. */
+    if (ctx->gemm_strip)
+        return ctx->gemm_strip < MPCL_ABI_GEMM_STRIP_MAX ? ctx->gemm_strip
+                                                         : MPCL_ABI_GEMM_STRIP_MAX;
     size_t cols = (n + MPCL_ABI_GEMM_TILE_WIDE - 1) / MPCL_ABI_GEMM_TILE_WIDE;
     size_t tiles = (m + MPCL_ABI_GEMM_TILE_FLAT_ROWS - 1) / MPCL_ABI_GEMM_TILE_FLAT_ROWS;
     size_t want = 4 * (size_t)(ctx->info.compute_units ? ctx->info.compute_units : 1);
