@@ -4,9 +4,11 @@
 #if defined(MPCL_STORAGE_F32)
 typedef uint gather_bits_t;
 typedef uint8 gather_bits8_t;
+#define GATHER_STORE8(p, i, v) vstore8((v), 0, (p) + (i))
 #else
 typedef ushort gather_bits_t;
 typedef ushort8 gather_bits8_t;
+#define GATHER_STORE8 STORE_USHORT8 /* common.cl: vstore8 of ushort is 8 stores */
 #endif
 
 // x[b, j] = table[pixels[order[first + b], j]] and labels_out[b] =
@@ -35,7 +37,7 @@ __kernel void mpcl_gather_batch(__global storage_t *x, __global int *labels_out,
         uchar8 p = vload8(0, src + j);
         gather_bits8_t v = (gather_bits8_t)(t[p.s0], t[p.s1], t[p.s2], t[p.s3], t[p.s4], t[p.s5],
                                             t[p.s6], t[p.s7]);
-        vstore8(v, 0, dst + j);
+        GATHER_STORE8(dst, j, v);
     } else {
         for (uint k = j; k < features; k++) dst[k] = t[src[k]];
     }

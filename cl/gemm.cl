@@ -68,8 +68,8 @@ inline float4 gemm_f16_load4(const __global half *p) {
 #define GEMM_VLOAD4(p, o) mpcl_bf16_value4(vload4(0, (p) + (o)))
 #define GEMM_VLOAD8(p, o) mpcl_bf16_value8(vload8(0, (p) + (o)))
 #define GEMM_VLOAD16(p, o) mpcl_bf16_value16(vload16(0, (p) + (o)))
-#define GEMM_VSTORE8(v, p, o) vstore8(mpcl_bf16_bits8(v), 0, (p) + (o))
-#define GEMM_VSTORE16(v, p, o) vstore16(mpcl_bf16_bits16(v), 0, (p) + (o))
+#define GEMM_VSTORE8(v, p, o) STORE_USHORT8((p), (o), mpcl_bf16_bits8(v))
+#define GEMM_VSTORE16(v, p, o) STORE_USHORT16((p), (o), mpcl_bf16_bits16(v))
 #else
 #define GEMM_VLOAD4(p, o) vload4(0, (p) + (o))
 #define GEMM_VLOAD8(p, o) vload8(0, (p) + (o))
