@@ -1,45 +1,51 @@
 // Batches gathered on the device from the training set held as u8, so that a
 // training step copies nothing from the host.
 
-#if defined(MPCL_STORAGE_F32)
-typedef uint gather_bits_t;
-typedef uint8 gather_bits8_t;
-#define GATHER_STORE8(p, i, v) vstore8((v), 0, (p) + (i))
-#else
-typedef ushort gather_bits_t;
-typedef ushort8 gather_bits8_t;
-#define GATHER_STORE8 STORE_USHORT8 /* common.cl: vstore8 of ushort is 8 stores */
-#endif
+// byte / 255, correctly rounded to f32, on eight lanes: q0 = byte * RN(1/255)
+// is off by an ulp for about half the byte values; one correction step with
+// the exact residual r = byte - q0 * 255 (an fma) gives the correctly rounded
+// quotient for all 256 (Markstein's theorem; test_train checks every byte
+// value, on the host and through this kernel). It replaced a table lookup
+// per element: PoCL made two vpgatherdd of each eight, and the 128x784 batch
+// took 40-56 us of a ~600 us step (Zen 4).
+#define GATHER_INV_255 (1.0f / 255.0f)
+static float8 gather_scale(uchar8 p) {
+    float8 b = convert_float8(p);
+    float8 q = b * GATHER_INV_255;
+    return fma(fma(-q, 255.0f, b), GATHER_INV_255, q);
+}
 
-// x[b, j] = table[pixels[order[first + b], j]] and labels_out[b] =
-// labels[order[first + b]], for b < batch, j < features. table holds byte /
-// 255 for the 256 byte values already in the storage dtype (computed on the
-// host, one correctly rounded division per value, then rounded as STORE
-// would), so the gather copies bits and converts nothing, and device and host
-// batches agree bit for bit. Work-item (j / 8, b) writes x[b, j .. j+7]: eight
-// byte loads and table reads, one vector store (the last block of a row whose
-// length is not a multiple of 8 goes element by element).
+// x[b, j] = pixels[order[first + b], j] / 255 in the storage dtype (the f32
+// quotient rounded as STORE rounds, as the host's mpcl_dataset_batch value
+// would be) and labels_out[b] = labels[order[first + b]], for b < batch,
+// j < features. Range (C, batch): the C items of row b take its blocks of
+// eight in turn (item c blocks c, c + C, ...), each with one vector store,
+// the last block of a row whose length is not a multiple of 8 element by
+// element. A few items per row rather than one per block: 12544 items of
+// one block cost PoCL twice the time of 512 that loop.
 // x: [batch, features] storage; labels_out: [batch] int; pixels: [count,
-// features] uchar; labels: [count] int; order: [count] int; table: [256]
-// storage.
+// features] uchar; labels: [count] int; order: [count] int.
 __kernel void mpcl_gather_batch(__global storage_t *x, __global int *labels_out,
                                 __global const uchar *pixels, __global const int *labels,
-                                __global const int *order, __global const storage_t *table,
-                                uint first, uint features, uint batch) {
-    uint j = 8u * (uint)get_global_id(0);
+                                __global const int *order, uint first, uint features,
+                                uint batch) {
     uint b = get_global_id(1);
-    if (j >= features || b >= batch) return;
+    if (b >= batch) return;
     int s = order[first + b];
     __global const uchar *src = pixels + (size_t)s * features;
-    __global gather_bits_t *dst = (__global gather_bits_t *)x + (size_t)b * features;
-    __global const gather_bits_t *t = (__global const gather_bits_t *)table;
-    if (features - j >= 8u) {
-        uchar8 p = vload8(0, src + j);
-        gather_bits8_t v = (gather_bits8_t)(t[p.s0], t[p.s1], t[p.s2], t[p.s3], t[p.s4], t[p.s5],
-                                            t[p.s6], t[p.s7]);
-        GATHER_STORE8(dst, j, v);
-    } else {
-        for (uint k = j; k < features; k++) dst[k] = t[src[k]];
+    __global storage_t *dst = x + (size_t)b * features;
+    uint j0 = 8u * (uint)get_global_id(0), step = 8u * (uint)get_global_size(0);
+    for (uint j = j0; j < features; j += step) {
+        if (features - j >= 8u) {
+            STORE8(dst, j, gather_scale(vload8(0, src + j)));
+        } else {
+            uint n = features - j;
+            uchar8 p = (uchar8)(src[j], src[j + min(1u, n - 1u)], src[j + min(2u, n - 1u)],
+                                src[j + min(3u, n - 1u)], src[j + min(4u, n - 1u)],
+                                src[j + min(5u, n - 1u)], src[j + min(6u, n - 1u)],
+                                src[j + n - 1u]);
+            STORE8_PART(dst, j, n, gather_scale(p));
+        }
     }
-    if (j == 0) labels_out[b] = labels[s];
+    if (j0 == 0) labels_out[b] = labels[s];
 }

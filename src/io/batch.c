@@ -4,12 +4,11 @@
 #include "io/io.h"
 #include "mpcl/batch.h"
 
+enum { GATHER_ROW_ITEMS = 4, GATHER_GROUP_ROWS = 8 };
+
 struct mpcl_device_dataset {
     mpcl_tensor *pixels; /* [count, features] u8 */
     mpcl_tensor *labels; /* [count, 1] i32 */
-    /* [1, 256] per float dtype: byte / 255 in that dtype (the gather copies
-     * its bits) */
-    mpcl_tensor *table[MPCL_DTYPE_COUNT];
 };
 
 mpcl_status mpcl_device_dataset_create(mpcl_context *ctx, const mpcl_dataset *ds,
@@ -18,28 +17,17 @@ mpcl_status mpcl_device_dataset_create(mpcl_context *ctx, const mpcl_dataset *ds
     size_t n = mpcl_dataset_count(ds), f = mpcl_dataset_features(ds);
     mpcl_device_dataset *dd = calloc(1, sizeof *dd);
     int32_t *labels = malloc(n * sizeof *labels);
-    float table[256];
     mpcl_status st = MPCL_OK;
     if (!dd || !labels) {
         st = MPCL_ERROR(ctx, MPCL_ERR_OUT_OF_MEMORY, "staging a data set of %zu samples", n);
         goto done;
     }
     for (size_t i = 0; i < n; i++) labels[i] = mpcl_dataset_labels(ds)[i];
-    for (int i = 0; i < 256; i++) table[i] = (float)i / 255.0f;
     if ((st = mpcl_tensor_create(ctx, MPCL_DTYPE_U8, n, f, &dd->pixels)) != MPCL_OK ||
         (st = mpcl_tensor_create(ctx, MPCL_DTYPE_I32, n, 1, &dd->labels)) != MPCL_OK ||
         (st = mpcl_tensor_upload_raw(dd->pixels, mpcl_dataset_pixels(ds), n * f)) != MPCL_OK ||
         (st = mpcl_tensor_upload_i32(dd->labels, labels, n)) != MPCL_OK)
         goto done;
-    /* The host rounds to f16 and bf16 as the device's STORE does (both are
-     * tested bit for bit), so these are the values a conversion on the
-     * device would give. */
-    for (int d = 0; d < MPCL_DTYPE_COUNT; d++) {
-        if (!mpcl_dtype_is_float((mpcl_dtype)d)) continue;
-        if ((st = mpcl_tensor_create(ctx, (mpcl_dtype)d, 1, 256, &dd->table[d])) != MPCL_OK ||
-            (st = mpcl_tensor_upload_f32(dd->table[d], table, 256)) != MPCL_OK)
-            goto done;
-    }
     *out = dd;
     dd = NULL;
 done:
@@ -52,7 +40,6 @@ void mpcl_device_dataset_destroy(mpcl_device_dataset *dd) {
     if (!dd) return;
     mpcl_tensor_destroy(dd->pixels);
     mpcl_tensor_destroy(dd->labels);
-    for (int d = 0; d < MPCL_DTYPE_COUNT; d++) mpcl_tensor_destroy(dd->table[d]);
     free(dd);
 }
 
@@ -85,9 +72,10 @@ mpcl_status mpcl_device_dataset_gather(mpcl_context *ctx, const mpcl_device_data
     cl_uint first32 = (cl_uint)first, f32 = (cl_uint)features, b32 = (cl_uint)B;
     st = mpcl__set_args(ctx, k, "mpcl_gather_batch", MPCL_ARG(x->mem), MPCL_ARG(labels->mem),
                         MPCL_ARG(dd->pixels->mem), MPCL_ARG(dd->labels->mem), MPCL_ARG(order->mem),
-                        MPCL_ARG(dd->table[x->dtype]->mem), MPCL_ARG(first32), MPCL_ARG(f32),
-                        MPCL_ARG(b32), MPCL_ARGS_END);
+                        MPCL_ARG(first32), MPCL_ARG(f32), MPCL_ARG(b32), MPCL_ARGS_END);
     if (st != MPCL_OK) return st;
-    size_t local[2] = {16, 1};
-    return mpcl__launch_2d(ctx, k, "mpcl_gather_batch", (features + 7) / 8, B, local);
+    /* GATHER_ROW_ITEMS items per row, loops over its blocks of eight
+     * (cl/gather.cl), in groups of GATHER_GROUP_ROWS rows. */
+    size_t local[2] = {GATHER_ROW_ITEMS, GATHER_GROUP_ROWS};
+    return mpcl__launch_2d(ctx, k, "mpcl_gather_batch", GATHER_ROW_ITEMS, B, local);
 }
