@@ -12,7 +12,8 @@
 static float8 gather_scale(uchar8 p) {
     float8 b = convert_float8(p);
     float8 q = b * GATHER_INV_255;
-    return fma(fma(-q, 255.0f, b), GATHER_INV_255, q);
+    // fabs: the quotient is >= 0, but Rusticl (llvmpipe) gave -0 for byte 0.
+    return fabs(fma(fma(-q, 255.0f, b), GATHER_INV_255, q));
 }
 
 // x[b, j] = pixels[order[first + b], j] / 255 in the storage dtype (the f32

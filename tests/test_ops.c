@@ -698,6 +698,37 @@ static void test_xent_overflow(void **state) {
     mpcl_context_destroy(ctx);
 }
 
+/* The first bad row is found wherever it lies: the kernel takes eight rows
+ * per lane group and 512 per pass of its work-group, so a batch of 601 rows
+ * with bad labels at 530 (second pass, an inner lane) and 600 (the last, a
+ * group of one live lane) must name 530. */
+static void test_xent_bad_label_late_row(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    enum { B = 601, C = 3 };
+    static float logits[B * C];
+    static int32_t labels[B];
+    for (size_t i = 0; i < B * C; i++) logits[i] = (float)(i % 7) - 3;
+    for (size_t b = 0; b < B; b++) labels[b] = (int32_t)(b % C);
+    labels[530] = 7;
+    labels[600] = -2;
+    mpcl_tensor *t_logits = make_from(ctx, MPCL_DTYPE_F32, B, C, logits);
+    mpcl_tensor *t_labels = tu_tensor(ctx, MPCL_DTYPE_I32, B, 1);
+    TU_ASSERT_OK(mpcl_tensor_upload_i32(t_labels, labels, B));
+    mpcl_tensor *stats = NULL;
+    TU_ASSERT_OK(mpcl_xent_stats_create(ctx, &stats));
+    TU_ASSERT_OK(mpcl_softmax_xent_forward(ctx, stats, t_logits, t_labels));
+    mpcl_xent_stats s;
+    assert_int_equal(mpcl_xent_stats_read(ctx, stats, &s, true), MPCL_ERR_LABEL);
+    assert_int_equal(s.bad, 2);
+    assert_int_equal(s.bad_row, 530);
+    assert_int_equal(s.bad_label, 7);
+    assert_int_equal(s.samples, B - 2);
+    mpcl_tensor *all[] = {t_logits, t_labels, stats};
+    for (size_t i = 0; i < 3; i++) mpcl_tensor_destroy(all[i]);
+    mpcl_context_destroy(ctx);
+}
+
 /* A label out of range: MPCL_ERR_LABEL from the read that follows, naming the
  * first bad call, row and label; zero gradient rows, no NaN; the flag stays
  * until a reset and a clean interval reads MPCL_OK again. */
@@ -1115,10 +1146,10 @@ int main(void) {
         cmocka_unit_test(test_activation_names), cmocka_unit_test(test_reference_fd),
         cmocka_unit_test(test_bias_act),         cmocka_unit_test(test_act_extremes),
         cmocka_unit_test(test_softmax_xent),     cmocka_unit_test(test_xent_overflow),
-        cmocka_unit_test(test_xent_bad_label),   cmocka_unit_test(test_cast_edges),
-        cmocka_unit_test(test_cast_all),         cmocka_unit_test(test_cast_bf16),
-        cmocka_unit_test(test_errors),           cmocka_unit_test(test_bias_grad_edges),
-        cmocka_unit_test(test_f16_paths),
+        cmocka_unit_test(test_xent_bad_label),   cmocka_unit_test(test_xent_bad_label_late_row),
+        cmocka_unit_test(test_cast_edges),       cmocka_unit_test(test_cast_all),
+        cmocka_unit_test(test_cast_bf16),        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_bias_grad_edges),  cmocka_unit_test(test_f16_paths),
     };
     return cmocka_run_group_tests_name("ops", tests, NULL, NULL);
 }
