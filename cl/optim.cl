@@ -72,11 +72,14 @@ __kernel void mpcl_optim_advance_scale(LOSS_SCALE_UPDATE_PARAMS, __global uint *
 
 // Adam and AdamW (decoupled != 0).
 #define OPTIM_ADAM_KERNEL(NAME, T, N, LOADF, STOREF, LOADW, STOREW)                             \
-    __kernel void NAME(__global float *master, __global float *m, __global float *v,            \
-                       __global storage_t *w, __global const storage_t *g, uint base,           \
-                       __global const float *scale, __global const uint *ls_state,              \
-                       __global const float *clip, __global const uint *step, float lr,         \
-                       float beta1, float beta2, float eps, float weight_decay, uint decoupled) { \
+    __kernel void NAME(__global float *restrict master, __global float *restrict m,             \
+                       __global float *restrict v, __global storage_t *restrict w,              \
+                       __global const storage_t *restrict g, uint base,                         \
+                       __global const float *restrict scale,                                    \
+                       __global const uint *restrict ls_state,                                  \
+                       __global const float *restrict clip, __global const uint *restrict step, \
+                       float lr, float beta1, float beta2, float eps, float weight_decay,       \
+                       uint decoupled) {                                                        \
         uint i = base + N * (uint)get_global_id(0);                                             \
         int skip = ls_state[MPCL_ABI_LS_FOUND_INF] != 0u;                                       \
         float gscale = clip[MPCL_ABI_OPTIM_CLIP_FACTOR] / scale[0];                             \
@@ -103,10 +106,12 @@ OPTIM_ADAM_KERNEL(mpcl_optim_adam_v8, float8, MPCL_ABI_ELEMENTWISE_VEC, LOAD_FLO
 
 // SGD with momentum (PyTorch form, dampening 0).
 #define OPTIM_SGD_KERNEL(NAME, T, N, LOADF, STOREF, LOADW, STOREW)                         \
-    __kernel void NAME(__global float *master, __global float *buf, __global storage_t *w, \
-                       __global const storage_t *g, uint base, __global const float *scale, \
-                       __global const uint *ls_state, __global const float *clip, float lr, \
-                       float momentum, float weight_decay, uint nesterov) {                 \
+    __kernel void NAME(__global float *restrict master, __global float *restrict buf,      \
+                       __global storage_t *restrict w, __global const storage_t *restrict g, \
+                       uint base, __global const float *restrict scale,                     \
+                       __global const uint *restrict ls_state,                              \
+                       __global const float *restrict clip, float lr, float momentum,       \
+                       float weight_decay, uint nesterov) {                                 \
         uint i = base + N * (uint)get_global_id(0);                                        \
         int skip = ls_state[MPCL_ABI_LS_FOUND_INF] != 0u;                                  \
         float gscale = clip[MPCL_ABI_OPTIM_CLIP_FACTOR] / scale[0];                        \

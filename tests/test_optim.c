@@ -812,6 +812,7 @@ static void errors_touch_nothing(void **state) {
     assert_int_equal(mpcl_optimizer_step(ctx, opt, i32, NULL), MPCL_ERR_DTYPE);
     assert_int_equal(mpcl_optimizer_step(ctx, opt, longer, NULL), MPCL_ERR_SHAPE);
     assert_int_equal(mpcl_optimizer_step(ctx, opt, shorter, NULL), MPCL_ERR_SHAPE);
+    assert_int_equal(mpcl_optimizer_step(ctx, opt, working, NULL), MPCL_ERR_INVALID_ARG);
     assert_nothing_enqueued(ctx, launches);
     float x[6];
     TU_ASSERT_OK(mpcl_optimizer_read(ctx, opt, MPCL_OPTIM_SLOT_MASTER, 0, x, n));

@@ -121,7 +121,8 @@ mpcl_status mpcl_optimizer_set_lr(mpcl_optimizer *opt, float lr);
 
 /* Enqueues one update of every element: the clip-norm launches when
  * clip_norm > 0, then the update. grads has the shape and dtype of the
- * working arena (MPCL_ERR_SHAPE / MPCL_ERR_DTYPE, nothing enqueued). ls may
+ * working arena (MPCL_ERR_SHAPE / MPCL_ERR_DTYPE, nothing enqueued) and is
+ * another buffer (MPCL_ERR_INVALID_ARG for the working arena itself). ls may
  * be NULL (no loss scaling: scale 1, never skipped); otherwise its found_inf
  * must already hold this step's check (see loss_scale.h for the order). */
 mpcl_status mpcl_optimizer_step(mpcl_context *ctx, mpcl_optimizer *opt, const mpcl_tensor *grads,

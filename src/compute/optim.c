@@ -278,6 +278,11 @@ static mpcl_status optimizer_step(mpcl_context *ctx, mpcl_optimizer *opt, const 
         return MPCL_ERROR(ctx, MPCL_ERR_SHAPE,
                           "optimizer gradients have %zu elements for %zu parameters",
                           grads->rows * grads->cols, opt->n);
+    /* The update kernels take their buffers as restrict (so that PoCL hoists
+     * the per-step constants out of its work-item loop). */
+    if (grads->mem == opt->working->mem)
+        return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG,
+                          "optimizer gradients are the working copy it updates");
     cl_mem scale = ls ? mpcl__loss_scale_scale_mem(ls) : opt->unit_scale->mem;
     cl_mem state = ls ? mpcl__loss_scale_state_mem(ls) : opt->no_state->mem;
     mpcl_status st = MPCL_OK;
