@@ -1,4 +1,5 @@
-/* IDX reader (raw or gzip through zlib's inflate), batches, and the portable shuffle.
+/* IDX reader (raw, or gzip through libdeflate whole or zlib's inflate as a stream), batches,
+ * and the portable shuffle.
  * Every byte count is checked in 64-bit arithmetic before anything is
  * allocated, so a corrupt header cannot overflow, and memory follows the
  * data that are really there rather than the header's claim (idx_body). */
@@ -10,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <libdeflate.h>
 #include <zlib.h>
 
 #include "io/fileio.h"
@@ -268,6 +270,59 @@ static mpcl_status idx_end(idx_file *f, uint64_t n, uint64_t hdr) {
 
 /* Where a gzip body's buffer starts; it doubles as data arrive. */
 #define GZ_FIRST_BYTES ((uint64_t)1 << 20)
+/* The whole-file decode below is tried only where the data claimed are at
+ * most this many times the file's size (Fashion-MNIST's images: 1.8x,
+ * MNIST's: 4.7x). */
+#define GZ_WHOLE_MAX_RATIO 64
+
+static uint32_t le32(const unsigned char *p) {
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+
+/* The fast path for a gzip body: libdeflate decodes the whole file at once,
+ * 2-3x faster than inflate (the training images were ~0.27 s of CPU, most of
+ * mpcl-train's start-up). It needs its output's size up front, so it runs
+ * only where everything agrees: the header's claim hdr + n is at most
+ * GZ_WHOLE_MAX_RATIO times the file's size (memory follows the file) and
+ * equals the gzip trailer's length (mod 2^32); libdeflate then checks the
+ * CRC and that length, and the file must be one member that ends where the
+ * data do. On success (0) *out holds the n data bytes and the stream is at
+ * its verified end. Otherwise (1, *out NULL) the file is where it was: the
+ * streaming path that follows reads it as before and reports what is wrong
+ * with it; -1 if it could not be put back. */
+static int gz_whole(idx_file *f, uint8_t **out, uint64_t n, uint64_t hdr) {
+    *out = NULL;
+    uint64_t total = hdr + n;
+    if (f->size < 18 || total > GZ_WHOLE_MAX_RATIO * f->size || total > SIZE_MAX) return 1;
+    long pos = ftell(f->fp);
+    unsigned char *in = malloc((size_t)f->size);
+    uint8_t *buf = NULL;
+    int failed = 1;
+    if (pos < 0 || !in || fseek(f->fp, 0, SEEK_SET) != 0 ||
+        fread(in, 1, (size_t)f->size, f->fp) != f->size ||
+        le32(in + f->size - 4) != (uint32_t)total || !(buf = malloc(total ? (size_t)total : 1)))
+        goto done;
+    struct libdeflate_decompressor *d = libdeflate_alloc_decompressor();
+    size_t used_in = 0, used_out = 0;
+    if (d &&
+        libdeflate_gzip_decompress_ex(d, in, (size_t)f->size, buf, (size_t)total, &used_in,
+                                      &used_out) == LIBDEFLATE_SUCCESS &&
+        used_in == f->size && used_out == total) {
+        memmove(buf, buf + hdr, (size_t)n);
+        f->got = total;
+        f->zdone = 1; /* idx_end reads nothing more: the trailer was checked */
+        *out = buf;
+        buf = NULL;
+        failed = 0;
+    }
+    libdeflate_free_decompressor(d);
+done:
+    free(in);
+    free(buf);
+    /* Back where the streaming path left off; -1 if that fails. */
+    if (failed && pos >= 0 && fseek(f->fp, pos, SEEK_SET) != 0) return -1;
+    return failed;
+}
 
 /* Allocates and reads exactly n data bytes after a header of hdr bytes, then
  * checks the end of the file. Memory follows the input, never the header's
@@ -277,7 +332,9 @@ static mpcl_status idx_end(idx_file *f, uint64_t n, uint64_t hdr) {
  * ISIZE trailer is the length mod 2^32 and comes last, so it cannot be
  * trusted up front), so it is at most twice the data that really are there
  * and at most n; deflate expands at most ~1032:1, which bounds that by the
- * compressed size too. *out is NULL after a failure. */
+ * compressed size too. The whole-file gzip decode (gz_whole) allocates the
+ * claim up front, but only a claim the trailer agrees with and at most
+ * GZ_WHOLE_MAX_RATIO times the file's size. *out is NULL after a failure. */
 static mpcl_status idx_body(idx_file *f, uint8_t **out, uint64_t n, uint64_t hdr,
                             const char *what) {
     *out = NULL;
@@ -290,6 +347,12 @@ static mpcl_status idx_body(idx_file *f, uint8_t **out, uint64_t n, uint64_t hdr
                               f->path, (unsigned long long)(hdr + n), what,
                               (unsigned long long)f->size);
         if (have > n) return past_end(f, hdr + n, have - n);
+    }
+    if (f->gz) {
+        int whole = gz_whole(f, out, n, hdr);
+        if (whole == 0) return MPCL_OK;
+        if (whole < 0)
+            return MPCL_ERROR(NULL, MPCL_ERR_IO, "reading '%s': %s", f->path, strerror(errno));
     }
     uint64_t cap = f->gz && n > GZ_FIRST_BYTES ? GZ_FIRST_BYTES : n, got = 0, more;
     uint8_t *buf = malloc(cap ? (size_t)cap : 1);
