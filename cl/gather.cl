@@ -9,8 +9,8 @@
 // per element: PoCL made two vpgatherdd of each eight, and the 128x784 batch
 // took 40-56 us of a ~600 us step (Zen 4).
 #define GATHER_INV_255 (1.0f / 255.0f)
-static float8 gather_scale(uchar8 p) {
-    float8 b = convert_float8(p);
+#define GATHER_LOAD_BYTE(p, i) ((float)(p)[(i)])
+static float8 gather_scale(float8 b) {
     float8 q = b * GATHER_INV_255;
     // fabs: the quotient is >= 0, but Rusticl (llvmpipe) gave -0 for byte 0.
     return fabs(fma(fma(-q, 255.0f, b), GATHER_INV_255, q));
@@ -38,14 +38,10 @@ __kernel void mpcl_gather_batch(__global storage_t *x, __global int *labels_out,
     uint j0 = 8u * (uint)get_global_id(0), step = 8u * (uint)get_global_size(0);
     for (uint j = j0; j < features; j += step) {
         if (features - j >= 8u) {
-            STORE8(dst, j, gather_scale(vload8(0, src + j)));
+            STORE8(dst, j, gather_scale(convert_float8(vload8(0, src + j))));
         } else {
             uint n = features - j;
-            uchar8 p = (uchar8)(src[j], src[j + min(1u, n - 1u)], src[j + min(2u, n - 1u)],
-                                src[j + min(3u, n - 1u)], src[j + min(4u, n - 1u)],
-                                src[j + min(5u, n - 1u)], src[j + min(6u, n - 1u)],
-                                src[j + n - 1u]);
-            STORE8_PART(dst, j, n, gather_scale(p));
+            STORE8_PART(dst, j, n, gather_scale(LOAD8_PART_WITH(GATHER_LOAD_BYTE, src, j, n)));
         }
     }
     if (j0 == 0) labels_out[b] = labels[s];

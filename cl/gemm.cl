@@ -81,11 +81,7 @@ inline float4 gemm_f16_load4(const __global half *p) {
 // as raw bits into a private array and converted together by one vector load
 // from it: a scalar conversion per element cost the f16 gather path 1.7x the
 // f32 one on PoCL (128x128x10 NT).
-#if defined(MPCL_STORAGE_F16) || defined(MPCL_STORAGE_BF16)
-typedef ushort gemm_raw_t;
-#else
-typedef float gemm_raw_t;
-#endif
+typedef storage_bits_t gemm_raw_t; // common.cl
 #if defined(MPCL_STORAGE_F16)
 #define GEMM_RAW_PTR(p) ((const half *)(p))
 #else

@@ -5,8 +5,8 @@
 // One work-group of MPCL_ABI_LOSS_WG items (cl/abi.h; the host launches
 // exactly one) does the whole batch (rows strided over the items, eight at a
 // time, see below) and then reduces its partial sums in local memory, so
-// that the statistics are updated by a single work-item: no float atomics, and the result does not
-// depend on scheduling. A batch is at most a few thousand rows of a few
+// that the statistics are updated by a single work-item: no float atomics,
+// and the result does not depend on scheduling. A batch is at most a few thousand rows of a few
 // thousand classes, so one work-group is enough.
 //
 // logits, d_logits: [rows, classes]. labels: [rows] int. stats: 32-bit words
@@ -25,47 +25,26 @@
 // f32 and 39-55 us in f16 for a 128x10 batch, ~10% of a step (Zen 4).
 
 // Elements o.s0 .. o.s7 of p, as float8: the raw bits gathered, then
-// converted as one vector (element by element, the f16 conversion is
-// integer code per lane).
+// converted as one vector (common.cl's storage_value8).
 #define LOSS_ELEMS8(p, o)                                                             \
     ((p)[(o).s0], (p)[(o).s1], (p)[(o).s2], (p)[(o).s3], (p)[(o).s4], (p)[(o).s5], \
      (p)[(o).s6], (p)[(o).s7])
-#define LOSS_RAW(p) ((__global const loss_raw_t *)(p))
-#define LOSS_RAW_OUT(p) ((__global loss_raw_t *)(p))
-#if defined(MPCL_STORAGE_F32)
-typedef float loss_raw_t;
-typedef float8 loss_raw8_t;
-static float8 loss_value8(float8 r) { return r; }
-static float8 loss_bits8(float8 v) { return v; }
-#elif defined(MPCL_STORAGE_BF16)
-typedef ushort loss_raw_t;
-typedef ushort8 loss_raw8_t;
-static float8 loss_value8(ushort8 r) { return mpcl_bf16_value8(r); }
-static ushort8 loss_bits8(float8 v) { return mpcl_bf16_bits8(v); }
-#else
-typedef ushort loss_raw_t;
-typedef ushort8 loss_raw8_t;
-static float8 loss_value8(ushort8 r) { return vload_half8(0, (const half *)&r); }
-static ushort8 loss_bits8(float8 v) {
-    ushort8 r;
-    vstore_half8_rte(v, 0, (half *)&r);
-    return r;
-}
-#endif
-#define LOSS_LOAD8(p, o) loss_value8((loss_raw8_t)LOSS_ELEMS8(LOSS_RAW(p), (o)))
+#define LOSS_LOAD8(p, o) \
+    storage_value8((storage_bits8_t)LOSS_ELEMS8((__global const storage_bits_t *)(p), (o)))
 // Stores lanes 0 .. n-1 of v (1 <= n <= 8) at o.s0 .. o.s(n-1).
-#define LOSS_STORE8_PART(p, o, n, v)                      \
-    do {                                                  \
-        loss_raw8_t b_ = loss_bits8(v);                   \
-        __global loss_raw_t *q_ = LOSS_RAW_OUT(p);        \
-        q_[(o).s0] = b_.s0;                               \
-        if ((n) > 1u) q_[(o).s1] = b_.s1;                 \
-        if ((n) > 2u) q_[(o).s2] = b_.s2;                 \
-        if ((n) > 3u) q_[(o).s3] = b_.s3;                 \
-        if ((n) > 4u) q_[(o).s4] = b_.s4;                 \
-        if ((n) > 5u) q_[(o).s5] = b_.s5;                 \
-        if ((n) > 6u) q_[(o).s6] = b_.s6;                 \
-        if ((n) > 7u) q_[(o).s7] = b_.s7;                 \
+#define LOSS_STORE8_PART(p, o, n, v)                                  \
+    do {                                                              \
+        storage_bits8_t b_ = storage_bits8(v);                        \
+        __global storage_bits_t *q_ = (__global storage_bits_t *)(p); \
+        q_[(o).s0] = b_.s0;                                           \
+        if ((n) > 1u) q_[(o).s1] = b_.s1;                             \
+        if ((n) > 2u) q_[(o).s2] = b_.s2;                             \
+        if ((n) > 3u) q_[(o).s3] = b_.s3;                             \
+        if ((n) > 4u) q_[(o).s4] = b_.s4;                             \
+        if ((n) > 5u) q_[(o).s5] = b_.s5;                             \
+        if ((n) > 6u) q_[(o).s6] = b_.s6;                             \
+        if ((n) > 7u) q_[(o).s7] = b_.s7;                             \
+                                                                      \
     } while (0)
 
 __kernel __attribute__((reqd_work_group_size(MPCL_ABI_LOSS_WG, 1, 1))) void mpcl_softmax_xent(
