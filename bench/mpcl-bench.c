@@ -141,7 +141,7 @@ static double flops_of(const gemm_shape *s, size_t count) {
 
 typedef struct gemm_row {
     char shape[48], trans[8];
-    const char *path;
+    const char *path, *dtype;
     double gflops, us, openblas_gflops, ratio;
 } gemm_row;
 
@@ -152,6 +152,7 @@ int bench_cmd_gemm(mpcl_context *ctx, const bench_opts *opts) {
     paths[np++] = MPCL_GEMM_MPCL_F32;
     paths[np++] = MPCL_GEMM_CLBLAST_SGEMM;
     paths[np++] = MPCL_GEMM_MPCL_MIXED;
+    paths[np++] = MPCL_GEMM_CLBLAST_STAGED;
     if (mpcl_plan_fp16_math_usable(mpcl_context_device(ctx), mpcl_context_overrides(ctx)->fp16))
         paths[np++] = MPCL_GEMM_CLBLAST_HGEMM;
 
@@ -183,7 +184,8 @@ int bench_cmd_gemm(mpcl_context *ctx, const bench_opts *opts) {
 
     for (size_t pi = 0; pi < np; pi++) {
         mpcl_gemm_path path = paths[pi];
-        mpcl_dtype dtype = path == MPCL_GEMM_MPCL_MIXED || path == MPCL_GEMM_CLBLAST_HGEMM
+        mpcl_dtype dtype = path == MPCL_GEMM_CLBLAST_STAGED ? MPCL_DTYPE_BF16
+                           : path == MPCL_GEMM_MPCL_MIXED || path == MPCL_GEMM_CLBLAST_HGEMM
                                ? MPCL_DTYPE_F16
                                : MPCL_DTYPE_F32;
         for (size_t si = 0; si <= nshape; si++) {
@@ -207,6 +209,7 @@ int bench_cmd_gemm(mpcl_context *ctx, const bench_opts *opts) {
                 snprintf(r->trans, sizeof r->trans, "%c%c", s->ta ? 'T' : 'N', s->tb ? 'T' : 'N');
             }
             r->path = mpcl_gemm_path_name(path);
+            r->dtype = mpcl_dtype_name(dtype);
             r->us = sec * 1e6;
             r->gflops = flops_of(s, count) / sec * 1e-9;
             r->openblas_gflops = flops_of(s, count) / blas_s[si] * 1e-9;
@@ -223,6 +226,7 @@ int bench_cmd_gemm(mpcl_context *ctx, const bench_opts *opts) {
             jsonw_kv_string(&w, "shape", rows[i].shape);
             jsonw_kv_string(&w, "trans", rows[i].trans);
             jsonw_kv_string(&w, "path", rows[i].path);
+            jsonw_kv_string(&w, "dtype", rows[i].dtype);
             jsonw_kv_number(&w, "gflops", rows[i].gflops);
             jsonw_kv_number(&w, "us", rows[i].us);
             jsonw_kv_number(&w, "openblas_gflops", rows[i].openblas_gflops);
@@ -233,12 +237,12 @@ int bench_cmd_gemm(mpcl_context *ctx, const bench_opts *opts) {
         jsonw_array_end(&w);
         fputc('\n', stdout);
     } else {
-        printf("%-15s %-5s %-14s %10s %12s %10s %8s\n", "shape MxNxK", "trans", "path", "GFLOP/s",
-               "us/call", "OpenBLAS", "ratio");
+        printf("%-15s %-5s %-15s %-5s %10s %12s %10s %8s\n", "shape MxNxK", "trans", "path",
+               "dtype", "GFLOP/s", "us/call", "OpenBLAS", "ratio");
         for (size_t i = 0; i < nrow; i++)
-            printf("%-15s %-5s %-14s %10.1f %12.1f %10.1f %8.2f\n", rows[i].shape, rows[i].trans,
-                   rows[i].path, rows[i].gflops, rows[i].us, rows[i].openblas_gflops,
-                   rows[i].ratio);
+            printf("%-15s %-5s %-15s %-5s %10.1f %12.1f %10.1f %8.2f\n", rows[i].shape,
+                   rows[i].trans, rows[i].path, rows[i].dtype, rows[i].gflops, rows[i].us,
+                   rows[i].openblas_gflops, rows[i].ratio);
         printf(
             "mlp-batch: the five GEMMs of one 784-128-10 training batch (batch 128) back to "
             "back; us/call is their sum (OpenBLAS: %.3f ms)\n",

@@ -101,7 +101,7 @@ static void run_case(mpcl_context *ctx, const gemm_variant *v, const gemm_case *
      * unit roundoff of the accumulation). Scaling by alpha and adding beta*c
      * adds two more roundings: (K + 2) u (|alpha| S + |beta c|) with
      * S = sum_k |a_ik b_kj|. f32 accumulation (mpcl-f32, mpcl-mixed,
-     * clblast-sgemm): u = 2^-24. HGEMM accumulates in half: every product and
+     * clblast-sgemm, clblast-staged): u = 2^-24. HGEMM accumulates in half: every product and
      * every partial sum is rounded to f16, so u = 2^-11 (for K = 784 that
      * allows 38% of S: the worst case is that loose; typical errors are
      * sqrt(K) smaller). An f16 output adds one rounding: 2^-11 |C| relative,
@@ -177,6 +177,10 @@ static size_t variants_for(mpcl_context *ctx, gemm_variant *out) {
     out[n++] = (gemm_variant){MPCL_GEMM_MPCL_MIXED, MPCL_DTYPE_BF16, MPCL_DTYPE_BF16};
     out[n++] = (gemm_variant){MPCL_GEMM_MPCL_MIXED, MPCL_DTYPE_BF16, MPCL_DTYPE_F32};
     out[n++] = (gemm_variant){MPCL_GEMM_CLBLAST_SGEMM, MPCL_DTYPE_F32, MPCL_DTYPE_F32};
+    out[n++] = (gemm_variant){MPCL_GEMM_CLBLAST_STAGED, MPCL_DTYPE_F16, MPCL_DTYPE_F16};
+    out[n++] = (gemm_variant){MPCL_GEMM_CLBLAST_STAGED, MPCL_DTYPE_F16, MPCL_DTYPE_F32};
+    out[n++] = (gemm_variant){MPCL_GEMM_CLBLAST_STAGED, MPCL_DTYPE_BF16, MPCL_DTYPE_BF16};
+    out[n++] = (gemm_variant){MPCL_GEMM_CLBLAST_STAGED, MPCL_DTYPE_BF16, MPCL_DTYPE_F32};
     if (mpcl_plan_fp16_math_usable(mpcl_context_device(ctx), mpcl_context_overrides(ctx)->fp16))
         out[n++] = (gemm_variant){MPCL_GEMM_CLBLAST_HGEMM, MPCL_DTYPE_F16, MPCL_DTYPE_F16};
     return n;
@@ -184,7 +188,7 @@ static size_t variants_for(mpcl_context *ctx, gemm_variant *out) {
 
 static void run_variant(mpcl_gemm_path path) {
     mpcl_context *ctx = tu_context();
-    gemm_variant vs[8];
+    gemm_variant vs[16];
     size_t nv = variants_for(ctx, vs);
     bool slow = tu_slow_device(ctx);
     /* Rusticl (llvmpipe) JIT-compiles the tiled kernel for ~25 s, again for
@@ -245,6 +249,38 @@ static void test_clblast_sgemm(void **state) {
 static void test_clblast_hgemm(void **state) {
     (void)state;
     run_variant(MPCL_GEMM_CLBLAST_HGEMM);
+}
+static void test_clblast_staged(void **state) {
+    (void)state;
+    run_variant(MPCL_GEMM_CLBLAST_STAGED);
+}
+
+/* clblast-staged's f32 workspaces count in the context's bytes, grow to the
+ * largest call and are reused: an f32 C needs none of its own. */
+static void test_staged_workspace(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    mpcl_tensor *a = tu_tensor(ctx, MPCL_DTYPE_BF16, 64, 32),
+                *b = tu_tensor(ctx, MPCL_DTYPE_BF16, 32, 48);
+    mpcl_tensor *c = tu_tensor(ctx, MPCL_DTYPE_BF16, 64, 48),
+                *c32 = tu_tensor(ctx, MPCL_DTYPE_F32, 64, 48);
+    mpcl_tensor *small_a = tu_tensor(ctx, MPCL_DTYPE_BF16, 8, 4),
+                *small_b = tu_tensor(ctx, MPCL_DTYPE_BF16, 4, 6);
+    mpcl_tensor *small_c = tu_tensor(ctx, MPCL_DTYPE_BF16, 8, 6);
+    size_t before = mpcl_context_bytes_now(ctx);
+    TU_ASSERT_OK(mpcl_gemm(ctx, MPCL_GEMM_CLBLAST_STAGED, false, false, 1.0f, a, b, 0.0f, c32));
+    assert_int_equal(mpcl_context_bytes_now(ctx) - before, (64 * 32 + 32 * 48) * sizeof(float));
+    TU_ASSERT_OK(mpcl_gemm(ctx, MPCL_GEMM_CLBLAST_STAGED, false, false, 1.0f, a, b, 0.5f, c));
+    size_t all = (64 * 32 + 32 * 48 + 64 * 48) * sizeof(float);
+    assert_int_equal(mpcl_context_bytes_now(ctx) - before, all);
+    TU_ASSERT_OK(mpcl_gemm(ctx, MPCL_GEMM_CLBLAST_STAGED, false, false, 1.0f, small_a, small_b,
+                           0.0f, small_c));
+    TU_ASSERT_OK(mpcl_context_finish(ctx));
+    assert_int_equal(mpcl_context_bytes_now(ctx) - before, all);
+    assert_true(mpcl_context_bytes_peak(ctx) >= before + all);
+    mpcl_tensor *tensors[] = {a, b, c, c32, small_a, small_b, small_c};
+    for (size_t i = 0; i < sizeof tensors / sizeof tensors[0]; i++) mpcl_tensor_destroy(tensors[i]);
+    mpcl_context_destroy(ctx);
 }
 
 /* Calls mpcl_gemm expecting `want` and checks that C kept its poison. */
@@ -316,10 +352,17 @@ static void test_dtype_errors(void **state) {
     mpcl_tensor *abf = tu_tensor(ctx, MPCL_DTYPE_BF16, 4, 5),
                 *bbf = tu_tensor(ctx, MPCL_DTYPE_BF16, 5, 3);
     mpcl_tensor *cbf = tu_tensor(ctx, MPCL_DTYPE_BF16, 4, 3);
-    /* bf16 goes only through mpcl-mixed, with bf16 A and B and a bf16 or f32
-     * C: no mixing with f16, and no CLBlast path (it has no bf16 GEMM). */
+    /* bf16 goes only through mpcl-mixed and clblast-staged, with bf16 A and B
+     * and a bf16 or f32 C: no mixing with f16, and no other CLBlast path (it
+     * has no bf16 GEMM). */
     expect_error(ctx, MPCL_ERR_DTYPE, MPCL_GEMM_MPCL_MIXED, false, false, abf, b16, 0.0f, cbf,
                  "B f16");
+    expect_error(ctx, MPCL_ERR_DTYPE, MPCL_GEMM_CLBLAST_STAGED, false, false, abf, b16, 0.0f, cbf,
+                 "B f16");
+    expect_error(ctx, MPCL_ERR_DTYPE, MPCL_GEMM_CLBLAST_STAGED, false, false, abf, bbf, 0.0f, c16,
+                 "C f16");
+    expect_error(ctx, MPCL_ERR_DTYPE, MPCL_GEMM_CLBLAST_STAGED, false, false, a32, b32, 0.0f, c32,
+                 "clblast-staged");
     expect_error(ctx, MPCL_ERR_DTYPE, MPCL_GEMM_MPCL_MIXED, false, false, a16, bbf, 0.0f, c16,
                  "B bf16");
     expect_error(ctx, MPCL_ERR_DTYPE, MPCL_GEMM_MPCL_MIXED, false, false, abf, bbf, 0.0f, c16,
@@ -373,8 +416,11 @@ static void test_default_path_and_override(void **state) {
                      mpcl_context_plan(ctx, MPCL_POLICY_FLOAT32).gemm);
     assert_int_equal(mpcl_gemm_default_path(ctx, MPCL_DTYPE_F16),
                      mpcl_context_plan(ctx, MPCL_POLICY_MIXED_FLOAT16).gemm);
-    assert_int_equal(mpcl_gemm_default_path(ctx, MPCL_DTYPE_BF16), MPCL_GEMM_MPCL_MIXED);
-    assert_int_equal(mpcl_context_plan(ctx, MPCL_POLICY_MIXED_BFLOAT16).gemm, MPCL_GEMM_MPCL_MIXED);
+    /* bf16: f32 accumulation, by mpcl's kernel on CPUs, CLBlast's elsewhere. */
+    bool cpu = mpcl_context_device(ctx)->type == MPCL_DEVICE_TYPE_CPU;
+    mpcl_gemm_path bf16_path = cpu ? MPCL_GEMM_MPCL_MIXED : MPCL_GEMM_CLBLAST_STAGED;
+    assert_int_equal(mpcl_gemm_default_path(ctx, MPCL_DTYPE_BF16), bf16_path);
+    assert_int_equal(mpcl_context_plan(ctx, MPCL_POLICY_MIXED_BFLOAT16).gemm, bf16_path);
     mpcl_context_destroy(ctx);
 
     /* CLBlast for bf16 tensors: the plan refuses it, mpcl_gemm names MPCL_GEMM. */
@@ -436,6 +482,8 @@ int main(void) {
         cmocka_unit_test(test_mpcl_mixed),
         cmocka_unit_test(test_clblast_sgemm),
         cmocka_unit_test(test_clblast_hgemm),
+        cmocka_unit_test(test_clblast_staged),
+        cmocka_unit_test(test_staged_workspace),
         cmocka_unit_test(test_shape_errors),
         cmocka_unit_test(test_dtype_errors),
         cmocka_unit_test(test_default_path_and_override),

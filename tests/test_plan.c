@@ -36,7 +36,7 @@ static void nvidia_like_gpu(void **state) {
     expect(mpcl_plan_resolve(&d, MPCL_POLICY_AUTO, &none), MPCL_POLICY_FLOAT32, MPCL_DTYPE_F32,
            MPCL_GEMM_CLBLAST_SGEMM, false, "device lacks cl_khr_fp16: float32");
     expect(mpcl_plan_resolve(&d, MPCL_POLICY_MIXED_FLOAT16, &none), MPCL_POLICY_MIXED_FLOAT16,
-           MPCL_DTYPE_F16, MPCL_GEMM_MPCL_MIXED, true, "f32 math");
+           MPCL_DTYPE_F16, MPCL_GEMM_CLBLAST_STAGED, true, "f32 math");
     expect(mpcl_plan_resolve(&d, MPCL_POLICY_FLOAT32, &none), MPCL_POLICY_FLOAT32, MPCL_DTYPE_F32,
            MPCL_GEMM_CLBLAST_SGEMM, false, "float32");
 }
@@ -56,7 +56,7 @@ static void amd_like_gpu_with_verified_fp16(void **state) {
     expect(mpcl_plan_resolve(&d, MPCL_POLICY_AUTO, &off), MPCL_POLICY_FLOAT32, MPCL_DTYPE_F32,
            MPCL_GEMM_CLBLAST_SGEMM, false, "MPCL_FP16=off");
     expect(mpcl_plan_resolve(&d, MPCL_POLICY_MIXED_FLOAT16, &off), MPCL_POLICY_MIXED_FLOAT16,
-           MPCL_DTYPE_F16, MPCL_GEMM_MPCL_MIXED, true, "MPCL_FP16=off");
+           MPCL_DTYPE_F16, MPCL_GEMM_CLBLAST_STAGED, true, "MPCL_FP16=off");
 }
 
 static void undeclared_but_works_needs_force(void **state) {
@@ -66,7 +66,7 @@ static void undeclared_but_works_needs_force(void **state) {
     expect(mpcl_plan_resolve(&d, MPCL_POLICY_AUTO, &none), MPCL_POLICY_FLOAT32, MPCL_DTYPE_F32,
            MPCL_GEMM_CLBLAST_SGEMM, false, "MPCL_FP16=force opts in");
     expect(mpcl_plan_resolve(&d, MPCL_POLICY_MIXED_FLOAT16, &none), MPCL_POLICY_MIXED_FLOAT16,
-           MPCL_DTYPE_F16, MPCL_GEMM_MPCL_MIXED, true, "not declared");
+           MPCL_DTYPE_F16, MPCL_GEMM_CLBLAST_STAGED, true, "not declared");
     mpcl_plan_overrides force = none;
     force.fp16 = MPCL_FP16_FORCE;
     assert_true(mpcl_plan_fp16_math_usable(&d, MPCL_FP16_FORCE));
@@ -84,7 +84,7 @@ static void declared_but_broken_falls_back(void **state) {
     mpcl_plan_overrides force = none;
     force.fp16 = MPCL_FP16_FORCE; /* force never overrides a failed verification */
     expect(mpcl_plan_resolve(&d, MPCL_POLICY_MIXED_FLOAT16, &force), MPCL_POLICY_MIXED_FLOAT16,
-           MPCL_DTYPE_F16, MPCL_GEMM_MPCL_MIXED, true, "failed verification");
+           MPCL_DTYPE_F16, MPCL_GEMM_CLBLAST_STAGED, true, "failed verification");
 }
 
 static void pocl_as_found(void **state) {
@@ -127,11 +127,20 @@ static void gemm_override(void **state) {
     p = mpcl_plan_resolve(&gpu, MPCL_POLICY_FLOAT32, &o);
     assert_false(p.usable);
     assert_non_null(strstr(p.reason, "needs f16 or bf16 storage"));
+    o.gemm = MPCL_GEMM_CLBLAST_STAGED;
+    p = mpcl_plan_resolve(&gpu, MPCL_POLICY_FLOAT32, &o);
+    assert_false(p.usable);
+    assert_non_null(strstr(p.reason, "MPCL_GEMM=clblast-staged needs f16 or bf16 storage"));
+    /* mpcl's own kernel on a GPU, where the rule would take clblast-staged. */
+    o.gemm = MPCL_GEMM_MPCL_MIXED;
+    expect(mpcl_plan_resolve(&gpu, MPCL_POLICY_MIXED_FLOAT16, &o), MPCL_POLICY_MIXED_FLOAT16,
+           MPCL_DTYPE_F16, MPCL_GEMM_MPCL_MIXED, true, "GEMM set by MPCL_GEMM");
 }
 
-/* mixed_bfloat16: bf16 storage, mpcl-mixed (CLBlast has no bf16 GEMM, so not
- * HGEMM even where fp16 math is verified), no loss scaling (bf16 has f32's
- * exponent range, as Keras' mixed_bfloat16); auto never picks it. */
+/* mixed_bfloat16: bf16 storage, f32 accumulation (CLBlast has no bf16 GEMM,
+ * so not HGEMM even where fp16 math is verified): mpcl-mixed on CPUs,
+ * clblast-staged on GPUs; no loss scaling (bf16 has f32's exponent range, as
+ * Keras' mixed_bfloat16); auto never picks it. */
 static void mixed_bfloat16_where_bf16_storage_is_verified(void **state) {
     (void)state;
     mpcl_device_info cpu =
@@ -141,10 +150,10 @@ static void mixed_bfloat16_where_bf16_storage_is_verified(void **state) {
         device(MPCL_DEVICE_TYPE_GPU, true, MPCL_FP16_MATH_VERIFIED, MPCL_FP16_STORAGE_VERIFIED);
     gpu.bf16_storage = MPCL_BF16_STORAGE_VERIFIED;
     const mpcl_device_info *both[2] = {&cpu, &gpu};
+    const mpcl_gemm_path want[2] = {MPCL_GEMM_MPCL_MIXED, MPCL_GEMM_CLBLAST_STAGED};
     for (int i = 0; i < 2; i++) {
         mpcl_plan p = mpcl_plan_resolve(both[i], MPCL_POLICY_MIXED_BFLOAT16, &none);
-        expect(p, MPCL_POLICY_MIXED_BFLOAT16, MPCL_DTYPE_BF16, MPCL_GEMM_MPCL_MIXED, false,
-               "no loss scaling");
+        expect(p, MPCL_POLICY_MIXED_BFLOAT16, MPCL_DTYPE_BF16, want[i], false, "no loss scaling");
         assert_int_equal(p.policy, MPCL_POLICY_MIXED_BFLOAT16);
         assert_non_null(strstr(p.reason, "CLBlast has no bf16 GEMM"));
     }
@@ -156,7 +165,7 @@ static void mixed_bfloat16_where_bf16_storage_is_verified(void **state) {
     mpcl_plan_overrides off = none;
     off.fp16 = MPCL_FP16_OFF;
     expect(mpcl_plan_resolve(&gpu, MPCL_POLICY_MIXED_BFLOAT16, &off), MPCL_POLICY_MIXED_BFLOAT16,
-           MPCL_DTYPE_BF16, MPCL_GEMM_MPCL_MIXED, false, "bf16 storage");
+           MPCL_DTYPE_BF16, MPCL_GEMM_CLBLAST_STAGED, false, "bf16 storage");
 }
 
 /* A device whose bf16 store/load check failed (or was not run) cannot run
@@ -183,9 +192,9 @@ static void broken_or_untested_bf16_storage_refuses_mixed_bfloat16(void **state)
     if (!strstr(p.reason, "was not run")) fail_msg("reason '%s'", p.reason);
 }
 
-/* MPCL_GEMM under mixed_bfloat16: only mpcl-mixed reads bf16; every CLBlast
- * path (and mpcl-f32) is refused with the reason, even on a device with
- * verified fp16 math. */
+/* MPCL_GEMM under mixed_bfloat16: only mpcl-mixed and clblast-staged read
+ * bf16; the other CLBlast paths (and mpcl-f32) are refused with the reason,
+ * even on a device with verified fp16 math. */
 static void gemm_override_under_mixed_bfloat16(void **state) {
     (void)state;
     mpcl_device_info gpu =
@@ -210,6 +219,9 @@ static void gemm_override_under_mixed_bfloat16(void **state) {
     o.gemm = MPCL_GEMM_MPCL_MIXED;
     expect(mpcl_plan_resolve(&gpu, MPCL_POLICY_MIXED_BFLOAT16, &o), MPCL_POLICY_MIXED_BFLOAT16,
            MPCL_DTYPE_BF16, MPCL_GEMM_MPCL_MIXED, false, "GEMM set by MPCL_GEMM");
+    o.gemm = MPCL_GEMM_CLBLAST_STAGED;
+    expect(mpcl_plan_resolve(&gpu, MPCL_POLICY_MIXED_BFLOAT16, &o), MPCL_POLICY_MIXED_BFLOAT16,
+           MPCL_DTYPE_BF16, MPCL_GEMM_CLBLAST_STAGED, false, "GEMM set by MPCL_GEMM");
 }
 
 /* The dtype table: values kept (f32, f16, i32, u8 as before, bf16 after),
@@ -240,6 +252,10 @@ static void dtype_table(void **state) {
     assert_int_equal(MPCL_POLICY_FLOAT32, 2);
     assert_int_equal(MPCL_POLICY_MIXED_BFLOAT16, 3);
     assert_string_equal(mpcl_policy_name(MPCL_POLICY_MIXED_BFLOAT16), "mixed_bfloat16");
+    /* GEMM path values too (the Python package passes them as ints). */
+    assert_int_equal(MPCL_GEMM_MPCL_MIXED, 3);
+    assert_int_equal(MPCL_GEMM_CLBLAST_STAGED, 4);
+    assert_string_equal(mpcl_gemm_path_name(MPCL_GEMM_CLBLAST_STAGED), "clblast-staged");
 }
 
 static void overrides_from_the_environment(void **state) {
@@ -257,7 +273,11 @@ static void overrides_from_the_environment(void **state) {
     setenv("MPCL_FP16", "off", 1);
     setenv("MPCL_GEMM", "cublas", 1);
     assert_int_equal(mpcl_plan_overrides_from_env(&o), MPCL_ERR_INVALID_ARG);
-    assert_non_null(strstr(mpcl_errmsg(), "clblast-sgemm, clblast-hgemm, mpcl-f32, mpcl-mixed"));
+    assert_non_null(strstr(mpcl_errmsg(),
+                           "clblast-sgemm, clblast-hgemm, mpcl-f32, mpcl-mixed, clblast-staged"));
+    setenv("MPCL_GEMM", "clblast-staged", 1);
+    assert_int_equal(mpcl_plan_overrides_from_env(&o), MPCL_OK);
+    assert_int_equal(o.gemm, MPCL_GEMM_CLBLAST_STAGED);
     unsetenv("MPCL_FP16");
     unsetenv("MPCL_GEMM");
     assert_int_equal(mpcl_plan_overrides_from_env(&o), MPCL_OK);

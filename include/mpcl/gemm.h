@@ -24,8 +24,10 @@ extern "C" {
  *   MPCL_GEMM_CLBLAST_HGEMM: a, b, c f16; accumulates in f16 and needs usable
  *     half arithmetic (mpcl_plan_fp16_math_usable), else MPCL_ERR_UNSUPPORTED.
  *     alpha and beta are rounded to f16.
- *   MPCL_GEMM_MPCL_MIXED: a, b f16 (c f16 or f32), or a, b bf16 (c bf16 or
- *     f32); accumulates in f32.
+ *   MPCL_GEMM_MPCL_MIXED, MPCL_GEMM_CLBLAST_STAGED: a, b f16 (c f16 or f32),
+ *     or a, b bf16 (c bf16 or f32); accumulates in f32. clblast-staged keeps
+ *     f32 copies of A, B (and a 16-bit C) in workspaces of the context, which
+ *     count in its bytes and live until it is destroyed.
  * Shapes and dtypes are checked before anything is enqueued (MPCL_ERR_SHAPE,
  * MPCL_ERR_DTYPE; c untouched). With beta == 0, c is not read (it may hold
  * NaN). Enqueued: the call returns before the result is ready. */

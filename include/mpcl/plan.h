@@ -49,6 +49,10 @@ typedef enum mpcl_gemm_path {
     MPCL_GEMM_CLBLAST_HGEMM, /* f16 in and out, accumulates in f16: needs fp16 math */
     MPCL_GEMM_MPCL_F32,      /* mpcl's register-tiled kernel, f32 storage */
     MPCL_GEMM_MPCL_MIXED,    /* the same kernel, f16 or bf16 storage, f32 accumulation */
+    /* f16 or bf16 storage through CLBlast SGEMM: A and B widened to f32
+     * workspaces (exactly), f32 accumulation, C rounded once. For GPUs, where
+     * the tuned SGEMM outruns mpcl's CPU-shaped kernel by far. */
+    MPCL_GEMM_CLBLAST_STAGED,
     MPCL_GEMM_PATH_COUNT,
 } mpcl_gemm_path;
 

@@ -1,5 +1,6 @@
-/* GEMM: CLBlast SGEMM/HGEMM and mpcl's own register-tiled kernel (cl/gemm.cl)
- * behind one call. The rule that picks a path lives in plan.c. */
+/* GEMM: CLBlast SGEMM/HGEMM, SGEMM on 16-bit tensors through f32 workspaces,
+ * and mpcl's own register-tiled kernel (cl/gemm.cl) behind one call. The rule
+ * that picks a path lives in plan.c. */
 #include <stdint.h>
 #include <stdio.h>
 
@@ -41,7 +42,8 @@ static mpcl_status check_dtypes(mpcl_context *ctx, mpcl_gemm_path path, const mp
         want = "f16 A, B and C";
         break;
     case MPCL_GEMM_MPCL_MIXED:
-        /* f16 or bf16 inputs (one program each), C in the same dtype or f32. */
+    case MPCL_GEMM_CLBLAST_STAGED:
+        /* f16 or bf16 inputs, C in the same dtype or f32. */
         in = a->dtype == MPCL_DTYPE_BF16 ? MPCL_DTYPE_BF16 : MPCL_DTYPE_F16;
         out_alt = MPCL_DTYPE_F32;
         want = in == MPCL_DTYPE_BF16 ? "bf16 A and B, and bf16 or f32 C"
@@ -167,6 +169,59 @@ cleanup:
     return st;
 }
 
+/* An f32 rows x cols tensor value over workspace `slot`, grown (never
+ * shrunk) to fit; it shares the workspace's memory and is never destroyed. */
+static mpcl_status scratch(mpcl_context *ctx, int slot, size_t rows, size_t cols,
+                           mpcl_tensor *out) {
+    mpcl_status st = MPCL_OK;
+    size_t bytes = rows * cols * sizeof(float);
+    if (bytes > ctx->gemm_scratch_bytes[slot]) {
+        cl_int err;
+        cl_mem mem = clCreateBuffer(ctx->cl, CL_MEM_READ_WRITE, bytes, NULL, &err);
+        CHECK_CL(ctx, err);
+        /* Commands already enqueued on the old buffer keep it alive. */
+        if (ctx->gemm_scratch[slot]) clReleaseMemObject(ctx->gemm_scratch[slot]);
+        ctx->bytes_now += bytes - ctx->gemm_scratch_bytes[slot];
+        if (ctx->bytes_now > ctx->bytes_peak) ctx->bytes_peak = ctx->bytes_now;
+        ctx->gemm_scratch[slot] = mem;
+        ctx->gemm_scratch_bytes[slot] = bytes;
+    }
+    *out = (mpcl_tensor){.ctx = ctx,
+                         .mem = ctx->gemm_scratch[slot],
+                         .dtype = MPCL_DTYPE_F32,
+                         .rows = rows,
+                         .cols = cols,
+                         .bytes = bytes,
+                         .view = true};
+cleanup:
+    return st;
+}
+
+/* clblast-staged: A and B widened to f32 (exact), SGEMM, and C rounded once
+ * when it is 16-bit (read first only when beta needs it). Three to five
+ * launches instead of one: on a GPU each cast is a few microseconds, where
+ * the tuned SGEMM saves milliseconds. */
+static mpcl_status run_staged(mpcl_context *ctx, bool ta, bool tb, size_t m, size_t n, size_t k,
+                              float alpha, const mpcl_tensor *a, const mpcl_tensor *b, float beta,
+                              mpcl_tensor *c) {
+    mpcl_tensor a32, b32, c32;
+    mpcl_status st = scratch(ctx, 0, a->rows, a->cols, &a32);
+    if (st == MPCL_OK) st = scratch(ctx, 1, b->rows, b->cols, &b32);
+    if (st == MPCL_OK) st = mpcl_cast(ctx, &a32, a);
+    if (st == MPCL_OK) st = mpcl_cast(ctx, &b32, b);
+    if (st != MPCL_OK || c->dtype == MPCL_DTYPE_F32)
+        return st == MPCL_OK ? run_clblast(ctx, MPCL_GEMM_CLBLAST_SGEMM, ta, tb, m, n, k, alpha,
+                                           &a32, &b32, beta, c)
+                             : st;
+    st = scratch(ctx, 2, m, n, &c32);
+    if (st == MPCL_OK && beta != 0.0f) st = mpcl_cast(ctx, &c32, c);
+    if (st == MPCL_OK)
+        st = run_clblast(ctx, MPCL_GEMM_CLBLAST_SGEMM, ta, tb, m, n, k, alpha, &a32, &b32, beta,
+                         &c32);
+    if (st == MPCL_OK) st = mpcl_cast(ctx, c, &c32);
+    return st;
+}
+
 mpcl_status mpcl_gemm(mpcl_context *ctx, mpcl_gemm_path path, bool trans_a, bool trans_b,
                       float alpha, const mpcl_tensor *a, const mpcl_tensor *b, float beta,
                       mpcl_tensor *c) {
@@ -201,5 +256,7 @@ mpcl_status mpcl_gemm(mpcl_context *ctx, mpcl_gemm_path path, bool trans_a, bool
 
     if (path == MPCL_GEMM_CLBLAST_SGEMM || path == MPCL_GEMM_CLBLAST_HGEMM)
         return run_clblast(ctx, path, trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
+    if (path == MPCL_GEMM_CLBLAST_STAGED)
+        return run_staged(ctx, trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
     return run_mpcl(ctx, path, trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
 }

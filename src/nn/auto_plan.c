@@ -7,8 +7,9 @@
  * the kernel binaries. MPCL_AUTO=capability keeps the capability rule.
  *
  * The plans `auto` may take: float32, and mixed_float16 with each GEMM path
- * that takes f16 here (mpcl-mixed accumulates in f32; clblast-hgemm where
- * fp16 math is verified). Not mixed_bfloat16: its 8-bit mantissa changes the
+ * that takes f16 here: the one accumulating in f32 that the plan's rule
+ * picks (mpcl-mixed on CPUs, clblast-staged elsewhere), and clblast-hgemm
+ * where fp16 math is verified. Not mixed_bfloat16: its 8-bit mantissa changes the
  * numerics more than a speed choice should; it stays a policy one asks for. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,7 +50,8 @@ static size_t list_candidates(mpcl_context *ctx, candidate *c) {
         c[n++].plan = f16;
         return n;
     }
-    f16.gemm = MPCL_GEMM_MPCL_MIXED;
+    bool cpu = mpcl_context_device(ctx)->type == MPCL_DEVICE_TYPE_CPU;
+    f16.gemm = cpu ? MPCL_GEMM_MPCL_MIXED : MPCL_GEMM_CLBLAST_STAGED;
     c[n++].plan = f16;
     if (mpcl_plan_fp16_math_usable(mpcl_context_device(ctx), o->fp16)) {
         f16.gemm = MPCL_GEMM_CLBLAST_HGEMM;

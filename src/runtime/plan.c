@@ -9,8 +9,8 @@
 
 static const char *const policy_names[MPCL_POLICY_COUNT] = {"auto", "mixed_float16", "float32",
                                                             "mixed_bfloat16"};
-static const char *const gemm_names[MPCL_GEMM_PATH_COUNT] = {"clblast-sgemm", "clblast-hgemm",
-                                                             "mpcl-f32", "mpcl-mixed"};
+static const char *const gemm_names[MPCL_GEMM_PATH_COUNT] = {
+    "clblast-sgemm", "clblast-hgemm", "mpcl-f32", "mpcl-mixed", "clblast-staged"};
 
 const char *mpcl_policy_name(mpcl_policy policy) {
     return (unsigned)policy < MPCL_POLICY_COUNT ? policy_names[policy] : "unknown";
@@ -72,7 +72,7 @@ mpcl_status mpcl_plan_overrides_from_env(mpcl_plan_overrides *out) {
         if (!mpcl_gemm_path_parse(gemm, &out->gemm))
             return MPCL_ERROR(NULL, MPCL_ERR_INVALID_ARG,
                               "MPCL_GEMM='%s' is not one of: clblast-sgemm, clblast-hgemm, "
-                              "mpcl-f32, mpcl-mixed (or unset)",
+                              "mpcl-f32, mpcl-mixed, clblast-staged (or unset)",
                               gemm);
         out->gemm_set = true;
     }
@@ -101,21 +101,23 @@ static const char *why_no_fp16_math(const mpcl_device_info *d, mpcl_fp16_overrid
 /* The GEMM rule, in one place. f32: on CPUs mpcl's register-tiled kernel
  * (PoCL, 128x128x784: ~250-330 GFLOP/s against ~19 for untuned CLBlast), on
  * GPUs CLBlast's tuned SGEMM. f16 storage: CLBlast HGEMM where half arithmetic
- * is usable, else mpcl-mixed (f16 in, f32 accumulation), which runs on every
- * OpenCL 1.2 device. bf16 storage: mpcl-mixed always (CLBlast has no bf16
- * GEMM). */
+ * is usable; else, and for bf16 (CLBlast has no bf16 GEMM), f32 accumulation:
+ * mpcl-mixed on CPUs, clblast-staged elsewhere (an H200 ran mpcl-mixed at 229
+ * GFLOP/s at 1024^3, CLBlast SGEMM at 14.6 TFLOP/s; bench/README.md). */
 static mpcl_gemm_path default_gemm(const mpcl_device_info *d, mpcl_dtype storage, bool fp16_math) {
-    if (storage == MPCL_DTYPE_BF16) return MPCL_GEMM_MPCL_MIXED;
-    if (storage == MPCL_DTYPE_F16)
-        return fp16_math ? MPCL_GEMM_CLBLAST_HGEMM : MPCL_GEMM_MPCL_MIXED;
-    return d->type == MPCL_DEVICE_TYPE_CPU ? MPCL_GEMM_MPCL_F32 : MPCL_GEMM_CLBLAST_SGEMM;
+    bool cpu = d->type == MPCL_DEVICE_TYPE_CPU;
+    if (storage == MPCL_DTYPE_F16 && fp16_math) return MPCL_GEMM_CLBLAST_HGEMM;
+    if (storage == MPCL_DTYPE_F16 || storage == MPCL_DTYPE_BF16)
+        return cpu ? MPCL_GEMM_MPCL_MIXED : MPCL_GEMM_CLBLAST_STAGED;
+    return cpu ? MPCL_GEMM_MPCL_F32 : MPCL_GEMM_CLBLAST_SGEMM;
 }
 
 /* Whether a GEMM path reads and writes tensors of this storage dtype. */
 static bool gemm_takes(mpcl_gemm_path path, mpcl_dtype storage) {
     switch (path) {
     case MPCL_GEMM_CLBLAST_HGEMM: return storage == MPCL_DTYPE_F16;
-    case MPCL_GEMM_MPCL_MIXED: return storage == MPCL_DTYPE_F16 || storage == MPCL_DTYPE_BF16;
+    case MPCL_GEMM_MPCL_MIXED:
+    case MPCL_GEMM_CLBLAST_STAGED: return storage == MPCL_DTYPE_F16 || storage == MPCL_DTYPE_BF16;
     default: return storage == MPCL_DTYPE_F32;
     }
 }
@@ -133,14 +135,15 @@ static void apply_gemm_override(mpcl_plan *p, bool fp16_math, const mpcl_gemm_pa
     if (!gemm) return;
     if (!gemm_takes(*gemm, p->storage)) {
         p->usable = false;
-        const char *needs = *gemm == MPCL_GEMM_MPCL_MIXED      ? "f16 or bf16"
-                            : *gemm == MPCL_GEMM_CLBLAST_HGEMM ? "f16"
-                                                               : "f32";
-        snprintf(
-            p->reason, sizeof p->reason, "MPCL_GEMM=%s needs %s storage, but %s stores %s%s",
-            mpcl_gemm_path_name(*gemm), needs, mpcl_policy_name(p->resolved),
-            mpcl_dtype_name(p->storage),
-            p->storage == MPCL_DTYPE_BF16 ? " (CLBlast has no bf16 GEMM: use mpcl-mixed)" : "");
+        const char *needs = *gemm == MPCL_GEMM_CLBLAST_HGEMM     ? "f16"
+                            : gemm_takes(*gemm, MPCL_DTYPE_BF16) ? "f16 or bf16"
+                                                                 : "f32";
+        snprintf(p->reason, sizeof p->reason, "MPCL_GEMM=%s needs %s storage, but %s stores %s%s",
+                 mpcl_gemm_path_name(*gemm), needs, mpcl_policy_name(p->resolved),
+                 mpcl_dtype_name(p->storage),
+                 p->storage == MPCL_DTYPE_BF16
+                     ? " (CLBlast has no bf16 GEMM: use mpcl-mixed or clblast-staged)"
+                     : "");
         return;
     }
     if (*gemm == MPCL_GEMM_CLBLAST_HGEMM && !fp16_math) {
@@ -205,8 +208,8 @@ mpcl_plan mpcl_plan_resolve(const mpcl_device_info *d, mpcl_policy policy,
         p.gemm = default_gemm(d, MPCL_DTYPE_BF16, fp16_math);
         p.loss_scaling = false;
         snprintf(p.reason, sizeof p.reason,
-                 "bf16 storage with f32 math; GEMM mpcl-mixed accumulates in f32 (CLBlast has no "
-                 "bf16 GEMM); no loss scaling (bf16 has f32's exponent range)");
+                 "bf16 storage with f32 math; the GEMM accumulates in f32 (CLBlast has no bf16 "
+                 "GEMM); no loss scaling (bf16 has f32's exponent range)");
         break;
     case MPCL_POLICY_MIXED_FLOAT16:
     default:

@@ -161,10 +161,14 @@ struct mpcl_context {
     } kernels[MPCL__MAX_KERNELS];
     int kernel_count;
     mpcl__cache_outcome cache_outcome;
-    bool verdict_cached;         /* the fp16/bf16 verification was read from the cache */
-    mpcl__gemm_tiles gemm_tiles; /* mpcl's GEMM tiles; AUTO but in tests */
-    unsigned gemm_strip;         /* tiles per item of 4x16 tiles; 0: by the shape */
-    size_t bytes_now, bytes_peak;
+    bool verdict_cached;          /* the fp16/bf16 verification was read from the cache */
+    mpcl__gemm_tiles gemm_tiles;  /* mpcl's GEMM tiles; AUTO but in tests */
+    unsigned gemm_strip;          /* tiles per item of 4x16 tiles; 0: by the shape */
+    size_t bytes_now, bytes_peak; /* tensors and workspaces */
+    /* The clblast-staged GEMM's f32 workspaces (A, B, C), grown on demand and
+     * reused by every call: the queue is in order. */
+    cl_mem gemm_scratch[3];
+    size_t gemm_scratch_bytes[3];
     uint64_t launches; /* kernels and CLBlast calls enqueued */
     uint64_t syncs;    /* blocking calls: finishes, blocking reads and writes */
     char *errmsg;      /* owned; never NULL after create */
