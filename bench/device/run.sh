@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# On a GPU machine, from the repository root, with the stage of
+# bench/device/stage.sh (in .gpu): NVIDIA's OpenCL driver through the staged
+# ICD loader, then the probe, the C suite on the GPU, mpcl-train in every
+# policy and the benches. $OUT (default: a temporary folder, named at the
+# end) gets summary.txt, all.log (every step's output, appended as it ends)
+# and logs.tar.gz (a log per step): few files, since a device call brings
+# back at most eight. Every step has its
+# own time limit, so one that hangs costs only itself. MPCL_ICD names another
+# vendor library and MPCL_DEVICE another device, to try the script elsewhere.
+#   bench/device/run.sh [quick]    quick: probe and suite only
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 1
+stage=$PWD/.gpu
+work=$(mktemp -d)
+out=${OUT:-$work/out}
+logs=$work/logs
+mkdir -p "$out" "$logs"
+tar -C "$work" -xJf "$stage/programs.tar.xz" || exit 1
+bin=$work/bin
+
+# The vendor's OpenCL library, wherever the driver's image put it.
+icd=${MPCL_ICD:-}
+[ -n "$icd" ] || icd=$(ldconfig -p | awk '/libnvidia-opencl.so/ { print $NF; exit }')
+[ -n "$icd" ] || icd=$(find /usr/local/nvidia /usr/lib /usr/lib64 -name 'libnvidia-opencl.so*' 2>/dev/null | head -1)
+[ -n "$icd" ] || { echo "run.sh: no libnvidia-opencl.so on this machine" >&2; exit 1; }
+mkdir -p "$work/vendors"
+echo "$icd" >"$work/vendors/nvidia.icd"
+export OCL_ICD_VENDORS=$work/vendors
+icd_dir=$(dirname "$icd")
+export LD_LIBRARY_PATH=$work/lib:$icd_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export MPCL_CACHE_DIR=$work/cache MPCL_CL_DIR='' MPCL_SOURCE_ROOT=$PWD MPCL_DEVICE=${MPCL_DEVICE:-gpu}
+# The tests and benches read Fashion-MNIST where Debian's package puts it.
+default_data=/usr/share/datasets/fashion-mnist
+if [ ! -e "$default_data" ]; then
+    mkdir -p "$(dirname "$default_data")" && ln -s "$stage/data" "$default_data"
+fi
+echo "ICD: $icd" | tee "$out/summary.txt"
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader >>"$out/summary.txt" 2>&1
+
+step() { # NAME SECONDS COMMAND... : runs it, logs to $logs/NAME.log, notes the result
+    local name=$1 limit=$2 t0 rc
+    shift 2
+    t0=$EPOCHREALTIME
+    timeout -k 5 "$limit" "$@" >"$logs/$name.log" 2>&1
+    rc=$?
+    awk -v n="$name" -v rc="$rc" -v t0="$t0" -v t1="$EPOCHREALTIME" \
+        'BEGIN { printf "%-28s rc=%-3s %6.1f s\n", n, rc, t1 - t0 }' | tee -a "$out/summary.txt"
+    { echo "===== $name (rc=$rc)"; cat "$logs/$name.log"; } >>"$out/all.log"
+}
+pack() { tar -C "$logs" -czf "$out/logs.tar.gz" .; }
+
+step probe 60 "$bin/mpcl-probe"
+step probe-json 60 "$bin/mpcl-probe" --json
+# The C suite, with the environment tests/meson.build gives it, on the GPU
+# (MPCL_AUTO=capability: no test depends on a timing).
+for t in "$bin"/test_*; do
+    MPCL_AUTO=capability step "$(basename "$t")" 120 "$t"
+done
+[ "${1:-}" = quick ] && { pack; exit 0; }
+
+data=$stage/data
+for p in auto float32 mixed_float16 mixed_bfloat16; do
+    step "train-$p" 90 "$bin/mpcl-train" --data "$data" --epochs 5 --precision "$p" --json --quiet
+    step "train-wide-$p" 90 "$bin/mpcl-train" --data "$data" --epochs 2 --precision "$p" \
+        --hidden 2048,2048 --batch 1024 --json --quiet
+done
+step probe-bench 120 "$bin/mpcl-probe" --device "$MPCL_DEVICE" --bench
+step bench-gemm 120 "$bin/mpcl-bench" gemm
+step bench-train 120 "$bin/mpcl-bench" train
+step bench-elementwise 60 "$bin/mpcl-bench" elementwise
+step bench-train-rounds 120 "$bin/mpcl-bench" train-rounds
+pack
+echo "logs: $out"
