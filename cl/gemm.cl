@@ -28,21 +28,22 @@
 // tile owns, so no element is written twice and C is read only where it is
 // written. When M < GEMM_TM (N < GEMM_W) the indices are clamped to the last
 // row (column) instead and the duplicates are not stored. op(B) rows are
-// loaded as vectors only when tb == 0 and N >= GEMM_W; otherwise element by
-// element (the "gather" loop, slower: small or transposed-B cases).
+// loaded as vectors when tb == 0: with N < GEMM_W a vector runs on into the
+// next rows (lanes that are never stored) except at B's end; otherwise
+// element by element (the "gather" loop, slower: transposed-B cases).
 
 #if defined(MPCL_STORAGE_F16)
 // f16 vectors are loaded as ushort bits (vload of ushort needs 2-byte
 // alignment only) and converted from a private vector: PoCL 3.1 compiled
 // vload_half8/16 of a global row that starts at an odd multiple of 8 halves
 // into an aligned vector move (vmovaps), which faulted (M even, K % 8 != 0).
+inline float8 gemm_f16_bits8(ushort8 bits) { return vload_half8(0, (const half *)&bits); }
+inline float16 gemm_f16_bits16(ushort16 bits) { return vload_half16(0, (const half *)&bits); }
 inline float8 gemm_f16_load8(const __global half *p) {
-    ushort8 bits = vload8(0, (const __global ushort *)p);
-    return vload_half8(0, (const half *)&bits);
+    return gemm_f16_bits8(vload8(0, (const __global ushort *)p));
 }
 inline float16 gemm_f16_load16(const __global half *p) {
-    ushort16 bits = vload16(0, (const __global ushort *)p);
-    return vload_half16(0, (const half *)&bits);
+    return gemm_f16_bits16(vload16(0, (const __global ushort *)p));
 }
 inline float4 gemm_f16_load4(const __global half *p) {
     ushort4 bits = vload4(0, (const __global ushort *)p);
@@ -155,6 +156,31 @@ typedef storage_bits_t gemm_raw_t; // common.cl
     for (uint kk = 0; kk < kn; kk++) { GEMM_ROWS(GEMM_STAGE_SCALAR, 0) }
 #endif
 #define GEMM_FMA(r, P) acc##r = fma((GEMM_VT)(ap[(r) * P]), bv, acc##r);
+// One k of the multiply with op(B)'s row gathered element by element into
+// a vector value: through a private array, each k stalled on the
+// store-to-load forward of the lanes (128x128x10 NT in f32 on AVX-512: 14.6
+// us that way, 11.7 so).
+#define GEMM_LANES8(X) X(0), X(1), X(2), X(3), X(4), X(5), X(6), X(7)
+#define GEMM_LANES16(X) \
+    GEMM_LANES8(X), X(8), X(9), X(10), X(11), X(12), X(13), X(14), X(15)
+#define GEMM_BLANE(l) GEMM_RAW_LOAD(b, min(cj0 + (l), N - 1) * bcs + (kb + kk) * bks)
+#if defined(MPCL_STORAGE_F16)
+#define GEMM_RAW_VT GEMM_CAT(ushort, GEMM_W)
+#define GEMM_RAW_TO_FLOAT GEMM_CAT(gemm_f16_bits, GEMM_W)
+#elif defined(MPCL_STORAGE_BF16)
+#define GEMM_RAW_VT GEMM_CAT(ushort, GEMM_W)
+#define GEMM_RAW_TO_FLOAT GEMM_CAT(mpcl_bf16_value, GEMM_W)
+#else
+#define GEMM_RAW_VT GEMM_VT
+#define GEMM_RAW_TO_FLOAT
+#endif
+#define GEMM_GATHER_K(RSTRIDE, KSTRIDE)                                                \
+    {                                                                                  \
+        const GEMM_VT bv =                                                             \
+            GEMM_RAW_TO_FLOAT((GEMM_RAW_VT)(GEMM_CAT(GEMM_LANES, GEMM_W)(GEMM_BLANE))); \
+        const float *ap = abuf + kk * (KSTRIDE);                                       \
+        GEMM_ROWS(GEMM_FMA, RSTRIDE)                                                   \
+    }
 // The multiply of one staged block; RSTRIDE is abuf's row stride (constant).
 #define GEMM_BLOCK(RSTRIDE, KSTRIDE)                                                   \
     if (bvec && baligned) {                                                            \
@@ -164,19 +190,16 @@ typedef storage_bits_t gemm_raw_t; // common.cl
             GEMM_ROWS(GEMM_FMA, RSTRIDE)                                               \
         }                                                                              \
     } else if (bvec) {                                                                 \
-        for (uint kk = 0; kk < kn; kk++) {                                             \
+        const uint kv = bvec_rows > kb ? min(kn, bvec_rows - kb) : 0;                  \
+        uint kk = 0;                                                                   \
+        for (; kk < kv; kk++) {                                                        \
             const GEMM_VT bv = GEMM_BVLOAD(b, (kb + kk) * N + cj0);                    \
             const float *ap = abuf + kk * (KSTRIDE);                                   \
             GEMM_ROWS(GEMM_FMA, RSTRIDE)                                               \
         }                                                                              \
+        for (; kk < kn; kk++) GEMM_GATHER_K(RSTRIDE, KSTRIDE)                          \
     } else {                                                                           \
-        for (uint kk = 0; kk < kn; kk++) {                                             \
-            for (uint l = 0; l < GEMM_W; l++)                                          \
-                braw[l] = GEMM_RAW_LOAD(b, min(cj0 + l, N - 1) * bcs + (kb + kk) * bks); \
-            const GEMM_VT bv = GEMM_RAW_BVLOAD(GEMM_RAW_PTR(braw), 0);                     \
-            const float *ap = abuf + kk * (KSTRIDE);                                   \
-            GEMM_ROWS(GEMM_FMA, RSTRIDE)                                               \
-        }                                                                              \
+        for (uint kk = 0; kk < kn; kk++) GEMM_GATHER_K(RSTRIDE, KSTRIDE)               \
     }
 // C's element type and accessors, by CF: 0 in the storage dtype, 1 in float
 // (the *_cf32 kernels of the f16 and bf16 programs). The stores below get CF
@@ -228,11 +251,16 @@ typedef storage_bits_t gemm_raw_t; // common.cl
         /* op(A)(i, k) = a[i * ars + k * aks]; op(B)(k, j) = b[j * bcs + k * bks]. */          \
         const uint ars = ta ? 1 : K, aks = ta ? M : 1;                                         \
         const uint bcs = tb ? K : 1, bks = tb ? 1 : N;                                         \
-        /* op(B) rows as vectors only when stored row-major and wide enough. */                \
-        const bool bvec = !tb && N >= GEMM_W, baligned = GEMM_B_ALIGNED(b, N);                 \
+        /* op(B) rows as vectors when stored row-major. Rows narrower than a  */               \
+        /* vector (N < GEMM_W, so cj0 == 0) run on into the next row, whose   */               \
+        /* lanes are never stored; the last rows, where the vector would run  */               \
+        /* past B, are gathered: rows k < bvec_rows load whole vectors.       */               \
+        const uint bvec_rows =                                                                 \
+            N >= GEMM_W ? K : (K * N >= GEMM_W ? (K * N - GEMM_W) / N + 1 : 0);                \
+        const bool bvec = !tb && bvec_rows > 0, baligned = GEMM_B_ALIGNED(b, N);               \
         const uint rstride = ta ? 1 : GEMM_KB, kstride = ta ? GEMM_TM : 1;                     \
         float abuf[GEMM_KB * GEMM_TM], tmp[GEMM_W], part[GEMM_STRIP_MAX * GEMM_TM * GEMM_W];       \
-        gemm_raw_t braw[GEMM_W], araw[GEMM_KB * GEMM_TM] = {0};                                \
+        gemm_raw_t araw[GEMM_KB * GEMM_TM] = {0};                                              \
         for (uint kb = 0; kb < K; kb += GEMM_KB) {                                             \
             const uint kn = min((uint)GEMM_KB, K - kb);                                        \
             /* The tiles of the strip in turn, so this block of op(B) is read  */              \
@@ -240,7 +268,11 @@ typedef storage_bits_t gemm_raw_t; // common.cl
             for (uint t = 0; t < strip; t++) {                                            \
                 GEMM_TILE_ROWS                                                                 \
                 GEMM_ROWS(GEMM_DECL, 0)                                                        \
-                if (kn % GEMM_W == 0 && !ta) {                                                 \
+                /* Rows by vectors where the last vector of the last row stays   */            \
+                /* inside A: lanes past kn are staged but never multiplied.      */            \
+                const uint alast = min(ri0 + GEMM_TM - 1, M - 1) * K + kb;                    \
+                if (!ta && (kn % GEMM_W == 0 ||                                                \
+                            M * K - alast >= (kn + GEMM_W - 1) / GEMM_W * GEMM_W)) {           \
                     GEMM_ROWS(GEMM_STAGE_ROW, 0)                                               \
                 } else if (ta && M >= GEMM_TM) { /* ta: columns are contiguous */              \
                     for (uint kk = 0; kk < kn; kk++)                                           \
@@ -323,8 +355,9 @@ GEMM_KERNEL(mpcl_gemm_r4w16_cf32, 1)
 #undef GEMM_TM
 #undef GEMM_STRIP_MAX
 
-// Narrow: 8 rows x 8 columns, for N < 16 (the output layer: N = 10 wastes
-// nothing, its second column tile is shifted to columns 2..9).
+// Narrow: 8 rows x 8 columns, for N < 16 on 8-wide vectors and for
+// transposed B (the output layer: N = 10 wastes nothing, its second column
+// tile is shifted to columns 2..9).
 #if MPCL_ABI_GEMM_TILE_NARROW != 8
 #error "mpcl_gemm_w8 computes float8 tiles: MPCL_ABI_GEMM_TILE_NARROW must be 8"
 #endif

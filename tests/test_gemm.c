@@ -200,8 +200,8 @@ static void run_variant(mpcl_gemm_path path) {
     for (size_t vi = 0; vi < nv; vi++) {
         if (vs[vi].path != path) continue;
         ran = true;
-        /* mpcl's kernels in every tile shape (the device picks one for N >=
-         * 16, see gemm.c), 4x16 in strips of 1, 3 and 8 tiles (and of what
+        /* mpcl's kernels in every tile shape at every N (the device picks
+         * one, see gemm.c), 4x16 in strips of 1, 3 and 8 tiles (and of what
          * the shape gets): the big shapes in the device's choice only. */
         bool own = path == MPCL_GEMM_MPCL_F32 || path == MPCL_GEMM_MPCL_MIXED;
         static const struct {

@@ -95,9 +95,9 @@ mpcl_status mpcl__softmax_xent_forward_backward_rows(mpcl_context *ctx, mpcl_ten
 
 /* ---- gemm ---- */
 
-/* Forces the tiles of mpcl's GEMM where N >= 16 (narrower outputs always
- * take 8x8) and the tiles per item of the 4x16 kernel (0: by the shape), so
- * that tests cover every kernel on any device. */
+/* Forces the tiles of mpcl's GEMM (every kernel takes any N: narrower
+ * outputs clamp their columns) and the tiles per item of the 4x16 kernel (0:
+ * by the shape), so that tests cover every kernel on any device. */
 void mpcl__gemm_force_tiles(mpcl_context *ctx, mpcl__gemm_tiles tiles, unsigned strip);
 
 #endif

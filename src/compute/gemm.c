@@ -72,15 +72,19 @@ void mpcl__gemm_force_tiles(mpcl_context *ctx, mpcl__gemm_tiles tiles, unsigned 
  *    8x8 tiles loaded 9 values for 8 fmas), except for a transposed B, whose
  *    elements the kernel gathers one by one (16 per k cost more than the 8
  *    of 8x8: 128x128x10 NT, 44-60 against 32-35 us);
- *  - 8x8 for narrower outputs (the 10-class layer: little work wasted).
+ *  - below 16 columns, 8x8, except for 9-15 columns of a row-major B on
+ *    16-wide vectors: 16x16 there, whose rows of op(B) run on into the next
+ *    row (cl/gemm.cl), half the fmas of two 8-wide tiles (AVX-512, the
+ *    10-class layer: 128x10x128 NN 12.4 -> 9.9 us, TN 12.5 -> 9.7).
  * A 16x16 tile on AVX2 spills (32 accumulator registers): the five MLP GEMMs
  * took 900-943 us there against 757-878 us in 8x8 tiles (bench/README.md). */
 static mpcl__gemm_tiles pick_tiles(const mpcl_context *ctx, size_t n, bool tb) {
-    if (ctx->gemm_tiles != MPCL__GEMM_TILES_AUTO)
-        return n >= MPCL_ABI_GEMM_TILE_WIDE ? ctx->gemm_tiles : MPCL__GEMM_TILES_8X8;
-    if (n < MPCL_ABI_GEMM_TILE_WIDE) return MPCL__GEMM_TILES_8X8;
-    if (ctx->info.native_vector_width_float >= MPCL_ABI_GEMM_TILE_WIDE)
-        return MPCL__GEMM_TILES_16X16;
+    if (ctx->gemm_tiles != MPCL__GEMM_TILES_AUTO) return ctx->gemm_tiles;
+    bool wide_vectors = ctx->info.native_vector_width_float >= MPCL_ABI_GEMM_TILE_WIDE;
+    if (n < MPCL_ABI_GEMM_TILE_WIDE)
+        return wide_vectors && !tb && n > MPCL_ABI_GEMM_TILE_NARROW ? MPCL__GEMM_TILES_16X16
+                                                                    : MPCL__GEMM_TILES_8X8;
+    if (wide_vectors) return MPCL__GEMM_TILES_16X16;
     return tb ? MPCL__GEMM_TILES_8X8 : MPCL__GEMM_TILES_4X16;
 }
 
