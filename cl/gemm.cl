@@ -132,8 +132,9 @@ typedef storage_bits_t gemm_raw_t; // common.cl
         GEMM_FVSTORE_BLOCK(GEMM_BVLOAD(a, ao##r + kb + c_), ((r) * GEMM_KB + c_) / GEMM_W, abuf);
 #define GEMM_STAGE_SCALAR(r, P) abuf[(r) * rstride + kk * kstride] = LOAD(a, ao##r + (kb + kk) * aks);
 // 16-bit storage stages the block's raw bits element by element, then
-// converts the whole private array GEMM_W elements at a time (araw starts
-// zeroed, so the lanes past kn convert defined bits).
+// converts the whole private array GEMM_W elements at a time (araw is zeroed
+// first, so the lanes past kn convert defined bits; only here: zeroing it
+// for every item cost the small GEMMs ~1 us).
 #define GEMM_STAGE_RAW(r, P) araw[(r) * rstride + kk * kstride] = GEMM_RAW_LOAD(a, ao##r + (kb + kk) * aks);
 #define GEMM_CONVERT(q) \
     GEMM_FVSTORE_BLOCK(GEMM_RAW_BVLOAD(GEMM_RAW_PTR(araw), (q) * GEMM_W), (q), abuf)
@@ -145,6 +146,7 @@ typedef storage_bits_t gemm_raw_t; // common.cl
 #endif
 #if defined(GEMM_NARROW_STORAGE)
 #define GEMM_STAGE_EDGE                                                          \
+    for (uint z = 0; z < GEMM_KB * GEMM_TM; z++) araw[z] = 0;                    \
     for (uint kk = 0; kk < kn; kk++) { GEMM_ROWS(GEMM_STAGE_RAW, 0) }            \
     if (ta) {                                                                    \
         for (uint q = 0; q < (kn * GEMM_TM + GEMM_W - 1) / GEMM_W; q++) GEMM_CONVERT(q); \
@@ -260,7 +262,7 @@ typedef storage_bits_t gemm_raw_t; // common.cl
         const bool bvec = !tb && bvec_rows > 0, baligned = GEMM_B_ALIGNED(b, N);               \
         const uint rstride = ta ? 1 : GEMM_KB, kstride = ta ? GEMM_TM : 1;                     \
         float abuf[GEMM_KB * GEMM_TM], tmp[GEMM_W], part[GEMM_STRIP_MAX * GEMM_TM * GEMM_W];       \
-        gemm_raw_t araw[GEMM_KB * GEMM_TM] = {0};                                              \
+        gemm_raw_t araw[GEMM_KB * GEMM_TM];                                                    \
         for (uint kb = 0; kb < K; kb += GEMM_KB) {                                             \
             const uint kn = min((uint)GEMM_KB, K - kb);                                        \
             /* The tiles of the strip in turn, so this block of op(B) is read  */              \
