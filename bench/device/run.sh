@@ -57,7 +57,7 @@ step probe-json 60 "$bin/mpcl-probe" --json
 for t in "$bin"/test_*; do
     MPCL_AUTO=capability step "$(basename "$t")" 120 "$t"
 done
-[ "${1:-}" = quick ] && { pack; exit 0; }
+[ "${1:-}" = quick ] && { pack; echo "logs: $out"; exit 0; }
 
 data=$stage/data
 for p in auto float32 mixed_float16 mixed_bfloat16; do
