@@ -153,7 +153,7 @@ int bench_cmd_gemm(mpcl_context *ctx, const bench_opts *opts) {
     paths[np++] = MPCL_GEMM_CLBLAST_SGEMM;
     paths[np++] = MPCL_GEMM_MPCL_MIXED;
     paths[np++] = MPCL_GEMM_CLBLAST_STAGED;
-    if (mpcl_plan_fp16_math_usable(mpcl_context_device(ctx), mpcl_context_overrides(ctx)->fp16))
+    if (mpcl_plan_hgemm_usable(mpcl_context_device(ctx), mpcl_context_overrides(ctx)->fp16))
         paths[np++] = MPCL_GEMM_CLBLAST_HGEMM;
 
     const size_t nshape = sizeof gemm_shapes / sizeof gemm_shapes[0];

@@ -181,7 +181,7 @@ static size_t variants_for(mpcl_context *ctx, gemm_variant *out) {
     out[n++] = (gemm_variant){MPCL_GEMM_CLBLAST_STAGED, MPCL_DTYPE_F16, MPCL_DTYPE_F32};
     out[n++] = (gemm_variant){MPCL_GEMM_CLBLAST_STAGED, MPCL_DTYPE_BF16, MPCL_DTYPE_BF16};
     out[n++] = (gemm_variant){MPCL_GEMM_CLBLAST_STAGED, MPCL_DTYPE_BF16, MPCL_DTYPE_F32};
-    if (mpcl_plan_fp16_math_usable(mpcl_context_device(ctx), mpcl_context_overrides(ctx)->fp16))
+    if (mpcl_plan_hgemm_usable(mpcl_context_device(ctx), mpcl_context_overrides(ctx)->fp16))
         out[n++] = (gemm_variant){MPCL_GEMM_CLBLAST_HGEMM, MPCL_DTYPE_F16, MPCL_DTYPE_F16};
     return n;
 }
@@ -390,7 +390,7 @@ static void test_dtype_errors(void **state) {
     assert_int_equal(mpcl_gemm(ctx, MPCL_GEMM_PATH_COUNT, false, false, 1.0f, a32, b32, 0.0f, c32),
                      MPCL_ERR_INVALID_ARG);
     /* HGEMM without usable half arithmetic. */
-    if (!mpcl_plan_fp16_math_usable(mpcl_context_device(ctx), mpcl_context_overrides(ctx)->fp16))
+    if (!mpcl_plan_hgemm_usable(mpcl_context_device(ctx), mpcl_context_overrides(ctx)->fp16))
         expect_error(ctx, MPCL_ERR_UNSUPPORTED, MPCL_GEMM_CLBLAST_HGEMM, false, false, a16, b16,
                      0.0f, c16, "half arithmetic");
     mpcl_tensor_destroy(a32);
@@ -461,7 +461,7 @@ static void test_default_path_and_override(void **state) {
     /* HGEMM where half arithmetic is not usable: UNSUPPORTED, naming MPCL_GEMM. */
     setenv("MPCL_GEMM", "clblast-hgemm", 1);
     ctx = tu_context();
-    if (!mpcl_plan_fp16_math_usable(mpcl_context_device(ctx), mpcl_context_overrides(ctx)->fp16)) {
+    if (!mpcl_plan_hgemm_usable(mpcl_context_device(ctx), mpcl_context_overrides(ctx)->fp16)) {
         a = tu_tensor(ctx, MPCL_DTYPE_F16, 3, 2);
         b = tu_tensor(ctx, MPCL_DTYPE_F16, 2, 4);
         c = tu_tensor(ctx, MPCL_DTYPE_F16, 3, 4);

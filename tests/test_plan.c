@@ -71,8 +71,30 @@ static void undeclared_but_works_needs_force(void **state) {
     force.fp16 = MPCL_FP16_FORCE;
     assert_true(mpcl_plan_fp16_math_usable(&d, MPCL_FP16_FORCE));
     assert_false(mpcl_plan_fp16_math_usable(&d, MPCL_FP16_DEFAULT));
+    /* Forced half arithmetic, but no HGEMM: CLBlast reads the extension list
+     * and refuses HGEMM where cl_khr_fp16 is not declared (NVIDIA's H200
+     * returned CLBlastNoHalfPrecision), so the GEMM accumulates in f32. */
+    assert_false(mpcl_plan_hgemm_usable(&d, MPCL_FP16_FORCE));
+    expect(mpcl_plan_resolve(&d, MPCL_POLICY_AUTO, &force), MPCL_POLICY_MIXED_FLOAT16,
+           MPCL_DTYPE_F16, MPCL_GEMM_CLBLAST_STAGED, true, "HGEMM needs cl_khr_fp16 declared");
+    expect(mpcl_plan_resolve(&d, MPCL_POLICY_MIXED_FLOAT16, &force), MPCL_POLICY_MIXED_FLOAT16,
+           MPCL_DTYPE_F16, MPCL_GEMM_CLBLAST_STAGED, true, "HGEMM needs cl_khr_fp16 declared");
+    force.gemm_set = true;
+    force.gemm = MPCL_GEMM_CLBLAST_HGEMM;
+    mpcl_plan p = mpcl_plan_resolve(&d, MPCL_POLICY_MIXED_FLOAT16, &force);
+    assert_false(p.usable);
+    if (!strstr(p.reason, "clblast-hgemm needs cl_khr_fp16 declared"))
+        fail_msg("reason '%s'", p.reason);
+    /* Declared and forced, or declared and verified: HGEMM. */
+    d.has_fp16_extension = true;
+    assert_true(mpcl_plan_hgemm_usable(&d, MPCL_FP16_FORCE));
+    assert_false(mpcl_plan_hgemm_usable(&d, MPCL_FP16_DEFAULT));
+    force.gemm_set = false;
     expect(mpcl_plan_resolve(&d, MPCL_POLICY_AUTO, &force), MPCL_POLICY_MIXED_FLOAT16,
            MPCL_DTYPE_F16, MPCL_GEMM_CLBLAST_HGEMM, true, "verified fp16 math");
+    d.fp16_math = MPCL_FP16_MATH_VERIFIED;
+    assert_true(mpcl_plan_hgemm_usable(&d, MPCL_FP16_DEFAULT));
+    assert_false(mpcl_plan_hgemm_usable(&d, MPCL_FP16_OFF));
 }
 
 static void declared_but_broken_falls_back(void **state) {

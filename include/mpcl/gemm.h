@@ -22,7 +22,8 @@ extern "C" {
  * Dtypes by path:
  *   MPCL_GEMM_CLBLAST_SGEMM, MPCL_GEMM_MPCL_F32: a, b, c f32.
  *   MPCL_GEMM_CLBLAST_HGEMM: a, b, c f16; accumulates in f16 and needs usable
- *     half arithmetic (mpcl_plan_fp16_math_usable), else MPCL_ERR_UNSUPPORTED.
+ *     half arithmetic with cl_khr_fp16 declared (mpcl_plan_hgemm_usable),
+ *     else MPCL_ERR_UNSUPPORTED.
  *     alpha and beta are rounded to f16.
  *   MPCL_GEMM_MPCL_MIXED, MPCL_GEMM_CLBLAST_STAGED: a, b f16 (c f16 or f32),
  *     or a, b bf16 (c bf16 or f32); accumulates in f32. clblast-staged keeps

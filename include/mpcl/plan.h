@@ -89,6 +89,11 @@ mpcl_plan mpcl_plan_resolve(const mpcl_device_info *device, mpcl_policy policy,
 /* Whether the device may run half arithmetic under the override. */
 bool mpcl_plan_fp16_math_usable(const mpcl_device_info *device, mpcl_fp16_override fp16);
 
+/* Whether CLBlast's HGEMM may run: half arithmetic usable and cl_khr_fp16
+ * declared, since CLBlast reads the extension list and refuses HGEMM without
+ * it (CLBlastNoHalfPrecision, seen on NVIDIA under MPCL_FP16=force). */
+bool mpcl_plan_hgemm_usable(const mpcl_device_info *device, mpcl_fp16_override fp16);
+
 const char *mpcl_policy_name(mpcl_policy policy);
 const char *mpcl_dtype_name(mpcl_dtype dtype);
 /* True for f32, f16 and bf16: the dtypes that may hold activations, weights

@@ -181,6 +181,7 @@ _PROTOTYPES = {
     "mpcl_plan_overrides_from_env": (_S, [POINTER(PlanOverrides)]),
     "mpcl_plan_resolve": (Plan, [POINTER(DeviceInfo), c_int, POINTER(PlanOverrides)]),
     "mpcl_plan_fp16_math_usable": (c_bool, [POINTER(DeviceInfo), c_int]),
+    "mpcl_plan_hgemm_usable": (c_bool, [POINTER(DeviceInfo), c_int]),
     "mpcl_policy_name": (c_char_p, [c_int]),
     "mpcl_policy_parse": (c_bool, [c_char_p, POINTER(c_int)]),
     "mpcl_dtype_name": (c_char_p, [c_int]),

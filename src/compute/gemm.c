@@ -250,13 +250,14 @@ mpcl_status mpcl_gemm(mpcl_context *ctx, mpcl_gemm_path path, bool trans_a, bool
         return MPCL_ERROR(ctx, MPCL_ERR_SHAPE, "gemm: %zux%zux%zu has a matrix over 2^32 elements",
                           m, n, k);
 
-    if (path == MPCL_GEMM_CLBLAST_HGEMM &&
-        !mpcl_plan_fp16_math_usable(&ctx->info, ctx->overrides.fp16))
+    if (path == MPCL_GEMM_CLBLAST_HGEMM && !mpcl_plan_hgemm_usable(&ctx->info, ctx->overrides.fp16))
         return MPCL_ERROR(ctx, MPCL_ERR_UNSUPPORTED,
                           "gemm path clblast-hgemm%s accumulates in half precision, but %s cannot "
-                          "use half arithmetic (no verified cl_khr_fp16, or MPCL_FP16=off); use "
-                          "mpcl-mixed for f16 tensors",
-                          override_note(ctx, path), ctx->info.name);
+                          "run it (%s); use mpcl-mixed or clblast-staged for f16 tensors",
+                          override_note(ctx, path), ctx->info.name,
+                          mpcl_plan_fp16_math_usable(&ctx->info, ctx->overrides.fp16)
+                              ? "cl_khr_fp16 is not declared, and CLBlast checks it"
+                              : "no half arithmetic: no verified cl_khr_fp16, or MPCL_FP16=off");
 
     if (path == MPCL_GEMM_CLBLAST_SGEMM || path == MPCL_GEMM_CLBLAST_HGEMM)
         return run_clblast(ctx, path, trans_a, trans_b, m, n, k, alpha, a, b, beta, c);

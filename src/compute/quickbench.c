@@ -93,7 +93,7 @@ static mpcl_status launch_latency(mpcl_context *ctx, double *us) {
 mpcl_status mpcl_quick_bench_run(mpcl_context *ctx, mpcl_quick_bench *out) {
     out->sgemm_gflops = out->hgemm_gflops = out->copy_gb_per_s = out->launch_us = NAN;
     mpcl_status st = gemm_rate(ctx, MPCL_GEMM_CLBLAST_SGEMM, 1024, &out->sgemm_gflops);
-    if (st == MPCL_OK && mpcl_plan_fp16_math_usable(&ctx->info, ctx->overrides.fp16))
+    if (st == MPCL_OK && mpcl_plan_hgemm_usable(&ctx->info, ctx->overrides.fp16))
         st = gemm_rate(ctx, MPCL_GEMM_CLBLAST_HGEMM, 1024, &out->hgemm_gflops);
     if (st == MPCL_OK) st = copy_rate(ctx, &out->copy_gb_per_s);
     if (st == MPCL_OK) st = launch_latency(ctx, &out->launch_us);

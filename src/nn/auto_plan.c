@@ -53,7 +53,7 @@ static size_t list_candidates(mpcl_context *ctx, candidate *c) {
     bool cpu = mpcl_context_device(ctx)->type == MPCL_DEVICE_TYPE_CPU;
     f16.gemm = cpu ? MPCL_GEMM_MPCL_MIXED : MPCL_GEMM_CLBLAST_STAGED;
     c[n++].plan = f16;
-    if (mpcl_plan_fp16_math_usable(mpcl_context_device(ctx), o->fp16)) {
+    if (mpcl_plan_hgemm_usable(mpcl_context_device(ctx), o->fp16)) {
         f16.gemm = MPCL_GEMM_CLBLAST_HGEMM;
         c[n++].plan = f16;
     }

@@ -85,6 +85,10 @@ bool mpcl_plan_fp16_math_usable(const mpcl_device_info *d, mpcl_fp16_override fp
     return fp16 == MPCL_FP16_FORCE && d->fp16_math == MPCL_FP16_MATH_UNDECLARED_BUT_WORKS;
 }
 
+bool mpcl_plan_hgemm_usable(const mpcl_device_info *d, mpcl_fp16_override fp16) {
+    return mpcl_plan_fp16_math_usable(d, fp16) && d->has_fp16_extension;
+}
+
 /* Why half arithmetic is off the table, in words a user can act on. */
 static const char *why_no_fp16_math(const mpcl_device_info *d, mpcl_fp16_override fp16) {
     if (fp16 == MPCL_FP16_OFF) return "MPCL_FP16=off";
@@ -104,9 +108,9 @@ static const char *why_no_fp16_math(const mpcl_device_info *d, mpcl_fp16_overrid
  * is usable; else, and for bf16 (CLBlast has no bf16 GEMM), f32 accumulation:
  * mpcl-mixed on CPUs, clblast-staged elsewhere (an H200 ran mpcl-mixed at 229
  * GFLOP/s at 1024^3, CLBlast SGEMM at 14.6 TFLOP/s; bench/README.md). */
-static mpcl_gemm_path default_gemm(const mpcl_device_info *d, mpcl_dtype storage, bool fp16_math) {
+static mpcl_gemm_path default_gemm(const mpcl_device_info *d, mpcl_dtype storage, bool hgemm) {
     bool cpu = d->type == MPCL_DEVICE_TYPE_CPU;
-    if (storage == MPCL_DTYPE_F16 && fp16_math) return MPCL_GEMM_CLBLAST_HGEMM;
+    if (storage == MPCL_DTYPE_F16 && hgemm) return MPCL_GEMM_CLBLAST_HGEMM;
     if (storage == MPCL_DTYPE_F16 || storage == MPCL_DTYPE_BF16)
         return cpu ? MPCL_GEMM_MPCL_MIXED : MPCL_GEMM_CLBLAST_STAGED;
     return cpu ? MPCL_GEMM_MPCL_F32 : MPCL_GEMM_CLBLAST_SGEMM;
@@ -131,7 +135,8 @@ static void set_float32(mpcl_plan *p, const mpcl_device_info *d) {
 
 /* MPCL_GEMM: honoured when the storage and the device allow it, else the plan
  * is marked unusable with the reason. */
-static void apply_gemm_override(mpcl_plan *p, bool fp16_math, const mpcl_gemm_path *gemm) {
+static void apply_gemm_override(mpcl_plan *p, bool fp16_math, bool hgemm,
+                                const mpcl_gemm_path *gemm) {
     if (!gemm) return;
     if (!gemm_takes(*gemm, p->storage)) {
         p->usable = false;
@@ -146,16 +151,24 @@ static void apply_gemm_override(mpcl_plan *p, bool fp16_math, const mpcl_gemm_pa
                      : "");
         return;
     }
-    if (*gemm == MPCL_GEMM_CLBLAST_HGEMM && !fp16_math) {
+    if (*gemm == MPCL_GEMM_CLBLAST_HGEMM && !hgemm) {
         p->usable = false;
-        snprintf(p->reason, sizeof p->reason,
-                 "MPCL_GEMM=clblast-hgemm needs half arithmetic, which this device cannot use");
+        snprintf(p->reason, sizeof p->reason, "%s",
+                 fp16_math ? "MPCL_GEMM=clblast-hgemm needs cl_khr_fp16 declared (CLBlast checks "
+                             "the extension list), which this device does not declare"
+                           : "MPCL_GEMM=clblast-hgemm needs half arithmetic, which this device "
+                             "cannot use");
         return;
     }
     p->gemm = *gemm;
     size_t n = strlen(p->reason);
     snprintf(p->reason + n, sizeof p->reason - n, "; GEMM set by MPCL_GEMM");
 }
+
+/* Half arithmetic forced on a device that does not declare cl_khr_fp16. */
+#define NO_HGEMM_REASON                                                               \
+    "(MPCL_FP16=force), GEMM accumulating in f32: CLBlast's HGEMM needs cl_khr_fp16 " \
+    "declared"
 
 mpcl_plan mpcl_plan_resolve(const mpcl_device_info *d, mpcl_policy policy,
                             const mpcl_plan_overrides *overrides) {
@@ -166,6 +179,7 @@ mpcl_plan mpcl_plan_resolve(const mpcl_device_info *d, mpcl_policy policy,
     p.policy = policy;
     p.usable = true;
     bool fp16_math = mpcl_plan_fp16_math_usable(d, overrides->fp16);
+    bool hgemm = mpcl_plan_hgemm_usable(d, overrides->fp16);
     bool f16_storage = d->fp16_storage == MPCL_FP16_STORAGE_VERIFIED;
     bool bf16_storage = d->bf16_storage == MPCL_BF16_STORAGE_VERIFIED;
 
@@ -178,10 +192,10 @@ mpcl_plan mpcl_plan_resolve(const mpcl_device_info *d, mpcl_policy policy,
         if (fp16_math && f16_storage) {
             p.resolved = MPCL_POLICY_MIXED_FLOAT16;
             p.storage = MPCL_DTYPE_F16;
-            p.gemm = default_gemm(d, MPCL_DTYPE_F16, true);
+            p.gemm = default_gemm(d, MPCL_DTYPE_F16, hgemm);
             p.loss_scaling = true;
-            snprintf(p.reason, sizeof p.reason,
-                     "device has verified fp16 math: mixed_float16 with HGEMM");
+            snprintf(p.reason, sizeof p.reason, "device has verified fp16 math: mixed_float16 %s",
+                     hgemm ? "with HGEMM" : NO_HGEMM_REASON);
         } else {
             set_float32(&p, d);
             snprintf(p.reason, sizeof p.reason, "%s: float32",
@@ -205,7 +219,7 @@ mpcl_plan mpcl_plan_resolve(const mpcl_device_info *d, mpcl_policy policy,
          * nothing overflows before f32 would; loss scaling is off by default. */
         p.resolved = MPCL_POLICY_MIXED_BFLOAT16;
         p.storage = MPCL_DTYPE_BF16;
-        p.gemm = default_gemm(d, MPCL_DTYPE_BF16, fp16_math);
+        p.gemm = default_gemm(d, MPCL_DTYPE_BF16, hgemm);
         p.loss_scaling = false;
         snprintf(p.reason, sizeof p.reason,
                  "bf16 storage with f32 math; the GEMM accumulates in f32 (CLBlast has no bf16 "
@@ -224,17 +238,18 @@ mpcl_plan mpcl_plan_resolve(const mpcl_device_info *d, mpcl_policy policy,
         }
         p.resolved = MPCL_POLICY_MIXED_FLOAT16;
         p.storage = MPCL_DTYPE_F16;
-        p.gemm = default_gemm(d, MPCL_DTYPE_F16, fp16_math);
+        p.gemm = default_gemm(d, MPCL_DTYPE_F16, hgemm);
         p.loss_scaling = true;
         if (fp16_math)
-            snprintf(p.reason, sizeof p.reason,
-                     "device has verified fp16 math: f16 storage, HGEMM");
+            snprintf(p.reason, sizeof p.reason, "device has verified fp16 math: f16 storage, %s",
+                     hgemm ? "HGEMM" : NO_HGEMM_REASON);
         else
             snprintf(p.reason, sizeof p.reason,
                      "%s: f16 storage with f32 math, GEMM accumulates in f32",
                      why_no_fp16_math(d, overrides->fp16));
         break;
     }
-    if (p.usable && overrides->gemm_set) apply_gemm_override(&p, fp16_math, &overrides->gemm);
+    if (p.usable && overrides->gemm_set)
+        apply_gemm_override(&p, fp16_math, hgemm, &overrides->gemm);
     return p;
 }
