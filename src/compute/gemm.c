@@ -213,10 +213,10 @@ static mpcl_status run_staged(mpcl_context *ctx, bool ta, bool tb, size_t m, siz
     if (st == MPCL_OK) st = scratch(ctx, 1, b->rows, b->cols, &b32);
     if (st == MPCL_OK) st = mpcl_cast(ctx, &a32, a);
     if (st == MPCL_OK) st = mpcl_cast(ctx, &b32, b);
-    if (st != MPCL_OK || c->dtype == MPCL_DTYPE_F32)
-        return st == MPCL_OK ? run_clblast(ctx, MPCL_GEMM_CLBLAST_SGEMM, ta, tb, m, n, k, alpha,
-                                           &a32, &b32, beta, c)
-                             : st;
+    if (st != MPCL_OK) return st;
+    if (c->dtype == MPCL_DTYPE_F32)
+        return run_clblast(ctx, MPCL_GEMM_CLBLAST_SGEMM, ta, tb, m, n, k, alpha, &a32, &b32, beta,
+                           c);
     st = scratch(ctx, 2, m, n, &c32);
     if (st == MPCL_OK && beta != 0.0f) st = mpcl_cast(ctx, &c32, c);
     if (st == MPCL_OK)
