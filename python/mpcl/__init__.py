@@ -40,9 +40,8 @@ def _verdict(d, overrides):
     if _clib.mpcl_plan_hgemm_usable(ctypes.byref(d), overrides.fp16):
         return "full mixed precision: f16 storage and f16 GEMM (HGEMM), f32 master weights"
     if _clib.mpcl_plan_fp16_math_usable(ctypes.byref(d), overrides.fp16):
-        return ("mixed_float16 runs as f16 storage with half arithmetic and a GEMM accumulating "
-                "in f32 (CLBlast's HGEMM needs cl_khr_fp16 declared); auto measures which is "
-                "faster")
+        return ("mixed_float16 runs as f16 storage with f32 math: MPCL_FP16=force cannot bring "
+                "HGEMM here (CLBlast needs cl_khr_fp16 declared); auto measures which is faster")
     return ("mixed_float16 runs as f16 storage with f32 math (halves memory traffic); "
             "auto measures which is faster")
 

@@ -49,8 +49,8 @@ static const char *verdict(const mpcl_device_info *d, const mpcl_plan_overrides 
     if (mpcl_plan_hgemm_usable(d, o->fp16))
         return "full mixed precision: f16 storage and f16 GEMM (HGEMM), f32 master weights";
     if (mpcl_plan_fp16_math_usable(d, o->fp16))
-        return "mixed_float16 runs as f16 storage with half arithmetic and a GEMM accumulating in "
-               "f32 (CLBlast's HGEMM needs cl_khr_fp16 declared); auto measures which is faster";
+        return "mixed_float16 runs as f16 storage with f32 math: MPCL_FP16=force cannot bring "
+               "HGEMM here (CLBlast needs cl_khr_fp16 declared); auto measures which is faster";
     return "mixed_float16 runs as f16 storage with f32 math (halves memory traffic); "
            "auto measures which is faster";
 }
