@@ -37,13 +37,11 @@
 // alignment only) and converted from a private vector: PoCL 3.1 compiled
 // vload_half8/16 of a global row that starts at an odd multiple of 8 halves
 // into an aligned vector move (vmovaps), which faulted (M even, K % 8 != 0).
-inline float8 gemm_f16_bits8(ushort8 bits) { return vload_half8(0, (const half *)&bits); }
-inline float16 gemm_f16_bits16(ushort16 bits) { return vload_half16(0, (const half *)&bits); }
 inline float8 gemm_f16_load8(const __global half *p) {
-    return gemm_f16_bits8(vload8(0, (const __global ushort *)p));
+    return storage_value8(vload8(0, (const __global ushort *)p));
 }
 inline float16 gemm_f16_load16(const __global half *p) {
-    return gemm_f16_bits16(vload16(0, (const __global ushort *)p));
+    return storage_value16(vload16(0, (const __global ushort *)p));
 }
 inline float4 gemm_f16_load4(const __global half *p) {
     ushort4 bits = vload4(0, (const __global ushort *)p);
@@ -166,20 +164,12 @@ typedef storage_bits_t gemm_raw_t; // common.cl
 #define GEMM_LANES16(X) \
     GEMM_LANES8(X), X(8), X(9), X(10), X(11), X(12), X(13), X(14), X(15)
 #define GEMM_BLANE(l) GEMM_RAW_LOAD(b, min(cj0 + (l), N - 1) * bcs + (kb + kk) * bks)
-#if defined(MPCL_STORAGE_F16)
-#define GEMM_RAW_VT GEMM_CAT(ushort, GEMM_W)
-#define GEMM_RAW_TO_FLOAT GEMM_CAT(gemm_f16_bits, GEMM_W)
-#elif defined(MPCL_STORAGE_BF16)
-#define GEMM_RAW_VT GEMM_CAT(ushort, GEMM_W)
-#define GEMM_RAW_TO_FLOAT GEMM_CAT(mpcl_bf16_value, GEMM_W)
-#else
-#define GEMM_RAW_VT GEMM_VT
-#define GEMM_RAW_TO_FLOAT
-#endif
+// The lanes' raw bits as one vector, converted by common.cl's storage_value.
+#define GEMM_RAW_VT GEMM_CAT(GEMM_CAT(storage_bits, GEMM_W), _t)
 #define GEMM_GATHER_K(RSTRIDE, KSTRIDE)                                                \
     {                                                                                  \
-        const GEMM_VT bv =                                                             \
-            GEMM_RAW_TO_FLOAT((GEMM_RAW_VT)(GEMM_CAT(GEMM_LANES, GEMM_W)(GEMM_BLANE))); \
+        const GEMM_VT bv = GEMM_CAT(storage_value, GEMM_W)(                            \
+            (GEMM_RAW_VT)(GEMM_CAT(GEMM_LANES, GEMM_W)(GEMM_BLANE)));                  \
         const float *ap = abuf + kk * (KSTRIDE);                                       \
         GEMM_ROWS(GEMM_FMA, RSTRIDE)                                                   \
     }

@@ -44,7 +44,6 @@
         if ((n) > 5u) q_[(o).s5] = b_.s5;                             \
         if ((n) > 6u) q_[(o).s6] = b_.s6;                             \
         if ((n) > 7u) q_[(o).s7] = b_.s7;                             \
-                                                                      \
     } while (0)
 
 __kernel __attribute__((reqd_work_group_size(MPCL_ABI_LOSS_WG, 1, 1))) void mpcl_softmax_xent(

@@ -185,8 +185,7 @@ static mpcl_status scratch(mpcl_context *ctx, int slot, size_t rows, size_t cols
         CHECK_CL(ctx, err);
         /* Commands already enqueued on the old buffer keep it alive. */
         if (ctx->gemm_scratch[slot]) clReleaseMemObject(ctx->gemm_scratch[slot]);
-        ctx->bytes_now += bytes - ctx->gemm_scratch_bytes[slot];
-        if (ctx->bytes_now > ctx->bytes_peak) ctx->bytes_peak = ctx->bytes_now;
+        mpcl__count_bytes(ctx, bytes - ctx->gemm_scratch_bytes[slot]);
         ctx->gemm_scratch[slot] = mem;
         ctx->gemm_scratch_bytes[slot] = bytes;
     }

@@ -41,8 +41,7 @@ mpcl_status mpcl_tensor_create(mpcl_context *ctx, mpcl_dtype dtype, size_t rows,
      * some later kernel, and nothing ever reads uninitialized memory. */
     const uint32_t zero = 0; /* the pattern is one element: sizes are multiples of it */
     CHECK_CL(ctx, clEnqueueFillBuffer(ctx->queue, t->mem, &zero, elem, 0, t->bytes, 0, NULL, NULL));
-    ctx->bytes_now += t->bytes;
-    if (ctx->bytes_now > ctx->bytes_peak) ctx->bytes_peak = ctx->bytes_now;
+    mpcl__count_bytes(ctx, t->bytes);
     *out = t;
     return MPCL_OK;
 cleanup:

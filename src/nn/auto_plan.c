@@ -50,13 +50,12 @@ static size_t list_candidates(mpcl_context *ctx, candidate *c) {
         c[n++].plan = f16;
         return n;
     }
-    bool cpu = mpcl_context_device(ctx)->type == MPCL_DEVICE_TYPE_CPU;
-    f16.gemm = cpu ? MPCL_GEMM_MPCL_MIXED : MPCL_GEMM_CLBLAST_STAGED;
-    c[n++].plan = f16;
-    if (mpcl_plan_hgemm_usable(mpcl_context_device(ctx), o->fp16)) {
-        f16.gemm = MPCL_GEMM_CLBLAST_HGEMM;
-        c[n++].plan = f16;
-    }
+    /* The path the rule takes for f16 without half arithmetic (f32
+     * accumulation), and HGEMM where the rule takes that. */
+    mpcl_plan_overrides no_half = *o;
+    no_half.fp16 = MPCL_FP16_OFF;
+    c[n++].plan = mpcl_plan_resolve(mpcl_context_device(ctx), MPCL_POLICY_MIXED_FLOAT16, &no_half);
+    if (f16.gemm == MPCL_GEMM_CLBLAST_HGEMM) c[n++].plan = f16;
     return n;
 }
 

@@ -70,7 +70,7 @@ void mpcl_context_destroy(mpcl_context *ctx) {
      * Oclgrind's heap at exit. */
     CLBlastClearCache();
     for (int i = 0; i < ctx->kernel_count; i++) clReleaseKernel(ctx->kernels[i].kernel);
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < MPCL__GEMM_SCRATCH_SLOTS; i++)
         if (ctx->gemm_scratch[i]) clReleaseMemObject(ctx->gemm_scratch[i]);
     for (int i = 0; i < MPCL_DTYPE_COUNT; i++)
         if (ctx->programs[i]) clReleaseProgram(ctx->programs[i]);

@@ -145,6 +145,7 @@ void mpcl__cache_write(const char *dir, mpcl__cache_key key, const unsigned char
 /* ---- context ---- */
 
 #define MPCL__MAX_KERNELS 256
+#define MPCL__GEMM_SCRATCH_SLOTS 3
 
 struct mpcl_context {
     cl_platform_id platform;
@@ -167,11 +168,17 @@ struct mpcl_context {
     size_t bytes_now, bytes_peak; /* tensors and workspaces */
     /* The clblast-staged GEMM's f32 workspaces (A, B, C), grown on demand and
      * reused by every call: the queue is in order. */
-    cl_mem gemm_scratch[3];
-    size_t gemm_scratch_bytes[3];
+    cl_mem gemm_scratch[MPCL__GEMM_SCRATCH_SLOTS];
+    size_t gemm_scratch_bytes[MPCL__GEMM_SCRATCH_SLOTS];
     uint64_t launches; /* kernels and CLBlast calls enqueued */
     uint64_t syncs;    /* blocking calls: finishes, blocking reads and writes */
     char *errmsg;      /* owned; never NULL after create */
 };
+
+/* Counts `bytes` more of device memory held by ctx (tensors, workspaces). */
+static inline void mpcl__count_bytes(mpcl_context *ctx, size_t bytes) {
+    ctx->bytes_now += bytes;
+    if (ctx->bytes_now > ctx->bytes_peak) ctx->bytes_peak = ctx->bytes_now;
+}
 
 #endif
