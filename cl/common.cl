@@ -108,25 +108,34 @@ typedef float storage_t;
 // conversions and branches (relu backward in f16: 0.26x memcpy against 1.2x).
 // Kernels compare such values on their bits (see activation_grad).
 
-// float8 at any 4-byte-aligned address: vload8/vstore8 of float came out as
-// four 8-byte moves on PoCL; a 4-byte-aligned float8 is one unaligned vector
-// move (and still correct where a device splits it).
-typedef float8 __attribute__((aligned(4))) mpcl_float8_a4;
-
-// The same for 16-bit bits: vstore8/vstore16 of ushort came out as one
-// 2-byte store per lane on PoCL (the bf16 bias+relu forward at 0.38x memcpy
-// against f16's 1.39x, one Zen 4 core); through a 2-byte-aligned vector type
-// it is one unaligned vector move.
-typedef ushort8 __attribute__((aligned(2))) mpcl_ushort8_a2;
-typedef ushort16 __attribute__((aligned(2))) mpcl_ushort16_a2;
-#define STORE_USHORT8(p, i, v) (*(__global mpcl_ushort8_a2 *)((__global ushort *)(p) + (i)) = (v))
-#define STORE_USHORT16(p, i, v) \
-    (*(__global mpcl_ushort16_a2 *)((__global ushort *)(p) + (i)) = (v))
+// Whole vectors at one element's alignment, each as one unaligned vector
+// move. vloadn/vstoren promise the same, but PoCL splits them: vload8/vstore8
+// of float came out as four 8-byte moves, vstore8/vstore16 of ushort as one
+// 2-byte store per lane (the bf16 bias+relu forward at 0.38x memcpy against
+// f16's 1.39x, one Zen 4 core), and a 16-wide float access as 4- and 8-wide
+// pieces (staging op(A) that way took 22% of the 128x128x784 GEMM). A
+// device that splits these types anyway is still correct. GLOAD_U/GSTORE_U
+// take global pointers, PLOAD_U/PSTORE_U private ones (OpenCL 1.2 has no
+// generic address space); T is the vector type, e.g. float16.
+typedef float4 __attribute__((aligned(4))) mpcl_float4_u;
+typedef float8 __attribute__((aligned(4))) mpcl_float8_u;
+typedef float16 __attribute__((aligned(4))) mpcl_float16_u;
+typedef ushort4 __attribute__((aligned(2))) mpcl_ushort4_u;
+typedef ushort8 __attribute__((aligned(2))) mpcl_ushort8_u;
+typedef ushort16 __attribute__((aligned(2))) mpcl_ushort16_u;
+#define MPCL_U(T) MPCL_U_(T)
+#define MPCL_U_(T) mpcl_##T##_u
+#define GLOAD_U(T, p) (*(__global const MPCL_U(T) *)(p))
+#define GSTORE_U(T, p, v) (*(__global MPCL_U(T) *)(p) = (v))
+#define PLOAD_U(T, p) (*(const MPCL_U(T) *)(p))
+#define PSTORE_U(T, p, v) (*(MPCL_U(T) *)(p) = (v))
+#define STORE_USHORT8(p, i, v) GSTORE_U(ushort8, (__global ushort *)(p) + (i), (v))
+#define STORE_USHORT16(p, i, v) GSTORE_U(ushort16, (__global ushort *)(p) + (i), (v))
 
 #define LOAD_HALF8(p, i) vload_half8(0, (__global const half *)(p) + (i))
 #define STORE_HALF8(p, i, v) vstore_half8_rte((v), 0, (__global half *)(p) + (i))
-#define LOAD_FLOAT8(p, i) (*(__global const mpcl_float8_a4 *)((__global const float *)(p) + (i)))
-#define STORE_FLOAT8(p, i, v) (*(__global mpcl_float8_a4 *)((__global float *)(p) + (i)) = (v))
+#define LOAD_FLOAT8(p, i) GLOAD_U(float8, (__global const float *)(p) + (i))
+#define STORE_FLOAT8(p, i, v) GSTORE_U(float8, (__global float *)(p) + (i), (v))
 
 // LOAD8(p, i): p[i .. i+7] as float8; STORE8(p, i, v) stores them back. A
 // storage dtype without a vector form here would go element by element

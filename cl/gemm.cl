@@ -15,11 +15,12 @@
 // within a block, the strip's tiles in turn: each tile resumes its partial
 // sums from a private array, so the block's rows of op(B) are read from
 // memory once and from L1 for the other tiles of the strip. For each tile
-// and block, op(A)'s part is first staged, as float, into a private array
-// with vector loads (so f16 is converted once per element per tile with
-// vector conversions; one scalar vload_half per multiply made mpcl-mixed 6x
-// slower on PoCL), then for each k one row of op(B) is loaded as a vector
-// and each row's A element is broadcast into an fma. Work-groups are one item
+// and block, op(A)'s part is read in place (f32, see GEMM_BLOCK_DIRECT) or
+// first staged, as float, into a private array with vector loads (so f16 is
+// converted once per element per tile with vector conversions; one scalar
+// vload_half per multiply made mpcl-mixed 6x slower on PoCL), then for each
+// k one row of op(B) is loaded as a vector and each row's A element is
+// broadcast into an fma. Work-groups are one item
 // (the host launches local size 1x1).
 //
 // Edges. A tile that would run past the last row (column) is shifted back to
@@ -32,24 +33,24 @@
 // next rows (lanes that are never stored) except at B's end; otherwise
 // element by element (the "gather" loop, slower: transposed-B cases).
 
+// Vectors are accessed through common.cl's GLOAD_U and friends (one
+// unaligned move each): through vload16/vstore16, PoCL's 4- and 8-wide
+// pieces made the 128x128x784 GEMM 185 us against 159 (Zen 4, two threads).
+#define GEMM_GLOAD(T, p, o) GLOAD_U(T, (p) + (o))
+#define GEMM_GSTORE(T, v, p, o) GSTORE_U(T, (p) + (o), (v))
+#define GEMM_PLOAD(T, p, o) PLOAD_U(T, (p) + (o))
+#define GEMM_PSTORE(T, v, p, o) PSTORE_U(T, (p) + (o), (v))
 #if defined(MPCL_STORAGE_F16)
-// f16 vectors are loaded as ushort bits (vload of ushort needs 2-byte
-// alignment only) and converted from a private vector: PoCL 3.1 compiled
-// vload_half8/16 of a global row that starts at an odd multiple of 8 halves
-// into an aligned vector move (vmovaps), which faulted (M even, K % 8 != 0).
-inline float8 gemm_f16_load8(const __global half *p) {
-    return storage_value8(vload8(0, (const __global ushort *)p));
-}
-inline float16 gemm_f16_load16(const __global half *p) {
-    return storage_value16(vload16(0, (const __global ushort *)p));
-}
-inline float4 gemm_f16_load4(const __global half *p) {
-    ushort4 bits = vload4(0, (const __global ushort *)p);
-    return vload_half4(0, (const half *)&bits);
-}
-#define GEMM_VLOAD4(p, o) gemm_f16_load4((p) + (o))
-#define GEMM_VLOAD8(p, o) gemm_f16_load8((p) + (o))
-#define GEMM_VLOAD16(p, o) gemm_f16_load16((p) + (o))
+// f16 vectors are loaded as ushort bits and converted from a private
+// vector: PoCL 3.1 compiled vload_half8/16 of a global row that starts at an
+// odd multiple of 8 halves into an aligned vector move (vmovaps), which
+// faulted (M even, K % 8 != 0).
+#define GEMM_F16_GLOAD(n, p, o) \
+    GEMM_CAT(storage_value, n)(GEMM_GLOAD(GEMM_CAT(ushort, n), (const __global ushort *)(p), (o)))
+inline float4 gemm_f16_value4(ushort4 bits) { return vload_half4(0, (const half *)&bits); }
+#define GEMM_VLOAD4(p, o) gemm_f16_value4(GEMM_GLOAD(ushort4, (const __global ushort *)(p), (o)))
+#define GEMM_VLOAD8(p, o) GEMM_F16_GLOAD(8, p, o)
+#define GEMM_VLOAD16(p, o) GEMM_F16_GLOAD(16, p, o)
 // From the private arrays of raw bits below (aligned, private).
 #define GEMM_PVLOAD8(p, o) vload_half8(0, (p) + (o))
 #define GEMM_PVLOAD16(p, o) vload_half16(0, (p) + (o))
@@ -64,17 +65,19 @@ inline float4 gemm_f16_load4(const __global half *p) {
 #define GEMM_BVLOAD_ALIGNED(p, o) GEMM_CAT(vload_half, GEMM_W)(0, (p) + (o))
 #elif defined(MPCL_STORAGE_BF16)
 // bf16 as ushort vectors, converted with common.cl's vector forms.
-#define GEMM_VLOAD4(p, o) mpcl_bf16_value4(vload4(0, (p) + (o)))
-#define GEMM_VLOAD8(p, o) mpcl_bf16_value8(vload8(0, (p) + (o)))
-#define GEMM_VLOAD16(p, o) mpcl_bf16_value16(vload16(0, (p) + (o)))
-#define GEMM_VSTORE8(v, p, o) STORE_USHORT8((p), (o), mpcl_bf16_bits8(v))
-#define GEMM_VSTORE16(v, p, o) STORE_USHORT16((p), (o), mpcl_bf16_bits16(v))
+#define GEMM_VLOAD4(p, o) mpcl_bf16_value4(GEMM_GLOAD(ushort4, p, o))
+#define GEMM_VLOAD8(p, o) mpcl_bf16_value8(GEMM_GLOAD(ushort8, p, o))
+#define GEMM_VLOAD16(p, o) mpcl_bf16_value16(GEMM_GLOAD(ushort16, p, o))
+#define GEMM_PVLOAD8(p, o) mpcl_bf16_value8(GEMM_PLOAD(ushort8, p, o))
+#define GEMM_PVLOAD16(p, o) mpcl_bf16_value16(GEMM_PLOAD(ushort16, p, o))
+#define GEMM_VSTORE8(v, p, o) GEMM_GSTORE(ushort8, mpcl_bf16_bits8(v), p, o)
+#define GEMM_VSTORE16(v, p, o) GEMM_GSTORE(ushort16, mpcl_bf16_bits16(v), p, o)
 #else
-#define GEMM_VLOAD4(p, o) vload4(0, (p) + (o))
-#define GEMM_VLOAD8(p, o) vload8(0, (p) + (o))
-#define GEMM_VLOAD16(p, o) vload16(0, (p) + (o))
-#define GEMM_VSTORE8(v, p, o) vstore8((v), 0, (p) + (o))
-#define GEMM_VSTORE16(v, p, o) vstore16((v), 0, (p) + (o))
+#define GEMM_VLOAD4(p, o) GEMM_GLOAD(float4, p, o)
+#define GEMM_VLOAD8(p, o) GEMM_GLOAD(float8, p, o)
+#define GEMM_VLOAD16(p, o) GEMM_GLOAD(float16, p, o)
+#define GEMM_VSTORE8(v, p, o) GEMM_GSTORE(float8, v, p, o)
+#define GEMM_VSTORE16(v, p, o) GEMM_GSTORE(float16, v, p, o)
 #endif
 // Elements of op(B) gathered one by one (transposed or narrow B) are copied
 // as raw bits into a private array and converted together by one vector load
@@ -88,12 +91,11 @@ typedef storage_bits_t gemm_raw_t; // common.cl
 #endif
 #define GEMM_RAW_LOAD(p, i) (((__global const gemm_raw_t *)(p))[(i)])
 // C held as float (the f32-output kernels of the f16 and bf16 programs).
-#if !defined(MPCL_STORAGE_F16)
-#define GEMM_PVLOAD8 GEMM_VLOAD8
-#define GEMM_PVLOAD16 GEMM_VLOAD16
-#endif
 #if defined(MPCL_STORAGE_F16) || defined(MPCL_STORAGE_BF16)
 #define GEMM_NARROW_STORAGE 1
+#define GEMM_A_DIRECT 0 /* see GEMM_BLOCK_DIRECT */
+#else
+#define GEMM_A_DIRECT 1
 #endif
 #define GEMM_FLOAD(p, i) ((p)[(i)])
 #define GEMM_FSTORE(p, i, v) ((p)[(i)] = (v))
@@ -166,19 +168,42 @@ typedef storage_bits_t gemm_raw_t; // common.cl
 #define GEMM_BLANE(l) GEMM_RAW_LOAD(b, min(cj0 + (l), N - 1) * bcs + (kb + kk) * bks)
 // The lanes' raw bits as one vector, converted by common.cl's storage_value.
 #define GEMM_RAW_VT GEMM_CAT(GEMM_CAT(storage_bits, GEMM_W), _t)
-#define GEMM_GATHER_K(RSTRIDE, KSTRIDE)                                                \
+#define GEMM_GATHER_K(RSTRIDE, AP)                                                     \
     {                                                                                  \
         const GEMM_VT bv = GEMM_CAT(storage_value, GEMM_W)(                            \
             (GEMM_RAW_VT)(GEMM_CAT(GEMM_LANES, GEMM_W)(GEMM_BLANE)));                  \
-        const float *ap = abuf + kk * (KSTRIDE);                                       \
+        AP(kk)                                                                         \
         GEMM_ROWS(GEMM_FMA, RSTRIDE)                                                   \
     }
-// The multiply of one staged block; RSTRIDE is abuf's row stride (constant).
-#define GEMM_BLOCK(RSTRIDE, KSTRIDE)                                                   \
+// Where a k's elements of op(A) are read from: row r's is ap[r * RSTRIDE].
+// 16-bit A is staged in abuf, converted once per tile and block: rows
+// (ta == 0) or columns (ta == 1). f32 A is read in place when the tile's
+// rows are all inside it (M >= GEMM_TM): each element is an fma's broadcast
+// operand straight from memory, so staging only copied it (the copy took a
+// fifth of the 128x128x784 and 784x128x128 GEMMs' time; in place they ran
+// 1.2x and 1.3x faster, Zen 4, two threads). With ta == 1 a k's elements
+// are contiguous; with ta == 0 they are K apart (LLVM keeps a pointer per
+// row, some spilled: the extra loads cost less than the copy did).
+#define GEMM_AP_ROWS(kk) const float *ap = abuf + (kk);
+#define GEMM_AP_COLS(kk) const float *ap = abuf + (kk) * GEMM_TM;
+#if GEMM_A_DIRECT
+#define GEMM_AP_IN_ROWS(kk) __global const float *ap = a + ri0 * K + kb + (kk);
+#define GEMM_AP_IN_COLS(kk) __global const float *ap = a + (kb + (kk)) * M + ri0;
+#define GEMM_BLOCK_DIRECT                  \
+    if (M >= GEMM_TM && ta) {              \
+        GEMM_BLOCK(1, GEMM_AP_IN_COLS)     \
+    } else if (M >= GEMM_TM) {             \
+        GEMM_BLOCK(K, GEMM_AP_IN_ROWS)     \
+    } else
+#else
+#define GEMM_BLOCK_DIRECT
+#endif
+// The multiply of one block; RSTRIDE is ap's row stride.
+#define GEMM_BLOCK(RSTRIDE, AP)                                                        \
     if (bvec && baligned) {                                                            \
         for (uint kk = 0; kk < kn; kk++) {                                             \
             const GEMM_VT bv = GEMM_BVLOAD_ALIGNED(b, (kb + kk) * N + cj0);            \
-            const float *ap = abuf + kk * (KSTRIDE);                                   \
+            AP(kk)                                                                     \
             GEMM_ROWS(GEMM_FMA, RSTRIDE)                                               \
         }                                                                              \
     } else if (bvec) {                                                                 \
@@ -186,12 +211,12 @@ typedef storage_bits_t gemm_raw_t; // common.cl
         uint kk = 0;                                                                   \
         for (; kk < kv; kk++) {                                                        \
             const GEMM_VT bv = GEMM_BVLOAD(b, (kb + kk) * N + cj0);                    \
-            const float *ap = abuf + kk * (KSTRIDE);                                   \
+            AP(kk)                                                                     \
             GEMM_ROWS(GEMM_FMA, RSTRIDE)                                               \
         }                                                                              \
-        for (; kk < kn; kk++) GEMM_GATHER_K(RSTRIDE, KSTRIDE)                          \
+        for (; kk < kn; kk++) GEMM_GATHER_K(RSTRIDE, AP)                               \
     } else {                                                                           \
-        for (uint kk = 0; kk < kn; kk++) GEMM_GATHER_K(RSTRIDE, KSTRIDE)               \
+        for (uint kk = 0; kk < kn; kk++) GEMM_GATHER_K(RSTRIDE, AP)                    \
     }
 // C's element type and accessors, by CF: 0 in the storage dtype, 1 in float
 // (the *_cf32 kernels of the f16 and bf16 programs). The stores below get CF
@@ -203,9 +228,9 @@ typedef storage_bits_t gemm_raw_t; // common.cl
 #define GEMM_CSTORE_0 STORE
 #define GEMM_CSTORE_1 GEMM_FSTORE
 #define GEMM_CVLOAD_0 GEMM_BVLOAD
-#define GEMM_CVLOAD_1(p, o) GEMM_FVLOAD_BLOCK(0, (p) + (o))
+#define GEMM_CVLOAD_1(p, o) GEMM_GLOAD(GEMM_VT, p, o)
 #define GEMM_CVSTORE_0 GEMM_BVSTORE
-#define GEMM_CVSTORE_1(v, p, o) GEMM_FVSTORE_BLOCK((v), 0, (p) + (o))
+#define GEMM_CVSTORE_1(v, p, o) GEMM_GSTORE(GEMM_VT, v, p, o)
 // Whole tile in place: one vector store per row. beta == 0 never reads C.
 #define GEMM_STORE_FULL(r, P)                                                  \
     {                                                                          \
@@ -263,7 +288,9 @@ typedef storage_bits_t gemm_raw_t; // common.cl
                 /* Rows by vectors where the last vector of the last row stays   */            \
                 /* inside A: lanes past kn are staged but never multiplied.      */            \
                 const uint alast = min(ri0 + GEMM_TM - 1, M - 1) * K + kb;                    \
-                if (!ta && (kn % GEMM_W == 0 ||                                                \
+                if (GEMM_A_DIRECT && M >= GEMM_TM) {                                           \
+                    /* read in place (GEMM_BLOCK_DIRECT) */                                    \
+                } else if (!ta && (kn % GEMM_W == 0 ||                                                \
                             M * K - alast >= (kn + GEMM_W - 1) / GEMM_W * GEMM_W)) {           \
                     GEMM_ROWS(GEMM_STAGE_ROW, 0)                                               \
                 } else if (ta && M >= GEMM_TM) { /* ta: columns are contiguous */              \
@@ -272,10 +299,11 @@ typedef storage_bits_t gemm_raw_t; // common.cl
                 } else {                                                                       \
                     GEMM_STAGE_EDGE                                                            \
                 }                                                                              \
+                GEMM_BLOCK_DIRECT                                                              \
                 if (ta) {                                                                      \
-                    GEMM_BLOCK(1, GEMM_TM)                                                     \
+                    GEMM_BLOCK(1, GEMM_AP_COLS)                                                \
                 } else {                                                                       \
-                    GEMM_BLOCK(GEMM_KB, 1)                                                     \
+                    GEMM_BLOCK(GEMM_KB, GEMM_AP_ROWS)                                          \
                 }                                                                              \
                 GEMM_ROWS(GEMM_SAVE, 0)                                                        \
             }                                                                                  \
@@ -308,10 +336,10 @@ typedef storage_bits_t gemm_raw_t; // common.cl
 #define GEMM_BVLOAD GEMM_CAT(GEMM_VLOAD, GEMM_W)
 #define GEMM_BVSTORE GEMM_CAT(GEMM_VSTORE, GEMM_W)
 #define GEMM_RAW_BVLOAD GEMM_CAT(GEMM_PVLOAD, GEMM_W)
-#define GEMM_FVSTORE_BLOCK(v, i, p) GEMM_CAT(vstore, GEMM_W)((v), (i), (p))
-#define GEMM_FVLOAD_BLOCK(i, p) GEMM_CAT(vload, GEMM_W)((i), (p))
+#define GEMM_FVSTORE_BLOCK(v, i, p) GEMM_PSTORE(GEMM_VT, v, p, (i) * GEMM_W)
+#define GEMM_FVLOAD_BLOCK(i, p) GEMM_PLOAD(GEMM_VT, p, (i) * GEMM_W)
 #define GEMM_AVLOAD GEMM_CAT(GEMM_VLOAD, GEMM_TM)
-#define GEMM_AFVSTORE(v, i, p) GEMM_CAT(vstore, GEMM_TM)((v), (i), (p))
+#define GEMM_AFVSTORE(v, i, p) GEMM_PSTORE(GEMM_CAT(float, GEMM_TM), v, p, (i) * GEMM_TM)
 
 // Wide: 16 rows x 16 columns (N >= 16). The host sizes the range with the
 // tile of cl/abi.h, which the vector type fixes.
