@@ -74,15 +74,19 @@
 /* mpcl's GEMM tiles: the rows and columns of C in one tile of cl/gemm.cl:
  * 16x16 (mpcl_gemm_w16*), 4x16 (mpcl_gemm_r4w16*) and 8x8 (mpcl_gemm_w8*).
  * src/compute/gemm.c picks one and launches ceil(N / columns) x
- * ceil(M / (rows x strip)) items. The kernels' vector types (float16,
+ * ceil(M / (rows x strip)) items, or ceil(N / (columns x strip)) x
+ * ceil(M / rows) for strips along the columns. The kernels' vector types (float16,
  * float8, and float4 columns of A) fix these values: gemm.cl refuses to
  * build with others. */
 #define MPCL_ABI_GEMM_TILE_WIDE 16
 #define MPCL_ABI_GEMM_TILE_NARROW 8
 #define MPCL_ABI_GEMM_TILE_FLAT_ROWS 4
-/* The most 4x16 tiles one item of mpcl_gemm_r4w16* computes (its private
- * partial sums are sized by it); the host passes 1 to the other kernels. */
+/* The most 4x16 tiles one item of mpcl_gemm_r4w16* computes down the rows,
+ * and the most 16x16 tiles one of mpcl_gemm_w16* computes along the columns
+ * (their private partial sums are sized by them); the host passes 1 to
+ * mpcl_gemm_w8*. */
 #define MPCL_ABI_GEMM_STRIP_MAX 8
+#define MPCL_ABI_GEMM_COL_STRIP_MAX 4
 
 /* Floats per work-item of mpcl_copy_f32x4 (cl/fill.cl, a float4 each): the
  * host passes the element count divided by this (src/compute/quickbench.c). */
@@ -146,6 +150,7 @@
     X(MPCL_ABI_GEMM_TILE_NARROW)    \
     X(MPCL_ABI_GEMM_TILE_FLAT_ROWS) \
     X(MPCL_ABI_GEMM_STRIP_MAX)      \
+    X(MPCL_ABI_GEMM_COL_STRIP_MAX)  \
     X(MPCL_ABI_COPY_F32_LANES)      \
     X(MPCL_ABI_ELEMENTWISE_VEC)     \
     X(MPCL_ABI_BIAS_GRAD_COLS)      \

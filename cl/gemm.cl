@@ -110,12 +110,16 @@ typedef storage_bits_t gemm_raw_t; // common.cl
 // (GEMM_W, GEMM_TM, GEMM_STRIP_MAX, defined around it below) and what
 // follows from it (GEMM_VT, GEMM_ROWS, GEMM_BVLOAD, ...: see
 // "instantiations"); C's accessors are chosen by the kernel's CF.
-// Tile t of the strip: its first row i0 and the row ri0 its loads start
-// from (shifted or clamped, see top); a tile past M ends the strip.
-#define GEMM_TILE_ROWS                                         \
-    const uint i0 = s0 + t * GEMM_TM;                          \
-    if (i0 >= M) break;                                        \
-    const uint ri0 = M >= GEMM_TM ? min(i0, M - GEMM_TM) : 0;
+// Tile t of the strip: its first row i0 and column j0, and the row ri0 and
+// column cj0 its loads start from (shifted or clamped, see top). Strips run
+// down the rows, or along the columns where GEMM_STRIP_COLS; a tile past M
+// (N) ends the strip.
+#define GEMM_TILE                                                \
+    const uint i0 = s0 + (GEMM_STRIP_COLS ? 0 : t * GEMM_TM);    \
+    const uint j0 = sj0 + (GEMM_STRIP_COLS ? t * GEMM_W : 0);    \
+    if (i0 >= M || j0 >= N) break;                               \
+    const uint ri0 = M >= GEMM_TM ? min(i0, M - GEMM_TM) : 0;    \
+    const uint cj0 = N >= GEMM_W ? min(j0, N - GEMM_W) : 0;
 // A row's offset and accumulator, which resumes the tile's partial sums
 // after the first block of k.
 #define GEMM_DECL(r, P)                                                        \
@@ -260,11 +264,10 @@ typedef storage_bits_t gemm_raw_t; // common.cl
     __kernel void NAME(__global const storage_t *a, __global const storage_t *b,               \
                        __global GEMM_CT_##CF *c, uint M, uint N, uint K, uint ta, uint tb,          \
                        float alpha, float beta, uint strip) {                                  \
-        /* This item's strip: strip tiles of GEMM_TM rows from s0. */                         \
-        const uint s0 = get_global_id(1) * GEMM_TM * strip, j0 = get_global_id(0) * GEMM_W;    \
-        if (s0 >= M || j0 >= N) return;                                                        \
-        /* First column the loads start from (shifted or clamped, see top). */                \
-        const uint cj0 = N >= GEMM_W ? min(j0, N - GEMM_W) : 0;                                \
+        /* This item's strip: strip tiles from row s0 and column sj0. */                      \
+        const uint s0 = get_global_id(1) * GEMM_TM * (GEMM_STRIP_COLS ? 1 : strip);             \
+        const uint sj0 = get_global_id(0) * GEMM_W * (GEMM_STRIP_COLS ? strip : 1);             \
+        if (s0 >= M || sj0 >= N) return;                                                       \
         /* op(A)(i, k) = a[i * ars + k * aks]; op(B)(k, j) = b[j * bcs + k * bks]. */          \
         const uint ars = ta ? 1 : K, aks = ta ? M : 1;                                         \
         const uint bcs = tb ? K : 1, bks = tb ? 1 : N;                                         \
@@ -280,17 +283,20 @@ typedef storage_bits_t gemm_raw_t; // common.cl
         gemm_raw_t araw[GEMM_KB * GEMM_TM];                                                    \
         for (uint kb = 0; kb < K; kb += GEMM_KB) {                                             \
             const uint kn = min((uint)GEMM_KB, K - kb);                                        \
-            /* The tiles of the strip in turn, so this block of op(B) is read  */              \
-            /* from memory once and from the cache GEMM_STRIP - 1 times.       */              \
+            /* The tiles of the strip in turn, so this block of op(B) (a strip */              \
+            /* of rows) is read from memory once and from the cache for the    */              \
+            /* other tiles, or op(A)'s (a strip of columns) staged once.       */              \
             for (uint t = 0; t < strip; t++) {                                            \
-                GEMM_TILE_ROWS                                                                 \
+                GEMM_TILE                                                                      \
                 GEMM_ROWS(GEMM_DECL, 0)                                                        \
                 /* Rows by vectors where the last vector of the last row stays   */            \
                 /* inside A: lanes past kn are staged but never multiplied.      */            \
                 const uint alast = min(ri0 + GEMM_TM - 1, M - 1) * K + kb;                    \
-                if (GEMM_A_DIRECT && M >= GEMM_TM) {                                           \
+                if (GEMM_STRIP_COLS && t > 0) {                                                \
+                    /* the strip's rows, staged for its first tile */                          \
+                } else if (GEMM_A_DIRECT && M >= GEMM_TM) {                                    \
                     /* read in place (GEMM_BLOCK_DIRECT) */                                    \
-                } else if (!ta && (kn % GEMM_W == 0 ||                                                \
+                } else if (!ta && (kn % GEMM_W == 0 ||                                         \
                             M * K - alast >= (kn + GEMM_W - 1) / GEMM_W * GEMM_W)) {           \
                     GEMM_ROWS(GEMM_STAGE_ROW, 0)                                               \
                 } else if (ta && M >= GEMM_TM) { /* ta: columns are contiguous */              \
@@ -309,7 +315,7 @@ typedef storage_bits_t gemm_raw_t; // common.cl
             }                                                                                  \
         }                                                                                      \
         for (uint t = 0; t < strip; t++) {                                                \
-            GEMM_TILE_ROWS                                                                     \
+            GEMM_TILE                                                                          \
             GEMM_ROWS(GEMM_RELOAD, 0)                                                          \
             if (ri0 == i0 && cj0 == j0 && i0 + GEMM_TM <= M && j0 + GEMM_W <= N) {             \
                 GEMM_ROWS(GEMM_STORE_FULL, CF)                                                  \
@@ -342,13 +348,15 @@ typedef storage_bits_t gemm_raw_t; // common.cl
 #define GEMM_AFVSTORE(v, i, p) GEMM_PSTORE(GEMM_CAT(float, GEMM_TM), v, p, (i) * GEMM_TM)
 
 // Wide: 16 rows x 16 columns (N >= 16). The host sizes the range with the
-// tile of cl/abi.h, which the vector type fixes.
+// tile of cl/abi.h, which the vector type fixes. Strips run along the
+// columns: their tiles share the staged rows of a 16-bit A.
 #if MPCL_ABI_GEMM_TILE_WIDE != 16
 #error "mpcl_gemm_w16 computes float16 tiles: MPCL_ABI_GEMM_TILE_WIDE must be 16"
 #endif
 #define GEMM_W MPCL_ABI_GEMM_TILE_WIDE
 #define GEMM_TM MPCL_ABI_GEMM_TILE_WIDE
-#define GEMM_STRIP_MAX 1
+#define GEMM_STRIP_MAX MPCL_ABI_GEMM_COL_STRIP_MAX
+#define GEMM_STRIP_COLS 1
 GEMM_KERNEL(mpcl_gemm_w16, 0)
 #if defined(GEMM_NARROW_STORAGE)
 GEMM_KERNEL(mpcl_gemm_w16_cf32, 1)
@@ -356,6 +364,7 @@ GEMM_KERNEL(mpcl_gemm_w16_cf32, 1)
 #undef GEMM_W
 #undef GEMM_TM
 #undef GEMM_STRIP_MAX
+#undef GEMM_STRIP_COLS
 
 // Flat: 4 rows x 16 columns (N >= 16) for 8-wide float vectors (AVX2: 16
 // registers): the 8 accumulators are 8 registers, each op(B) row is two
@@ -367,6 +376,7 @@ GEMM_KERNEL(mpcl_gemm_w16_cf32, 1)
 #define GEMM_W MPCL_ABI_GEMM_TILE_WIDE
 #define GEMM_TM MPCL_ABI_GEMM_TILE_FLAT_ROWS
 #define GEMM_STRIP_MAX MPCL_ABI_GEMM_STRIP_MAX
+#define GEMM_STRIP_COLS 0
 GEMM_KERNEL(mpcl_gemm_r4w16, 0)
 #if defined(GEMM_NARROW_STORAGE)
 GEMM_KERNEL(mpcl_gemm_r4w16_cf32, 1)
@@ -374,6 +384,7 @@ GEMM_KERNEL(mpcl_gemm_r4w16_cf32, 1)
 #undef GEMM_W
 #undef GEMM_TM
 #undef GEMM_STRIP_MAX
+#undef GEMM_STRIP_COLS
 
 // Narrow: 8 rows x 8 columns, for N < 16 on 8-wide vectors and for
 // transposed B (the output layer: N = 10 wastes nothing, its second column
@@ -384,6 +395,7 @@ GEMM_KERNEL(mpcl_gemm_r4w16_cf32, 1)
 #define GEMM_W MPCL_ABI_GEMM_TILE_NARROW
 #define GEMM_TM MPCL_ABI_GEMM_TILE_NARROW
 #define GEMM_STRIP_MAX 1
+#define GEMM_STRIP_COLS 0
 GEMM_KERNEL(mpcl_gemm_w8, 0)
 #if defined(GEMM_NARROW_STORAGE)
 GEMM_KERNEL(mpcl_gemm_w8_cf32, 1)
@@ -391,4 +403,5 @@ GEMM_KERNEL(mpcl_gemm_w8_cf32, 1)
 #undef GEMM_W
 #undef GEMM_TM
 #undef GEMM_STRIP_MAX
+#undef GEMM_STRIP_COLS
 #undef GEMM_NARROW_STORAGE

@@ -44,6 +44,10 @@ static const gemm_case cases[] = {
     {70, 17, 86, false, false},
     {37, 17, 65, false, false},
     {3, 20, 70, false, false},
+    /* 16x16 strips along the columns: N = 70 is five tiles (the last
+     * shifted back), two strips of 3 with the second partial; rows staged
+     * once per strip, from a shifted last row tile (M = 40). */
+    {40, 70, 75, false, false},
 };
 
 /* One (path, C dtype) combination to test. */
@@ -201,16 +205,18 @@ static void run_variant(mpcl_gemm_path path) {
         if (vs[vi].path != path) continue;
         ran = true;
         /* mpcl's kernels in every tile shape at every N (the device picks
-         * one, see gemm.c), 4x16 in strips of 1, 3 and 8 tiles (and of what
-         * the shape gets): the big shapes in the device's choice only. */
+         * one, see gemm.c), 4x16 in strips of 1, 3 and 8 tiles down the rows
+         * and 16x16 in strips of 3 along the columns (a partial last strip
+         * where N is not a multiple of 48), and in what the shape gets: the
+         * big shapes in the device's choice only. */
         bool own = path == MPCL_GEMM_MPCL_F32 || path == MPCL_GEMM_MPCL_MIXED;
         static const struct {
             mpcl__gemm_tiles tiles;
             unsigned strip;
-        } forced[] = {{MPCL__GEMM_TILES_16X16, 0}, {MPCL__GEMM_TILES_4X16, 1},
-                      {MPCL__GEMM_TILES_4X16, 3},  {MPCL__GEMM_TILES_4X16, 8},
-                      {MPCL__GEMM_TILES_4X16, 0},  {MPCL__GEMM_TILES_8X8, 0},
-                      {MPCL__GEMM_TILES_AUTO, 0}};
+        } forced[] = {{MPCL__GEMM_TILES_16X16, 0}, {MPCL__GEMM_TILES_16X16, 3},
+                      {MPCL__GEMM_TILES_4X16, 1},  {MPCL__GEMM_TILES_4X16, 3},
+                      {MPCL__GEMM_TILES_4X16, 8},  {MPCL__GEMM_TILES_4X16, 0},
+                      {MPCL__GEMM_TILES_8X8, 0},   {MPCL__GEMM_TILES_AUTO, 0}};
         size_t nf = sizeof forced / sizeof forced[0];
         for (size_t fi = own ? 0 : nf - 1; fi < nf; fi++) {
             /* Oclgrind interprets (~1e6 ops/s): there, strips of 3 stand for

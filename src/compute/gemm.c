@@ -88,21 +88,34 @@ static mpcl__gemm_tiles pick_tiles(const mpcl_context *ctx, size_t n, bool tb) {
     return tb ? MPCL__GEMM_TILES_8X8 : MPCL__GEMM_TILES_4X16;
 }
 
-/* Tiles per item for 4x16 tiles: the item runs its strip of tiles one after
- * the other through each 64-deep block of k, so that block of op(B) (4 KiB)
- * comes from memory once and from L1 for the other tiles: the 128x128x784
- * GEMM went from ~67 to ~83 GFLOP/s on one Zen 3 core with op(B) in L1. As
- * many as fit, while there are 4 items per compute unit to share. */
-static unsigned pick_strip(const mpcl_context *ctx, size_t m, size_t n) {
-    /* The kernel's partial sums hold at most MPCL_ABI_GEMM_STRIP_MAX tiles. */
-    if (ctx->gemm_strip)
-        return ctx->gemm_strip < MPCL_ABI_GEMM_STRIP_MAX ? ctx->gemm_strip
-                                                         : MPCL_ABI_GEMM_STRIP_MAX;
-    size_t cols = (n + MPCL_ABI_GEMM_TILE_WIDE - 1) / MPCL_ABI_GEMM_TILE_WIDE;
-    size_t tiles = (m + MPCL_ABI_GEMM_TILE_FLAT_ROWS - 1) / MPCL_ABI_GEMM_TILE_FLAT_ROWS;
+/* Tiles per item. The item runs its strip of tiles one after the other
+ * through each 64-deep block of k:
+ *  - 4x16 tiles in strips down the rows, so that block of op(B) (4 KiB)
+ *    comes from memory once and from L1 for the other tiles: the
+ *    128x128x784 GEMM went from ~67 to ~83 GFLOP/s on one Zen 3 core;
+ *  - 16x16 tiles of 16-bit A in strips along the columns, so its rows are
+ *    staged (converted) once for the strip: in f16 on Zen 4 (two
+ *    threads), 784x128x128 TN 172-181 -> 138-151 us and 128x128x10 NT
+ *    12.2-12.6 -> 9.9-10.4 us. f32 A is read in place (cl/gemm.cl), so
+ *    f32 takes strips of 1.
+ * As many as fit, while there are 4 items per compute unit to share. */
+static unsigned pick_strip(const mpcl_context *ctx, mpcl__gemm_tiles tiles, bool staged_a, size_t m,
+                           size_t n) {
+    bool along_cols = tiles == MPCL__GEMM_TILES_16X16;
+    unsigned most = tiles == MPCL__GEMM_TILES_4X16 ? MPCL_ABI_GEMM_STRIP_MAX
+                    : along_cols                   ? MPCL_ABI_GEMM_COL_STRIP_MAX
+                                                   : 1;
+    /* The kernels' partial sums hold at most `most` tiles. */
+    if (ctx->gemm_strip) return ctx->gemm_strip < most ? ctx->gemm_strip : most;
+    if (along_cols && !staged_a) return 1;
+    size_t rows = along_cols ? MPCL_ABI_GEMM_TILE_WIDE : MPCL_ABI_GEMM_TILE_FLAT_ROWS;
+    size_t col_tiles = (n + MPCL_ABI_GEMM_TILE_WIDE - 1) / MPCL_ABI_GEMM_TILE_WIDE;
+    size_t row_tiles = (m + rows - 1) / rows;
     size_t want = 4 * (size_t)(ctx->info.compute_units ? ctx->info.compute_units : 1);
-    unsigned strip = MPCL_ABI_GEMM_STRIP_MAX;
-    while (strip > 1 && cols * ((tiles + strip - 1) / strip) < want) strip /= 2;
+    unsigned strip = most;
+    while (strip > 1 && (along_cols ? row_tiles * ((col_tiles + strip - 1) / strip)
+                                    : col_tiles * ((row_tiles + strip - 1) / strip)) < want)
+        strip /= 2;
     return strip;
 }
 
@@ -110,7 +123,7 @@ static mpcl_status run_mpcl(mpcl_context *ctx, mpcl_gemm_path path, bool ta, boo
                             size_t n, size_t k, float alpha, const mpcl_tensor *a,
                             const mpcl_tensor *b, float beta, mpcl_tensor *c) {
     /* Each item computes a strip of tiles whose shape the kernels share
-     * through cl/abi.h; only the 4x16 kernel takes strips longer than one. */
+     * through cl/abi.h: down the rows in 4x16, along the columns in 16x16. */
     static const struct {
         const char *name, *name_cf32;
         size_t rows, cols;
@@ -123,7 +136,7 @@ static mpcl_status run_mpcl(mpcl_context *ctx, mpcl_gemm_path path, bool ta, boo
                                   MPCL_ABI_GEMM_TILE_NARROW},
     };
     mpcl__gemm_tiles tiles = pick_tiles(ctx, n, tb);
-    cl_uint strip = tiles == MPCL__GEMM_TILES_4X16 ? pick_strip(ctx, m, n) : 1;
+    cl_uint strip = pick_strip(ctx, tiles, path == MPCL_GEMM_MPCL_MIXED, m, n);
     bool f32_out = path == MPCL_GEMM_MPCL_MIXED && c->dtype == MPCL_DTYPE_F32;
     const char *name = f32_out ? kernels[tiles].name_cf32 : kernels[tiles].name;
     mpcl_dtype storage = path == MPCL_GEMM_MPCL_MIXED ? a->dtype : MPCL_DTYPE_F32;
@@ -138,9 +151,10 @@ static mpcl_status run_mpcl(mpcl_context *ctx, mpcl_gemm_path path, bool ta, boo
     /* One item per work-group: each item's tile is the unit of work, and on
      * CPU devices PoCL spreads work-groups over the cores. */
     const size_t local[2] = {1, 1};
-    size_t strip_rows = kernels[tiles].rows * strip, cols = kernels[tiles].cols;
-    return mpcl__launch_2d(ctx, kern, name, (n + cols - 1) / cols,
-                           (m + strip_rows - 1) / strip_rows, local);
+    bool along_cols = tiles == MPCL__GEMM_TILES_16X16;
+    size_t rows = kernels[tiles].rows * (along_cols ? 1 : strip);
+    size_t cols = kernels[tiles].cols * (along_cols ? strip : 1);
+    return mpcl__launch_2d(ctx, kern, name, (n + cols - 1) / cols, (m + rows - 1) / rows, local);
 }
 
 static mpcl_status run_clblast(mpcl_context *ctx, mpcl_gemm_path path, bool ta, bool tb, size_t m,

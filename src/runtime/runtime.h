@@ -164,7 +164,7 @@ struct mpcl_context {
     mpcl__cache_outcome cache_outcome;
     bool verdict_cached;          /* the fp16/bf16 verification was read from the cache */
     mpcl__gemm_tiles gemm_tiles;  /* mpcl's GEMM tiles; AUTO but in tests */
-    unsigned gemm_strip;          /* tiles per item of 4x16 tiles; 0: by the shape */
+    unsigned gemm_strip;          /* tiles per item (a strip); 0: by the shape */
     size_t bytes_now, bytes_peak; /* tensors and workspaces */
     /* The clblast-staged GEMM's f32 workspaces (A, B, C), grown on demand and
      * reused by every call: the queue is in order. */
