@@ -349,7 +349,7 @@ typedef storage_bits_t gemm_raw_t; // common.cl
 
 // Wide: 16 rows x 16 columns (N >= 16). The host sizes the range with the
 // tile of cl/abi.h, which the vector type fixes. Strips run along the
-// columns: their tiles share the staged rows of a 16-bit A.
+// columns: their tiles share a block of A's rows, staged (16-bit) or in L1.
 #if MPCL_ABI_GEMM_TILE_WIDE != 16
 #error "mpcl_gemm_w16 computes float16 tiles: MPCL_ABI_GEMM_TILE_WIDE must be 16"
 #endif

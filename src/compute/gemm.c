@@ -93,21 +93,20 @@ static mpcl__gemm_tiles pick_tiles(const mpcl_context *ctx, size_t n, bool tb) {
  *  - 4x16 tiles in strips down the rows, so that block of op(B) (4 KiB)
  *    comes from memory once and from L1 for the other tiles: the
  *    128x128x784 GEMM went from ~67 to ~83 GFLOP/s on one Zen 3 core;
- *  - 16x16 tiles of 16-bit A in strips along the columns, so its rows are
- *    staged (converted) once for the strip: in f16 on Zen 4 (two
- *    threads), 784x128x128 TN 172-181 -> 138-151 us and 128x128x10 NT
- *    12.2-12.6 -> 9.9-10.4 us. f32 A is read in place (cl/gemm.cl), so
- *    f32 takes strips of 1.
+ *  - 16x16 tiles in strips along the columns, so that block of op(A) is
+ *    staged (16-bit: converted) once for the strip, or read in place
+ *    (f32) from memory once and from L1 for the other tiles: on Zen 4 (two
+ *    threads), f16 784x128x128 TN 172-181 -> 138-151 us and 128x128x10 NT
+ *    12.2-12.6 -> 9.9-10.4 us; f32 784x128x128 TN 176 -> 141-153 us,
+ *    128x128x784 NN 158-162 -> 147-152, 128x128x10 NT 13.3 -> 10.7.
  * As many as fit, while there are 4 items per compute unit to share. */
-static unsigned pick_strip(const mpcl_context *ctx, mpcl__gemm_tiles tiles, bool staged_a, size_t m,
-                           size_t n) {
+static unsigned pick_strip(const mpcl_context *ctx, mpcl__gemm_tiles tiles, size_t m, size_t n) {
     bool along_cols = tiles == MPCL__GEMM_TILES_16X16;
     unsigned most = tiles == MPCL__GEMM_TILES_4X16 ? MPCL_ABI_GEMM_STRIP_MAX
                     : along_cols                   ? MPCL_ABI_GEMM_COL_STRIP_MAX
                                                    : 1;
     /* The kernels' partial sums hold at most `most` tiles. */
     if (ctx->gemm_strip) return ctx->gemm_strip < most ? ctx->gemm_strip : most;
-    if (along_cols && !staged_a) return 1;
     size_t rows = along_cols ? MPCL_ABI_GEMM_TILE_WIDE : MPCL_ABI_GEMM_TILE_FLAT_ROWS;
     size_t col_tiles = (n + MPCL_ABI_GEMM_TILE_WIDE - 1) / MPCL_ABI_GEMM_TILE_WIDE;
     size_t row_tiles = (m + rows - 1) / rows;
@@ -136,7 +135,7 @@ static mpcl_status run_mpcl(mpcl_context *ctx, mpcl_gemm_path path, bool ta, boo
                                   MPCL_ABI_GEMM_TILE_NARROW},
     };
     mpcl__gemm_tiles tiles = pick_tiles(ctx, n, tb);
-    cl_uint strip = pick_strip(ctx, tiles, path == MPCL_GEMM_MPCL_MIXED, m, n);
+    cl_uint strip = pick_strip(ctx, tiles, m, n);
     bool f32_out = path == MPCL_GEMM_MPCL_MIXED && c->dtype == MPCL_DTYPE_F32;
     const char *name = f32_out ? kernels[tiles].name_cf32 : kernels[tiles].name;
     mpcl_dtype storage = path == MPCL_GEMM_MPCL_MIXED ? a->dtype : MPCL_DTYPE_F32;
