@@ -75,9 +75,9 @@
  * 16x16 (mpcl_gemm_w16*), 4x16 (mpcl_gemm_r4w16*) and 8x8 (mpcl_gemm_w8*).
  * src/compute/gemm.c picks one and launches ceil(N / columns) x
  * ceil(M / (rows x strip)) items, or ceil(N / (columns x strip)) x
- * ceil(M / rows) for strips along the columns. The kernels' vector types (float16,
- * float8, and float4 columns of A) fix these values: gemm.cl refuses to
- * build with others. */
+ * ceil(M / rows) for strips along the columns. The kernels' vector types
+ * (float16, float8, and float4 columns of A) fix these values: gemm.cl
+ * refuses to build with others. */
 #define MPCL_ABI_GEMM_TILE_WIDE 16
 #define MPCL_ABI_GEMM_TILE_NARROW 8
 #define MPCL_ABI_GEMM_TILE_FLAT_ROWS 4

@@ -201,13 +201,14 @@ typedef ushort16 __attribute__((aligned(2))) mpcl_ushort16_u;
 // for kernels that gather elements one by one (the GEMM's transposed or
 // narrow operands, the loss's rows) and convert eight at once: a scalar
 // f16 conversion is integer code per element (mpcl_f16_value above), the
-// vector one a single instruction. storage_value8/16 / storage_bits8 convert
-// eight (sixteen) raw values; f16 goes through a private vector, as
-// vload_half8 and vstore_half8_rte take pointers.
+// vector one a single instruction. storage_value4/8/16 / storage_bits8
+// convert four (eight, sixteen) raw values; f16 goes through a private
+// vector, as vload_half8 and vstore_half8_rte take pointers.
 #if defined(MPCL_STORAGE_F32)
 typedef float storage_bits_t;
 typedef float8 storage_bits8_t;
 typedef float16 storage_bits16_t;
+inline float4 storage_value4(float4 r) { return r; }
 inline float8 storage_value8(float8 r) { return r; }
 inline float16 storage_value16(float16 r) { return r; }
 inline float8 storage_bits8(float8 v) { return v; }
@@ -215,6 +216,7 @@ inline float8 storage_bits8(float8 v) { return v; }
 typedef ushort storage_bits_t;
 typedef ushort8 storage_bits8_t;
 typedef ushort16 storage_bits16_t;
+inline float4 storage_value4(ushort4 r) { return mpcl_bf16_value4(r); }
 inline float8 storage_value8(ushort8 r) { return mpcl_bf16_value8(r); }
 inline float16 storage_value16(ushort16 r) { return mpcl_bf16_value16(r); }
 inline ushort8 storage_bits8(float8 v) { return mpcl_bf16_bits8(v); }
@@ -222,6 +224,7 @@ inline ushort8 storage_bits8(float8 v) { return mpcl_bf16_bits8(v); }
 typedef ushort storage_bits_t;
 typedef ushort8 storage_bits8_t;
 typedef ushort16 storage_bits16_t;
+inline float4 storage_value4(ushort4 r) { return vload_half4(0, (const half *)&r); }
 inline float8 storage_value8(ushort8 r) { return vload_half8(0, (const half *)&r); }
 inline float16 storage_value16(ushort16 r) { return vload_half16(0, (const half *)&r); }
 inline ushort8 storage_bits8(float8 v) {

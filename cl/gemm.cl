@@ -33,70 +33,53 @@
 // next rows (lanes that are never stored) except at B's end; otherwise
 // element by element (the "gather" loop, slower: transposed-B cases).
 
-// Vectors are accessed through common.cl's GLOAD_U and friends (one
-// unaligned move each): through vload16/vstore16, PoCL's 4- and 8-wide
-// pieces made the 128x128x784 GEMM 185 us against 159 (Zen 4, two threads).
-#define GEMM_GLOAD(T, p, o) GLOAD_U(T, (p) + (o))
-#define GEMM_GSTORE(T, v, p, o) GSTORE_U(T, (p) + (o), (v))
-#define GEMM_PLOAD(T, p, o) PLOAD_U(T, (p) + (o))
-#define GEMM_PSTORE(T, v, p, o) PSTORE_U(T, (p) + (o), (v))
+// Vectors move through common.cl's GLOAD_U and friends (one unaligned move
+// each): through vload16/vstore16, PoCL's 4- and 8-wide pieces made the
+// 128x128x784 GEMM 185 us against 159 (Zen 4, two threads). 16-bit vectors
+// are loaded as raw bits and converted by common.cl's storage_value4/8/16:
+// PoCL 3.1 compiled vload_half8/16 of a global row that starts at an odd
+// multiple of 8 halves into an aligned vector move (vmovaps), which faulted
+// (M even, K % 8 != 0). GEMM_PVLOADN converts the private arrays of raw
+// bits below.
+#if defined(MPCL_STORAGE_F16) || defined(MPCL_STORAGE_BF16)
+#define GEMM_NARROW_STORAGE 1
+#define GEMM_A_DIRECT 0 /* see GEMM_BLOCK_DIRECT */
+#define GEMM_VLOADN(n, p, o) \
+    GEMM_CAT(storage_value, n)(GLOAD_U(GEMM_CAT(ushort, n), (__global const ushort *)(p) + (o)))
+#define GEMM_PVLOADN(n, p, o) \
+    GEMM_CAT(storage_value, n)(PLOAD_U(GEMM_CAT(ushort, n), (const ushort *)(p) + (o)))
+#else
+#define GEMM_A_DIRECT 1
+#define GEMM_VLOADN(n, p, o) GLOAD_U(GEMM_CAT(float, n), (p) + (o))
+#endif
+#define GEMM_VLOAD4(p, o) GEMM_VLOADN(4, p, o)
+#define GEMM_VLOAD8(p, o) GEMM_VLOADN(8, p, o)
+#define GEMM_VLOAD16(p, o) GEMM_VLOADN(16, p, o)
 #if defined(MPCL_STORAGE_F16)
-// f16 vectors are loaded as ushort bits and converted from a private
-// vector: PoCL 3.1 compiled vload_half8/16 of a global row that starts at an
-// odd multiple of 8 halves into an aligned vector move (vmovaps), which
-// faulted (M even, K % 8 != 0).
-#define GEMM_F16_GLOAD(n, p, o) \
-    GEMM_CAT(storage_value, n)(GEMM_GLOAD(GEMM_CAT(ushort, n), (const __global ushort *)(p), (o)))
-inline float4 gemm_f16_value4(ushort4 bits) { return vload_half4(0, (const half *)&bits); }
-#define GEMM_VLOAD4(p, o) gemm_f16_value4(GEMM_GLOAD(ushort4, (const __global ushort *)(p), (o)))
-#define GEMM_VLOAD8(p, o) GEMM_F16_GLOAD(8, p, o)
-#define GEMM_VLOAD16(p, o) GEMM_F16_GLOAD(16, p, o)
-// From the private arrays of raw bits below (aligned, private).
-#define GEMM_PVLOAD8(p, o) vload_half8(0, (p) + (o))
-#define GEMM_PVLOAD16(p, o) vload_half16(0, (p) + (o))
 #define GEMM_VSTORE8(v, p, o) vstore_half8_rte((v), 0, (p) + (o))
 #define GEMM_VSTORE16(v, p, o) vstore_half16_rte((v), 0, (p) + (o))
 // Rows of op(B) that start on a whole vector (2 * GEMM_W bytes: N a multiple
-// of GEMM_W and b so aligned) are converted straight from global memory: the
-// private round trip above stalls each k of the multiply on a store-to-load
-// forward (the 128x128x784 f16 GEMM took 615 us that way against 357 us
-// direct, one Zen 3 core). Where that does not hold, the round trip.
+// of GEMM_W and b so aligned) are converted straight from global memory:
+// storage_value16's private round trip stalls each k of the multiply on a
+// store-to-load forward (the 128x128x784 f16 GEMM took 615 us that way
+// against 357 us direct, one Zen 3 core). Where that does not hold, the
+// round trip.
 #define GEMM_B_ALIGNED(b, N) ((N) % GEMM_W == 0 && (size_t)(b) % (2 * GEMM_W) == 0)
 #define GEMM_BVLOAD_ALIGNED(p, o) GEMM_CAT(vload_half, GEMM_W)(0, (p) + (o))
 #elif defined(MPCL_STORAGE_BF16)
-// bf16 as ushort vectors, converted with common.cl's vector forms.
-#define GEMM_VLOAD4(p, o) mpcl_bf16_value4(GEMM_GLOAD(ushort4, p, o))
-#define GEMM_VLOAD8(p, o) mpcl_bf16_value8(GEMM_GLOAD(ushort8, p, o))
-#define GEMM_VLOAD16(p, o) mpcl_bf16_value16(GEMM_GLOAD(ushort16, p, o))
-#define GEMM_PVLOAD8(p, o) mpcl_bf16_value8(GEMM_PLOAD(ushort8, p, o))
-#define GEMM_PVLOAD16(p, o) mpcl_bf16_value16(GEMM_PLOAD(ushort16, p, o))
-#define GEMM_VSTORE8(v, p, o) GEMM_GSTORE(ushort8, mpcl_bf16_bits8(v), p, o)
-#define GEMM_VSTORE16(v, p, o) GEMM_GSTORE(ushort16, mpcl_bf16_bits16(v), p, o)
+#define GEMM_VSTORE8(v, p, o) GSTORE_U(ushort8, (p) + (o), mpcl_bf16_bits8(v))
+#define GEMM_VSTORE16(v, p, o) GSTORE_U(ushort16, (p) + (o), mpcl_bf16_bits16(v))
 #else
-#define GEMM_VLOAD4(p, o) GEMM_GLOAD(float4, p, o)
-#define GEMM_VLOAD8(p, o) GEMM_GLOAD(float8, p, o)
-#define GEMM_VLOAD16(p, o) GEMM_GLOAD(float16, p, o)
-#define GEMM_VSTORE8(v, p, o) GEMM_GSTORE(float8, v, p, o)
-#define GEMM_VSTORE16(v, p, o) GEMM_GSTORE(float16, v, p, o)
+#define GEMM_VSTORE8(v, p, o) GSTORE_U(float8, (p) + (o), (v))
+#define GEMM_VSTORE16(v, p, o) GSTORE_U(float16, (p) + (o), (v))
 #endif
 // Elements of op(B) gathered one by one (transposed or narrow B) are copied
 // as raw bits into a private array and converted together by one vector load
 // from it: a scalar conversion per element cost the f16 gather path 1.7x the
 // f32 one on PoCL (128x128x10 NT).
 typedef storage_bits_t gemm_raw_t; // common.cl
-#if defined(MPCL_STORAGE_F16)
-#define GEMM_RAW_PTR(p) ((const half *)(p))
-#else
-#define GEMM_RAW_PTR(p) (p)
-#endif
 #define GEMM_RAW_LOAD(p, i) (((__global const gemm_raw_t *)(p))[(i)])
 // C held as float (the f32-output kernels of the f16 and bf16 programs).
-#if defined(MPCL_STORAGE_F16) || defined(MPCL_STORAGE_BF16)
-#define GEMM_NARROW_STORAGE 1
-#define GEMM_A_DIRECT 0 /* see GEMM_BLOCK_DIRECT */
-#else
-#define GEMM_A_DIRECT 1
-#endif
 #define GEMM_FLOAD(p, i) ((p)[(i)])
 #define GEMM_FSTORE(p, i, v) ((p)[(i)] = (v))
 
@@ -141,7 +124,7 @@ typedef storage_bits_t gemm_raw_t; // common.cl
 // for every item cost the small GEMMs ~1 us).
 #define GEMM_STAGE_RAW(r, P) araw[(r) * rstride + kk * kstride] = GEMM_RAW_LOAD(a, ao##r + (kb + kk) * aks);
 #define GEMM_CONVERT(q) \
-    GEMM_FVSTORE_BLOCK(GEMM_RAW_BVLOAD(GEMM_RAW_PTR(araw), (q) * GEMM_W), (q), abuf)
+    GEMM_FVSTORE_BLOCK(GEMM_RAW_BVLOAD(araw, (q) * GEMM_W), (q), abuf)
 #define GEMM_CONVERT_ROW(r, P) \
     for (uint c_ = 0; c_ < kn; c_ += GEMM_W) GEMM_CONVERT(((r) * GEMM_KB + c_) / GEMM_W);
 #if !defined(MPCL_STORAGE_F16)
@@ -194,9 +177,9 @@ typedef storage_bits_t gemm_raw_t; // common.cl
 #define GEMM_AP_IN_ROWS(kk) __global const float *ap = a + ri0 * K + kb + (kk);
 #define GEMM_AP_IN_COLS(kk) __global const float *ap = a + (kb + (kk)) * M + ri0;
 #define GEMM_BLOCK_DIRECT                  \
-    if (M >= GEMM_TM && ta) {              \
+    if (in_place && ta) {                  \
         GEMM_BLOCK(1, GEMM_AP_IN_COLS)     \
-    } else if (M >= GEMM_TM) {             \
+    } else if (in_place) {                 \
         GEMM_BLOCK(K, GEMM_AP_IN_ROWS)     \
     } else
 #else
@@ -232,9 +215,9 @@ typedef storage_bits_t gemm_raw_t; // common.cl
 #define GEMM_CSTORE_0 STORE
 #define GEMM_CSTORE_1 GEMM_FSTORE
 #define GEMM_CVLOAD_0 GEMM_BVLOAD
-#define GEMM_CVLOAD_1(p, o) GEMM_GLOAD(GEMM_VT, p, o)
+#define GEMM_CVLOAD_1(p, o) GLOAD_U(GEMM_VT, (p) + (o))
 #define GEMM_CVSTORE_0 GEMM_BVSTORE
-#define GEMM_CVSTORE_1(v, p, o) GEMM_GSTORE(GEMM_VT, v, p, o)
+#define GEMM_CVSTORE_1(v, p, o) GSTORE_U(GEMM_VT, (p) + (o), (v))
 // Whole tile in place: one vector store per row. beta == 0 never reads C.
 #define GEMM_STORE_FULL(r, P)                                                  \
     {                                                                          \
@@ -278,6 +261,8 @@ typedef storage_bits_t gemm_raw_t; // common.cl
         const uint bvec_rows =                                                                 \
             N >= GEMM_W ? K : (K * N >= GEMM_W ? (K * N - GEMM_W) / N + 1 : 0);                \
         const bool bvec = !tb && bvec_rows > 0, baligned = GEMM_B_ALIGNED(b, N);               \
+        /* f32 A read in place where every row of a tile is inside it. */                      \
+        const bool in_place = GEMM_A_DIRECT && M >= GEMM_TM;                                    \
         const uint rstride = ta ? 1 : GEMM_KB, kstride = ta ? GEMM_TM : 1;                     \
         float abuf[GEMM_KB * GEMM_TM], tmp[GEMM_W], part[GEMM_STRIP_MAX * GEMM_TM * GEMM_W];       \
         gemm_raw_t araw[GEMM_KB * GEMM_TM];                                                    \
@@ -294,7 +279,7 @@ typedef storage_bits_t gemm_raw_t; // common.cl
                 const uint alast = min(ri0 + GEMM_TM - 1, M - 1) * K + kb;                    \
                 if (GEMM_STRIP_COLS && t > 0) {                                                \
                     /* the strip's rows, staged for its first tile */                          \
-                } else if (GEMM_A_DIRECT && M >= GEMM_TM) {                                    \
+                } else if (in_place) {                                                         \
                     /* read in place (GEMM_BLOCK_DIRECT) */                                    \
                 } else if (!ta && (kn % GEMM_W == 0 ||                                         \
                             M * K - alast >= (kn + GEMM_W - 1) / GEMM_W * GEMM_W)) {           \
@@ -341,11 +326,11 @@ typedef storage_bits_t gemm_raw_t; // common.cl
 #define GEMM_ROWS GEMM_CAT(GEMM_ROWS, GEMM_TM)
 #define GEMM_BVLOAD GEMM_CAT(GEMM_VLOAD, GEMM_W)
 #define GEMM_BVSTORE GEMM_CAT(GEMM_VSTORE, GEMM_W)
-#define GEMM_RAW_BVLOAD GEMM_CAT(GEMM_PVLOAD, GEMM_W)
-#define GEMM_FVSTORE_BLOCK(v, i, p) GEMM_PSTORE(GEMM_VT, v, p, (i) * GEMM_W)
-#define GEMM_FVLOAD_BLOCK(i, p) GEMM_PLOAD(GEMM_VT, p, (i) * GEMM_W)
+#define GEMM_RAW_BVLOAD(p, o) GEMM_PVLOADN(GEMM_W, p, o)
+#define GEMM_FVSTORE_BLOCK(v, i, p) PSTORE_U(GEMM_VT, (p) + (i) * GEMM_W, (v))
+#define GEMM_FVLOAD_BLOCK(i, p) PLOAD_U(GEMM_VT, (p) + (i) * GEMM_W)
 #define GEMM_AVLOAD GEMM_CAT(GEMM_VLOAD, GEMM_TM)
-#define GEMM_AFVSTORE(v, i, p) GEMM_PSTORE(GEMM_CAT(float, GEMM_TM), v, p, (i) * GEMM_TM)
+#define GEMM_AFVSTORE(v, i, p) PSTORE_U(GEMM_CAT(float, GEMM_TM), (p) + (i) * GEMM_TM, (v))
 
 // Wide: 16 rows x 16 columns (N >= 16). The host sizes the range with the
 // tile of cl/abi.h, which the vector type fixes. Strips run along the
