@@ -9,14 +9,14 @@ import re
 import sys
 
 # Lowest first. Public headers by the area that owns them.
-ORDER = ["runtime", "compute", "nn", "io", "dist", "train", "tools"]
+ORDER = ["runtime", "compute", "nn", "io", "parallel", "train", "tools"]
 PUBLIC = {
-    "runtime": ["status", "device", "plan", "context", "half", "rng", "version",
+    "runtime": ["status", "number", "device", "plan", "context", "half", "rng", "version",
                 "cl_interop"],
     "compute": ["tensor", "ops", "gemm", "loss_scale", "optim", "quickbench"],
     "nn": ["model"],
     "io": ["data", "safetensors", "batch"],
-    "dist": ["dist"],
+    "parallel": ["dist"],
     "train": ["train", "plot"],
     "tools": ["mpcl"],
 }

@@ -3,6 +3,7 @@
 #define MPCL_MPCL_H
 
 #include "mpcl/status.h"
+#include "mpcl/number.h"
 #include "mpcl/device.h"
 #include "mpcl/plan.h"
 #include "mpcl/context.h"

@@ -14,7 +14,7 @@
 #include <libdeflate.h>
 #include <zlib.h>
 
-#include "io/fileio.h"
+#include "runtime/fileio.h"
 #include "io/io.h"
 #include "mpcl/data.h"
 

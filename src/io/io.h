@@ -6,7 +6,7 @@
 #include "mpcl/batch.h"
 #include "mpcl/data.h"
 #include "mpcl/safetensors.h"
-#include "nn/nn.h"
+#include "compute/compute.h"
 
 /* What a model of <dir>/<prefix>'s data needs, read without its pixels: the
  * features (rows x cols, from the images' header) and the class count

@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "io/fileio.h"
+#include "runtime/fileio.h"
 #include "io/io.h"
 #include "mpcl/safetensors.h"
 

@@ -6,7 +6,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "dist/dist.h"
+#include "io/io.h"
+#include "parallel/parallel.h"
 #include "mpcl/train.h"
 
 /* A data-parallel replica beyond the first: its own device copy of the

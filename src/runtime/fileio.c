@@ -11,8 +11,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "io/fileio.h"
-#include "io/io.h"
+#include "runtime/fileio.h"
+#include "runtime/runtime.h"
 
 const char *mpcl__file_kind(unsigned mode) {
     switch (mode & S_IFMT) {

@@ -1,11 +1,11 @@
-/* The dist area's internal declarations: the communicator, shared by dist.c
+/* The parallel area's internal declarations: the communicator, shared by dist.c
  * (the local back-end and what both back-ends share) and mpi.c (the MPI
  * transport). Nothing here is installed. */
-#ifndef MPCL_DIST_INTERNAL_H
-#define MPCL_DIST_INTERNAL_H
+#ifndef MPCL_PARALLEL_H
+#define MPCL_PARALLEL_H
 
-#include "io/io.h"
 #include "mpcl/dist.h"
+#include "nn/nn.h"
 
 struct mpcl_dist {
     bool mpi;

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "dist/dist.h"
+#include "parallel/parallel.h"
 
 static const char *const COMPRESSION_NAME[] = {"none", "fp16", "bf16"};
 

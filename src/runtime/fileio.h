@@ -2,8 +2,8 @@
  * atomic replacement that honours the umask, never replaces anything but a
  * regular file, and leaves no temporary file behind a killed writer. Nothing
  * here is installed. */
-#ifndef MPCL_IO_FILEIO_H
-#define MPCL_IO_FILEIO_H
+#ifndef MPCL_RUNTIME_FILEIO_H
+#define MPCL_RUNTIME_FILEIO_H
 
 #include <stddef.h>
 #include <stdio.h>

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dist/dist.h"
+#include "parallel/parallel.h"
 
 #if MPCL_HAVE_MPI
 #include <mpi.h>
