@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks that no include runs up the area order of DESIGN.md.
+"""Checks that no include runs up the area order (docs/ARCHITECTURE.md, Areas).
 
 Each library folder under src/ and each public header belongs to an area
 group; a file may include headers of its own group and of the groups below it,

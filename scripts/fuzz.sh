@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer harnesses (tests/fuzz) with clang, ASan and UBSan in
-# build-fuzz/, and runs each for SECONDS (default 60), one after another.
+# FUZZ_BUILD_DIR (default build-fuzz/ in the checkout; scripts/test.sh names
+# one outside it), and runs each for SECONDS (default 60), one after another.
 # Fails on any crash, leak, timeout or OOM: a harness that stops before its
 # time with a non-zero status fails the run, and its crashing input is left
-# in build-fuzz/artifacts/. New inputs go to build-fuzz/corpus/<harness>; the
+# in <build>/artifacts/. New inputs go to <build>/corpus/<harness>; the
 # committed seeds in tests/fuzz/corpus/<harness> are only read.
 #
 #   scripts/fuzz.sh [SECONDS] [HARNESS...]    (default: all of them)
@@ -23,7 +24,9 @@ if ! command -v clang >/dev/null; then
     exit 1
 fi
 
-dir=build-fuzz
+# Absolute, so that the paths below hold whichever folder it is.
+mkdir -p "${FUZZ_BUILD_DIR:-build-fuzz}"
+dir=$(cd "${FUZZ_BUILD_DIR:-build-fuzz}" && pwd)
 if [ -f "$dir/build.ninja" ]; then
     meson setup --reconfigure "$dir" >/dev/null
 else
@@ -35,13 +38,13 @@ meson compile -C "$dir" "${harnesses[@]}"
 mkdir -p "$dir/artifacts" "$dir/cache"
 # The checkpoint harness builds a trainer on PoCL once; its driver's own
 # leaks at exit are what tests/lsan.supp names.
-export MPCL_DEVICE=${MPCL_DEVICE:-pocl} MPCL_CACHE_DIR=$PWD/$dir/cache
+export MPCL_DEVICE=${MPCL_DEVICE:-pocl} MPCL_CACHE_DIR=$dir/cache
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:fast_unwind_on_malloc=0}
 export LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp:print_suppressions=0
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 
 # One JSON line per harness in meson's test-log format, so that
-# scripts/test_summary.py counts this run as "build-fuzz:fuzz".
+# scripts/test_summary.py counts this run as "<build>:fuzz".
 mkdir -p "$dir/meson-logs"
 results=$dir/meson-logs/testlog-fuzz.json
 : >"$results"

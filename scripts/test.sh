@@ -4,9 +4,21 @@
 # (PoCL, Rusticl, Intel's CPU runtime; the kernel tests under Oclgrind), then
 # again under AddressSanitizer + UndefinedBehaviorSanitizer on PoCL, then
 # every fuzz harness for FUZZ_SECONDS (30) each.
+#
+# It builds outside the checkout, so that every run proves the suite passes
+# from an out-of-tree build: in MPCL_BUILD_ROOT, by default
+# ${TMPDIR:-/tmp}/mpcl-build-<hash of the checkout's path>, one folder per
+# checkout (reruns are incremental; two checkouts never share one), holding
+# build/, build-asan/ and build-fuzz/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
+
+checkout=$(pwd -P)
+root=${MPCL_BUILD_ROOT:-${TMPDIR:-/tmp}/mpcl-build-$(printf %s "$checkout" | sha256sum | cut -c1-12)}
+build=$root/build
+asan=$root/build-asan
+echo "== build folders in $root"
 
 configure() { # DIR OPTIONS...
     local dir=$1
@@ -23,16 +35,16 @@ git ls-files '*.c' '*.h' | xargs clang-format --dry-run --Werror
 echo "== area order (scripts/check_areas.py)"
 python3 scripts/check_areas.py
 
-configure build -Dwerror=true
-meson compile -C build
+configure "$build" -Dwerror=true
+meson compile -C "$build"
 
 setups=()
 run() { # SETUP [meson test args...]
     local setup=$1
     shift
     echo "== suite on $setup"
-    setups+=("build:$setup")
-    meson test -C build --setup "$setup" --print-errorlogs "$@" || status=1
+    setups+=("$build:$setup")
+    meson test -C "$build" --setup "$setup" --print-errorlogs "$@" || status=1
 }
 status=0
 run pocl
@@ -49,9 +61,9 @@ fi
 run oclgrind --suite kernels
 
 echo "== suite under ASan+UBSan on pocl"
-configure build-asan -Dwerror=true -Dbuildtype=debug -Db_sanitize=address,undefined -Db_lundef=false
-meson compile -C build-asan
-setups+=("build-asan:pocl")
+configure "$asan" -Dwerror=true -Dbuildtype=debug -Db_sanitize=address,undefined -Db_lundef=false
+meson compile -C "$asan"
+setups+=("$asan:pocl")
 # Not the Python suite: a plain python3 cannot load an ASan-built libmpcl.
 # fast_unwind_on_malloc=0: a leak inside a PoCL driver module that is unloaded
 # before exit shows only as "<unknown module>" with the fast unwinder; the full
@@ -59,12 +71,12 @@ setups+=("build-asan:pocl")
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:fast_unwind_on_malloc=0 \
     LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp:print_suppressions=0 \
     UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-    meson test -C build-asan --setup pocl --print-errorlogs --no-suite install \
+    meson test -C "$asan" --setup pocl --print-errorlogs --no-suite install \
     --no-suite python || status=1
 
 echo "== fuzz: every libFuzzer harness for ${FUZZ_SECONDS:-30}s (scripts/fuzz.sh)"
-setups+=("build-fuzz:fuzz")
-scripts/fuzz.sh "${FUZZ_SECONDS:-30}" || status=1
+setups+=("$root/build-fuzz:fuzz")
+FUZZ_BUILD_DIR=$root/build-fuzz scripts/fuzz.sh "${FUZZ_SECONDS:-30}" || status=1
 
 python3 scripts/test_summary.py "${setups[@]}" || status=1
 exit $status

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Counts the results of the meson test runs named as BUILD_DIR:SETUP and
-prints one line per run and a closing 'total: N passed, N failed' line."""
+"""Counts the results of the meson test runs named as BUILD_DIR:SETUP (the
+build folder as a path, relative or absolute, which may itself hold a ':')
+and prints one line per run and a closing 'total: N passed, N failed' line."""
 import json
 import os
 import sys
@@ -12,7 +13,7 @@ FAIL = {"FAIL", "UNEXPECTEDPASS", "TIMEOUT", "ERROR"}
 def main(runs):
     total_pass = total_fail = total_skip = 0
     for run in runs:
-        build, setup = run.split(":", 1)
+        build, setup = run.rsplit(":", 1)
         path = os.path.join(build, "meson-logs", f"testlog-{setup}.json")
         passed = failed = skipped = 0
         if os.path.exists(path):

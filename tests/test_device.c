@@ -117,8 +117,9 @@ static void bad_fp16_override_is_refused(void **state) {
     unsetenv("MPCL_FP16");
 }
 
-/* What DESIGN.md records for the implementations on the CI machine: f16
- * storage works everywhere; half arithmetic only where cl_khr_fp16 is declared. */
+/* What docs/ARCHITECTURE.md (Testing) records for the implementations the
+ * suite runs on: f16 storage works everywhere; half arithmetic only where
+ * cl_khr_fp16 is declared. */
 static void fp16_verification_on_the_suite_device(void **state) {
     (void)state;
     mpcl_context *ctx = tu_context();

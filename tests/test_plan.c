@@ -1,5 +1,6 @@
-/* The precision plan on synthetic capability records: every rule of
- * DESIGN.md's resolution table, the overrides, and the reasons. */
+/* The precision plan on synthetic capability records: every rule of the
+ * resolution table (docs/ARCHITECTURE.md, The precision plan), the
+ * overrides, and the reasons. */
 #include <stdlib.h>
 #include <string.h>
 

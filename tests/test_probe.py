@@ -65,7 +65,8 @@ def test_json_schema():
             check(plan["gemm"] in ("clblast-sgemm", "clblast-hgemm", "mpcl-f32", "mpcl-mixed"),
                   f"plan {name} gemm")
         if "Portable Computing Language" in d["platform"]:
-            # DESIGN.md: PoCL 3.1 has no cl_khr_fp16 but runs vload_half/vstore_half_rte.
+            # docs/ARCHITECTURE.md (Testing): PoCL 3.1 has no cl_khr_fp16 but
+            # runs vload_half/vstore_half_rte.
             check(d["fp16_math"] == "none", "PoCL: fp16 math none")
             check(d["fp16_storage"] == "verified", "PoCL: fp16 storage verified")
             auto = d["plans"]["auto"]

@@ -166,7 +166,8 @@ static void apply_gemm_override(mpcl_plan *p, bool fp16_math, bool hgemm,
 }
 
 /* Half arithmetic forced on a device that does not declare cl_khr_fp16:
- * mpcl's kernels never use it (DESIGN.md) and CLBlast refuses HGEMM. */
+ * mpcl's kernels never use it (docs/ARCHITECTURE.md, The precision plan) and
+ * CLBlast refuses HGEMM. */
 #define NO_HGEMM_REASON                                                               \
     "(MPCL_FP16=force), GEMM accumulating in f32: CLBlast's HGEMM needs cl_khr_fp16 " \
     "declared"

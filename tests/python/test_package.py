@@ -74,17 +74,26 @@ def test_library_lookup(tmp_path):
     assert p.stdout.strip() == str(libdir / "libmpcl.so.0")
     # With neither (and no mpcl.pc anywhere pkg-config looks), a checkout
     # whose build folder is build/ finds build/src/libmpcl.so.0: running from
-    # the build tree. Only where that is this build and nothing is installed.
-    here = os.path.dirname(os.path.dirname(os.path.abspath(mpcl.__file__)))
-    tree = os.path.join(here, "..", "build", "src", "libmpcl.so.0")
+    # the build tree. Checked on a copy of the package in a checkout made
+    # here, whose build/ links to this build's library, so that the check
+    # runs wherever this build is (meson may build outside the checkout).
+    # Only where nothing is installed: an installed libmpcl comes first.
     installed = [f for prefix in ("/usr/local", "/usr") for pattern in (
         "/lib*/libmpcl.so*", "/lib*/*/libmpcl.so*") for f in glob.glob(prefix + pattern)]
-    if not os.path.samefile(os.path.dirname(tree), os.path.dirname(lib)) or installed:
+    if installed:
         return
-    env.update(PKG_CONFIG_PATH=str(tmp_path / "none"), PKG_CONFIG_LIBDIR=str(tmp_path / "none"))
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    checkout = tmp_path / "checkout"
+    shutil.copytree(os.path.dirname(os.path.abspath(mpcl.__file__)), checkout / "python" / "mpcl",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    tree = checkout / "build" / "src" / "libmpcl.so.0"
+    tree.parent.mkdir(parents=True)
+    os.symlink(lib, tree)
+    env.update(PKG_CONFIG_PATH=str(tmp_path / "none"), PKG_CONFIG_LIBDIR=str(tmp_path / "none"),
+               PYTHONPATH=str(checkout / "python"))
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       cwd=tmp_path)
     assert p.returncode == 0, p.stderr
-    assert os.path.samefile(p.stdout.strip(), tree)
+    assert os.path.normpath(p.stdout.strip()) == str(tree)
 
 
 def test_pip_installs_without_a_compiler(tmp_path):
