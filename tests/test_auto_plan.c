@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "runtime/runtime.h"
 #include "testutil.h"
 
 static char cache_dir[] = "/tmp/mpcl-auto-XXXXXX";
@@ -135,6 +136,75 @@ static void a_damaged_verdict_is_measured_again(void **state) {
     mpcl_context_destroy(ctx);
 }
 
+/* Replaces the body of every verdict in the cache folder by text, kept
+ * valid as a cache entry (key and tag), so only its parsing can refuse it. */
+static void rewrite_verdicts(const char *text) {
+    char verdicts[128];
+    snprintf(verdicts, sizeof verdicts, "%s/verdicts", cache_dir);
+    DIR *d = opendir(verdicts);
+    assert_non_null(d);
+    int rewritten = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        char path[512];
+        unsigned char header[40];
+        snprintf(path, sizeof path, "%s/%s", verdicts, e->d_name);
+        FILE *f = e->d_name[0] == '.' ? NULL : fopen(path, "rb");
+        if (!f) continue;
+        assert_int_equal(fread(header, 1, sizeof header, f), sizeof header);
+        fclose(f);
+        mpcl__cache_key key;
+        memcpy(key.bytes, header + 8, sizeof key.bytes); /* after the 8-byte magic */
+        mpcl__cache_write(verdicts, key, (const unsigned char *)text, strlen(text));
+        rewritten++;
+    }
+    closedir(d);
+    assert_true(rewritten >= 1);
+}
+
+/* A verdict is read back only in the form write_verdict writes: plain
+ * decimal numbers, one per candidate, single spaces, a newline. A '+', hex,
+ * "inf", a blank or a figure too many is measured again, not read as some
+ * other number. */
+static void a_verdict_not_plain_decimal_is_measured_again(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    if (!more_than_one_candidate(ctx)) {
+        mpcl_context_destroy(ctx);
+        skip();
+    }
+    mpcl_model_params p = small_params();
+    p.hidden[0] = 24;
+    mpcl_plan plan;
+    TU_ASSERT_OK(mpcl_model_auto_plan(ctx, &p, &plan));
+    size_t n = 0; /* the figures in the reason: one per candidate */
+    for (const char *c = plan.reason; (c = strstr(c, " us/step")); c++) n++;
+    char good[128] = "0";
+    for (size_t i = 0; i < n; i++) strcat(good, " 1.5");
+    strcat(good, "\n");
+    /* The control: the well-formed verdict is read back as it is. */
+    rewrite_verdicts(good);
+    TU_ASSERT_OK(mpcl_model_auto_plan(ctx, &p, &plan));
+    assert_non_null(strstr(plan.reason, "(cached): "));
+    assert_non_null(strstr(plan.reason, " 2 us/step"));
+    static const char *const bad[][2] = {
+        {"0 1.5", "+0 1.5"},      {" 1.5\n", " +1.5\n"}, {" 1.5\n", " 0x1p0\n"},
+        {" 1.5\n", " inf\n"},     {"0 1.5", " 0 1.5"},   {" 1.5\n", " 1.5  \n"},
+        {" 1.5\n", " 1.5 1.5\n"}, {"0 1.5", "-0 1.5"},   {"0 1.5", "0  1.5"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char text[160];
+        const char *at = strstr(good, bad[i][0]);
+        assert_non_null(at);
+        snprintf(text, sizeof text, "%.*s%s%s", (int)(at - good), good, bad[i][1],
+                 at + strlen(bad[i][0]));
+        rewrite_verdicts(text);
+        TU_ASSERT_OK(mpcl_model_auto_plan(ctx, &p, &plan));
+        if (!strstr(plan.reason, "auto measured: "))
+            fail_msg("verdict '%s' was read back: %s", text, plan.reason);
+    }
+    mpcl_context_destroy(ctx);
+}
+
 static void capability_rule_on_request(void **state) {
     (void)state;
     setenv("MPCL_AUTO", "capability", 1);
@@ -164,6 +234,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(verdict_is_measured_cached_and_used),
         cmocka_unit_test(a_damaged_verdict_is_measured_again),
+        cmocka_unit_test(a_verdict_not_plain_decimal_is_measured_again),
         cmocka_unit_test(capability_rule_on_request),
         cmocka_unit_test(explicit_policies_are_not_measured),
     };
