@@ -217,6 +217,23 @@ static void capability_rule_on_request(void **state) {
     unsetenv("MPCL_AUTO");
 }
 
+/* A misspelt MPCL_AUTO (or MPCL_CACHE) is an error at context creation,
+ * naming it, not a silent measurement (or a silently used cache). */
+static void a_value_outside_the_set_stops_context_creation(void **state) {
+    (void)state;
+    static const char *const bad[][2] = {{"MPCL_AUTO", "capabilty"}, {"MPCL_CACHE", "no"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char named[64];
+        snprintf(named, sizeof named, "%s='%s'", bad[i][0], bad[i][1]);
+        setenv(bad[i][0], bad[i][1], 1);
+        mpcl_context *ctx = NULL;
+        mpcl_status st = mpcl_context_create(NULL, &ctx);
+        unsetenv(bad[i][0]);
+        if (st != MPCL_ERR_INVALID_ARG || ctx || !strstr(mpcl_errmsg(), named))
+            fail_msg("%s: status %d, '%s'", named, (int)st, mpcl_errmsg());
+    }
+}
+
 static void explicit_policies_are_not_measured(void **state) {
     (void)state;
     mpcl_context *ctx = tu_context();
@@ -236,6 +253,7 @@ int main(void) {
         cmocka_unit_test(a_damaged_verdict_is_measured_again),
         cmocka_unit_test(a_verdict_not_plain_decimal_is_measured_again),
         cmocka_unit_test(capability_rule_on_request),
+        cmocka_unit_test(a_value_outside_the_set_stops_context_creation),
         cmocka_unit_test(explicit_policies_are_not_measured),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -199,8 +199,7 @@ static void explain(mpcl_plan *p, const candidate *c, size_t n, bool cached) {
 }
 
 bool mpcl__auto_by_capability(void) {
-    const char *v = getenv("MPCL_AUTO");
-    return v && strcmp(v, "capability") == 0;
+    return mpcl__env_value(MPCL_ENV_AUTO) != NULL; /* "capability", its one value */
 }
 
 bool mpcl__auto_plan_known(mpcl_context *ctx, const mpcl_model_params *params) {
