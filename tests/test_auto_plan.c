@@ -63,16 +63,69 @@ static bool more_than_one_candidate(mpcl_context *ctx) {
     return mpcl_context_plan(ctx, MPCL_POLICY_MIXED_FLOAT16).usable;
 }
 
-static void verdict_is_measured_cached_and_used(void **state) {
-    (void)state;
+/* A context where auto has more than one plan to choose from (the test is
+ * skipped elsewhere), with the verdict for a model of this hidden width
+ * measured and cached. */
+static mpcl_context *measured(size_t hidden, mpcl_model_params *p, mpcl_plan *plan) {
     mpcl_context *ctx = tu_context();
     if (!more_than_one_candidate(ctx)) {
         mpcl_context_destroy(ctx);
         skip(); /* only float32 can run: nothing to measure */
     }
-    mpcl_model_params p = small_params();
+    *p = small_params();
+    p->hidden[0] = hidden;
+    TU_ASSERT_OK(mpcl_model_auto_plan(ctx, p, plan));
+    return ctx;
+}
+
+/* Calls change on every verdict file in the cache folder; at least one. */
+static void each_verdict(void (*change)(const char *path, const char *text), const char *text) {
+    char verdicts[128];
+    snprintf(verdicts, sizeof verdicts, "%s/verdicts", cache_dir);
+    DIR *d = opendir(verdicts);
+    assert_non_null(d);
+    int changed = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        char path[512];
+        struct stat sb;
+        snprintf(path, sizeof path, "%s/%s", verdicts, e->d_name);
+        if (e->d_name[0] == '.' || stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) continue;
+        change(path, text);
+        changed++;
+    }
+    closedir(d);
+    assert_true(changed >= 1);
+}
+
+/* Overwrites bytes near the end: the entry's tag no longer matches. */
+static void damage(const char *path, const char *text) {
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    fseek(f, -3, SEEK_END);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* Replaces the verdict's body by text, kept valid as a cache entry (key and
+ * tag), so that only its parsing can refuse it. */
+static void rewrite(const char *path, const char *text) {
+    unsigned char header[40];
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    assert_int_equal(fread(header, 1, sizeof header, f), sizeof header);
+    fclose(f);
+    mpcl__cache_key key;
+    memcpy(key.bytes, header + 8, sizeof key.bytes); /* after the 8-byte magic */
+    char folder[512];
+    snprintf(folder, sizeof folder, "%.*s", (int)(strrchr(path, '/') - path), path);
+    mpcl__cache_write(folder, key, (const unsigned char *)text, strlen(text));
+}
+
+static void verdict_is_measured_cached_and_used(void **state) {
+    (void)state;
+    mpcl_model_params p;
     mpcl_plan first, again;
-    TU_ASSERT_OK(mpcl_model_auto_plan(ctx, &p, &first));
+    mpcl_context *ctx = measured(32, &p, &first);
     assert_candidate(ctx, &first);
     assert_non_null(strstr(first.reason, "auto measured: "));
     assert_non_null(strstr(first.reason, "float32/"));
@@ -100,65 +153,14 @@ static void verdict_is_measured_cached_and_used(void **state) {
 
 static void a_damaged_verdict_is_measured_again(void **state) {
     (void)state;
-    mpcl_context *ctx = tu_context();
-    if (!more_than_one_candidate(ctx)) {
-        mpcl_context_destroy(ctx);
-        skip();
-    }
-    mpcl_model_params p = small_params();
-    p.hidden[0] = 40;
+    mpcl_model_params p;
     mpcl_plan plan;
-    TU_ASSERT_OK(mpcl_model_auto_plan(ctx, &p, &plan));
-    /* Damage every verdict. */
-    char verdicts[128];
-    snprintf(verdicts, sizeof verdicts, "%s/verdicts", cache_dir);
-    DIR *d = opendir(verdicts);
-    assert_non_null(d);
-    struct dirent *e;
-    int damaged = 0;
-    while ((e = readdir(d))) {
-        char path[512];
-        struct stat sb;
-        snprintf(path, sizeof path, "%s/%s", verdicts, e->d_name);
-        if (e->d_name[0] == '.' || stat(path, &sb) != 0) continue;
-        FILE *f = fopen(path, "r+b");
-        assert_non_null(f);
-        fseek(f, sb.st_size - 3, SEEK_SET);
-        fputs("9 ", f);
-        fclose(f);
-        damaged++;
-    }
-    closedir(d);
-    assert_true(damaged >= 1);
+    mpcl_context *ctx = measured(40, &p, &plan);
+    each_verdict(damage, "9 ");
     TU_ASSERT_OK(mpcl_model_auto_plan(ctx, &p, &plan));
     assert_candidate(ctx, &plan);
     assert_non_null(strstr(plan.reason, "auto measured: "));
     mpcl_context_destroy(ctx);
-}
-
-/* Replaces the body of every verdict in the cache folder by text, kept
- * valid as a cache entry (key and tag), so only its parsing can refuse it. */
-static void rewrite_verdicts(const char *text) {
-    char verdicts[128];
-    snprintf(verdicts, sizeof verdicts, "%s/verdicts", cache_dir);
-    DIR *d = opendir(verdicts);
-    assert_non_null(d);
-    int rewritten = 0;
-    for (struct dirent *e; (e = readdir(d));) {
-        char path[512];
-        unsigned char header[40];
-        snprintf(path, sizeof path, "%s/%s", verdicts, e->d_name);
-        FILE *f = e->d_name[0] == '.' ? NULL : fopen(path, "rb");
-        if (!f) continue;
-        assert_int_equal(fread(header, 1, sizeof header, f), sizeof header);
-        fclose(f);
-        mpcl__cache_key key;
-        memcpy(key.bytes, header + 8, sizeof key.bytes); /* after the 8-byte magic */
-        mpcl__cache_write(verdicts, key, (const unsigned char *)text, strlen(text));
-        rewritten++;
-    }
-    closedir(d);
-    assert_true(rewritten >= 1);
 }
 
 /* A verdict is read back only in the form write_verdict writes: plain
@@ -167,22 +169,16 @@ static void rewrite_verdicts(const char *text) {
  * other number. */
 static void a_verdict_not_plain_decimal_is_measured_again(void **state) {
     (void)state;
-    mpcl_context *ctx = tu_context();
-    if (!more_than_one_candidate(ctx)) {
-        mpcl_context_destroy(ctx);
-        skip();
-    }
-    mpcl_model_params p = small_params();
-    p.hidden[0] = 24;
+    mpcl_model_params p;
     mpcl_plan plan;
-    TU_ASSERT_OK(mpcl_model_auto_plan(ctx, &p, &plan));
+    mpcl_context *ctx = measured(24, &p, &plan);
     size_t n = 0; /* the figures in the reason: one per candidate */
     for (const char *c = plan.reason; (c = strstr(c, " us/step")); c++) n++;
     char good[128] = "0";
     for (size_t i = 0; i < n; i++) strcat(good, " 1.5");
     strcat(good, "\n");
     /* The control: the well-formed verdict is read back as it is. */
-    rewrite_verdicts(good);
+    each_verdict(rewrite, good);
     TU_ASSERT_OK(mpcl_model_auto_plan(ctx, &p, &plan));
     assert_non_null(strstr(plan.reason, "(cached): "));
     assert_non_null(strstr(plan.reason, " 2 us/step"));
@@ -197,7 +193,7 @@ static void a_verdict_not_plain_decimal_is_measured_again(void **state) {
         assert_non_null(at);
         snprintf(text, sizeof text, "%.*s%s%s", (int)(at - good), good, bad[i][1],
                  at + strlen(bad[i][0]));
-        rewrite_verdicts(text);
+        each_verdict(rewrite, text);
         TU_ASSERT_OK(mpcl_model_auto_plan(ctx, &p, &plan));
         if (!strstr(plan.reason, "auto measured: "))
             fail_msg("verdict '%s' was read back: %s", text, plan.reason);
