@@ -1,6 +1,7 @@
 /* The precision plan on synthetic capability records: every rule of the
  * resolution table (docs/ARCHITECTURE.md, The precision plan), the
  * overrides, and the reasons. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -308,6 +309,53 @@ static void overrides_from_the_environment(void **state) {
     assert_false(o.gemm_set);
 }
 
+/* Every variable with a documented set of values refuses any other, naming
+ * the variable, the value and the set, where the library is entered: the
+ * plan overrides and the device list (before any OpenCL call, so this needs
+ * no device). Empty is the same as unset. */
+static void environment_values_outside_their_set(void **state) {
+    (void)state;
+    static const char *const bad[][3] = {
+        {"MPCL_AUTO", "capabilty", "capability"},
+        {"MPCL_AUTO", "Capability", "capability"},
+        {"MPCL_CACHE", "no", "0"},
+        {"MPCL_CACHE", "1", "0"},
+        {"MPCL_CACHE", "false", "0"},
+        {"MPCL_CACHE", " 0", "0"},
+        {"MPCL_FP16", "on", "force, off"},
+        {"MPCL_GEMM", "mpcl-f32 ",
+         "clblast-sgemm, clblast-hgemm, mpcl-f32, mpcl-mixed, "
+         "clblast-staged"},
+    };
+    const char *suite_auto = getenv("MPCL_AUTO");
+    char *saved_auto = suite_auto ? strdup(suite_auto) : NULL;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char named[64], listed[128];
+        snprintf(named, sizeof named, "%s='%s'", bad[i][0], bad[i][1]);
+        snprintf(listed, sizeof listed, "is not one of: %s (or unset)", bad[i][2]);
+        setenv(bad[i][0], bad[i][1], 1);
+        mpcl_plan_overrides o;
+        mpcl_device_list *list = NULL;
+        if (mpcl_plan_overrides_from_env(&o) != MPCL_ERR_INVALID_ARG ||
+            !strstr(mpcl_errmsg(), named) || !strstr(mpcl_errmsg(), listed))
+            fail_msg("%s: overrides: '%s'", named, mpcl_errmsg());
+        if (mpcl_device_list_create(MPCL_ENUM_DEFAULT, &list) != MPCL_ERR_INVALID_ARG ||
+            !strstr(mpcl_errmsg(), named))
+            fail_msg("%s: device list: '%s'", named, mpcl_errmsg());
+        assert_null(list);
+        unsetenv(bad[i][0]);
+    }
+    static const char *const all[] = {"MPCL_AUTO", "MPCL_CACHE", "MPCL_FP16", "MPCL_GEMM"};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) setenv(all[i], "", 1);
+    mpcl_plan_overrides o;
+    assert_int_equal(mpcl_plan_overrides_from_env(&o), MPCL_OK);
+    assert_int_equal(o.fp16, MPCL_FP16_DEFAULT);
+    assert_false(o.gemm_set);
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) unsetenv(all[i]);
+    if (saved_auto) setenv("MPCL_AUTO", saved_auto, 1);
+    free(saved_auto);
+}
+
 static void names_parse_back(void **state) {
     (void)state;
     for (int i = 0; i < MPCL_POLICY_COUNT; i++) {
@@ -342,6 +390,7 @@ int main(void) {
         cmocka_unit_test(gemm_override_under_mixed_bfloat16),
         cmocka_unit_test(dtype_table),
         cmocka_unit_test(overrides_from_the_environment),
+        cmocka_unit_test(environment_values_outside_their_set),
         cmocka_unit_test(names_parse_back),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -515,6 +515,24 @@ static void test_bad_files(void **state) {
                        "leading zero");
     expect_header_fail(&d, "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,-]}}", 4,
                        "'-' without digits");
+    /* Sizes and offsets are plain non-negative integers, one spelling each:
+     * "-0" (valid JSON, never written) is refused like any '-', and so are
+     * '+', a leading zero, an exponent and a fraction. */
+    expect_header_fail(&d, "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[-0,4]}}", 4,
+                       "tensor 'a': data_offsets[0] is not a non-negative integer");
+    expect_header_fail(&d, "{\"a\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[0,-0]}}", 0,
+                       "tensor 'a': data_offsets[1] is not a non-negative integer");
+    expect_header_fail(&d, "{\"a\":{\"dtype\":\"U8\",\"shape\":[-0],\"data_offsets\":[0,0]}}", 0,
+                       "tensor 'a': shape[0] is not a non-negative integer");
+    expect_header_fail(&d, "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,+4]}}", 4,
+                       "unexpected character '+'");
+    expect_header_fail(&d, "{\"a\":{\"dtype\":\"F32\",\"shape\":[01],\"data_offsets\":[0,4]}}", 4,
+                       "leading zero");
+    expect_header_fail(&d, "{\"a\":{\"dtype\":\"F32\",\"shape\":[1e0],\"data_offsets\":[0,4]}}", 4,
+                       "non-integer number");
+    /* A tensor name the writer refuses is refused on reading too. */
+    expect_header_fail(&d, "{\"\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4,
+                       "tensor name \"\" is empty");
     expect_header_fail(
         &d, "{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,99999999999999999999]}}", 1,
         "integer does not fit in 64 bits");

@@ -238,6 +238,46 @@ static void rejects(void **state) {
     }
 }
 
+/* Every numeric flag reads numbers as plain decimal only: a '+', hex (also
+ * hex floats), blanks, an exponent in a whole number, and "inf"/"nan" are
+ * refused with the reason, never read as some other number. */
+static void numbers_are_plain_decimal(void **state) {
+    (void)state;
+    static const char *const whole_flags[] = {"--epochs",      "--batch",      "--report-every",
+                                              "--train-limit", "--test-limit", "--seed",
+                                              "--classes",     "--save-every", "--hidden"};
+    static const char *const real_flags[] = {"--lr", "--momentum", "--clip-norm", "--loss-scale",
+                                             "--initial-loss-scale"};
+    static const char *const not_whole[] = {"+1", "0x10", "1e3", " 5", "5 ", "0x1p3", "inf", "1.0"};
+    static const char *const not_real[] = {"+1",  "0x10", " 5",  "5 ", "0x1p3",
+                                           "inf", "+inf", "nan", "1e", "0.5.1"};
+    for (int kind = 0; kind < 2; kind++) {
+        const char *const *flags = kind == 0 ? whole_flags : real_flags;
+        size_t nflags = kind == 0 ? sizeof whole_flags / sizeof *whole_flags
+                                  : sizeof real_flags / sizeof *real_flags;
+        const char *const *values = kind == 0 ? not_whole : not_real;
+        size_t nvalues =
+            kind == 0 ? sizeof not_whole / sizeof *not_whole : sizeof not_real / sizeof *not_real;
+        for (size_t f = 0; f < nflags; f++)
+            for (size_t v = 0; v < nvalues; v++) {
+                train_args a;
+                char err[512];
+                bool ok = parse(&a, err, sizeof err, "--optimizer", "sgd", "--save", "c.st",
+                                flags[f], values[v], NULL);
+                if (ok || !strstr(err, flags[f]) || !strstr(err, values[v]) ||
+                    !strstr(err, "is not a plain decimal number"))
+                    fail_msg("%s '%s': ok=%d, message '%s'", flags[f], values[v], ok, err);
+            }
+    }
+    /* What stays accepted: plain decimal in every form the grammar allows. */
+    train_args a;
+    char err[512];
+    assert_true(parse(&a, err, sizeof err, "--lr", "1e-3", "--clip-norm", ".5", "--loss-scale",
+                      "1E3", "--batch", "007", NULL));
+    assert_true(a.lr == 1e-3f && a.clip_norm == 0.5f && a.fixed_scale == 1000.0f);
+    assert_int_equal(a.batch, 7);
+}
+
 static void rejects_structure(void **state) {
     (void)state;
     train_args a;
@@ -410,9 +450,13 @@ static void special_paths(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(defaults),      cmocka_unit_test(every_flag_both_spellings),
-        cmocka_unit_test(rejects),       cmocka_unit_test(rejects_structure),
-        cmocka_unit_test(output_paths),  cmocka_unit_test(hardening_flags),
+        cmocka_unit_test(defaults),
+        cmocka_unit_test(every_flag_both_spellings),
+        cmocka_unit_test(rejects),
+        cmocka_unit_test(rejects_structure),
+        cmocka_unit_test(numbers_are_plain_decimal),
+        cmocka_unit_test(output_paths),
+        cmocka_unit_test(hardening_flags),
         cmocka_unit_test(special_paths),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -50,6 +50,9 @@ BAD_FLAGS = [
     (["--lr", "-1"], "--lr"),
     (["--lr", "nan"], "--lr"),
     (["--lr=inf"], "--lr"),
+    (["--lr", "+1"], "--lr"),
+    (["--clip-norm", "0x1p3"], "--clip-norm"),
+    (["--epochs", "1e3"], "--epochs"),
     (["--epochs", "0"], "--epochs"),
     (["--hidden", "128,,64"], "--hidden"),
     (["--hidden", "0"], "--hidden"),
@@ -86,6 +89,22 @@ def test_bad_flags():
         rc, _, err = run(["--resume", os.path.join(d, "absent.safetensors")], cwd=d)
         check(rc == 1 and "--resume" in err and "absent.safetensors" in err,
               f"--resume of a missing file: exit 1 naming it ({err!r})")
+
+
+def test_bad_environment():
+    """A value outside an environment variable's documented set stops the run
+    with exit 1, naming the variable, the value and the accepted set, before
+    any file is written."""
+    with tempfile.TemporaryDirectory() as d:
+        for var, value, accepted in [("MPCL_AUTO", "bogus", "capability"),
+                                     ("MPCL_CACHE", "no", "0"),
+                                     ("MPCL_FP16", "on", "force, off")]:
+            rc, out, err = run(TINY + ["--epochs", "1", "--save", "ck.safetensors",
+                                       "--metrics", "m.csv"], cwd=d, env={var: value})
+            check(rc == 1, f"{var}={value}: exit 1 (got {rc}: {err[-300:]!r})")
+            check(f"{var}='{value}'" in err and f"not one of: {accepted}" in err,
+                  f"{var}={value}: names it and the set: {err!r}")
+            check(files_in(d) == [], f"{var}={value}: created no files ({files_in(d)})")
 
 
 # ---- IDX files ----
@@ -305,6 +324,7 @@ def main():
     t0 = time.time()
     test_help_version()
     test_bad_flags()
+    test_bad_environment()
     test_bad_data()
     with tempfile.TemporaryDirectory() as d:
         test_run_save_resume(d)

@@ -89,6 +89,12 @@ static int utf8_valid(const char *s) {
     return 1;
 }
 
+/* A tensor's name, by one rule for the writer and the reader: not empty, not
+ * the metadata key, valid UTF-8. */
+static int tensor_name_ok(const char *name) {
+    return name && *name && strcmp(name, "__metadata__") != 0 && utf8_valid(name);
+}
+
 /* ---- a strict JSON parser for the header ---- */
 
 /* Memory: the parser keeps the tree in one block of nodes whose size is known
@@ -536,14 +542,16 @@ static const jval *member(const jval *obj, const char *key) {
     return NULL;
 }
 
-/* Formats a JSON integer for messages. */
-static const char *int_text(const jval *v, char *buf, size_t size) {
-    snprintf(buf, size, "%s%llu", v->neg ? "-" : "", (ull)v->u.mag);
-    return buf;
+/* A size or an offset: an integer without a '-' ("-0" included: JSON allows
+ * it, no writer writes it, and a reader that took it would accept two
+ * spellings of one header). */
+static int is_count(const jval *v) {
+    return v->type == J_INT && !v->neg;
 }
 
 static mpcl_status check_tensor(const char *path, const char *name, const jval *v,
                                 uint64_t data_size, mpcl_st_tensor *t, span *sp) {
+    if (!tensor_name_ok(name)) return FMT_FAIL("tensor name \"%s\" is empty", name);
     if (v->type != J_OBJ) return FMT_FAIL("tensor '%s': entry is not an object", name);
     for (size_t i = 0; i < v->n; i++) {
         const char *k = v->u.kids[i].key;
@@ -566,10 +574,9 @@ static mpcl_status check_tensor(const char *path, const char *name, const jval *
         return FMT_FAIL("tensor '%s': %zu dimensions, at most %d are supported", name,
                         (size_t)sh->n, MPCL_ST_MAX_DIMS);
     uint64_t shape[MPCL_ST_MAX_DIMS];
-    char b0[32], b1[32];
     for (size_t i = 0; i < sh->n; i++) {
         const jval *e = &sh->u.kids[i];
-        if (e->type != J_INT || e->neg)
+        if (!is_count(e))
             return FMT_FAIL("tensor '%s': shape[%zu] is not a non-negative integer", name, i);
         if (e->u.mag > SIZE_MAX) return FMT_FAIL("tensor '%s': shape[%zu] too large", name, i);
         shape[i] = e->u.mag;
@@ -577,13 +584,12 @@ static mpcl_status check_tensor(const char *path, const char *name, const jval *
     if (off->type != J_ARR || off->n != 2)
         return FMT_FAIL("tensor '%s': data_offsets is not an array of two integers", name);
     for (int i = 0; i < 2; i++)
-        if (off->u.kids[i].type != J_INT || (off->u.kids[i].neg && off->u.kids[i].u.mag))
+        if (!is_count(&off->u.kids[i]))
             return FMT_FAIL("tensor '%s': data_offsets[%d] is not a non-negative integer", name, i);
     uint64_t begin = off->u.kids[0].u.mag, end = off->u.kids[1].u.mag;
     if (begin > end)
-        return FMT_FAIL("tensor '%s': data_offsets [%s, %s] end before they begin", name,
-                        int_text(&off->u.kids[0], b0, sizeof b0),
-                        int_text(&off->u.kids[1], b1, sizeof b1));
+        return FMT_FAIL("tensor '%s': data_offsets [%llu, %llu] end before they begin", name,
+                        (ull)begin, (ull)end);
     if (end > data_size)
         return FMT_FAIL("tensor '%s': data_offsets [%llu, %llu] beyond data section of %llu bytes",
                         name, (ull)begin, (ull)end, (ull)data_size);
@@ -955,7 +961,7 @@ static mpcl_status check_write_args(const mpcl_st_tensor *tensors, size_t count,
         return MPCL_ERROR(NULL, MPCL_ERR_INVALID_ARG, "%s: NULL tensor or metadata list", fn);
     for (size_t i = 0; i < count; i++) {
         const mpcl_st_tensor *t = &tensors[i];
-        if (!t->name || !*t->name || strcmp(t->name, "__metadata__") == 0 || !utf8_valid(t->name))
+        if (!tensor_name_ok(t->name))
             return MPCL_ERROR(NULL, MPCL_ERR_INVALID_ARG,
                               "%s: tensor %zu has a NULL, empty, reserved or non-UTF-8 name", fn,
                               i);

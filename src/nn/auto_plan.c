@@ -16,6 +16,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "mpcl/number.h"
 #include "nn/nn.h"
 #include "runtime/runtime.h"
 
@@ -137,8 +138,19 @@ static mpcl__cache_key verdict_key(mpcl_context *ctx, const mpcl_model_params *p
     return mpcl__cache_key_make(parts, sizeof parts / sizeof parts[0]);
 }
 
-/* A cached verdict: "<index> <us> <us> ...\n" with one figure per candidate;
- * false when absent or not of this candidate list. */
+/* The next field of a line of fields separated by single spaces, cut off in
+ * place; NULL past the last. */
+static char *next_field(char **rest) {
+    char *field = *rest, *space = field ? strchr(field, ' ') : NULL;
+    if (space) *space = '\0';
+    *rest = space ? space + 1 : NULL;
+    return field;
+}
+
+/* A cached verdict: "<index> <us> <us> ...\n" with one figure per candidate,
+ * exactly as write_verdict writes it, every number plain decimal
+ * (mpcl/number.h); false when absent, of another candidate list, or not of
+ * that form. */
 static bool read_verdict(const char *dir, mpcl__cache_key key, candidate *c, size_t n,
                          size_t *best) {
     size_t size = 0;
@@ -146,20 +158,22 @@ static bool read_verdict(const char *dir, mpcl__cache_key key, candidate *c, siz
     unsigned char *body = mpcl__cache_read(dir, key, &size, &rejected);
     if (!body) return false;
     char text[256];
-    size_t len = size < sizeof text - 1 ? size : sizeof text - 1;
-    memcpy(text, body, len);
-    text[len] = '\0';
+    bool ok = size < sizeof text && body[size - 1] == '\n';
+    if (ok) memcpy(text, body, size - 1);
     free(body);
-    char *p = text, *end = NULL;
-    unsigned long index = strtoul(p, &end, 10);
-    bool ok = end != p && index < n;
-    for (size_t i = 0; ok && i < n; i++) {
-        p = end;
-        c[i].us = strtod(p, &end);
-        ok = end != p && c[i].us > 0;
+    if (!ok) return false;
+    text[size - 1] = '\0';
+    char *rest = text;
+    uint64_t index = 0;
+    if (mpcl_parse_uint(next_field(&rest), n - 1, &index) != MPCL_NUMBER_OK) return false;
+    for (size_t i = 0; i < n; i++) {
+        double us = 0;
+        if (mpcl_parse_real(next_field(&rest), &us) != MPCL_NUMBER_OK || !(us > 0)) return false;
+        c[i].us = us;
     }
-    if (ok) *best = index;
-    return ok;
+    if (rest) return false; /* more figures than candidates */
+    *best = (size_t)index;
+    return true;
 }
 
 static void write_verdict(const char *dir, mpcl__cache_key key, const candidate *c, size_t n,
@@ -185,8 +199,7 @@ static void explain(mpcl_plan *p, const candidate *c, size_t n, bool cached) {
 }
 
 bool mpcl__auto_by_capability(void) {
-    const char *v = getenv("MPCL_AUTO");
-    return v && strcmp(v, "capability") == 0;
+    return mpcl__env_value(MPCL_ENV_AUTO) != NULL; /* "capability", its one value */
 }
 
 bool mpcl__auto_plan_known(mpcl_context *ctx, const mpcl_model_params *params) {

@@ -150,8 +150,7 @@ static int mkdir_p(const char *path) {
 }
 
 int mpcl__cache_dir(char *buf, size_t size) {
-    const char *off = getenv("MPCL_CACHE");
-    if (off && strcmp(off, "0") == 0) return 0;
+    if (mpcl__env_value(MPCL_ENV_CACHE)) return 0; /* MPCL_CACHE=0, its one value */
     const char *dir = getenv("MPCL_CACHE_DIR");
     const char *xdg = getenv("XDG_CACHE_HOME");
     const char *home = getenv("HOME");

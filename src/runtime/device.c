@@ -145,6 +145,8 @@ static void skip(mpcl_device_list *list, unsigned p, const char *name, const cha
 
 mpcl_status mpcl_device_list_create(unsigned flags, mpcl_device_list **out) {
     *out = NULL;
+    mpcl_status st = mpcl__env_check(); /* every entry point lists the devices first */
+    if (st != MPCL_OK) return st;
     cl_platform_id platforms[MAX_PLATFORMS];
     cl_uint nplat = 0;
     cl_int err = clGetPlatformIDs(MAX_PLATFORMS, platforms, &nplat);
@@ -159,7 +161,6 @@ mpcl_status mpcl_device_list_create(unsigned flags, mpcl_device_list **out) {
 
     mpcl_device_list *list = calloc(1, sizeof *list);
     if (!list) return MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "allocating the device list");
-    mpcl_status st = MPCL_OK;
     for (cl_uint p = 0; p < nplat; p++) {
         char pname[MPCL_INFO_STR] = "(unnamed)";
         if (clGetPlatformInfo(platforms[p], CL_PLATFORM_NAME, sizeof pname, pname, NULL) !=

@@ -1,23 +1,23 @@
 /* The precision plan: the one place where a policy becomes storage dtypes, a
  * GEMM path and loss scaling on a given device. Pure: no OpenCL, no globals
- * (the environment is read only by mpcl_plan_overrides_from_env). */
+ * (the environment is read only by mpcl_plan_overrides_from_env, through
+ * env.c). */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "runtime/runtime.h"
 
 static const char *const policy_names[MPCL_POLICY_COUNT] = {"auto", "mixed_float16", "float32",
                                                             "mixed_bfloat16"};
-static const char *const gemm_names[MPCL_GEMM_PATH_COUNT] = {
-    "clblast-sgemm", "clblast-hgemm", "mpcl-f32", "mpcl-mixed", "clblast-staged"};
+const char *const mpcl__gemm_path_names[MPCL_GEMM_PATH_COUNT + 1] = {
+    "clblast-sgemm", "clblast-hgemm", "mpcl-f32", "mpcl-mixed", "clblast-staged", NULL};
 
 const char *mpcl_policy_name(mpcl_policy policy) {
     return (unsigned)policy < MPCL_POLICY_COUNT ? policy_names[policy] : "unknown";
 }
 
 const char *mpcl_gemm_path_name(mpcl_gemm_path path) {
-    return (unsigned)path < MPCL_GEMM_PATH_COUNT ? gemm_names[path] : "unknown";
+    return (unsigned)path < MPCL_GEMM_PATH_COUNT ? mpcl__gemm_path_names[path] : "unknown";
 }
 
 #define DTYPE_NAME_(suffix, name, bytes, is_float) [MPCL_DTYPE_##suffix] = name,
@@ -47,7 +47,7 @@ bool mpcl_policy_parse(const char *name, mpcl_policy *out) {
 
 bool mpcl_gemm_path_parse(const char *name, mpcl_gemm_path *out) {
     for (int i = 0; i < MPCL_GEMM_PATH_COUNT; i++) {
-        if (name && strcmp(name, gemm_names[i]) == 0) {
+        if (name && strcmp(name, mpcl__gemm_path_names[i]) == 0) {
             *out = (mpcl_gemm_path)i;
             return true;
         }
@@ -57,25 +57,11 @@ bool mpcl_gemm_path_parse(const char *name, mpcl_gemm_path *out) {
 
 mpcl_status mpcl_plan_overrides_from_env(mpcl_plan_overrides *out) {
     memset(out, 0, sizeof *out);
-    const char *fp16 = getenv("MPCL_FP16");
-    if (fp16 && *fp16) {
-        if (strcmp(fp16, "force") == 0)
-            out->fp16 = MPCL_FP16_FORCE;
-        else if (strcmp(fp16, "off") == 0)
-            out->fp16 = MPCL_FP16_OFF;
-        else
-            return MPCL_ERROR(NULL, MPCL_ERR_INVALID_ARG,
-                              "MPCL_FP16='%s' is not one of: force, off (or unset)", fp16);
-    }
-    const char *gemm = getenv("MPCL_GEMM");
-    if (gemm && *gemm) {
-        if (!mpcl_gemm_path_parse(gemm, &out->gemm))
-            return MPCL_ERROR(NULL, MPCL_ERR_INVALID_ARG,
-                              "MPCL_GEMM='%s' is not one of: clblast-sgemm, clblast-hgemm, "
-                              "mpcl-f32, mpcl-mixed, clblast-staged (or unset)",
-                              gemm);
-        out->gemm_set = true;
-    }
+    mpcl_status st = mpcl__env_check();
+    if (st != MPCL_OK) return st;
+    const char *fp16 = mpcl__env_value(MPCL_ENV_FP16);
+    if (fp16) out->fp16 = strcmp(fp16, "force") == 0 ? MPCL_FP16_FORCE : MPCL_FP16_OFF;
+    out->gemm_set = mpcl_gemm_path_parse(mpcl__env_value(MPCL_ENV_GEMM), &out->gemm);
     return MPCL_OK;
 }
 

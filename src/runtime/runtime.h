@@ -120,6 +120,27 @@ typedef enum mpcl__cache_outcome {
 } mpcl__cache_outcome;
 mpcl__cache_outcome mpcl__cache_last_outcome(const mpcl_context *ctx);
 
+/* ---- environment (env.c) ---- */
+
+/* mpcl's environment variables with a fixed set of values. */
+typedef enum mpcl__env_var {
+    MPCL_ENV_FP16,  /* force, off */
+    MPCL_ENV_GEMM,  /* a GEMM path's name */
+    MPCL_ENV_AUTO,  /* capability */
+    MPCL_ENV_CACHE, /* 0 */
+    MPCL_ENV_COUNT
+} mpcl__env_var;
+/* Every variable checked: a value outside its set (empty counts as unset) is
+ * MPCL_ERR_INVALID_ARG naming the variable, the value and the set. Called
+ * where the library is entered (the device list, the plan overrides), so a
+ * typo stops the program there instead of falling back silently later. */
+mpcl_status mpcl__env_check(void);
+/* The variable's value, one of its set; NULL when unset, empty, or outside
+ * the set (which mpcl__env_check refuses). */
+const char *mpcl__env_value(mpcl__env_var var);
+/* The GEMM paths' names by mpcl_gemm_path, NULL-terminated (plan.c). */
+extern const char *const mpcl__gemm_path_names[MPCL_GEMM_PATH_COUNT + 1];
+
 /* ---- cache ---- */
 
 /* The cache folder (without trailing slash) into buf; false when caching is off

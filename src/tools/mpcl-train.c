@@ -200,11 +200,16 @@ static FILE *open_regular(const char *path, int flags, const char *mode, char *e
  * short by a crash (no newline). */
 static bool row_step(const char *line, unsigned long long *step) {
     size_t n = strlen(line);
-    if (n == 0 || line[n - 1] != '\n' || line[0] < '0' || line[0] > '9') return false;
-    char *end = NULL;
-    errno = 0;
-    *step = strtoull(line, &end, 10);
-    return errno == 0 && end && *end == ',';
+    const char *comma = strchr(line, ',');
+    char field[32];
+    size_t len = comma ? (size_t)(comma - line) : sizeof field;
+    if (n == 0 || line[n - 1] != '\n' || len >= sizeof field) return false;
+    memcpy(field, line, len);
+    field[len] = '\0';
+    uint64_t v;
+    if (mpcl_parse_uint(field, UINT64_MAX, &v) != MPCL_NUMBER_OK) return false;
+    *step = v;
+    return true;
 }
 
 /* A resumed run's CSV: the rows past the checkpoint's step, written by a run

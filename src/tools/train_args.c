@@ -1,10 +1,10 @@
-/* mpcl-train's flag parsing. Every number is parsed whole: no sign where none
- * is allowed, no trailing characters, no overflow, no NaN or infinity, so a
- * typo is an error naming the flag rather than a silently different run. */
+/* mpcl-train's flag parsing. Every number goes through the library's one
+ * strict parser (mpcl/number.h): plain decimal, whole, no overflow, no NaN or
+ * infinity, so a typo is an error naming the flag rather than a silently
+ * different run. */
 #define _GNU_SOURCE /* O_TMPFILE */
 #include "train_args.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <float.h>
 #include <limits.h>
@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "mpcl/number.h"
 #include "mpcl/train.h"
 
 void train_args_defaults(train_args *a) {
@@ -43,23 +44,21 @@ static bool fail(char *err, size_t size, const char *fmt, ...) {
     return false;
 }
 
-/* A decimal integer in [min, max]: digits only (strtoull alone would accept
- * leading blanks, a sign, and wrap "-1" to 2^64 - 1). */
+/* A whole number in [min, max], read by the library's one strict parser:
+ * digits only, so "+1", " 5", "0x10" and "1e3" are refused, not reinterpreted. */
 static bool parse_uint(const char *flag, const char *s, uint64_t min, uint64_t max, uint64_t *out,
                        char *err, size_t size) {
-    if (!*s) return fail(err, size, "%s: empty value (expected an integer)", flag);
-    for (const char *p = s; *p; p++)
-        if (!isdigit((unsigned char)*p)) {
-            if (*p == '-' && p == s && min > 0)
-                return fail(err, size, "%s: '%s' is negative; it must be at least %llu", flag, s,
-                            (unsigned long long)min);
-            return fail(err, size, "%s: '%s' is not a whole number", flag, s);
-        }
-    errno = 0;
-    unsigned long long v = strtoull(s, NULL, 10);
-    if (errno == ERANGE || v > max)
+    uint64_t v = 0;
+    mpcl_number_error e = mpcl_parse_uint(s, max, &v);
+    if (e == MPCL_NUMBER_RANGE)
         return fail(err, size, "%s: '%s' is too large (at most %llu)", flag, s,
                     (unsigned long long)max);
+    if (e == MPCL_NUMBER_NEGATIVE && min > 0)
+        return fail(err, size, "%s: '%s' is negative; it must be at least %llu", flag, s,
+                    (unsigned long long)min);
+    if (e != MPCL_NUMBER_OK)
+        return fail(err, size, "%s: '%s' %s (expected a whole number)", flag, s,
+                    mpcl_number_error_text(e));
     if (v < min)
         return fail(err, size, "%s: '%s' is too small (at least %llu)", flag, s,
                     (unsigned long long)min);
@@ -67,21 +66,29 @@ static bool parse_uint(const char *flag, const char *s, uint64_t min, uint64_t m
     return true;
 }
 
-/* A finite decimal number that fits a float, > 0 (or >= 0 when zero_ok). */
+/* Whether decimal text names a value other than zero (a non-zero digit
+ * before any exponent), whatever it rounds to. */
+static bool names_nonzero(const char *s) {
+    for (; *s && *s != 'e' && *s != 'E'; s++)
+        if (*s >= '1' && *s <= '9') return true;
+    return false;
+}
+
+/* A plain decimal number (no '+', hex, blanks, "inf" or "nan") that fits a
+ * float, > 0 (or >= 0 when zero_ok). */
 static bool parse_positive_float(const char *flag, const char *s, bool zero_ok, float *out,
                                  char *err, size_t size) {
-    if (!*s) return fail(err, size, "%s: empty value (expected a number)", flag);
-    if (isspace((unsigned char)*s)) return fail(err, size, "%s: '%s' is not a number", flag, s);
-    char *end = NULL;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (end == s || *end) return fail(err, size, "%s: '%s' is not a number", flag, s);
-    if (isnan(v) || isinf(v)) return fail(err, size, "%s: '%s' is not a finite number", flag, s);
-    if (fabs(v) > (double)FLT_MAX || (errno == ERANGE && fabs(v) > 1))
+    double v = 0;
+    mpcl_number_error e = mpcl_parse_real(s, &v);
+    if (e == MPCL_NUMBER_RANGE || (e == MPCL_NUMBER_OK && fabs(v) > (double)FLT_MAX))
         return fail(err, size, "%s: '%s' is too large for single precision", flag, s);
-    if (v < 0 || *s == '-' || (!zero_ok && v == 0 && errno != ERANGE))
+    if (e != MPCL_NUMBER_OK)
+        return fail(err, size, "%s: '%s' %s (expected a number)", flag, s,
+                    mpcl_number_error_text(e));
+    bool nonzero = names_nonzero(s);
+    if (*s == '-' || (!zero_ok && !nonzero))
         return fail(err, size, "%s: '%s' must be %s", flag, s, zero_ok ? ">= 0" : "> 0");
-    if (errno == ERANGE || (v != 0 && (float)v == 0.0f))
+    if (nonzero && (float)v == 0.0f)
         return fail(err, size, "%s: '%s' is too small for single precision", flag, s);
     *out = (float)v;
     return true;
@@ -181,7 +188,8 @@ static bool apply(train_args *a, const char *f, const char *v, char *err, size_t
         if (epochs) num[n - 1] = '\0';
         char sub[256];
         if (!parse_uint(f, num, 1, epochs ? UINT32_MAX : UINT64_MAX, &u, sub, sizeof sub))
-            return fail(err, size, "%s: '%s' is not N steps or Ne epochs, N >= 1 (like 500 or 2e)",
+            return fail(err, size,
+                        "%s (%s takes N steps or Ne epochs, N >= 1, like 500 or 2e; got '%s')", sub,
                         f, v);
         a->save_every = epochs ? 0 : u;
         a->save_every_epochs = epochs ? (uint32_t)u : 0;
