@@ -103,11 +103,12 @@ static mpcl_status check_inferred_classes(mpcl_context *ctx, const mpcl_dataset 
     }
     if (!missing) return MPCL_OK;
     return MPCL_ERROR(ctx, MPCL_ERR_LABEL,
-                      "the training labels go up to %u (first at index %zu), which makes %d "
-                      "classes, but %zu of them have no training example (labels %s); a "
+                      "'%s': the training labels go up to %u (first at index %zu), which makes "
+                      "%d classes, but %zu of them have no training example (labels %s); a "
                       "corrupt label? Set the class count explicitly (mpcl-train --classes N) "
                       "if that is meant",
-                      (unsigned)labels[first_max], first_max, classes, missing, empty);
+                      mpcl__dataset_path(train, true), (unsigned)labels[first_max], first_max,
+                      classes, missing, empty);
 }
 
 /* The training split (limited, its labels checked against num_classes or,
@@ -205,9 +206,10 @@ static void data_load_run(mpcl_train_data_load *L, bool test_started) {
 
 static void *data_load_main(void *arg) {
     mpcl_train_data_load *L = arg;
-    size_t features = 0;
+    size_t count = 0, features = 0;
     int classes = 0;
-    bool ok = mpcl__idx_peek(L->dir, "train", L->num_classes, &features, &classes) == MPCL_OK;
+    bool ok =
+        mpcl__idx_peek(L->dir, "train", L->num_classes, &count, &features, &classes) == MPCL_OK;
     pthread_mutex_lock(&L->mu);
     L->shape_known = true;
     L->shape_ok = ok;
@@ -319,13 +321,22 @@ static mpcl_status take_loaded(mpcl_context *ctx, const mpcl_train_params *param
     return MPCL_OK;
 }
 
+/* " '<path>'" for a data set read from a file, nothing for one from memory,
+ * as three %s arguments. */
+#define QUOTED_PATH(p) (*(p) ? " '" : ""), (p), (*(p) ? "'" : "")
+
 /* The test set, when there is one, must fit the training set's model. */
 static mpcl_status check_test_data(mpcl_context *ctx, const mpcl_dataset *train,
                                    const mpcl_dataset *test) {
     if (test && mpcl_dataset_features(test) != mpcl_dataset_features(train))
         return MPCL_ERROR(ctx, MPCL_ERR_FORMAT,
-                          "training images have %zu pixels, test images %zu: not one data set",
-                          mpcl_dataset_features(train), mpcl_dataset_features(test));
+                          "training images%s%s%s have %zu pixels (%zu x %zu), test images%s%s%s "
+                          "%zu (%zu x %zu): not one data set",
+                          QUOTED_PATH(mpcl__dataset_path(train, false)),
+                          mpcl_dataset_features(train), mpcl_dataset_rows(train),
+                          mpcl_dataset_cols(train), QUOTED_PATH(mpcl__dataset_path(test, false)),
+                          mpcl_dataset_features(test), mpcl_dataset_rows(test),
+                          mpcl_dataset_cols(test));
     if (test && mpcl_dataset_num_classes(test) > mpcl_dataset_num_classes(train))
         return MPCL_ERROR(ctx, MPCL_ERR_LABEL,
                           "the test data have %d classes, the training data %d",
