@@ -10,6 +10,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "io/io.h"
 #include "testutil.h"
 
 /* ---- writing IDX files ---- */
@@ -410,8 +411,8 @@ static void test_truncated(void **state) {
     snprintf(p, sizeof p, "%s/train-images-idx3-ubyte.gz", d.path);
     assert_int_equal(unlink(p), 0);
     write_idx(&d, "train-images-idx3-ubyte", 0x803, dims, 1, NULL, 0, 0);
-    expect_fail(d.path, "train", NULL, MPCL_ERR_FORMAT, "expected 16 bytes (through the header)",
-                "got only 8", NULL);
+    expect_fail(d.path, "train", NULL, MPCL_ERR_FORMAT, "expected 16 bytes (through the header;",
+                "dimension 1 of 3 is cut short", "got only 8", NULL);
     /* Shorter than the magic. */
     write_bytes(&d, "train-images-idx3-ubyte", "\0\0", 2, 0);
     expect_fail(d.path, "train", NULL, MPCL_ERR_FORMAT, "expected 4 bytes", "got only 2", NULL);
@@ -500,7 +501,7 @@ static void test_counts_and_dimensions(void **state) {
     write_images(&d, "train", &s, 0);
     uint32_t ldims[1] = {N - 1};
     write_idx(&d, "train-labels-idx1-ubyte", 0x801, ldims, 1, s.labels, N - 1, 0);
-    expect_fail(d.path, "train", NULL, MPCL_ERR_FORMAT, "has 6 labels but", "has 7 images", NULL);
+    expect_fail(d.path, "train", NULL, MPCL_ERR_FORMAT, "has 6 labels", "has 7 images", NULL);
 
     uint32_t zero[3] = {0, ROWS, COLS};
     write_idx(&d, "train-images-idx3-ubyte", 0x803, zero, 3, NULL, 0, 0);
@@ -560,6 +561,146 @@ static void test_label_range(void **state) {
     mpcl_dataset_destroy(ds);
     p.num_classes = -1;
     expect_fail(d.path, "train", &p, MPCL_ERR_INVALID_ARG, "num_classes -1", NULL);
+    tmp_remove(&d);
+}
+
+/* ---- hostile files: every field, every file ---- */
+
+/* One corruption of one field of one file of a small valid set. */
+typedef struct hostile {
+    const char *field;
+    int labels;       /* the labels file is the one corrupted */
+    size_t at;        /* byte offset of a big-endian u32 to overwrite, or of a byte */
+    uint32_t value;   /* the u32 written there (byte: only its low 8 bits) */
+    int byte;         /* write one byte, not a u32 */
+    long cut;         /* >= 0: keep only this many bytes of the file */
+    const char *want; /* fragments the message must hold ('|' between them) */
+} hostile;
+
+/* Writes <prefix>'s files, images gz or not, labels the other way round,
+ * with one field corrupted as h says. */
+static void write_hostile(const tmpdir *d, const char *prefix, int images_gz, const hostile *h) {
+    sample s = make_sample(21);
+    unsigned char img[16 + PIX], lab[8 + N];
+    put_be32(img, 0x803);
+    put_be32(img + 4, N);
+    put_be32(img + 8, ROWS);
+    put_be32(img + 12, COLS);
+    memcpy(img + 16, s.pixels, PIX);
+    put_be32(lab, 0x801);
+    put_be32(lab + 4, N);
+    memcpy(lab + 8, s.labels, N);
+    unsigned char *f = h->labels ? lab : img;
+    size_t n = h->labels ? sizeof lab : sizeof img;
+    if (h->byte)
+        f[h->at] = (unsigned char)h->value;
+    else if (h->cut < 0)
+        put_be32(f + h->at, h->value);
+    if (h->cut >= 0) n = (size_t)h->cut;
+    char name[64];
+    snprintf(name, sizeof name, "%s-images-idx3-ubyte", prefix);
+    write_bytes(d, name, img, h->labels ? sizeof img : n, images_gz);
+    snprintf(name, sizeof name, "%s-labels-idx1-ubyte", prefix);
+    write_bytes(d, name, lab, h->labels ? n : sizeof lab, !images_gz);
+}
+
+/* Each field of each file corrupted in turn, in train and t10k, raw and gzip:
+ * the message names the file at fault (its .gz when that is what was read),
+ * not its partner unless both are at issue (a count mismatch), and the
+ * field. */
+static void test_hostile_matrix(void **state) {
+    (void)state;
+    static const hostile cases[] = {
+        {"images magic, not IDX", 0, 0, 0x12340803u, 0, -1,
+         "magic number 0x12340803|first two bytes"},
+        {"images data type", 0, 2, 0x0d, 1, -1, "magic number 0x00000d03|data type 0x0d"},
+        {"images dimension count", 0, 3, 2, 1, -1,
+         "magic number 0x00000802|dimension count 2, expected 3"},
+        {"labels dimension count", 1, 3, 3, 1, -1,
+         "magic number 0x00000803|dimension count 3, expected 1"},
+        {"images header cut", 0, 0, 0, 0, 10,
+         "(through the header; dimension 1 of 3 is cut short)|got only 10"},
+        {"labels header cut", 1, 0, 0, 0, 6,
+         "(through the header; dimension 0 of 1 is cut short)|got only 6"},
+        {"images dimension 0 zero", 0, 4, 0, 0, -1, "zero images (dimension 0"},
+        {"images dimension 1 zero", 0, 8, 0, 0, -1, "dimension 1 (rows, at byte offset 8) is zero"},
+        {"images dimension 2 zero", 0, 12, 0, 0, -1,
+         "dimension 2 (cols, at byte offset 12) is zero"},
+        {"images dimension 0 huge", 0, 4, 0x80000000u, 0, -1,
+         "dimension 0 (the image count, at byte offset 4) is more than"},
+        {"images too large", 0, 8, 0x10000000u, 0, -1, "the product is more than the limit"},
+        {"one image too large", 0, 8, 0x40000000u, 0, -1,
+         "one image (dimensions 1 x 2) is more than the limit"},
+        {"pixels cut", 0, 0, 0, 0, 16 + PIX - 5, "(through the pixel data)|got only 116"},
+        {"labels cut", 1, 0, 0, 0, 8 + N - 2, "(through the label data)|got only 13"},
+        {"label 10", 1, 8 + 3, 10, 1, -1, "label 10 at index 3|byte offset 11"},
+    };
+    tmpdir d;
+    tmp_make(&d);
+    const char *prefixes[2] = {"train", "t10k"};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (int p = 0; p < 2; p++)
+            for (int gz = 0; gz < 2; gz++) {
+                const hostile *h = &cases[c];
+                write_hostile(&d, prefixes[p], gz, h);
+                mpcl_dataset *ds = NULL;
+                mpcl_status st = mpcl_idx_load(d.path, prefixes[p], &ds);
+                const char *msg = mpcl_errmsg();
+                char bad[128], other[128];
+                int bad_gz = h->labels ? !gz : gz;
+                snprintf(bad, sizeof bad, "%s/%s-%s%s'", d.path, prefixes[p],
+                         h->labels ? "labels-idx1-ubyte" : "images-idx3-ubyte",
+                         bad_gz ? ".gz" : "");
+                snprintf(other, sizeof other, "%s-%s", prefixes[p],
+                         h->labels ? "images-idx3-ubyte" : "labels-idx1-ubyte");
+                if (st != MPCL_ERR_FORMAT || ds || !strstr(msg, bad) || strstr(msg, other))
+                    fail_msg("%s (%s, %s): %s, not naming %s alone: %s", h->field, prefixes[p],
+                             gz ? "images gz" : "labels gz", mpcl_status_name(st), bad, msg);
+                char want[160];
+                snprintf(want, sizeof want, "%s", h->want);
+                for (char *frag = strtok(want, "|"); frag; frag = strtok(NULL, "|"))
+                    if (!strstr(msg, frag))
+                        fail_msg("%s (%s, gz %d): '%s' not in: %s", h->field, prefixes[p], gz, frag,
+                                 msg);
+                char path[256];
+                for (int k = 0; k < 2; k++) {
+                    snprintf(path, sizeof path, "%s/%s-%s-ubyte%s", d.path, prefixes[p],
+                             k ? "labels-idx1" : "images-idx3", (k ? !gz : gz) ? ".gz" : "");
+                    assert_int_equal(unlink(path), 0);
+                }
+            }
+    tmp_remove(&d);
+}
+
+/* A count mismatch names both files as read (the images' .gz included),
+ * in the load and in the read-ahead of the shape (mpcl__idx_peek). */
+static void test_count_mismatch_names(void **state) {
+    (void)state;
+    tmpdir d;
+    tmp_make(&d);
+    sample s = make_sample(22);
+    write_images(&d, "t10k", &s, 1);
+    uint32_t ldims[1] = {N - 1};
+    write_idx(&d, "t10k-labels-idx1-ubyte", 0x801, ldims, 1, s.labels, N - 1, 0);
+    char images[128], labels[128];
+    snprintf(images, sizeof images, "'%s/t10k-images-idx3-ubyte.gz' has 7 images", d.path);
+    snprintf(labels, sizeof labels, "'%s/t10k-labels-idx1-ubyte' has 6 labels", d.path);
+    expect_fail(d.path, "t10k", NULL, MPCL_ERR_FORMAT, images, labels, NULL);
+    size_t count, features;
+    int classes;
+    assert_int_equal(mpcl__idx_peek(d.path, "t10k", 0, &count, &features, &classes),
+                     MPCL_ERR_FORMAT);
+    if (!strstr(mpcl_errmsg(), images) || !strstr(mpcl_errmsg(), labels))
+        fail_msg("peek: '%s' and '%s' not in: %s", images, labels, mpcl_errmsg());
+    /* Good files: the peek gives what the load gives. */
+    write_labels(&d, "t10k", &s, 0);
+    TU_ASSERT_OK(mpcl__idx_peek(d.path, "t10k", 0, &count, &features, &classes));
+    assert_int_equal(count, N);
+    assert_int_equal(features, ROWS * COLS);
+    mpcl_dataset *ds = NULL;
+    TU_ASSERT_OK(mpcl_idx_load_ex(d.path, "t10k", &(mpcl_idx_params){0}, &ds));
+    assert_int_equal(classes, mpcl_dataset_num_classes(ds));
+    mpcl_dataset_destroy(ds);
     tmp_remove(&d);
 }
 
@@ -766,6 +907,8 @@ int main(void) {
         cmocka_unit_test(test_corrupt_gzip),
         cmocka_unit_test(test_counts_and_dimensions),
         cmocka_unit_test(test_label_range),
+        cmocka_unit_test(test_hostile_matrix),
+        cmocka_unit_test(test_count_mismatch_names),
         cmocka_unit_test(test_subset_and_batch),
         cmocka_unit_test(test_from_memory),
         cmocka_unit_test(test_rng_and_shuffle_golden),

@@ -659,6 +659,91 @@ static void test_memory_data(void **state) {
     mpcl_context_destroy(ctx);
 }
 
+/* A --batch above the training samples: every step takes all of them (one
+ * batch per epoch, as Keras' fit), the model and the batch buffers are sized
+ * for them, not for the batch asked (with the model made early from the
+ * read-ahead shape too), and the checkpoint saves that batch, so a run asking
+ * for exactly the samples resumes it; another batch is still refused. */
+static void test_batch_above_samples(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    static recorder r;
+    memset(&r, 0, sizeof r);
+    mpcl_train_params p = small_params(&r, MPCL_POLICY_FLOAT32);
+    p.train_limit = 100;
+    p.batch = 100000;
+    p.epochs = 1;
+    for (int early = 0; early < 2; early++) {
+        if (early) TU_ASSERT_OK(mpcl_train_data_load_start(&p, &p.data_load));
+        mpcl_trainer *tr = make(ctx, &p);
+        assert_int_equal(mpcl_model_params_of(mpcl_trainer_model(tr))->max_batch, 100);
+        mpcl_train_data_info info;
+        mpcl_trainer_data_info(tr, &info);
+        assert_int_equal(info.batch, 100);
+        assert_int_equal(info.batch_requested, 100000);
+        assert_int_equal(info.train_samples, 100);
+        mpcl_trainer_destroy(tr);
+        mpcl_train_data_load_destroy(p.data_load);
+        p.data_load = NULL;
+    }
+    mpcl_trainer *tr = make(ctx, &p);
+    TU_ASSERT_OK(mpcl_trainer_fit(tr));
+    assert_true(r.count > 0 && r.r[r.count - 1].epoch_steps == 1 && r.r[r.count - 1].step == 1);
+    char path[] = "/tmp/mpcl-test-batch-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    TU_ASSERT_OK(mpcl_trainer_save(tr, path));
+    mpcl_trainer_destroy(tr);
+    p.batch = 100;
+    p.epochs = 2;
+    tr = make(ctx, &p);
+    TU_ASSERT_OK(mpcl_trainer_load(tr, path));
+    mpcl_trainer_destroy(tr);
+    p.batch = 64;
+    tr = make(ctx, &p);
+    assert_int_equal(mpcl_trainer_load(tr, path), MPCL_ERR_FORMAT);
+    assert_non_null(strstr(mpcl_errmsg(), "--batch 100"));
+    mpcl_trainer_destroy(tr);
+    unlink(path);
+    mpcl_context_destroy(ctx);
+}
+
+/* The class count's source and the classes with almost no example (under
+ * 1% of the mean): data from memory declare their count; a class with one
+ * example in 2000 over 11 classes (mean 181.8) is rare, one with one in
+ * 110 is not (mean 10: 1% is 0.1). */
+static void test_class_info(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    enum { MANY = 2000 };
+    static uint8_t pixels[MANY * 4], labels[MANY];
+    for (size_t i = 0; i < MANY; i++) labels[i] = (uint8_t)(i % 10);
+    labels[1234] = 10;
+    for (size_t i = 0; i < sizeof pixels; i++) pixels[i] = (uint8_t)(i * 7);
+    static recorder r;
+    mpcl_train_params p = small_params(&r, MPCL_POLICY_FLOAT32);
+    const size_t counts[2] = {MANY, 110};
+    for (int k = 0; k < 2; k++) {
+        mpcl_dataset *ds = NULL;
+        if (k) labels[105] = 10;
+        TU_ASSERT_OK(mpcl_dataset_from_memory(pixels, labels, counts[k], 2, 2, 11, &ds));
+        p.train_data = ds;
+        mpcl_trainer *tr = make(ctx, &p);
+        mpcl_train_data_info info;
+        mpcl_trainer_data_info(tr, &info);
+        assert_int_equal(info.classes, 11);
+        assert_false(info.classes_inferred);
+        assert_int_equal(info.class_examples[10], 1);
+        assert_int_equal(info.class_examples[0], k ? 11 : 200);
+        assert_int_equal(info.rare_count, k ? 0 : 1);
+        if (!k) assert_int_equal(info.rare[0], 10);
+        mpcl_trainer_destroy(tr);
+        mpcl_dataset_destroy(ds);
+    }
+    mpcl_context_destroy(ctx);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_epoch_order),
@@ -670,6 +755,8 @@ int main(void) {
         cmocka_unit_test(test_evaluate),
         cmocka_unit_test(test_memory_data),
         cmocka_unit_test(test_data_load),
+        cmocka_unit_test(test_batch_above_samples),
+        cmocka_unit_test(test_class_info),
         cmocka_unit_test(test_gather_matches_host),
         cmocka_unit_test(test_resume_bfloat16),
     };

@@ -167,6 +167,30 @@ typedef struct mpcl_train_summary {
 
 void mpcl_trainer_summary(const mpcl_trainer *tr, mpcl_train_summary *out);
 
+/* What the trainer made of its data and batch, for a banner or a summary. */
+typedef struct mpcl_train_data_info {
+    size_t train_samples; /* after train_limit */
+    size_t test_samples;  /* 0 without test data */
+    /* The batch every step takes: params.batch, or train_samples when there
+     * are fewer (each epoch is then one batch of all of them, as in Keras,
+     * and no buffer is sized for more). Checkpoints save this one, so a
+     * resume matches with either flag. */
+    size_t batch;
+    size_t batch_requested; /* params.batch */
+    int classes;
+    /* From the files with params.num_classes 0: classes is the largest
+     * training label + 1. */
+    bool classes_inferred;
+    size_t class_examples[256]; /* training samples of each class */
+    /* The classes with almost no training example, ascending: fewer than 1%
+     * of the mean per class (examples * 100 * classes < train_samples). A
+     * stray label makes one such class. */
+    size_t rare_count;
+    int rare[256];
+} mpcl_train_data_info;
+
+void mpcl_trainer_data_info(const mpcl_trainer *tr, mpcl_train_data_info *out);
+
 /* Checkpoints (safetensors): f32 master weights as dense_N.kernel [in, out] and
  * dense_N.bias [out], optimizer moments as <name>.m / <name>.v, and in
  * __metadata__ the step, epoch position, loss-scale state, seed, policy,

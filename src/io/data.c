@@ -30,6 +30,9 @@ struct mpcl_dataset {
     int num_classes;
     uint8_t *pixels; /* count x rows*cols */
     uint8_t *labels; /* count */
+    /* The files read, for messages about their data ("" from memory). */
+    char images_path[PATH_BYTES];
+    char labels_path[PATH_BYTES];
 };
 
 mpcl_idx_params mpcl_idx_default_params(void) {
@@ -227,6 +230,24 @@ static uint32_t be32(const unsigned char *p) {
     return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
 }
 
+/* What is wrong with a magic number, field by field: the first two bytes
+ * must be zero, the third is the data type (0x08: u8), the fourth the
+ * dimension count. */
+static mpcl_status bad_magic(const idx_file *f, uint32_t found, uint32_t magic, int ndims) {
+    char why[96];
+    if (found >> 16)
+        snprintf(why, sizeof why, "its first two bytes are 0x%04x, not zero (not an IDX file)",
+                 (unsigned)(found >> 16));
+    else if ((found >> 8 & 0xff) != 0x08)
+        snprintf(why, sizeof why, "data type 0x%02x, not u8 (0x08)", (unsigned)(found >> 8 & 0xff));
+    else
+        snprintf(why, sizeof why, "dimension count %u, expected %d", (unsigned)(found & 0xff),
+                 ndims);
+    return MPCL_ERROR(NULL, MPCL_ERR_FORMAT,
+                      "'%s': magic number 0x%08x, expected 0x%08x (IDX u8 with %d dimension%s): %s",
+                      f->path, (unsigned)found, (unsigned)magic, ndims, ndims == 1 ? "" : "s", why);
+}
+
 /* Reads the magic and the ndims dimensions of an IDX header. */
 static mpcl_status idx_header(idx_file *f, uint32_t magic, uint32_t *dims, int ndims) {
     unsigned char h[16];
@@ -234,14 +255,15 @@ static mpcl_status idx_header(idx_file *f, uint32_t magic, uint32_t *dims, int n
     mpcl_status st = idx_read(f, h, 4, &got);
     if (st != MPCL_OK) return st;
     if (got < 4) return truncated(f, "4-byte magic number", 4);
-    if (be32(h) != magic)
-        return MPCL_ERROR(NULL, MPCL_ERR_FORMAT,
-                          "'%s': magic number 0x%08x, expected 0x%08x (IDX u8 with %d dimension%s)",
-                          f->path, (unsigned)be32(h), (unsigned)magic, ndims,
-                          ndims == 1 ? "" : "s");
+    if (be32(h) != magic) return bad_magic(f, be32(h), magic, ndims);
     st = idx_read(f, h + 4, size - 4, &got);
     if (st != MPCL_OK) return st;
-    if (got < size - 4) return truncated(f, "header", size);
+    if (got < size - 4) {
+        char what[64];
+        snprintf(what, sizeof what, "header; dimension %d of %d is cut short", (int)(got / 4),
+                 ndims);
+        return truncated(f, what, size);
+    }
     for (int i = 0; i < ndims; i++) dims[i] = be32(h + 4 + 4 * i);
     return MPCL_OK;
 }
@@ -384,47 +406,75 @@ static mpcl_status idx_body(idx_file *f, uint8_t **out, uint64_t n, uint64_t hdr
     return MPCL_OK;
 }
 
+/* An images header's dimensions (count, rows, cols), each checked and
+ * named with its byte offset: no zero side, at most INT32_MAX images and
+ * MPCL_IDX_MAX_BYTES of pixels. Each factor is below 2^32, so the products
+ * fit in 64 bits when checked stepwise. */
+static mpcl_status check_image_dims(const idx_file *f, const uint32_t *d) {
+    static const char *const name[3] = {"image count", "rows", "cols"};
+    char why[160];
+    uint64_t pixels = (uint64_t)d[1] * d[2];
+    int bad = -1;
+    for (int i = 0; i < 3 && bad < 0; i++)
+        if (d[i] == 0) bad = i;
+    if (bad == 0)
+        return MPCL_ERROR(NULL, MPCL_ERR_FORMAT,
+                          "'%s': header says zero images (dimension 0, the image count, at byte "
+                          "offset 4)",
+                          f->path);
+    if (bad > 0)
+        snprintf(why, sizeof why, "dimension %d (%s, at byte offset %d) is zero", bad, name[bad],
+                 4 + 4 * bad);
+    else if (d[0] > INT32_MAX)
+        snprintf(why, sizeof why,
+                 "dimension 0 (the image count, at byte offset 4) is more than %d images",
+                 INT32_MAX);
+    else if (pixels > MPCL_IDX_MAX_BYTES || (uint64_t)d[0] * pixels > MPCL_IDX_MAX_BYTES ||
+             (uint64_t)d[0] * pixels > SIZE_MAX)
+        snprintf(why, sizeof why, "%s is more than the limit of %llu bytes of pixels",
+                 pixels > MPCL_IDX_MAX_BYTES ? "one image (dimensions 1 x 2)" : "the product",
+                 (unsigned long long)MPCL_IDX_MAX_BYTES);
+    else
+        return MPCL_OK;
+    return MPCL_ERROR(NULL, MPCL_ERR_FORMAT,
+                      "'%s': absurd dimensions %u x %u x %u in the header: %s", f->path,
+                      (unsigned)d[0], (unsigned)d[1], (unsigned)d[2], why);
+}
+
 /* Reads and checks an open images file into ds; the caller closes it. */
 static mpcl_status read_images(mpcl_dataset *ds, idx_file *f) {
     uint32_t d[3];
     mpcl_status st = idx_header(f, IDX_MAGIC_IMAGES, d, 3);
+    if (st == MPCL_OK) st = check_image_dims(f, d);
     if (st != MPCL_OK) return st;
-    if (d[0] == 0)
-        return MPCL_ERROR(NULL, MPCL_ERR_FORMAT, "'%s': header says zero images", f->path);
-    /* Each factor is below 2^32, so the products fit in 64 bits when checked stepwise. */
-    uint64_t pixels = (uint64_t)d[1] * d[2];
-    if (d[1] == 0 || d[2] == 0 || d[0] > INT32_MAX || pixels > MPCL_IDX_MAX_BYTES ||
-        (uint64_t)d[0] * pixels > MPCL_IDX_MAX_BYTES || (uint64_t)d[0] * pixels > SIZE_MAX)
-        return MPCL_ERROR(NULL, MPCL_ERR_FORMAT,
-                          "'%s': absurd dimensions %u x %u x %u in the header (the limit is "
-                          "%llu bytes of pixels, at most %d images, no zero side)",
-                          f->path, (unsigned)d[0], (unsigned)d[1], (unsigned)d[2],
-                          (unsigned long long)MPCL_IDX_MAX_BYTES, INT32_MAX);
     ds->count = d[0];
     ds->rows = d[1];
     ds->cols = d[2];
-    uint64_t bytes = (uint64_t)d[0] * pixels;
-    return idx_body(f, &ds->pixels, bytes, 16, "pixel data");
+    snprintf(ds->images_path, sizeof ds->images_path, "%s", f->path);
+    return idx_body(f, &ds->pixels, (uint64_t)d[0] * d[1] * d[2], 16, "pixel data");
 }
 
 /* Reads and checks an open labels file into ds, whose images are read. */
-static mpcl_status read_labels(mpcl_dataset *ds, idx_file *f, int num_classes,
-                               const char *images_file) {
+static mpcl_status read_labels(mpcl_dataset *ds, idx_file *f, int num_classes) {
     uint32_t count;
     mpcl_status st = idx_header(f, IDX_MAGIC_LABELS, &count, 1);
     if (st != MPCL_OK) return st;
     if (count != ds->count)
-        return MPCL_ERROR(NULL, MPCL_ERR_FORMAT, "'%s' has %u labels but '%s' has %zu images",
-                          f->path, (unsigned)count, images_file, ds->count);
+        return MPCL_ERROR(NULL, MPCL_ERR_FORMAT,
+                          "'%s' has %u labels (dimension 0 of its header) but '%s' has %zu "
+                          "images: the counts must match",
+                          f->path, (unsigned)count, ds->images_path, ds->count);
+    snprintf(ds->labels_path, sizeof ds->labels_path, "%s", f->path);
     st = idx_body(f, &ds->labels, ds->count, 8, "label data");
     if (st != MPCL_OK) return st;
     int max = 0;
     for (size_t i = 0; i < ds->count; i++) {
         if (num_classes > 0 && ds->labels[i] >= num_classes)
             return MPCL_ERROR(NULL, MPCL_ERR_FORMAT,
-                              "'%s': label %u at index %zu (byte offset %zu) is not below the "
+                              "'%s': label %u at index %zu (%sbyte offset %zu) is not below the "
                               "class count %d",
-                              f->path, (unsigned)ds->labels[i], i, 8 + i, num_classes);
+                              f->path, (unsigned)ds->labels[i], i, f->gz ? "decompressed " : "",
+                              8 + i, num_classes);
         if (ds->labels[i] > max) max = ds->labels[i];
     }
     ds->num_classes = num_classes > 0 ? num_classes : max + 1;
@@ -449,40 +499,48 @@ static mpcl_status load_images(mpcl_dataset *ds, const char *dir, const char *pr
 }
 
 static mpcl_status load_labels(mpcl_dataset *ds, const char *dir, const char *prefix,
-                               int num_classes, const char *images_file) {
+                               int num_classes) {
     idx_file f = {0};
     mpcl_status st = open_prefixed(&f, dir, prefix, "labels-idx1-ubyte");
-    if (st == MPCL_OK) st = read_labels(ds, &f, num_classes, images_file);
+    if (st == MPCL_OK) st = read_labels(ds, &f, num_classes);
     idx_close(&f);
     return st;
 }
 
-mpcl_status mpcl__idx_peek(const char *dir, const char *prefix, int num_classes, size_t *features,
-                           int *classes) {
+mpcl_status mpcl__idx_peek(const char *dir, const char *prefix, int num_classes, size_t *count,
+                           size_t *features, int *classes) {
     if (!dir) dir = MPCL_DATA_DEFAULT_DIR;
     /* The 64 KiB input buffer needs no zeroing; the fields before it do. */
     idx_file *f = malloc(sizeof *f);
-    if (!f) return MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "mpcl__idx_peek: file");
+    mpcl_dataset *ds = calloc(1, sizeof *ds);
+    if (!f || !ds) {
+        free(f);
+        free(ds);
+        return MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "mpcl__idx_peek: file");
+    }
     memset(f, 0, offsetof(idx_file, in));
     uint32_t d[3] = {0, 0, 0};
     mpcl_status st = open_prefixed(f, dir, prefix, "images-idx3-ubyte");
     if (st == MPCL_OK) st = idx_header(f, IDX_MAGIC_IMAGES, d, 3);
+    if (st == MPCL_OK) st = check_image_dims(f, d);
     idx_close(f);
-    if (st == MPCL_OK && (d[1] == 0 || d[2] == 0 || (uint64_t)d[1] * d[2] > MPCL_IDX_MAX_BYTES))
-        st = MPCL_ERROR(NULL, MPCL_ERR_FORMAT, "'%s': absurd dimensions", f->path);
-    mpcl_dataset ds = {.count = d[0], .num_classes = num_classes};
+    ds->count = d[0];
+    ds->num_classes = num_classes;
+    snprintf(ds->images_path, sizeof ds->images_path, "%s", f->path);
     if (st == MPCL_OK && num_classes == 0) {
         memset(f, 0, offsetof(idx_file, in));
         st = open_prefixed(f, dir, prefix, "labels-idx1-ubyte");
-        if (st == MPCL_OK) st = read_labels(&ds, f, 0, prefix);
+        if (st == MPCL_OK) st = read_labels(ds, f, 0);
         idx_close(f);
-        free(ds.labels);
     }
     free(f);
-    if (st != MPCL_OK) return st;
-    *features = (size_t)d[1] * d[2];
-    *classes = ds.num_classes;
-    return MPCL_OK;
+    if (st == MPCL_OK) {
+        *count = d[0];
+        *features = (size_t)d[1] * d[2];
+        *classes = ds->num_classes;
+    }
+    mpcl_dataset_destroy(ds);
+    return st;
 }
 
 mpcl_status mpcl__idx_load_mem(const char *images_name, const void *images, size_t images_size,
@@ -501,7 +559,7 @@ mpcl_status mpcl__idx_load_mem(const char *images_name, const void *images, size
     if (st == MPCL_OK) {
         memset(f, 0, offsetof(idx_file, in));
         st = open_mem(f, labels_name, labels, labels_size);
-        if (st == MPCL_OK) st = read_labels(ds, f, num_classes, images_name);
+        if (st == MPCL_OK) st = read_labels(ds, f, num_classes);
         idx_close(f);
     }
     free(f);
@@ -531,11 +589,7 @@ mpcl_status mpcl_idx_load_ex(const char *dir, const char *prefix, const mpcl_idx
     mpcl_dataset *ds = calloc(1, sizeof *ds);
     if (!ds) return MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "mpcl_idx_load: dataset");
     mpcl_status st = load_images(ds, dir, prefix);
-    if (st == MPCL_OK) {
-        char images_file[PATH_BYTES + 8];
-        snprintf(images_file, sizeof images_file, "%s/%s-images-idx3-ubyte", dir, prefix);
-        st = load_labels(ds, dir, prefix, p.num_classes, images_file);
-    }
+    if (st == MPCL_OK) st = load_labels(ds, dir, prefix, p.num_classes);
     if (st != MPCL_OK) {
         mpcl_dataset_destroy(ds);
         return st;
@@ -578,6 +632,10 @@ void mpcl_dataset_destroy(mpcl_dataset *ds) {
     free(ds->pixels);
     free(ds->labels);
     free(ds);
+}
+
+const char *mpcl__dataset_path(const mpcl_dataset *ds, bool labels) {
+    return labels ? ds->labels_path : ds->images_path;
 }
 
 size_t mpcl_dataset_count(const mpcl_dataset *ds) {

@@ -3,19 +3,25 @@
 #ifndef MPCL_IO_H
 #define MPCL_IO_H
 
+#include <stdbool.h>
+
 #include "mpcl/batch.h"
 #include "mpcl/data.h"
 #include "mpcl/safetensors.h"
 #include "compute/compute.h"
 
 /* What a model of <dir>/<prefix>'s data needs, read without its pixels: the
- * features (rows x cols, from the images' header) and the class count
+ * sample count and features (rows x cols, from the images' header, checked
+ * as the load checks it) and the class count
  * (num_classes when above 0, else the largest label + 1, from the labels
  * file). mpcl_idx_load_ex of the same files gives the same figures when it
  * succeeds; a failure here says nothing the load would not (it is not a
  * check: a caller reports the load's errors, not these). */
-mpcl_status mpcl__idx_peek(const char *dir, const char *prefix, int num_classes, size_t *features,
-                           int *classes);
+mpcl_status mpcl__idx_peek(const char *dir, const char *prefix, int num_classes, size_t *count,
+                           size_t *features, int *classes);
+/* The file ds's images (labels false) or labels were read from, for
+ * messages about its data; "" for data from memory. */
+const char *mpcl__dataset_path(const mpcl_dataset *ds, bool labels);
 /* mpcl_idx_load_ex on two file images in memory (for the fuzz harness):
  * the names stand for the paths in messages, and one ending in ".gz" must
  * hold gzip, as on disk. num_classes as in mpcl_idx_params. */

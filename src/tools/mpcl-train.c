@@ -16,6 +16,7 @@
 #include "mpcl/mpcl.h"
 #include "mpcl/train.h"
 #include "train_args.h"
+#include "train_data.h"
 #include "train_dist.h"
 
 enum { EXIT_OK = 0, EXIT_ERROR = 1, EXIT_NO_DEVICE = 2, EXIT_DIVERGED = 3 };
@@ -39,7 +40,7 @@ static const char usage[] =
     "  --activation A          relu, gelu, tanh or sigmoid (default relu)\n"
     "Training:\n"
     "  --epochs N              epochs to train, in total when resuming (default 10)\n"
-    "  --batch N               batch size (default 128)\n"
+    "  --batch N               batch size (default 128; at most the training samples)\n"
     "  --optimizer O           adam, adamw or sgd (default adam)\n"
     "  --lr X                  learning rate (default 1e-3; 1e-2 for sgd)\n"
     "  --momentum X            sgd momentum in [0, 1] (default 0.9)\n"
@@ -262,8 +263,8 @@ static double monotonic_s(void) {
 }
 
 static void write_json(const train_args *a, const mpcl_device_info *dev, const mpcl_plan *plan,
-                       const mpcl_train_summary *s, const train_dist *td, const double *rates,
-                       double startup_s) {
+                       const mpcl_train_data_info *di, const mpcl_train_summary *s,
+                       const train_dist *td, const double *rates, double startup_s) {
     jsonw w;
     jsonw_init(&w, stdout);
     jsonw_object_begin(&w);
@@ -280,6 +281,7 @@ static void write_json(const train_args *a, const mpcl_device_info *dev, const m
     jsonw_kv_bool(&w, "loss_scaling", scaling_on(a, plan));
     jsonw_kv_string(&w, "reason", plan->reason);
     jsonw_object_end(&w);
+    train_data_json(&w, di);
     jsonw_kv_uint(&w, "epochs", s->epochs_done);
     jsonw_kv_uint(&w, "steps", s->steps);
     jsonw_kv_bool(&w, "stopped", s->stopped);
@@ -342,7 +344,7 @@ static void print_model(FILE *h, const train_args *a, const mpcl_model_params *m
     for (size_t i = 0; i < m->hidden_count; i++) fprintf(h, "-%zu", m->hidden[i]);
     fprintf(h, "-%zu %s; %s lr %g; batch %zu, %u epochs, seed %llu\n", m->classes,
             mpcl_activation_name(m->activation), mpcl_optim_kind_name(m->optim.kind),
-            (double)m->optim.lr, a->batch, a->epochs, (unsigned long long)a->seed);
+            (double)m->optim.lr, m->max_batch, a->epochs, (unsigned long long)a->seed);
     if (a->resume) fprintf(h, "resume    %s\n", a->resume);
     fflush(h);
 }
@@ -449,6 +451,11 @@ int main(int argc, char **argv) {
     mpcl_plan plan = *mpcl_model_plan(mpcl_trainer_model(tr));
     if (human) print_plan(human, &a, &plan);
     if (human) print_model(human, &a, mpcl_model_params_of(mpcl_trainer_model(tr)));
+    mpcl_train_data_info di;
+    mpcl_trainer_data_info(tr, &di);
+    u.batch = di.batch;
+    if (human) train_data_print(human, &di);
+    if (leader && !a.quiet) train_data_warn(&di);
     if (human) train_dist_print(human, &td, tr);
     if (a.resume && mpcl_trainer_load(tr, a.resume) != MPCL_OK) {
         fprintf(stderr, "mpcl-train: --resume %s: %s\n", a.resume, mpcl_errmsg());
@@ -512,7 +519,7 @@ int main(int argc, char **argv) {
     if (a.json) {
         double *rates = calloc(s.world_size, sizeof *rates);
         if (rates) train_dist_rates(&td, &s, rates); /* collective under MPI */
-        if (rates && leader) write_json(&a, dev, &plan, &s, &td, rates, startup_s);
+        if (rates && leader) write_json(&a, dev, &plan, &di, &s, &td, rates, startup_s);
         free(rates);
     }
     /* The status says what happened: a signal after the last step changed

@@ -103,11 +103,40 @@ static mpcl_status check_inferred_classes(mpcl_context *ctx, const mpcl_dataset 
     }
     if (!missing) return MPCL_OK;
     return MPCL_ERROR(ctx, MPCL_ERR_LABEL,
-                      "the training labels go up to %u (first at index %zu), which makes %d "
-                      "classes, but %zu of them have no training example (labels %s); a "
+                      "'%s': the training labels go up to %u (first at index %zu), which makes "
+                      "%d classes, but %zu of them have no training example (labels %s); a "
                       "corrupt label? Set the class count explicitly (mpcl-train --classes N) "
                       "if that is meant",
-                      (unsigned)labels[first_max], first_max, classes, missing, empty);
+                      mpcl__dataset_path(train, true), (unsigned)labels[first_max], first_max,
+                      classes, missing, empty);
+}
+
+/* The training examples of each class, kept for mpcl_trainer_data_info. */
+static void count_classes(mpcl_trainer *tr, const mpcl_dataset *train, bool inferred) {
+    const uint8_t *labels = mpcl_dataset_labels(train);
+    memset(tr->class_examples, 0, sizeof tr->class_examples);
+    for (size_t i = 0; i < mpcl_dataset_count(train); i++) tr->class_examples[labels[i]]++;
+    tr->classes_inferred = inferred;
+}
+
+/* A class with almost no training example: fewer than 1% of the mean per
+ * class, i.e. examples * 100 * classes < samples. */
+static bool rare_class(size_t examples, size_t classes, size_t samples) {
+    return (uint64_t)examples * 100 * classes < samples;
+}
+
+void mpcl_trainer_data_info(const mpcl_trainer *tr, mpcl_train_data_info *out) {
+    memset(out, 0, sizeof *out);
+    out->train_samples = tr->train_count;
+    out->test_samples = tr->test_count;
+    out->batch = tr->params.batch;
+    out->batch_requested = tr->batch_requested;
+    out->classes = (int)tr->params.model.classes;
+    out->classes_inferred = tr->classes_inferred;
+    memcpy(out->class_examples, tr->class_examples, sizeof out->class_examples);
+    for (int c = 0; c < out->classes; c++)
+        if (rare_class(tr->class_examples[c], (size_t)out->classes, tr->train_count))
+            out->rare[out->rare_count++] = c;
 }
 
 /* The training split (limited, its labels checked against num_classes or,
@@ -155,7 +184,7 @@ struct mpcl_train_data_load {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool shape_known, shape_ok;
-    size_t features;
+    size_t count, features;
     int classes;
     /* The test split, decoded on a second thread beside the training split
      * against the class count read ahead; used when the training split
@@ -205,12 +234,14 @@ static void data_load_run(mpcl_train_data_load *L, bool test_started) {
 
 static void *data_load_main(void *arg) {
     mpcl_train_data_load *L = arg;
-    size_t features = 0;
+    size_t count = 0, features = 0;
     int classes = 0;
-    bool ok = mpcl__idx_peek(L->dir, "train", L->num_classes, &features, &classes) == MPCL_OK;
+    bool ok =
+        mpcl__idx_peek(L->dir, "train", L->num_classes, &count, &features, &classes) == MPCL_OK;
     pthread_mutex_lock(&L->mu);
     L->shape_known = true;
     L->shape_ok = ok;
+    L->count = L->train_limit && L->train_limit < count ? L->train_limit : count;
     L->features = features;
     L->classes = classes;
     pthread_cond_signal(&L->cv);
@@ -219,12 +250,15 @@ static void *data_load_main(void *arg) {
     return NULL;
 }
 
-/* The shape the load read ahead of the pixels; false when there is none. */
-static bool data_load_shape(mpcl_train_data_load *L, size_t *features, int *classes) {
+/* The shape the load read ahead of the pixels (the training samples after
+ * the limit, features, classes); false when there is none. */
+static bool data_load_shape(mpcl_train_data_load *L, size_t *count, size_t *features,
+                            int *classes) {
     if (!L->threaded) return false;
     pthread_mutex_lock(&L->mu);
     while (!L->shape_known) pthread_cond_wait(&L->cv, &L->mu);
     bool ok = L->shape_ok;
+    *count = L->count;
     *features = L->features;
     *classes = L->classes;
     pthread_mutex_unlock(&L->mu);
@@ -319,13 +353,22 @@ static mpcl_status take_loaded(mpcl_context *ctx, const mpcl_train_params *param
     return MPCL_OK;
 }
 
+/* " '<path>'" for a data set read from a file, nothing for one from memory,
+ * as three %s arguments. */
+#define QUOTED_PATH(p) (*(p) ? " '" : ""), (p), (*(p) ? "'" : "")
+
 /* The test set, when there is one, must fit the training set's model. */
 static mpcl_status check_test_data(mpcl_context *ctx, const mpcl_dataset *train,
                                    const mpcl_dataset *test) {
     if (test && mpcl_dataset_features(test) != mpcl_dataset_features(train))
         return MPCL_ERROR(ctx, MPCL_ERR_FORMAT,
-                          "training images have %zu pixels, test images %zu: not one data set",
-                          mpcl_dataset_features(train), mpcl_dataset_features(test));
+                          "training images%s%s%s have %zu pixels (%zu x %zu), test images%s%s%s "
+                          "%zu (%zu x %zu): not one data set",
+                          QUOTED_PATH(mpcl__dataset_path(train, false)),
+                          mpcl_dataset_features(train), mpcl_dataset_rows(train),
+                          mpcl_dataset_cols(train), QUOTED_PATH(mpcl__dataset_path(test, false)),
+                          mpcl_dataset_features(test), mpcl_dataset_rows(test),
+                          mpcl_dataset_cols(test));
     if (test && mpcl_dataset_num_classes(test) > mpcl_dataset_num_classes(train))
         return MPCL_ERROR(ctx, MPCL_ERR_LABEL,
                           "the test data have %d classes, the training data %d",
@@ -346,13 +389,14 @@ static mpcl_status setup_replicas(mpcl_trainer *tr, const mpcl_train_params *par
                           "%zu local replicas need replica_ctx[0 .. %zu), the first being ctx",
                           tr->replicas, tr->replicas);
     for (size_t r = 1; r < tr->replicas; r++) tr->rep[r].ctx = params->replica_ctx[r];
-    size_t world = mpcl_dist_world_size(tr->dist), last = tr->train_count % params->batch;
-    if (params->batch < world || (last && last < world))
+    size_t batch = tr->params.batch, world = mpcl_dist_world_size(tr->dist);
+    size_t last = tr->train_count % batch;
+    if (batch < world || (last && last < world))
         return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG,
                           "batch %zu (last batch of the epoch: %zu samples) over %zu replicas: "
                           "every replica needs at least one sample of every batch; choose "
                           "--batch or --train-limit to fit",
-                          params->batch, last ? last : params->batch, world);
+                          batch, last ? last : batch, world);
     return MPCL_OK;
 }
 
@@ -413,6 +457,13 @@ static mpcl_status create_models(mpcl_trainer *tr, mpcl_model_params *mp) {
     return MPCL_OK;
 }
 
+/* The batch a run takes: the one asked for, or all the training samples when
+ * there are fewer (Keras' fit then takes one batch of all of them), so that
+ * no buffer is sized for rows that can never come. */
+static size_t run_batch(size_t batch, size_t train_count) {
+    return train_count && train_count < batch ? train_count : batch;
+}
+
 /* While a data_load decodes the pixels, the model is made from the shape it
  * read ahead of them (mpcl__idx_peek), so that the model's programs load
  * beside the inflate. Not under dist, and not where `auto` would measure (a
@@ -422,15 +473,15 @@ static mpcl_status create_models(mpcl_trainer *tr, mpcl_model_params *mp) {
  * known to be good). */
 static bool early_model(mpcl_trainer *tr, const mpcl_train_params *params, mpcl_model_params *mp,
                         mpcl_status *st, char **msg) {
-    size_t features;
+    size_t count, features;
     int classes;
     if (params->dist || data_load_check(tr->ctx, params) != MPCL_OK ||
-        !data_load_shape(params->data_load, &features, &classes))
+        !data_load_shape(params->data_load, &count, &features, &classes))
         return false;
     *mp = params->model;
     mp->inputs = features;
     mp->classes = (size_t)classes;
-    mp->max_batch = params->batch;
+    mp->max_batch = run_batch(params->batch, count);
     mp->seed = params->seed;
     if (mp->policy == MPCL_POLICY_AUTO && !mpcl__auto_plan_known(tr->ctx, mp)) return false;
     if ((*st = setup_replicas(tr, params)) == MPCL_OK) *st = create_models(tr, mp);
@@ -449,6 +500,7 @@ mpcl_status mpcl_trainer_create(mpcl_context *ctx, const mpcl_train_params *para
     if (!tr) return MPCL_ERROR(ctx, MPCL_ERR_OUT_OF_MEMORY, "allocating a trainer");
     tr->ctx = ctx;
     tr->params = *params;
+    tr->batch_requested = params->batch;
     tr->loss_scale = 1.0f;
     tr->test_loss = NAN;
     tr->test_accuracy = NAN;
@@ -507,15 +559,19 @@ mpcl_status mpcl_trainer_create(mpcl_context *ctx, const mpcl_train_params *para
         st = MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "data sets of more than 2^31 samples");
         goto cleanup;
     }
-    tr->steps_per_epoch = (tr->train_count + params->batch - 1) / params->batch;
+    tr->params.batch = run_batch(params->batch, tr->train_count);
+    size_t batch = tr->params.batch;
+    tr->steps_per_epoch = (tr->train_count + batch - 1) / batch;
+    count_classes(tr, train_ds, !params->train_data && params->num_classes == 0);
 
     mpcl_model_params mp = params->model;
     mp.inputs = mpcl_dataset_features(train_ds);
     mp.classes = (size_t)mpcl_dataset_num_classes(train_ds);
-    mp.max_batch = params->batch;
+    mp.max_batch = batch;
     mp.seed = params->seed;
     tr->params.model = mp;
-    if (early && (early_mp.inputs != mp.inputs || early_mp.classes != mp.classes)) {
+    if (early && (early_mp.inputs != mp.inputs || early_mp.classes != mp.classes ||
+                  early_mp.max_batch != mp.max_batch)) {
         destroy_models(tr); /* the files changed between the reads: the data decide */
         early = false;
     }
@@ -544,8 +600,8 @@ mpcl_status mpcl_trainer_create(mpcl_context *ctx, const mpcl_train_params *para
          ((st = mpcl_tensor_create(ctx, MPCL_DTYPE_I32, tr->test_count, 1, &tr->test_order)) !=
               MPCL_OK ||
           (st = mpcl_tensor_upload_i32(tr->test_order, iota, tr->test_count)) != MPCL_OK)) ||
-        (st = mpcl_tensor_create(ctx, storage, params->batch, mp.inputs, &tr->x)) != MPCL_OK ||
-        (st = mpcl_tensor_create(ctx, MPCL_DTYPE_I32, params->batch, 1, &tr->labels)) != MPCL_OK) {
+        (st = mpcl_tensor_create(ctx, storage, batch, mp.inputs, &tr->x)) != MPCL_OK ||
+        (st = mpcl_tensor_create(ctx, MPCL_DTYPE_I32, batch, 1, &tr->labels)) != MPCL_OK) {
         free(iota);
         goto cleanup;
     }
@@ -562,10 +618,8 @@ mpcl_status mpcl_trainer_create(mpcl_context *ctx, const mpcl_train_params *para
         if ((st = mpcl_device_dataset_create(R->ctx, train_ds, &R->train)) != MPCL_OK ||
             (st = mpcl_tensor_create(R->ctx, MPCL_DTYPE_I32, tr->train_count, 1, &R->order)) !=
                 MPCL_OK ||
-            (st = mpcl_tensor_create(R->ctx, storage, params->batch, mp.inputs, &R->x)) !=
-                MPCL_OK ||
-            (st = mpcl_tensor_create(R->ctx, MPCL_DTYPE_I32, params->batch, 1, &R->labels)) !=
-                MPCL_OK)
+            (st = mpcl_tensor_create(R->ctx, storage, batch, mp.inputs, &R->x)) != MPCL_OK ||
+            (st = mpcl_tensor_create(R->ctx, MPCL_DTYPE_I32, batch, 1, &R->labels)) != MPCL_OK)
             goto cleanup;
     }
 

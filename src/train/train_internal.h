@@ -54,6 +54,11 @@ struct mpcl_trainer {
     float loss_scale;       /* as last read from the device; 1 without a scaler */
     uint32_t skipped_steps; /* likewise; 0 without a scaler */
 
+    /* For mpcl_trainer_data_info; params.batch is the batch the run takes. */
+    size_t batch_requested;
+    bool classes_inferred;
+    size_t class_examples[256];
+
     /* Data parallel: the communicator (borrowed; NULL alone), this
      * process's replicas (rep[0] mirrors the fields above and owns nothing),
      * models[r] = rep[r].model for the dist calls. */
