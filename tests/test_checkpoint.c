@@ -287,6 +287,19 @@ static void rewrite(const char *src, const char *dst, const mutation *mu) {
     mpcl_safetensors_destroy(st);
 }
 
+/* Values no run produces, in a well-formed file. */
+static const struct {
+    mutation mu;
+    const char *says;
+} POKES[] = {
+    {{.poke = "dense_0.kernel", .poke_index = 3, .poke_value = NAN},
+     "tensor dense_0.kernel holds nan at index 3"},
+    {{.poke = "dense_1.bias.m", .poke_index = 0, .poke_value = INFINITY},
+     "tensor dense_1.bias.m holds inf at index 0"},
+    {{.poke = "dense_0.kernel.v", .poke_index = 5, .poke_value = -0.25f},
+     "dense_0.kernel.v holds -0.25 at index 5"},
+};
+
 static void refused(mpcl_trainer *tr, const snapshot *before, const char *path, mpcl_status want,
                     const char *says) {
     mpcl_status st = mpcl_trainer_load(tr, path);
@@ -396,24 +409,10 @@ static void test_bad_checkpoints(void **state) {
         refused(tr, &before, bad, MPCL_ERR_FORMAT, metas[i][2]);
     }
 
-    /* Values no run produces, in a well-formed file. */
-    const struct {
-        const char *tensor;
-        size_t index;
-        float value;
-        const char *says;
-    } pokes[] = {
-        {"dense_0.kernel", 3, NAN, "tensor dense_0.kernel holds nan at index 3"},
-        {"dense_1.bias.m", 0, INFINITY, "tensor dense_1.bias.m holds inf at index 0"},
-        {"dense_0.kernel.v", 5, -0.25f, "dense_0.kernel.v holds -0.25 at index 5"},
-    };
-    for (size_t i = 0; i < sizeof pokes / sizeof *pokes; i++) {
-        memset(&mu, 0, sizeof mu);
-        mu.poke = pokes[i].tensor;
-        mu.poke_index = pokes[i].index;
-        mu.poke_value = pokes[i].value;
+    for (size_t i = 0; i < sizeof POKES / sizeof *POKES; i++) {
+        mu = POKES[i].mu;
         rewrite(good, bad, &mu);
-        refused(tr, &before, bad, MPCL_ERR_FORMAT, pokes[i].says);
+        refused(tr, &before, bad, MPCL_ERR_FORMAT, POKES[i].says);
     }
     /* A hidden-16 checkpoint into a hidden-32 model. */
     mpcl_trainer *wide = trained(ctx, MPCL_POLICY_FLOAT32, 32, false);
@@ -603,23 +602,10 @@ static void test_checkpoint_reader(void **state) {
         rewrite(good, bad, &mu);
         read_refuses(bad, metas[i][2]);
     }
-    const struct {
-        const char *tensor;
-        size_t index;
-        float value;
-        const char *says;
-    } pokes[] = {
-        {"dense_0.kernel", 3, NAN, "tensor dense_0.kernel holds nan at index 3"},
-        {"dense_1.bias.m", 0, INFINITY, "tensor dense_1.bias.m holds inf at index 0"},
-        {"dense_0.kernel.v", 5, -0.25f, "dense_0.kernel.v holds -0.25 at index 5"},
-    };
-    for (size_t i = 0; i < sizeof pokes / sizeof *pokes; i++) {
-        memset(&mu, 0, sizeof mu);
-        mu.poke = pokes[i].tensor;
-        mu.poke_index = pokes[i].index;
-        mu.poke_value = pokes[i].value;
+    for (size_t i = 0; i < sizeof POKES / sizeof *POKES; i++) {
+        mu = POKES[i].mu;
         rewrite(good, bad, &mu);
-        read_refuses(bad, pokes[i].says);
+        read_refuses(bad, POKES[i].says);
     }
     memset(&mu, 0, sizeof mu);
     mu.drop = "dense_1.bias.v";

@@ -96,6 +96,17 @@ static size_t expected_of_widths(const size_t *w, size_t nw, mpcl_optim_kind kin
     return n;
 }
 
+/* The first tensor of st that is not in e[0..n), or NULL. */
+static const char *unexpected_tensor(const mpcl_safetensors *st, const expected *e, size_t n) {
+    for (size_t j = 0; j < mpcl_safetensors_count(st); j++) {
+        const char *name = mpcl_safetensors_tensor(st, j)->name;
+        bool known = false;
+        for (size_t i = 0; i < n && !known; i++) known = strcmp(name, e[i].name) == 0;
+        if (!known) return name;
+    }
+    return NULL;
+}
+
 static void widths_str(char *buf, size_t size, const size_t *w, size_t n) {
     size_t k = 0;
     buf[0] = '\0';
@@ -623,17 +634,12 @@ static mpcl_status check_file_tensors(const loader *L, const mpcl_checkpoint *c)
                               L->path, e[i].name, got, model, want);
         }
     }
-    size_t count = mpcl_safetensors_count(L->st);
-    for (size_t j = 0; j < count; j++) {
-        const char *name = mpcl_safetensors_tensor(L->st, j)->name;
-        bool known = false;
-        for (size_t i = 0; i < n && !known; i++) known = strcmp(name, e[i].name) == 0;
-        if (!known)
-            return MPCL_ERROR(L->ctx, MPCL_ERR_FORMAT,
-                              "checkpoint %s holds tensor %s, which model %s with optimizer %s "
-                              "does not have",
-                              L->path, name, model, optim_name(c->params.optim.kind));
-    }
+    const char *extra = unexpected_tensor(L->st, e, n);
+    if (extra)
+        return MPCL_ERROR(L->ctx, MPCL_ERR_FORMAT,
+                          "checkpoint %s holds tensor %s, which model %s with optimizer %s does "
+                          "not have",
+                          L->path, extra, model, optim_name(c->params.optim.kind));
     char what[512];
     snprintf(what, sizeof what, "checkpoint %s", L->path);
     for (size_t i = 0; i < n; i++) {
@@ -842,16 +848,11 @@ static mpcl_status check_tensors(const loader *L, mpcl_model *m) {
                               L->path, e[i].name, got, want, cshape, mshape, fix);
         }
     }
-    size_t count = mpcl_safetensors_count(L->st);
-    for (size_t j = 0; j < count; j++) {
-        const char *name = mpcl_safetensors_tensor(L->st, j)->name;
-        bool known = false;
-        for (size_t i = 0; i < n && !known; i++) known = strcmp(name, e[i].name) == 0;
-        if (!known)
-            return MPCL_ERROR(L->ctx, MPCL_ERR_FORMAT,
-                              "checkpoint %s holds tensor %s, which this model does not have",
-                              L->path, name);
-    }
+    const char *extra = unexpected_tensor(L->st, e, n);
+    if (extra)
+        return MPCL_ERROR(L->ctx, MPCL_ERR_FORMAT,
+                          "checkpoint %s holds tensor %s, which this model does not have", L->path,
+                          extra);
     return MPCL_OK;
 }
 

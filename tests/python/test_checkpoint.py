@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import mpcl
-from conftest import run_cli, seed_model
+from conftest import read_safetensors, run_cli, seed_model
 
 
 @pytest.fixture(scope="module")
@@ -120,6 +120,20 @@ def test_loaded_model_evaluates_as_saved(trained, data):
     path, figures = trained
     model = mpcl.models.load_model(path)
     assert model.evaluate(xt, yt, batch_size=128) == figures
+
+
+def test_position_mirror_matches_the_file(ck):
+    """_lib.CheckpointPosition mirrors the C struct field for field: each
+    field reads back what the metadata says."""
+    pos = mpcl.models._Checkpoint(ck).position
+    _, meta = read_safetensors(ck)
+    got = {k: getattr(pos, k) for k in ("step", "epoch", "epoch_step", "optimizer_step", "seed",
+                                        "batch", "train_samples")}
+    assert got == {k: int(meta[k]) for k in got} and got["step"] == 16 and got["seed"] == 42
+    assert got["batch"] == 128 and got["train_samples"] == 2048
+    assert pos.scaled == (meta["loss_scale_mode"] != "none")
+    assert pos.loss_scale.scale == float(meta["loss_scale"])
+    assert pos.loss_scale.skipped_steps == int(meta["loss_scale_skipped"])
 
 
 FIT_ARGS = [
