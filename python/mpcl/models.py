@@ -54,6 +54,9 @@ def load_model(path):
     path = os.fspath(path)
     ck = _Checkpoint(path)
     mp = ck.params
+    if mp.hidden_count == 0:
+        raise ValueError(f"checkpoint {path} holds a model without a hidden layer; Sequential "
+                         f"trains 1 to {_lib.MAX_HIDDEN} of them")
     widths = [mp.inputs] + list(mp.hidden[:mp.hidden_count]) + [mp.classes]
     act = _lib.ACTIVATIONS[mp.activation]
     act = "linear" if act == "identity" else act

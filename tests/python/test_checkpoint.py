@@ -220,3 +220,23 @@ OPTIMIZERS = [
 def test_optimizers_check_at_construction(make, kind, name):
     with pytest.raises(kind, match=name):
         make()
+
+
+def test_load_model_of_a_model_without_hidden_layers(ck, tmp_path):
+    """The library reads such a checkpoint (a C-API model); Sequential cannot
+    build it, and says so instead of building another model."""
+    _, meta = read_safetensors(ck)
+    meta["model"] = "784,10"
+    shapes = {"dense_0.kernel": [784, 10], "dense_0.bias": [10]}
+    head, offset = {"__metadata__": meta}, 0
+    for name, shape in shapes.items():
+        for suffix in ("", ".m", ".v"):
+            size = 4 * int(np.prod(shape))
+            head[name + suffix] = {"dtype": "F32", "shape": shape,
+                                   "data_offsets": [offset, offset + size]}
+            offset += size
+    text = json.dumps(head).encode()
+    path = tmp_path / "flat.safetensors"
+    path.write_bytes(struct.pack("<Q", len(text)) + text + bytes(offset))
+    with pytest.raises(ValueError, match="without a hidden layer"):
+        mpcl.models.load_model(path)
