@@ -17,8 +17,11 @@ class _Checkpoint:
         h = _lib.P()
         call(lib.mpcl_checkpoint_read, os.fsencode(path), ctypes.byref(h))
         self.h = h.value
-        self.params = lib.mpcl_checkpoint_model_params(self.h).contents
-        self.position = lib.mpcl_checkpoint_position_of(self.h).contents
+        # Copies: a view into the C struct would outlive a dropped handle.
+        self.params = _lib.ModelParams.from_buffer_copy(
+            lib.mpcl_checkpoint_model_params(self.h).contents)
+        self.position = _lib.CheckpointPosition.from_buffer_copy(
+            lib.mpcl_checkpoint_position_of(self.h).contents)
 
     def __del__(self):
         if getattr(self, "h", None):
@@ -73,7 +76,7 @@ def load_model(path):
                   metrics=["accuracy"])
     # The model is the checkpoint's: its params as the reader gives them
     # (loss scaling off for a file without a scaler, whatever the policy).
-    model._compiled = (_lib.ModelParams.from_buffer_copy(mp), model._compiled[1])
+    model._compiled = (mp, model._compiled[1])
     m = model._device_model(ck.position.batch)
     call(lib.mpcl_checkpoint_apply, ck.h, m, ctx=_lib.context())
     model._checkpoint = ck
