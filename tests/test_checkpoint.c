@@ -570,6 +570,12 @@ static void test_checkpoint_reader(void **state) {
     TU_ASSERT_OK(mpcl_model_create(ctx, &other, &m));
     assert_int_equal(mpcl_checkpoint_apply(c, m), MPCL_ERR_INVALID_ARG);
     assert_non_null(strstr(mpcl_errmsg(), "784,16,10"));
+    assert_int_equal(mpcl_checkpoint_save_model(c, m, again), MPCL_ERR_INVALID_ARG);
+    assert_int_equal(mpcl_checkpoint_apply(NULL, m), MPCL_ERR_INVALID_ARG);
+    assert_int_equal(mpcl_checkpoint_save_model(c, NULL, again), MPCL_ERR_INVALID_ARG);
+    mpcl_checkpoint *none = NULL;
+    assert_int_equal(mpcl_checkpoint_read(NULL, &none), MPCL_ERR_INVALID_ARG);
+    assert_null(none);
     mpcl_model_destroy(m);
     mpcl_checkpoint_destroy(c);
 

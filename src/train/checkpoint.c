@@ -289,13 +289,6 @@ static mpcl_status meta_str(const loader *L, const char *key, const char **out) 
     return MPCL_OK;
 }
 
-static mpcl_status uint_error(const loader *L, const char *key, const char *v, uint64_t min,
-                              uint64_t max) {
-    return MPCL_ERROR(L->ctx, MPCL_ERR_FORMAT,
-                      "checkpoint %s: metadata %s = \"%s\" is not an integer in [%llu, %llu]",
-                      L->path, key, v, (unsigned long long)min, (unsigned long long)max);
-}
-
 /* A whole number in [min, max], through the one strict parser. */
 static mpcl_status meta_uint(const loader *L, const char *key, uint64_t min, uint64_t max,
                              uint64_t *out) {
@@ -303,7 +296,9 @@ static mpcl_status meta_uint(const loader *L, const char *key, uint64_t min, uin
     mpcl_status st = meta_str(L, key, &v);
     if (st != MPCL_OK) return st;
     if (mpcl_parse_uint(v, max, out) != MPCL_NUMBER_OK || *out < min)
-        return uint_error(L, key, v, min, max);
+        return MPCL_ERROR(L->ctx, MPCL_ERR_FORMAT,
+                          "checkpoint %s: metadata %s = \"%s\" is not an integer in [%llu, %llu]",
+                          L->path, key, v, (unsigned long long)min, (unsigned long long)max);
     return MPCL_OK;
 }
 
@@ -771,6 +766,8 @@ static mpcl_status apply_state(mpcl_context *ctx, const mpcl_checkpoint *c, mpcl
 }
 
 mpcl_status mpcl_checkpoint_apply(const mpcl_checkpoint *c, mpcl_model *m) {
+    if (!c || !m)
+        return MPCL_ERROR(NULL, MPCL_ERR_INVALID_ARG, "mpcl_checkpoint_apply: NULL argument");
     mpcl_context *ctx = mpcl_model_context(m);
     mpcl_status st = check_model_fits(ctx, c, m);
     mpcl_loss_scale_state s;
@@ -779,6 +776,8 @@ mpcl_status mpcl_checkpoint_apply(const mpcl_checkpoint *c, mpcl_model *m) {
 }
 
 mpcl_status mpcl_checkpoint_save_model(const mpcl_checkpoint *c, mpcl_model *m, const char *path) {
+    if (!c || !m)
+        return MPCL_ERROR(NULL, MPCL_ERR_INVALID_ARG, "mpcl_checkpoint_save_model: NULL argument");
     mpcl_context *ctx = mpcl_model_context(m);
     mpcl_status st = check_model_fits(ctx, c, m);
     return st != MPCL_OK ? st : write_checkpoint(ctx, m, &c->pos, true, path);
