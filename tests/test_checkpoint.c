@@ -561,6 +561,14 @@ static void test_checkpoint_reader(void **state) {
     unsigned char *b1 = slurp(good, &n1), *b2 = slurp(again, &n2);
     assert_int_equal(n1, n2);
     assert_memory_equal(b1, b2, n1);
+    free(b2);
+    /* A state whose counters a load would refuse is not written. */
+    TU_ASSERT_OK(mpcl_model_write_step(m, 3));
+    assert_int_equal(mpcl_checkpoint_save_model(c, m, again), MPCL_ERR_INVALID_ARG);
+    assert_non_null(strstr(mpcl_errmsg(), "optimizer_step 3"));
+    b2 = slurp(again, &n2);
+    assert_int_equal(n1, n2);
+    assert_memory_equal(b1, b2, n1);
     free(b1);
     free(b2);
     mpcl_model_destroy(m);
