@@ -373,6 +373,9 @@ class Sequential:
         y = _check_y(y, x.shape[0], classes, "y").astype(np.uint8)
         test = None
         if validation_data is not None:
+            if not isinstance(validation_data, (tuple, list)) or len(validation_data) != 2:
+                raise ValueError("validation_data must be a tuple (x, y), not "
+                                 f"{type(validation_data).__name__}")
             vx, vy = validation_data
             vx = _as_bytes(_check_x(vx, features, "validation x"), "validation x")
             vy = _check_y(vy, vx.shape[0], classes, "validation y").astype(np.uint8)

@@ -151,6 +151,7 @@ FIT_ARGS = [
     ({"report_every": 2 ** 32}, ValueError, "report_every"),
     ({"verbose": 7}, ValueError, "verbose"),
     ({"verbose": "loud"}, TypeError, "verbose"),
+    ({"validation_data": (np.zeros((8, 784), np.uint8),)}, ValueError, "validation_data"),
 ]
 
 
@@ -164,7 +165,7 @@ def no_hang():
     signal.signal(signal.SIGALRM, old)
 
 
-@pytest.mark.parametrize("kwargs,kind,name", FIT_ARGS, ids=[str(a[0]) for a in FIT_ARGS])
+@pytest.mark.parametrize("kwargs,kind,name", FIT_ARGS, ids=[f"{a[2]}-{i}" for i, a in enumerate(FIT_ARGS)])
 def test_fit_checks_its_arguments(no_hang, kwargs, kind, name):
     model = seed_model(hidden=8)
     x, y = np.zeros((8, 784), np.uint8), np.zeros(8, np.uint8)
