@@ -17,7 +17,7 @@ PUBLIC = {
     "nn": ["model"],
     "io": ["data", "safetensors", "batch"],
     "parallel": ["dist"],
-    "train": ["train", "plot"],
+    "train": ["train", "plot", "checkpoint"],
     "tools": ["mpcl"],
 }
 AREA_OF_PUBLIC = {h: a for a, hs in PUBLIC.items() for h in hs}

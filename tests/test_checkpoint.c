@@ -287,6 +287,19 @@ static void rewrite(const char *src, const char *dst, const mutation *mu) {
     mpcl_safetensors_destroy(st);
 }
 
+/* Values no run produces, in a well-formed file. */
+static const struct {
+    mutation mu;
+    const char *says;
+} POKES[] = {
+    {{.poke = "dense_0.kernel", .poke_index = 3, .poke_value = NAN},
+     "tensor dense_0.kernel holds nan at index 3"},
+    {{.poke = "dense_1.bias.m", .poke_index = 0, .poke_value = INFINITY},
+     "tensor dense_1.bias.m holds inf at index 0"},
+    {{.poke = "dense_0.kernel.v", .poke_index = 5, .poke_value = -0.25f},
+     "dense_0.kernel.v holds -0.25 at index 5"},
+};
+
 static void refused(mpcl_trainer *tr, const snapshot *before, const char *path, mpcl_status want,
                     const char *says) {
     mpcl_status st = mpcl_trainer_load(tr, path);
@@ -382,6 +395,11 @@ static void test_bad_checkpoints(void **state) {
         {"loss_scale_good_steps", "1", "loss_scale_good_steps 1"},
         /* Another optimizer is named as such, before any tensor is compared. */
         {"optimizer", "sgd", "trained with optimizer sgd, this run uses adam"},
+        /* Hyperparameters under mpcl_optim_params_check's rules. */
+        {"lr", "-1", "lr -1"},
+        {"beta1", "1.5", "beta1 1.5"},
+        {"eps", "0", "eps 0"},
+        {"weight_decay", "0x10", "weight_decay = \"0x10\""},
     };
     for (size_t i = 0; i < sizeof metas / sizeof *metas; i++) {
         memset(&mu, 0, sizeof mu);
@@ -391,24 +409,10 @@ static void test_bad_checkpoints(void **state) {
         refused(tr, &before, bad, MPCL_ERR_FORMAT, metas[i][2]);
     }
 
-    /* Values no run produces, in a well-formed file. */
-    const struct {
-        const char *tensor;
-        size_t index;
-        float value;
-        const char *says;
-    } pokes[] = {
-        {"dense_0.kernel", 3, NAN, "tensor dense_0.kernel holds nan at index 3"},
-        {"dense_1.bias.m", 0, INFINITY, "tensor dense_1.bias.m holds inf at index 0"},
-        {"dense_0.kernel.v", 5, -0.25f, "dense_0.kernel.v holds -0.25 at index 5"},
-    };
-    for (size_t i = 0; i < sizeof pokes / sizeof *pokes; i++) {
-        memset(&mu, 0, sizeof mu);
-        mu.poke = pokes[i].tensor;
-        mu.poke_index = pokes[i].index;
-        mu.poke_value = pokes[i].value;
+    for (size_t i = 0; i < sizeof POKES / sizeof *POKES; i++) {
+        mu = POKES[i].mu;
         rewrite(good, bad, &mu);
-        refused(tr, &before, bad, MPCL_ERR_FORMAT, pokes[i].says);
+        refused(tr, &before, bad, MPCL_ERR_FORMAT, POKES[i].says);
     }
     /* A hidden-16 checkpoint into a hidden-32 model. */
     mpcl_trainer *wide = trained(ctx, MPCL_POLICY_FLOAT32, 32, false);
@@ -497,11 +501,147 @@ static void test_failed_save(void **state) {
     mpcl_context_destroy(ctx);
 }
 
+/* mpcl_checkpoint_read alone: a good file gives the model to build and its
+ * position, applies to that model and saves it again to the same bytes; each
+ * bad file is refused, naming its key or tensor. */
+static void read_refuses(const char *path, const char *says) {
+    mpcl_checkpoint *c = (mpcl_checkpoint *)1;
+    mpcl_status st = mpcl_checkpoint_read(path, &c);
+    if (st != MPCL_ERR_FORMAT)
+        fail_msg("%s (%s): %s, want MPCL_ERR_FORMAT (%s)", path, says, mpcl_status_name(st),
+                 mpcl_errmsg());
+    assert_null(c);
+    if (!strstr(mpcl_errmsg(), says))
+        fail_msg("message \"%s\" does not say \"%s\"", mpcl_errmsg(), says);
+}
+
+static void test_checkpoint_reader(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    g_ctx = ctx;
+    tmpdir d;
+    tmp_make(&d);
+    char good[128], bad[128], again[128];
+    snprintf(good, sizeof good, "%s/good.safetensors", d.path);
+    snprintf(bad, sizeof bad, "%s/bad.safetensors", d.path);
+    snprintf(again, sizeof again, "%s/again.safetensors", d.path);
+    mpcl_trainer *src = trained(ctx, MPCL_POLICY_MIXED_FLOAT16, 16, true);
+    TU_ASSERT_OK(mpcl_trainer_save(src, good));
+    snapshot ssrc;
+    snap(src, &ssrc);
+
+    mpcl_checkpoint *c = NULL;
+    TU_ASSERT_OK(mpcl_checkpoint_read(good, &c));
+    const mpcl_model_params *mp = mpcl_checkpoint_model_params(c);
+    const mpcl_checkpoint_position *pos = mpcl_checkpoint_position_of(c);
+    assert_int_equal(mp->inputs, 784);
+    assert_int_equal(mp->hidden_count, 1);
+    assert_int_equal(mp->hidden[0], 16);
+    assert_int_equal(mp->classes, 10);
+    assert_int_equal(mp->max_batch, 64);
+    assert_int_equal(mp->optim.kind, MPCL_OPTIM_ADAM);
+    assert_int_equal(mp->policy, MPCL_POLICY_MIXED_FLOAT16);
+    assert_int_equal(mp->loss_scaling, MPCL_LOSS_SCALING_ON);
+    assert_int_equal(pos->step, 2);
+    assert_int_equal(pos->optimizer_step, 2);
+    assert_int_equal(pos->epoch_step, 2);
+    assert_int_equal(pos->train_samples, 256);
+    assert_true(pos->scaled);
+    assert_true(pos->loss_scale.scale == ssrc.ls.scale);
+    mpcl_model *m = NULL;
+    TU_ASSERT_OK(mpcl_model_create(ctx, mp, &m));
+    TU_ASSERT_OK(mpcl_checkpoint_apply(c, m));
+    size_t n;
+    float *data = tu_model_state(m, &n);
+    assert_int_equal(n, ssrc.n);
+    assert_memory_equal(data, ssrc.data, n * sizeof(float));
+    free(data);
+    TU_ASSERT_OK(mpcl_checkpoint_save_model(c, m, again));
+    size_t n1, n2;
+    unsigned char *b1 = slurp(good, &n1), *b2 = slurp(again, &n2);
+    assert_int_equal(n1, n2);
+    assert_memory_equal(b1, b2, n1);
+    free(b2);
+    /* A state whose counters a load would refuse is not written. */
+    TU_ASSERT_OK(mpcl_model_write_step(m, 3));
+    assert_int_equal(mpcl_checkpoint_save_model(c, m, again), MPCL_ERR_INVALID_ARG);
+    assert_non_null(strstr(mpcl_errmsg(), "optimizer_step 3"));
+    b2 = slurp(again, &n2);
+    assert_int_equal(n1, n2);
+    assert_memory_equal(b1, b2, n1);
+    free(b1);
+    free(b2);
+    mpcl_model_destroy(m);
+    /* A model of another shape is not one to apply it to. */
+    mpcl_model_params other = *mp;
+    other.hidden[0] = 8;
+    TU_ASSERT_OK(mpcl_model_create(ctx, &other, &m));
+    assert_int_equal(mpcl_checkpoint_apply(c, m), MPCL_ERR_INVALID_ARG);
+    assert_non_null(strstr(mpcl_errmsg(), "784,16,10"));
+    assert_int_equal(mpcl_checkpoint_save_model(c, m, again), MPCL_ERR_INVALID_ARG);
+    assert_int_equal(mpcl_checkpoint_apply(NULL, m), MPCL_ERR_INVALID_ARG);
+    assert_int_equal(mpcl_checkpoint_save_model(c, NULL, again), MPCL_ERR_INVALID_ARG);
+    mpcl_checkpoint *none = NULL;
+    assert_int_equal(mpcl_checkpoint_read(NULL, &none), MPCL_ERR_INVALID_ARG);
+    assert_null(none);
+    mpcl_model_destroy(m);
+    mpcl_checkpoint_destroy(c);
+
+    const char *metas[][3] = {
+        {"lr", "-1", "lr -1"},
+        {"beta1", "1.5", "beta1 1.5"},
+        {"eps", "0", "eps 0"},
+        {"lr", "1e999", "lr = \"1e999\""},
+        {"step", "+1", "step = \"+1\""},
+        {"optimizer_step", "0x10", "optimizer_step = \"0x10\""},
+        {"loss_scale", "+2", "loss_scale"},
+        {"loss_scale_mode", "bogus", "loss_scale_mode \"bogus\""},
+        {"loss_scale", "1e30", "loss_scale 1e+30 is outside"},
+        {"epoch_step", "3", "inconsistent"},
+        {"optimizer_step", "3", "inconsistent"},
+        {"loss_scale_skipped", "1", "counters that cannot belong to one run"},
+        {"batch", "0", "batch = \"0\""},
+        {"activation", "swish", "activation = \"swish\""},
+        {"policy", "float64", "policy = \"float64\""},
+        {"optimizer", "lion", "optimizer = \"lion\""},
+        {"model", "784,16,+10", "model = \"784,16,+10\""},
+        {"model", "784,17,10", "dense_0.kernel has shape [784, 16]"},
+        {"format", "other", "other"},
+    };
+    mutation mu;
+    for (size_t i = 0; i < sizeof metas / sizeof *metas; i++) {
+        memset(&mu, 0, sizeof mu);
+        mu.meta_key = metas[i][0];
+        mu.meta_value = metas[i][1];
+        rewrite(good, bad, &mu);
+        read_refuses(bad, metas[i][2]);
+    }
+    for (size_t i = 0; i < sizeof POKES / sizeof *POKES; i++) {
+        mu = POKES[i].mu;
+        rewrite(good, bad, &mu);
+        read_refuses(bad, POKES[i].says);
+    }
+    memset(&mu, 0, sizeof mu);
+    mu.drop = "dense_1.bias.v";
+    rewrite(good, bad, &mu);
+    read_refuses(bad, "no tensor dense_1.bias.v");
+    memset(&mu, 0, sizeof mu);
+    mu.extra = "dense_5.bias";
+    rewrite(good, bad, &mu);
+    read_refuses(bad, "holds tensor dense_5.bias");
+
+    unsnap(&ssrc);
+    mpcl_trainer_destroy(src);
+    tmp_remove(&d);
+    mpcl_context_destroy(ctx);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip_float32), cmocka_unit_test(test_round_trip_mixed),
         cmocka_unit_test(test_independent_reader), cmocka_unit_test(test_bad_checkpoints),
         cmocka_unit_test(test_failed_save),        cmocka_unit_test(test_round_trip_bfloat16),
+        cmocka_unit_test(test_checkpoint_reader),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

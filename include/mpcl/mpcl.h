@@ -21,6 +21,7 @@
 #include "mpcl/model.h"
 #include "mpcl/dist.h"
 #include "mpcl/train.h"
+#include "mpcl/checkpoint.h"
 #include "mpcl/plot.h"
 #include "mpcl/version.h"
 

@@ -195,8 +195,9 @@ void mpcl_trainer_data_info(const mpcl_trainer *tr, mpcl_train_data_info *out);
  * dense_N.bias [out], optimizer moments as <name>.m / <name>.v, and in
  * __metadata__ the step, epoch position, loss-scale state, seed, policy,
  * model shape and mpcl version. Save is atomic (an earlier file survives any
- * failure); load validates everything against this trainer's model and leaves
- * the trainer untouched on failure (MPCL_ERR_FORMAT naming what differs,
+ * failure); load makes every check of mpcl_checkpoint_read (checkpoint.h) and
+ * validates the file against this trainer's model, and leaves the trainer
+ * untouched on failure (MPCL_ERR_FORMAT naming what differs,
  * MPCL_ERR_IO for the file, which must be a regular file). A checkpoint made
  * with another model shape, activation, optimizer kind, seed, batch or
  * training-sample count is refused with the flags that would match; so is an

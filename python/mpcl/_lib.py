@@ -4,6 +4,8 @@ function prototypes, and the one exception type."""
 
 import ctypes
 import ctypes.util
+import math
+import numbers
 import os
 import subprocess
 import threading
@@ -65,6 +67,13 @@ class ModelParams(Structure):
                 ("hidden_count", c_size_t), ("classes", c_size_t), ("activation", c_int),
                 ("policy", c_int), ("max_batch", c_size_t), ("seed", c_uint64),
                 ("optim", OptimParams), ("loss_scaling", c_int), ("loss_scale", LossScaleParams)]
+
+
+class CheckpointPosition(Structure):
+    _fields_ = [("step", c_uint64), ("epoch", c_uint32), ("epoch_step", c_uint64),
+                ("optimizer_step", c_uint32), ("seed", c_uint64), ("batch", c_size_t),
+                ("train_samples", c_size_t), ("scaled", c_bool),
+                ("loss_scale", LossScaleState)]
 
 
 class TrainReport(Structure):
@@ -237,6 +246,12 @@ _PROTOTYPES = {
     "mpcl_trainer_fit": (_S, [P]),
     "mpcl_trainer_summary": (None, [P, POINTER(TrainSummary)]),
     "mpcl_trainer_save": (_S, [P, c_char_p]),
+    "mpcl_checkpoint_read": (_S, [c_char_p, POINTER(P)]),
+    "mpcl_checkpoint_destroy": (None, [P]),
+    "mpcl_checkpoint_model_params": (POINTER(ModelParams), [P]),
+    "mpcl_checkpoint_position_of": (POINTER(CheckpointPosition), [P]),
+    "mpcl_checkpoint_apply": (_S, [P, P]),
+    "mpcl_checkpoint_save_model": (_S, [P, P, c_char_p]),
     "mpcl_safetensors_read": (_S, [c_char_p, POINTER(P)]),
     "mpcl_safetensors_destroy": (None, [P]),
     "mpcl_safetensors_count": (c_size_t, [P]),
@@ -342,3 +357,35 @@ def parse_enum(fn, name, what, choices):
     if not isinstance(name, str) or not fn(name.encode(), ctypes.byref(v)):
         raise ValueError(f"unknown {what} {name!r}; choose one of {', '.join(choices)}")
     return v.value
+
+
+# The largest finite float32: the library's real-valued fields are float.
+_FLOAT32_MAX = 3.4028234663852886e38
+
+
+def check_int(name, value, lo, hi):
+    """value as an int in [lo, hi], before it reaches a ctypes field (which
+    would wrap it or truncate a float): TypeError for anything but an
+    integer (a bool, a float, a string), ValueError outside the range; both
+    name the argument."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer, not {type(value).__name__} {value!r}")
+    if not lo <= value <= hi:
+        raise ValueError(f"{name} must be in [{lo}, {hi}], not {value}")
+    return int(value)
+
+
+def check_real(name, value, lo=None, hi=None, lo_open=False, hi_open=False):
+    """value as a float that stays finite as a float32, within lo/hi (open
+    ends where said): TypeError for a non-number, ValueError otherwise, both
+    naming the argument."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number, not {type(value).__name__} {value!r}")
+    v = float(value)
+    low_ok = lo is None or (v > lo if lo_open else v >= lo)
+    high_ok = hi is None or (v < hi if hi_open else v <= hi)
+    if not (math.isfinite(v) and abs(v) <= _FLOAT32_MAX and low_ok and high_ok):
+        span = (("(" if lo_open else "[") + ("-inf" if lo is None else f"{lo:g}") + ", " +
+                ("inf" if hi is None else f"{hi:g}") + (")" if hi_open or hi is None else "]"))
+        raise ValueError(f"{name} must be a finite number in {span}, not {value!r}")
+    return v

@@ -30,13 +30,22 @@ class LossScaleOptimizer:
 
     def __init__(self, inner_optimizer, dynamic=True, initial_scale=None,
                  dynamic_growth_steps=None):
+        from . import optimizers
+        if isinstance(inner_optimizer, str):
+            inner_optimizer = optimizers.get(inner_optimizer)
+        if not isinstance(inner_optimizer, optimizers.Optimizer):
+            raise TypeError("LossScaleOptimizer: inner_optimizer must be an Adam, AdamW or SGD "
+                            f"optimizer, not {type(inner_optimizer).__name__}")
+        if not isinstance(dynamic, bool):
+            raise TypeError(f"LossScaleOptimizer: dynamic must be True or False, not {dynamic!r}")
         if not dynamic and initial_scale is None:
             raise ValueError("LossScaleOptimizer: dynamic=False needs an initial_scale")
         self.inner_optimizer = inner_optimizer
-        self.dynamic = bool(dynamic)
-        self.initial_scale = 2.0 ** 15 if initial_scale is None else float(initial_scale)
-        self.dynamic_growth_steps = 2000 if dynamic_growth_steps is None else int(
-            dynamic_growth_steps)
+        self.dynamic = dynamic
+        self.initial_scale = 2.0 ** 15 if initial_scale is None else _lib.check_real(
+            "LossScaleOptimizer: initial_scale", initial_scale, lo=0, lo_open=True)
+        self.dynamic_growth_steps = 2000 if dynamic_growth_steps is None else _lib.check_int(
+            "LossScaleOptimizer: dynamic_growth_steps", dynamic_growth_steps, 1, 2 ** 32 - 1)
 
     def _loss_scale_params(self):
         p = _lib.lib.mpcl_loss_scale_default_params()

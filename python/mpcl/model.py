@@ -8,7 +8,6 @@ CLI's safetensors checkpoints."""
 import ctypes
 import os
 import sys
-import tempfile
 import threading
 import time
 
@@ -120,6 +119,14 @@ class _Progress:
             self.line_open = True
 
 
+_U32_MAX = 2 ** 32 - 1
+
+
+def _batch_size(batch_size):
+    """Keras' 32 for None; else an integer in [1, 2^31 - 1]."""
+    return 32 if batch_size is None else _lib.check_int("batch_size", batch_size, 1, 2 ** 31 - 1)
+
+
 def _check_x(x, features, what):
     """x as the model takes it: a 2-D uint8 or float32 array of `features`
     columns. Refused here, before anything reaches the device."""
@@ -199,14 +206,14 @@ class Sequential:
     def __init__(self, layers=None, name=None, seed=42):
         self.layers = list(layers or [])
         self.name = name or "sequential"
-        self.seed = int(seed)
+        self.seed = _lib.check_int("seed", seed, 0, 2 ** 64 - 1)
         self.policy = mixed_precision.global_policy()
         self.history = None
         self._compiled = None
         self._trainer = None
         self._model = None  # the trainer's model, or one of our own
         self._io = {}  # batch rows -> (x tensor, labels tensor)
-        self._loaded_from = None  # a checkpoint this model equals, until it trains
+        self._checkpoint = None  # the checkpoint this model was loaded from, until it trains
 
     def add(self, layer):
         self.layers.append(layer)
@@ -321,7 +328,7 @@ class Sequential:
         m = self._model
         storage = lib.mpcl_model_plan(m).contents.storage
         classes = self._compiled[0].classes
-        B = min(32 if batch_size is None else int(batch_size), self._max_batch())
+        B = min(_batch_size(batch_size), self._max_batch())
         for first in range(0, x.shape[0], B):
             xb = np.ascontiguousarray(_as_float(x[first:first + B]))
             yb = np.ascontiguousarray(y[first:first + B], dtype=np.int32)
@@ -357,22 +364,27 @@ class Sequential:
         KeyboardInterrupt is raised again."""
         mp = self._params(1)
         features, classes = mp.inputs, mp.classes
-        batch = 32 if batch_size is None else int(batch_size)
+        batch = _batch_size(batch_size)
+        epochs = _lib.check_int("epochs", epochs, 1, _U32_MAX)
+        report_every = _lib.check_int("report_every", report_every, 1, _U32_MAX)
+        if verbose != "auto":
+            verbose = _lib.check_int("verbose", verbose, 0, 2)
         x = _as_bytes(_check_x(x, features, "x"), "x")
         y = _check_y(y, x.shape[0], classes, "y").astype(np.uint8)
         test = None
         if validation_data is not None:
+            if not isinstance(validation_data, (tuple, list)) or len(validation_data) != 2:
+                raise ValueError("validation_data must be a tuple (x, y), not "
+                                 f"{type(validation_data).__name__}")
             vx, vy = validation_data
             vx = _as_bytes(_check_x(vx, features, "validation x"), "validation x")
             vy = _check_y(vy, vx.shape[0], classes, "validation y").astype(np.uint8)
             test = _Dataset(vx, np.ascontiguousarray(vy), classes)
         train = _Dataset(x, np.ascontiguousarray(y), classes)
-        if batch < 1:
-            raise ValueError(f"batch_size must be at least 1, not {batch}")
 
         ctx = _lib.context()
         p = lib.mpcl_train_default_params()
-        p.epochs, p.batch, p.seed, p.report_every = int(epochs), batch, self.seed, report_every
+        p.epochs, p.batch, p.seed, p.report_every = epochs, batch, self.seed, report_every
         p.model = self._params(batch)
         p.train_data = train.h
         p.test_data = test.h if test else None
@@ -396,15 +408,15 @@ class Sequential:
         except BaseException:
             lib.mpcl_trainer_destroy(tr)
             raise
-        self._loaded_from = None
+        self._checkpoint = None
         del train, test  # on the device now
         rec = _lib.P()
         call(lib.mpcl_run_record_create, tr, ctypes.byref(rec), ctx=ctx)
         history = History(rec.value)
         self.history = history
         scaled = bool(lib.mpcl_model_loss_scale(self._model))
-        verbose = 1 if verbose == "auto" else int(verbose)
-        progress = _Progress(x.shape[0], batch, int(epochs), verbose, self._compiled[1], scaled,
+        verbose = 1 if verbose == "auto" else verbose
+        progress = _Progress(x.shape[0], batch, epochs, verbose, self._compiled[1], scaled,
                              history)
         hooks.update(record=rec, progress=progress)
 
@@ -456,7 +468,7 @@ class Sequential:
         mp = self._compiled[0]
         x = _check_x(x, mp.inputs, "x")
         y = _check_y(y, x.shape[0], mp.classes, "y")
-        self._device_model(32 if batch_size is None else int(batch_size))
+        self._device_model(_batch_size(batch_size))
         self._read_eval()  # start from zero
         for _ in self._forward(x, y, batch_size):
             pass
@@ -475,7 +487,7 @@ class Sequential:
         if not self._compiled:
             raise RuntimeError("compile() the model first")
         x = _check_x(x, self._compiled[0].inputs, "x")
-        self._device_model(32 if batch_size is None else int(batch_size))
+        self._device_model(_batch_size(batch_size))
         zeros = np.zeros(x.shape[0], np.int32)
         out = np.concatenate([o for _, o in self._forward(x, zeros, batch_size)])
         self._read_eval()  # leave no statistics behind
@@ -517,23 +529,17 @@ class Sequential:
         print_fn("_" * 65)
 
     def save(self, path):
-        """A safetensors checkpoint, the same file mpcl-train --save writes
-        (written atomically). A model needs a fit() or a load_model() first:
-        the file records the training run."""
+        """A safetensors checkpoint, the same file mpcl-train --save writes,
+        through the library's one writer: atomic, and only a regular file is
+        ever replaced (MpclError MPCL_ERR_IO naming the path otherwise). A
+        model needs a fit() or a load_model() first: the file records the
+        training run."""
         path = os.fspath(path)
         if self._trainer:
             call(lib.mpcl_trainer_save, self._trainer, os.fsencode(path), ctx=_lib.context())
-        elif self._loaded_from:
-            with open(self._loaded_from, "rb") as f:
-                data = f.read()
-            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)))
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(data)
-                os.replace(tmp, path)
-            except BaseException:
-                os.unlink(tmp)
-                raise
+        elif self._checkpoint:
+            call(lib.mpcl_checkpoint_save_model, self._checkpoint.h, self._model,
+                 os.fsencode(path), ctx=_lib.context())
         else:
             raise ValueError("save(): fit() the model (or load one) first; mpcl checkpoints "
                              "record the training run")

@@ -1,20 +1,25 @@
 """Optimizers with Keras' names and defaults; each becomes a row of the
-library's optimizer table (mpcl_optim_params)."""
+library's optimizer table (mpcl_optim_params). Hyperparameters are checked
+when the optimizer is made, under the library's rules
+(mpcl_optim_params_check), with errors that name the argument."""
+
+from ._lib import check_real
 
 
 class Optimizer:
     kind = None
 
     def __init__(self, learning_rate, global_clipnorm=None):
-        self.learning_rate = float(learning_rate)
-        self.global_clipnorm = global_clipnorm
+        self.learning_rate = check_real("learning_rate", learning_rate, lo=0)
+        self.global_clipnorm = None if global_clipnorm is None else check_real(
+            "global_clipnorm", global_clipnorm, lo=0)
 
     def _params(self):
         from . import _lib
         p = _lib.lib.mpcl_optim_default_params(self.kind)
         p.lr = self.learning_rate
         if self.global_clipnorm is not None:
-            p.clip_norm = float(self.global_clipnorm)
+            p.clip_norm = self.global_clipnorm
         self._fill(p)
         return p
 
@@ -28,7 +33,9 @@ class Adam(Optimizer):
     def __init__(self, learning_rate=1e-3, beta_1=0.9, beta_2=0.999, epsilon=1e-7,
                  global_clipnorm=None):
         super().__init__(learning_rate, global_clipnorm)
-        self.beta_1, self.beta_2, self.epsilon = float(beta_1), float(beta_2), float(epsilon)
+        self.beta_1 = check_real("beta_1", beta_1, lo=0, hi=1, hi_open=True)
+        self.beta_2 = check_real("beta_2", beta_2, lo=0, hi=1, hi_open=True)
+        self.epsilon = check_real("epsilon", epsilon, lo=0, lo_open=True)
 
     def _fill(self, p):
         p.beta1, p.beta2, p.eps = self.beta_1, self.beta_2, self.epsilon
@@ -40,7 +47,7 @@ class AdamW(Adam):
     def __init__(self, learning_rate=1e-3, weight_decay=0.004, beta_1=0.9, beta_2=0.999,
                  epsilon=1e-7, global_clipnorm=None):
         super().__init__(learning_rate, beta_1, beta_2, epsilon, global_clipnorm)
-        self.weight_decay = float(weight_decay)
+        self.weight_decay = check_real("weight_decay", weight_decay, lo=0)
 
     def _fill(self, p):
         super()._fill(p)
@@ -52,7 +59,10 @@ class SGD(Optimizer):
 
     def __init__(self, learning_rate=0.01, momentum=0.0, nesterov=False, global_clipnorm=None):
         super().__init__(learning_rate, global_clipnorm)
-        self.momentum, self.nesterov = float(momentum), bool(nesterov)
+        self.momentum = check_real("momentum", momentum, lo=0, hi=1)
+        if not isinstance(nesterov, bool):
+            raise TypeError(f"nesterov must be True or False, not {nesterov!r}")
+        self.nesterov = nesterov
 
     def _fill(self, p):
         p.momentum, p.nesterov = self.momentum, int(self.nesterov)
