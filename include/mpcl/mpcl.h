@@ -22,6 +22,7 @@
 #include "mpcl/dist.h"
 #include "mpcl/train.h"
 #include "mpcl/plot.h"
+#include "mpcl/files.h"
 #include "mpcl/version.h"
 
 #endif

@@ -88,8 +88,12 @@ typedef struct mpcl__cl_source {
 extern const mpcl__cl_source mpcl__cl_sources[];
 extern const size_t mpcl__cl_source_count;
 
-/* One embedded file by name (or from $MPCL_CL_DIR when set, for development).
- * The returned text is malloc'ed and NUL-terminated; the caller frees it. */
+/* One embedded file by name (or from $MPCL_CL_DIR when set, for development:
+ * a file missing there is taken from the embedded copies; one that is there
+ * but not a readable regular file is MPCL_ERR_IO naming it). *text is
+ * malloc'ed and NUL-terminated; the caller frees it. */
+mpcl_status mpcl__cl_source_read(const char *name, char **text, size_t *size);
+/* The same, NULL on any failure (the reason recorded, mpcl_errmsg). */
 char *mpcl__cl_source_load(const char *name, size_t *size);
 
 /* The library's program for one storage dtype, built on first use. */

@@ -1,5 +1,6 @@
 /* The run record and its SVG: four panels on a 2x2 grid under a title, each
  * drawn by one function from the same axis helpers. See plot.h. */
+#define _POSIX_C_SOURCE 200809L /* open_memstream */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -7,6 +8,7 @@
 #include <string.h>
 
 #include "mpcl/plot.h"
+#include "runtime/fileio.h"
 #include "train/train_internal.h"
 
 struct mpcl_run_record {
@@ -304,13 +306,26 @@ static void write_svg(FILE *f, const mpcl_run_record *rec) {
 
 mpcl_status mpcl_run_record_write_svg(const mpcl_run_record *rec, const char *path) {
     if (!rec || !path) return MPCL_ERROR(NULL, MPCL_ERR_INVALID_ARG, "plot: NULL record or path");
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return MPCL_ERROR(NULL, MPCL_ERR_IO, "plot: cannot open '%s': %s", path, strerror(errno));
+    /* Drawn in memory, then through the atomic writer: a reader never sees
+     * half a picture, and a FIFO or a device at path is refused, never
+     * waited on. */
+    char *svg = NULL;
+    size_t size = 0;
+    FILE *f = open_memstream(&svg, &size);
+    if (!f) return MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "plot: drawing '%s'", path);
     write_svg(f, rec);
     bool failed = ferror(f) != 0;
-    if (fclose(f) != 0 || failed)
-        return MPCL_ERROR(NULL, MPCL_ERR_IO, "plot: writing '%s' failed: %s", path,
-                          strerror(errno));
-    return MPCL_OK;
+    if (fclose(f) != 0 || failed) {
+        free(svg);
+        return MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "plot: drawing '%s'", path);
+    }
+    mpcl__atomic_file af;
+    mpcl_status st = mpcl__atomic_begin(&af, path);
+    if (st == MPCL_OK) st = mpcl__atomic_write(&af, svg, size);
+    if (st == MPCL_OK)
+        st = mpcl__atomic_commit(&af);
+    else
+        mpcl__atomic_abort(&af); /* closed already when begin failed */
+    free(svg);
+    return st;
 }
