@@ -173,6 +173,14 @@ def test_paths(d, ck):
             check(stat.S_IFMT(os.lstat(path).st_mode) != stat.S_IFREG,
                   f"{flag} onto {kind}: still {kind}")
     sock.close()
+    # A name the file system takes but the writer's temporary name would not
+    # (the limit: NAME_MAX less 32) is refused before training, naming both.
+    longest = os.pathconf(d, "PC_NAME_MAX") - 32
+    for flag in ("--save", "--plot"):
+        long_name = os.path.join(d, "n" * (longest + 1))
+        rc, _, err = run(TINY + ["--epochs", "1", flag, long_name], timeout=60)
+        check(rc == 1 and flag in err and f"is {longest}" in err,
+              f"{flag} with a {longest + 1}-byte name: refused at start-up ({rc}: {err[-300:]!r})")
     # A folder that takes no files (even for root).
     rc, _, err = run(TINY + ["--epochs", "1", "--save", "/proc/self/ck.safetensors"])
     check(rc == 1 and "cannot create files in folder '/proc/self'" in err,
