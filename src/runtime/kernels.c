@@ -167,6 +167,20 @@ static void store_binary(cl_program p, const char *dir, mpcl__cache_key key) {
     free(bin);
 }
 
+/* PoCL's clang prints "N warnings generated." straight to stderr, besides
+ * the build log, on every cold build. -w drops the warnings at the source
+ * (errors still reach the build log, which a failure's message carries),
+ * unless MPCL_VERBOSE=1 asks to see them. Not part of the cache key: the
+ * binary is the same. NULL when out of memory. */
+static char *compiler_options(const char *options) {
+    const char *verbose = getenv("MPCL_VERBOSE");
+    const char *extra = verbose && strcmp(verbose, "1") == 0 ? "" : " -w";
+    size_t n = strlen(options ? options : "") + strlen(extra) + 1;
+    char *all = malloc(n);
+    if (all) snprintf(all, n, "%s%s", options ? options : "", extra);
+    return all;
+}
+
 mpcl_status mpcl__program_build(mpcl_context *ctx, const char *source, const char *options,
                                 cl_program *out) {
     *out = NULL;
@@ -197,7 +211,10 @@ mpcl_status mpcl__program_build(mpcl_context *ctx, const char *source, const cha
     cl_program p = clCreateProgramWithSource(ctx->cl, 1, &source, &len, &err);
     if (err != CL_SUCCESS)
         return mpcl__cl_error(ctx, err, "clCreateProgramWithSource", __FILE__, __LINE__);
-    err = clBuildProgram(p, 1, &ctx->device, options, NULL, NULL);
+    char *all_options = compiler_options(options);
+    err = all_options ? clBuildProgram(p, 1, &ctx->device, all_options, NULL, NULL)
+                      : CL_OUT_OF_HOST_MEMORY;
+    free(all_options);
     if (err != CL_SUCCESS) {
         mpcl_status st = build_log_error(ctx, p, err);
         clReleaseProgram(p);
