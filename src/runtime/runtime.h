@@ -179,6 +179,12 @@ struct mpcl_context {
     char *errmsg;      /* owned; never NULL after create */
 };
 
+/* A marker on ctx's queue: *out completes when everything enqueued before
+ * it has (*out NULL on failure). */
+mpcl_status mpcl__marker(mpcl_context *ctx, cl_event *out);
+/* Waits for e and releases it; a blocking call, counted in ctx->syncs. */
+mpcl_status mpcl__wait_event(mpcl_context *ctx, cl_event e);
+
 /* Counts `bytes` more of device memory held by ctx (tensors, workspaces). */
 static inline void mpcl__count_bytes(mpcl_context *ctx, size_t bytes) {
     ctx->bytes_now += bytes;
