@@ -44,16 +44,17 @@ static mpcl_status read_dev_source(const char *dir, const char *name, char **tex
     snprintf(path, sizeof path, "%s/%s", dir, name);
     unsigned mode = 0;
     FILE *f = mpcl__open_regular_quiet(path, &mode);
-    if (!f && mode)
-        return MPCL_ERROR(NULL, MPCL_ERR_IO, "MPCL_CL_DIR: '%s' is %s, not a regular file", path,
-                          mpcl__file_kind(mode));
-    if (!f && errno == ENOENT) return MPCL_OK;
-    if (f) *text = read_all(f, size);
-    int err = errno;
-    if (f) fclose(f);
-    if (!*text)
-        return MPCL_ERROR(NULL, MPCL_ERR_IO, "MPCL_CL_DIR: cannot read '%s': %s", path,
-                          strerror(err));
+    if (!f) {
+        if (mode)
+            return MPCL_ERROR(NULL, MPCL_ERR_IO, "MPCL_CL_DIR: '%s' is %s, not a regular file",
+                              path, mpcl__file_kind(mode));
+        if (errno == ENOENT) return MPCL_OK;
+        return MPCL_ERROR(NULL, MPCL_ERR_IO, "MPCL_CL_DIR: cannot open '%s': %s", path,
+                          strerror(errno));
+    }
+    *text = read_all(f, size);
+    fclose(f);
+    if (!*text) return MPCL_ERROR(NULL, MPCL_ERR_IO, "MPCL_CL_DIR: cannot read '%s'", path);
     return MPCL_OK;
 }
 
