@@ -138,11 +138,14 @@ void mpcl__cache_entry_path(char *buf, size_t size, const char *dir, mpcl__cache
 /* SHA-256 of n bytes (FIPS 180-4), for the cache and its tests. */
 void mpcl__sha256(const void *data, size_t n, unsigned char out[32]);
 /* The binary stored under key, malloc'ed; NULL when absent. *rejected is set
- * when an entry existed but failed validation. */
+ * when an entry existed but failed validation or is not a regular file (a
+ * FIFO there is never waited on). */
 unsigned char *mpcl__cache_read(const char *dir, mpcl__cache_key key, size_t *size, int *rejected);
-/* Atomic: temp file in the same folder, fsynced, then renamed over the
- * entry. Failure is silent by design: a cache that cannot be written only
- * costs time. */
+/* Through the atomic writer (fileio.h): temp file in the same folder,
+ * fsynced, then renamed over the entry; anything but a regular file under
+ * the entry's name is left alone. Failure returns nothing by design (the
+ * reason is in mpcl_errmsg): a cache that cannot be written only costs
+ * time. */
 void mpcl__cache_write(const char *dir, mpcl__cache_key key, const unsigned char *data,
                        size_t size);
 
