@@ -11,7 +11,7 @@ import sys
 # Lowest first. Public headers by the area that owns them.
 ORDER = ["runtime", "compute", "nn", "io", "parallel", "train", "tools"]
 PUBLIC = {
-    "runtime": ["status", "number", "device", "plan", "context", "half", "rng", "version",
+    "runtime": ["status", "number", "files", "device", "plan", "context", "half", "rng", "version",
                 "cl_interop"],
     "compute": ["tensor", "ops", "gemm", "loss_scale", "optim", "quickbench"],
     "nn": ["model"],

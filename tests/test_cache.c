@@ -243,12 +243,34 @@ static void concurrent_writers_and_readers(void **state) {
     assert_int_equal(entries(), 1); /* one entry, no temp file left */
 }
 
+/* A FIFO under an entry's name is a rejected entry: read without waiting
+ * on it (alarm() turns a blocking open into a failure instead of a hang),
+ * and a write leaves it as it is. */
+static void a_fifo_entry_is_rejected_never_waited_on(void **state) {
+    (void)state;
+    mpcl__cache_key k = key_of("fifo");
+    char path[4200];
+    mpcl__cache_entry_path(path, sizeof path, dir, k);
+    assert_int_equal(mkfifo(path, 0600), 0);
+    unsigned char body[100] = {1, 2, 3};
+    alarm(10);
+    expect_rejected(k, "a FIFO");
+    mpcl__cache_write(dir, k, body, sizeof body);
+    expect_rejected(k, "a FIFO after a write");
+    alarm(0);
+    struct stat sb;
+    assert_int_equal(lstat(path, &sb), 0);
+    assert_true(S_ISFIFO(sb.st_mode));
+    assert_int_equal(entries(), 1);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(sha256_known_digests),
         cmocka_unit_test_setup_teardown(swapped_bodies_are_rejected, setup, teardown),
         cmocka_unit_test_setup_teardown(torn_and_damaged_entries_are_rejected, setup, teardown),
         cmocka_unit_test_setup_teardown(concurrent_writers_and_readers, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_fifo_entry_is_rejected_never_waited_on, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,12 +4,19 @@ an mpcl-probe run leave stderr empty. The fp16 probe's half-math kernel does
 not build on devices without half, and PoCL's compiler printed
 "1 warning and 4 errors generated." on stderr on every run; that text now
 belongs in the probe's detail, which the test checks on PoCL. A cold program
-cache is used (a fresh folder), so that every build, the probes' included,
-really runs.
+cache is used (a fresh folder, and a fresh PoCL kernel cache), so that every
+build, the probes' included, really runs.
+
+PoCL's clang also prints "N warnings generated." on stderr for every cold
+build of a source with warnings. Kernel builds pass -w unless MPCL_VERBOSE=1:
+the run uses kernel sources (MPCL_CL_DIR) with a #warning added, and a
+MPCL_VERBOSE=1 run of the same sources shows it, so the quiet run is not
+quiet only because nothing warned.
 
 usage: test_quiet.py PATH/TO/mpcl-train PATH/TO/mpcl-probe"""
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -19,19 +26,39 @@ from train_cli_common import FAILURES, FASHION, TRAIN, check  # argv[1]: mpcl-tr
 PROBE = os.path.abspath(sys.argv[2])
 
 
-def run(cmd, cache):
-    env = dict(os.environ, MPCL_CACHE_DIR=cache)
+CL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "cl")
+TINY = ["--data", FASHION, "--train-limit", "256", "--test-limit", "128", "--hidden", "16",
+        "--batch", "64", "--epochs", "1"]
+
+
+def run(cmd, cache, **env):
+    """cmd with cold caches: mpcl's in `cache`, PoCL's in a folder under it."""
+    pocl = os.path.join(cache, "pocl")
+    os.makedirs(pocl, exist_ok=True)
+    env = dict(os.environ, MPCL_CACHE_DIR=cache, POCL_CACHE_DIR=pocl, **env)
     return subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
 
 
+def warning_sources(folder):
+    """A copy of cl/ whose gemm.cl (in the library program only) warns."""
+    shutil.copytree(CL, folder)
+    with open(os.path.join(folder, "gemm.cl"), "a", encoding="utf-8") as f:
+        f.write("\n#warning mpcl test_quiet\n")
+    return folder
+
+
 def main():
-    with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as out:
+    with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as out, \
+            tempfile.TemporaryDirectory() as verbose_cache:
+        cl_dir = warning_sources(os.path.join(out, "cl"))
         ck = os.path.join(out, "ck.safetensors")
-        p = run([TRAIN, "--quiet", "--data", FASHION, "--train-limit", "256", "--test-limit",
-                 "128", "--hidden", "16", "--batch", "64", "--epochs", "1", "--save", ck], cache)
+        p = run([TRAIN, "--quiet", *TINY, "--save", ck], cache, MPCL_CL_DIR=cl_dir)
         check(p.returncode == 0, f"mpcl-train --quiet: exit 0 (got {p.returncode}: {p.stderr[-300:]!r})")
         check(p.stderr == "", f"mpcl-train --quiet: empty stderr (got {p.stderr[-300:]!r})")
         check(os.path.isfile(ck), "mpcl-train --quiet: the checkpoint was written")
+        p = run([TRAIN, "--quiet", *TINY], verbose_cache, MPCL_CL_DIR=cl_dir, MPCL_VERBOSE="1")
+        check(p.returncode == 0 and "warning" in p.stderr,
+              f"MPCL_VERBOSE=1: the compiler's warnings on stderr ({p.returncode}: {p.stderr[-300:]!r})")
 
         p = run([PROBE, "--json"], cache)
         check(p.returncode == 0, f"mpcl-probe: exit 0 (got {p.returncode})")

@@ -245,6 +245,34 @@ static void test_cadence_and_partial_batch(void **state) {
     mpcl_context_destroy(ctx);
 }
 
+/* The syncs of one float32 epoch of `steps` steps, without reports. */
+static uint64_t epoch_syncs(mpcl_context *ctx, uint32_t steps) {
+    static recorder r;
+    memset(&r, 0, sizeof r);
+    mpcl_train_params p = small_params(&r, MPCL_POLICY_FLOAT32);
+    p.report_every = 0;
+    p.epochs = 1;
+    p.train_limit = 64 * steps;
+    mpcl_trainer *tr = make(ctx, &p);
+    uint64_t before = mpcl_context_sync_count(ctx);
+    TU_ASSERT_OK(mpcl_trainer_fit(tr));
+    uint64_t syncs = mpcl_context_sync_count(ctx) - before;
+    mpcl_trainer_destroy(tr);
+    return syncs;
+}
+
+/* Each step waits for the step MPCL_TRAIN_QUEUE_AHEAD back, a blocking call
+ * that the sync count includes: ten more steps are at least ten more syncs. */
+static void test_step_wait_is_counted(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    uint64_t ten = epoch_syncs(ctx, 10), twenty = epoch_syncs(ctx, 20);
+    print_message("syncs: %llu for 10 steps, %llu for 20\n", (unsigned long long)ten,
+                  (unsigned long long)twenty);
+    assert_true(twenty >= ten + 10);
+    mpcl_context_destroy(ctx);
+}
+
 /* Each epoch's order is a permutation, a function of (seed, epoch) only, and
  * differs between epochs and seeds. */
 static void test_epoch_order(void **state) {
@@ -752,6 +780,7 @@ int main(void) {
         cmocka_unit_test(test_resume_mixed),
         cmocka_unit_test(test_stop),
         cmocka_unit_test(test_cadence_and_partial_batch),
+        cmocka_unit_test(test_step_wait_is_counted),
         cmocka_unit_test(test_evaluate),
         cmocka_unit_test(test_memory_data),
         cmocka_unit_test(test_data_load),

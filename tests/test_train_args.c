@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "mpcl/files.h"
 #include "testutil.h"
 #include "train_args.h"
 
@@ -304,6 +305,28 @@ static void rejects_structure(void **state) {
     assert_non_null(strstr(err, "--nesterov"));
 }
 
+/* Names the writer cannot take are refused before training, naming the flag
+ * and the limit: one byte beyond room for the temporary name (within the
+ * file system's NAME_MAX) and one beyond NAME_MAX; the longest is taken. */
+static void long_names(const char *dir) {
+    long fs_limit = pathconf(dir, _PC_NAME_MAX);
+    size_t longest = (size_t)fs_limit - MPCL_TEMP_SUFFIX_MAX;
+    char name[1024], path[1200], err[512], limit[32];
+    snprintf(limit, sizeof limit, "is %zu", longest);
+    const size_t too_long[] = {longest + 1, (size_t)fs_limit + 1};
+    for (size_t i = 0; i < 2; i++) {
+        memset(name, 'p', too_long[i]);
+        name[too_long[i]] = '\0';
+        snprintf(path, sizeof path, "%s/%s", dir, name);
+        assert_false(train_args_check_output_path("--plot", path, false, err, sizeof err));
+        assert_non_null(strstr(err, "--plot"));
+        assert_non_null(strstr(err, limit));
+    }
+    name[longest] = '\0';
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    assert_true(train_args_check_output_path("--plot", path, false, err, sizeof err));
+}
+
 static void output_paths(void **state) {
     (void)state;
     char dir[] = "/tmp/mpcl-train-args-XXXXXX";
@@ -327,6 +350,7 @@ static void output_paths(void **state) {
     fclose(f);
     snprintf(path, sizeof path, "%s/file/ck.safetensors", dir);
     assert_false(train_args_check_output_path("--save", path, false, err, sizeof err));
+    long_names(dir);
     /* Nothing was created by any of the checks. */
     snprintf(path, sizeof path, "%s/ck.safetensors", dir);
     assert_int_equal(access(path, F_OK), -1);

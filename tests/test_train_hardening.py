@@ -173,6 +173,14 @@ def test_paths(d, ck):
             check(stat.S_IFMT(os.lstat(path).st_mode) != stat.S_IFREG,
                   f"{flag} onto {kind}: still {kind}")
     sock.close()
+    # A name the file system takes but the writer's temporary name would not
+    # (the limit: NAME_MAX less 32) is refused before training, naming both.
+    longest = os.pathconf(d, "PC_NAME_MAX") - 32
+    for flag in ("--save", "--plot"):
+        long_name = os.path.join(d, "n" * (longest + 1))
+        rc, _, err = run(TINY + ["--epochs", "1", flag, long_name], timeout=60)
+        check(rc == 1 and flag in err and f"is {longest}" in err,
+              f"{flag} with a {longest + 1}-byte name: refused at start-up ({rc}: {err[-300:]!r})")
     # A folder that takes no files (even for root).
     rc, _, err = run(TINY + ["--epochs", "1", "--save", "/proc/self/ck.safetensors"])
     check(rc == 1 and "cannot create files in folder '/proc/self'" in err,
@@ -278,6 +286,14 @@ def test_signals(d):
           f"{err[-300:]!r})")
     check(doc.get("steps", 395) < 395, f"SIGTERM: the run of 5 x 79 steps did not run out "
           f"({doc.get('steps')} steps, {waited:.1f} s after the signal)")
+    # A FIFO that appears at --plot's path during training (after the start-up
+    # check) is refused when the plot is written, never waited on (the
+    # timeout of interrupt's communicate() guards against a hang).
+    fifo = os.path.join(d, "late.svg")
+    rc, _, err, _, _ = interrupt(args + ["--plot", fifo], "model", signal.SIGINT,
+                                 before=lambda: os.mkfifo(fifo))
+    check(rc == 1 and "--plot" in err and "a FIFO" in err and stat.S_ISFIFO(os.lstat(fifo).st_mode),
+          f"--plot onto a FIFO made during training: exit 1, left as it is ({rc}: {err[-300:]!r})")
     # A signal during start-up: nothing trained or written.
     ck = os.path.join(d, "startup.safetensors")
     rc, _, err, _, _ = interrupt(["--data", FASHION, "--save", ck, "--epochs", "1"], "device",

@@ -46,8 +46,10 @@ const char *mpcl_context_errmsg(const mpcl_context *ctx);
 mpcl_status mpcl_context_warm_up(mpcl_context *ctx);
 
 /* Counters for benchmarks and tests: commands launched (mpcl kernels and
- * CLBlast calls) and blocking calls made (finishes, blocking transfers) since
- * the context was created. A training step adds launches and no blocking call. */
+ * CLBlast calls) and blocking calls made (finishes, blocking transfers, event
+ * waits) since the context was created. A model's training step adds launches
+ * and no blocking call; the trainer's loop adds one wait per step, for the
+ * step MPCL_TRAIN_QUEUE_AHEAD back (a bound on how far it runs ahead). */
 uint64_t mpcl_context_launch_count(const mpcl_context *ctx);
 uint64_t mpcl_context_sync_count(const mpcl_context *ctx);
 

@@ -23,6 +23,7 @@
 #include "mpcl/train.h"
 #include "mpcl/checkpoint.h"
 #include "mpcl/plot.h"
+#include "mpcl/files.h"
 #include "mpcl/version.h"
 
 #endif

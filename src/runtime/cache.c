@@ -25,6 +25,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "runtime/fileio.h"
 #include "runtime/runtime.h"
 
 #define HEADER_BYTES (8 + 32 + 8 + 32)
@@ -201,14 +202,17 @@ static void entry_tag(mpcl__cache_key key, const unsigned char *data, size_t siz
 unsigned char *mpcl__cache_read(const char *dir, mpcl__cache_key key, size_t *size, int *rejected) {
     char path[4200];
     mpcl__cache_entry_path(path, sizeof path, dir, key);
-    *rejected = 0;
-    FILE *f = fopen(path, "rb");
+    /* Never blocks: a FIFO or a device at the entry's name is a rejected
+     * entry, refused before anything waits on it. */
+    unsigned mode = 0;
+    FILE *f = mpcl__open_regular_quiet(path, &mode);
+    *rejected = mode != 0;
     if (!f) return NULL;
     unsigned char header[HEADER_BYTES], tag[32];
     unsigned char *data = NULL;
     struct stat sb;
     *rejected = 1;
-    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) goto bad;
+    if (fstat(fileno(f), &sb) != 0) goto bad;
     if (fread(header, 1, sizeof header, f) != sizeof header) goto bad;
     if (memcmp(header, MAGIC, sizeof MAGIC) != 0) goto bad;
     if (memcmp(header + 8, key.bytes, sizeof key.bytes) != 0) goto bad;
@@ -231,30 +235,22 @@ bad:
 
 void mpcl__cache_write(const char *dir, mpcl__cache_key key, const unsigned char *data,
                        size_t size) {
-    char path[4200], tmp[4300];
+    char path[4200];
     if (size == 0 || size > MAX_BINARY) return;
     mpcl__cache_entry_path(path, sizeof path, dir, key);
-    snprintf(tmp, sizeof tmp, "%s.tmp-XXXXXX", path);
-    int fd = mkstemp(tmp);
-    if (fd < 0) return;
     unsigned char header[HEADER_BYTES];
     memcpy(header, MAGIC, sizeof MAGIC);
     memcpy(header + 8, key.bytes, sizeof key.bytes);
     put64(header + 40, size);
     entry_tag(key, data, size, header + 48);
-    FILE *f = fdopen(fd, "wb");
-    if (!f) {
-        close(fd);
-        unlink(tmp);
-        return;
-    }
-    int ok =
-        fwrite(header, 1, sizeof header, f) == sizeof header && fwrite(data, 1, size, f) == size;
-    /* The data reach the disk before the name does, so that a crash cannot
-     * leave a renamed entry with missing blocks (the tag would catch it, but
-     * then every process would rebuild). */
-    ok = fflush(f) == 0 && fsync(fd) == 0 && ok;
-    ok = (fclose(f) == 0) && ok;
-    /* rename() replaces atomically: readers see the old entry or the new one. */
-    if (!ok || rename(tmp, path) != 0) unlink(tmp);
+    /* The atomic writer: readers see the old entry or the new one, the data
+     * reach the disk before the name does, and a FIFO or anything else that
+     * is not a regular file at the entry's name is left alone. */
+    mpcl__atomic_file af;
+    if (mpcl__atomic_begin(&af, path) != MPCL_OK) return;
+    if (mpcl__atomic_write(&af, header, sizeof header) == MPCL_OK &&
+        mpcl__atomic_write(&af, data, size) == MPCL_OK)
+        (void)mpcl__atomic_commit(&af);
+    else
+        mpcl__atomic_abort(&af);
 }

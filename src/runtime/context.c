@@ -119,6 +119,21 @@ cleanup:
     return st;
 }
 
+mpcl_status mpcl__marker(mpcl_context *ctx, cl_event *out) {
+    cl_int err = clEnqueueMarkerWithWaitList(ctx->queue, 0, NULL, out);
+    if (err == CL_SUCCESS) return MPCL_OK;
+    *out = NULL;
+    return mpcl__cl_error(ctx, err, "clEnqueueMarkerWithWaitList", __FILE__, __LINE__);
+}
+
+mpcl_status mpcl__wait_event(mpcl_context *ctx, cl_event e) {
+    ctx->syncs++;
+    cl_int err = clWaitForEvents(1, &e);
+    clReleaseEvent(e);
+    if (err != CL_SUCCESS) return mpcl__cl_error(ctx, err, "clWaitForEvents", __FILE__, __LINE__);
+    return MPCL_OK;
+}
+
 cl_context mpcl_context_cl_context(const mpcl_context *ctx) {
     return ctx->cl;
 }

@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "mpcl/files.h"
 #include "runtime/fileio.h"
 #include "runtime/runtime.h"
 
@@ -27,31 +29,43 @@ const char *mpcl__file_kind(unsigned mode) {
     }
 }
 
-mpcl_status mpcl__open_regular(const char *path, FILE **out) {
-    *out = NULL;
+static void close_keeping_errno(int fd) {
+    int err = errno;
+    close(fd);
+    errno = err;
+}
+
+FILE *mpcl__open_regular_quiet(const char *path, unsigned *mode) {
+    *mode = 0;
     /* O_NONBLOCK: opening a FIFO without a writer would wait forever, and a
      * device may block too; fstat then refuses both before any read. */
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
-    if (fd < 0) return MPCL_ERROR(NULL, MPCL_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    if (fd < 0) return NULL;
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
-        mpcl_status st = MPCL_ERROR(NULL, MPCL_ERR_IO, "'%s': %s", path, strerror(errno));
-        close(fd);
-        return st;
+        close_keeping_errno(fd);
+        return NULL;
     }
     if (!S_ISREG(sb.st_mode)) {
+        *mode = (unsigned)sb.st_mode;
         close(fd);
-        return MPCL_ERROR(NULL, MPCL_ERR_IO, "'%s' is %s, not a regular file", path,
-                          mpcl__file_kind((unsigned)sb.st_mode));
+        return NULL;
     }
     int fl = fcntl(fd, F_GETFL);
     if (fl != -1) (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
-    *out = fdopen(fd, "rb");
-    if (!*out) {
-        close(fd);
-        return MPCL_ERROR(NULL, MPCL_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
-    }
-    return MPCL_OK;
+    FILE *f = fdopen(fd, "rb");
+    if (!f) close_keeping_errno(fd);
+    return f;
+}
+
+mpcl_status mpcl__open_regular(const char *path, FILE **out) {
+    unsigned mode = 0;
+    *out = mpcl__open_regular_quiet(path, &mode);
+    if (*out) return MPCL_OK;
+    if (mode)
+        return MPCL_ERROR(NULL, MPCL_ERR_IO, "'%s' is %s, not a regular file", path,
+                          mpcl__file_kind(mode));
+    return MPCL_ERROR(NULL, MPCL_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
 }
 
 static char *folder_of(const char *path) {
@@ -88,13 +102,37 @@ static void remove_stale(const char *dir, const char *path) {
     closedir(d);
 }
 
-/* PATH.tmp-PID-N with N unique enough among this process's own writers. */
+/* PATH.tmp-PID-N with N unique enough among this process's own writers:
+ * ".tmp-", a pid_t in decimal, "-", tv_nsec and the counter in hex. */
+_Static_assert(sizeof ".tmp-2147483647-3b9ac9ffffffffff" - 1 == MPCL_TEMP_SUFFIX_MAX,
+               "the longest suffix temp_name writes");
 static void temp_name(char *buf, size_t size, const char *path) {
     static unsigned counter;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     snprintf(buf, size, "%s.tmp-%ld-%lx%x", path, (long)getpid(), (unsigned long)ts.tv_nsec,
              counter++);
+}
+
+size_t mpcl_output_name_max(const char *folder) {
+    long limit = pathconf(folder && *folder ? folder : ".", _PC_NAME_MAX);
+    if (limit <= 0) limit = NAME_MAX; /* unknown, or no limit */
+    return limit > MPCL_TEMP_SUFFIX_MAX ? (size_t)(limit - MPCL_TEMP_SUFFIX_MAX) : 0;
+}
+
+/* A name too long for the temporary name would fail only at commit, after
+ * all the work; refused here instead. */
+static mpcl_status refuse_long_name(const char *path, const char *dir) {
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    size_t longest = mpcl_output_name_max(dir);
+    if (strlen(base) > longest)
+        return MPCL_ERROR(NULL, MPCL_ERR_IO,
+                          "cannot write '%s': the file name is %zu bytes; the longest mpcl can "
+                          "write in '%s' is %zu (the file system's limit less %d for the "
+                          "temporary name)",
+                          path, strlen(base), dir, longest, MPCL_TEMP_SUFFIX_MAX);
+    return MPCL_OK;
 }
 
 static mpcl_status refuse_special(const char *path) {
@@ -126,6 +164,10 @@ mpcl_status mpcl__atomic_begin(mpcl__atomic_file *af, const char *path) {
         else
             st = MPCL_ERROR(NULL, MPCL_ERR_IO, "cannot write '%s': folder '%s' %s", path, af->dir,
                             errno == ENOENT ? "does not exist" : strerror(errno));
+        mpcl__atomic_abort(af);
+        return st;
+    }
+    if ((st = refuse_long_name(path, af->dir)) != MPCL_OK) {
         mpcl__atomic_abort(af);
         return st;
     }

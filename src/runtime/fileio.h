@@ -14,6 +14,11 @@
  * refused before anything waits on it): MPCL_ERR_IO naming the path and what
  * it is when it is not a regular file. */
 mpcl_status mpcl__open_regular(const char *path, FILE **out);
+/* The same open for readers to which a missing or odd file is no error (a
+ * cache entry, an optional source): records nothing. NULL with errno set
+ * when path cannot be opened, or with *mode set to its type when it is not a
+ * regular file (*mode is 0 otherwise). */
+FILE *mpcl__open_regular_quiet(const char *path, unsigned *mode);
 
 /* "a FIFO", "a folder", "a character device"... for messages. */
 const char *mpcl__file_kind(unsigned mode);

@@ -1,9 +1,11 @@
 /* The kernels area: embedded cl/ sources, one program per (context, storage
  * dtype), kernels created once, and program builds through the binary cache. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/fileio.h"
 #include "runtime/runtime.h"
 
 /* One program per float dtype of the table, with -DMPCL_STORAGE_<SUFFIX>=1
@@ -16,9 +18,8 @@
 static const char *const storage_options[MPCL_DTYPE_COUNT] = {MPCL_DTYPE_TABLE(STORAGE_OPTION_)};
 #undef STORAGE_OPTION_
 
-static char *read_file(const char *path, size_t *size) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
+/* The whole of an open file, NUL-terminated; NULL when it cannot be read. */
+static char *read_all(FILE *f, size_t *size) {
     char *buf = NULL;
     if (fseek(f, 0, SEEK_END) == 0) {
         long n = ftell(f);
@@ -32,28 +33,54 @@ static char *read_file(const char *path, size_t *size) {
             }
         }
     }
-    fclose(f);
     return buf;
 }
 
-char *mpcl__cl_source_load(const char *name, size_t *size) {
+/* MPCL_CL_DIR/name into *text; *text stays NULL when the folder has no such
+ * file (the embedded copy is used). Anything there that is not a readable
+ * regular file is an error naming it: a FIFO is refused, never waited on. */
+static mpcl_status read_dev_source(const char *dir, const char *name, char **text, size_t *size) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    unsigned mode = 0;
+    FILE *f = mpcl__open_regular_quiet(path, &mode);
+    if (!f) {
+        if (mode)
+            return MPCL_ERROR(NULL, MPCL_ERR_IO, "MPCL_CL_DIR: '%s' is %s, not a regular file",
+                              path, mpcl__file_kind(mode));
+        if (errno == ENOENT) return MPCL_OK;
+        return MPCL_ERROR(NULL, MPCL_ERR_IO, "MPCL_CL_DIR: cannot open '%s': %s", path,
+                          strerror(errno));
+    }
+    *text = read_all(f, size);
+    fclose(f);
+    if (!*text) return MPCL_ERROR(NULL, MPCL_ERR_IO, "MPCL_CL_DIR: cannot read '%s'", path);
+    return MPCL_OK;
+}
+
+mpcl_status mpcl__cl_source_read(const char *name, char **text, size_t *size) {
+    *text = NULL;
     /* Development: edit cl/ and rerun without rebuilding the library. */
     const char *dir = getenv("MPCL_CL_DIR");
     if (dir && *dir) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s/%s", dir, name);
-        char *text = read_file(path, size);
-        if (text) return text;
+        mpcl_status st = read_dev_source(dir, name, text, size);
+        if (st != MPCL_OK || *text) return st;
     }
     for (size_t i = 0; i < mpcl__cl_source_count; i++) {
         if (strcmp(mpcl__cl_sources[i].name, name) != 0) continue;
-        char *text = malloc(mpcl__cl_sources[i].size + 1);
-        if (!text) return NULL;
-        memcpy(text, mpcl__cl_sources[i].data, mpcl__cl_sources[i].size + 1);
+        if (!(*text = malloc(mpcl__cl_sources[i].size + 1)))
+            return MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "kernel source %s", name);
+        memcpy(*text, mpcl__cl_sources[i].data, mpcl__cl_sources[i].size + 1);
         if (size) *size = mpcl__cl_sources[i].size;
-        return text;
+        return MPCL_OK;
     }
-    return NULL;
+    return MPCL_ERROR(NULL, MPCL_ERR_INVALID_ARG, "no kernel source named %s", name);
+}
+
+char *mpcl__cl_source_load(const char *name, size_t *size) {
+    char *text = NULL;
+    (void)mpcl__cl_source_read(name, &text, size);
+    return text;
 }
 
 /* The library program: every embedded file except the probes, in the order
@@ -61,19 +88,21 @@ char *mpcl__cl_source_load(const char *name, size_t *size) {
  * which the C sources include too), then common.cl. Each file, abi.h
  * included, comes from MPCL_CL_DIR when that is set, so an edited ABI header
  * reaches the device side without a rebuild (and tests/test_abi.c notices). */
-static char *library_source(void) {
+static mpcl_status library_source(char **out) {
+    *out = NULL;
     size_t total = 1, used = 0;
     for (size_t i = 0; i < mpcl__cl_source_count; i++) total += mpcl__cl_sources[i].size + 1;
     char *all = malloc(total);
-    if (!all) return NULL;
+    if (!all) return MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "assembling kernel sources");
     for (size_t i = 0; i < mpcl__cl_source_count; i++) {
         const char *name = mpcl__cl_sources[i].name;
         if (strcmp(name, "fp16_probe.cl") == 0 || strcmp(name, "bf16_probe.cl") == 0) continue;
         size_t n = 0;
-        char *text = mpcl__cl_source_load(name, &n);
-        if (!text) {
+        char *text = NULL;
+        mpcl_status st = mpcl__cl_source_read(name, &text, &n);
+        if (st != MPCL_OK) {
             free(all);
-            return NULL;
+            return st;
         }
         if (used + n + 2 > total) { /* a file from MPCL_CL_DIR grew */
             total = used + n + 2;
@@ -81,7 +110,7 @@ static char *library_source(void) {
             if (!grown) {
                 free(text);
                 free(all);
-                return NULL;
+                return MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "assembling kernel sources");
             }
             all = grown;
         }
@@ -91,7 +120,8 @@ static char *library_source(void) {
         free(text);
     }
     all[used] = '\0';
-    return all;
+    *out = all;
+    return MPCL_OK;
 }
 
 static mpcl_status build_log_error(mpcl_context *ctx, cl_program p, cl_int err) {
@@ -138,6 +168,20 @@ static void store_binary(cl_program p, const char *dir, mpcl__cache_key key) {
     free(bin);
 }
 
+/* PoCL's clang prints "N warnings generated." straight to stderr, besides
+ * the build log, on every cold build. -w drops the warnings at the source
+ * (errors still reach the build log, which a failure's message carries),
+ * unless MPCL_VERBOSE=1 asks to see them. Not part of the cache key: the
+ * binary is the same. NULL when out of memory. */
+static char *compiler_options(const char *options) {
+    const char *verbose = getenv("MPCL_VERBOSE");
+    const char *extra = verbose && strcmp(verbose, "1") == 0 ? "" : " -w";
+    size_t n = strlen(options ? options : "") + strlen(extra) + 1;
+    char *all = malloc(n);
+    if (all) snprintf(all, n, "%s%s", options ? options : "", extra);
+    return all;
+}
+
 mpcl_status mpcl__program_build(mpcl_context *ctx, const char *source, const char *options,
                                 cl_program *out) {
     *out = NULL;
@@ -168,7 +212,10 @@ mpcl_status mpcl__program_build(mpcl_context *ctx, const char *source, const cha
     cl_program p = clCreateProgramWithSource(ctx->cl, 1, &source, &len, &err);
     if (err != CL_SUCCESS)
         return mpcl__cl_error(ctx, err, "clCreateProgramWithSource", __FILE__, __LINE__);
-    err = clBuildProgram(p, 1, &ctx->device, options, NULL, NULL);
+    char *all_options = compiler_options(options);
+    err = all_options ? clBuildProgram(p, 1, &ctx->device, all_options, NULL, NULL)
+                      : CL_OUT_OF_HOST_MEMORY;
+    free(all_options);
     if (err != CL_SUCCESS) {
         mpcl_status st = build_log_error(ctx, p, err);
         clReleaseProgram(p);
@@ -188,10 +235,13 @@ mpcl_status mpcl__program(mpcl_context *ctx, mpcl_dtype storage, cl_program *out
         return MPCL_ERROR(ctx, MPCL_ERR_DTYPE, "no program for storage dtype %s",
                           mpcl_dtype_name(storage));
     if (!ctx->programs[storage]) {
-        char *source = library_source();
-        if (!source) return MPCL_ERROR(ctx, MPCL_ERR_OUT_OF_MEMORY, "assembling kernel sources");
-        mpcl_status st =
-            mpcl__program_build(ctx, source, storage_options[storage], &ctx->programs[storage]);
+        char *source = NULL;
+        mpcl_status st = library_source(&source);
+        if (st != MPCL_OK) {
+            mpcl__error_append(ctx, ", assembling the kernel program"); /* and onto ctx */
+            return st;
+        }
+        st = mpcl__program_build(ctx, source, storage_options[storage], &ctx->programs[storage]);
         free(source);
         if (st != MPCL_OK) return st;
     }

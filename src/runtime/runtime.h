@@ -88,8 +88,12 @@ typedef struct mpcl__cl_source {
 extern const mpcl__cl_source mpcl__cl_sources[];
 extern const size_t mpcl__cl_source_count;
 
-/* One embedded file by name (or from $MPCL_CL_DIR when set, for development).
- * The returned text is malloc'ed and NUL-terminated; the caller frees it. */
+/* One embedded file by name (or from $MPCL_CL_DIR when set, for development:
+ * a file missing there is taken from the embedded copies; one that is there
+ * but not a readable regular file is MPCL_ERR_IO naming it). *text is
+ * malloc'ed and NUL-terminated; the caller frees it. */
+mpcl_status mpcl__cl_source_read(const char *name, char **text, size_t *size);
+/* The same, NULL on any failure (the reason recorded, mpcl_errmsg). */
 char *mpcl__cl_source_load(const char *name, size_t *size);
 
 /* The library's program for one storage dtype, built on first use. */
@@ -155,11 +159,14 @@ void mpcl__cache_entry_path(char *buf, size_t size, const char *dir, mpcl__cache
 /* SHA-256 of n bytes (FIPS 180-4), for the cache and its tests. */
 void mpcl__sha256(const void *data, size_t n, unsigned char out[32]);
 /* The binary stored under key, malloc'ed; NULL when absent. *rejected is set
- * when an entry existed but failed validation. */
+ * when an entry existed but failed validation or is not a regular file (a
+ * FIFO there is never waited on). */
 unsigned char *mpcl__cache_read(const char *dir, mpcl__cache_key key, size_t *size, int *rejected);
-/* Atomic: temp file in the same folder, fsynced, then renamed over the
- * entry. Failure is silent by design: a cache that cannot be written only
- * costs time. */
+/* Through the atomic writer (fileio.h): temp file in the same folder,
+ * fsynced, then renamed over the entry; anything but a regular file under
+ * the entry's name is left alone. Failure returns nothing by design (the
+ * reason is in mpcl_errmsg): a cache that cannot be written only costs
+ * time. */
 void mpcl__cache_write(const char *dir, mpcl__cache_key key, const unsigned char *data,
                        size_t size);
 
@@ -195,6 +202,12 @@ struct mpcl_context {
     uint64_t syncs;    /* blocking calls: finishes, blocking reads and writes */
     char *errmsg;      /* owned; never NULL after create */
 };
+
+/* A marker on ctx's queue: *out completes when everything enqueued before
+ * it has (*out NULL on failure). */
+mpcl_status mpcl__marker(mpcl_context *ctx, cl_event *out);
+/* Waits for e and releases it; a blocking call, counted in ctx->syncs. */
+mpcl_status mpcl__wait_event(mpcl_context *ctx, cl_event e);
 
 /* Counts `bytes` more of device memory held by ctx (tensors, workspaces). */
 static inline void mpcl__count_bytes(mpcl_context *ctx, size_t bytes) {

@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "mpcl/files.h"
 #include "mpcl/number.h"
 #include "mpcl/train.h"
 
@@ -357,6 +358,19 @@ static bool folder_takes_files(const char *dir, int *err_no) {
     return false;
 }
 
+/* The writer's own rule (mpcl_output_name_max): a name that the file system
+ * takes but its temporary name would not fails only after training. */
+static bool name_fits(const char *flag, const char *path, const char *dir, char *err,
+                      size_t err_size) {
+    const char *slash = strrchr(path, '/');
+    size_t len = strlen(slash ? slash + 1 : path), longest = mpcl_output_name_max(dir);
+    if (len <= longest) return true;
+    return fail(err, err_size,
+                "%s: the file name in '%s' is %zu bytes; the longest mpcl-train can write in '%s' "
+                "is %zu (the file system's limit less %d for the temporary name)",
+                flag, path, len, dir, longest, MPCL_TEMP_SUFFIX_MAX);
+}
+
 bool train_args_check_output_path(const char *flag, const char *path, bool append, char *err,
                                   size_t err_size) {
     struct stat st;
@@ -389,6 +403,8 @@ bool train_args_check_output_path(const char *flag, const char *path, bool appen
     } else if (!folder_takes_files(dir, &e)) {
         ok = fail(err, err_size, "%s: cannot create files in folder '%s' (for '%s'): %s", flag, dir,
                   path, strerror(e));
+    } else if (!name_fits(flag, path, dir, err, err_size)) {
+        ok = false;
     }
     free(dir);
     return ok;

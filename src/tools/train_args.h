@@ -63,8 +63,9 @@ bool train_args_parse(train_args *a, int argc, char **argv, char *err, size_t er
  * vanishes on close, or access(2) where the file system has none); the path
  * itself, when it exists, is a regular file (not a folder, FIFO, device,
  * socket or symbolic link, which are never replaced) and, when `append`,
- * writable. False with a message naming the flag and what the path is
- * otherwise. Nothing is created. */
+ * writable; its name leaves room for the writer's temporary name
+ * (mpcl_output_name_max). False with a message naming the flag and what the
+ * path is otherwise. Nothing is created. */
 bool train_args_check_output_path(const char *flag, const char *path, bool append, char *err,
                                   size_t err_size);
 

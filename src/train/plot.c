@@ -1,5 +1,6 @@
 /* The run record and its SVG: four panels on a 2x2 grid under a title, each
  * drawn by one function from the same axis helpers. See plot.h. */
+#define _POSIX_C_SOURCE 200809L /* open_memstream */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -7,6 +8,7 @@
 #include <string.h>
 
 #include "mpcl/plot.h"
+#include "runtime/fileio.h"
 #include "train/train_internal.h"
 
 struct mpcl_run_record {
@@ -210,15 +212,82 @@ static void line(FILE *f, const panel *p, const mpcl_run_record *rec, series_fn 
     fputs("</g>\n", f);
 }
 
-/* Legend entries, top right inside the plot area. */
-static void legend(FILE *f, const panel *p, size_t n, const char *const *labels,
+/* A rectangle in pixels. */
+typedef struct box {
+    double x, y, w, h;
+} box;
+
+/* Whether the segment from (x0, y0) to (x1, y1) meets b (Liang-Barsky
+ * clipping; a segment of length 0 is a point). */
+static bool segment_meets(const box *b, double x0, double y0, double x1, double y1) {
+    const double d[4] = {-(x1 - x0), x1 - x0, -(y1 - y0), y1 - y0};
+    const double q[4] = {x0 - b->x, b->x + b->w - x0, y0 - b->y, b->y + b->h - y0};
+    double t0 = 0, t1 = 1;
+    for (int i = 0; i < 4; i++) {
+        if (d[i] == 0) {
+            if (q[i] < 0) return false; /* parallel to this edge and outside it */
+            continue;
+        }
+        double t = q[i] / d[i];
+        if (d[i] < 0)
+            t0 = fmax(t0, t);
+        else
+            t1 = fmin(t1, t);
+        if (t0 > t1) return false;
+    }
+    return true;
+}
+
+/* How many of the drawn segments (and lone points) of the series meet b. */
+static size_t hits(const panel *p, const mpcl_run_record *rec, const series_fn *fns, size_t n,
+                   const box *b) {
+    size_t count = 0;
+    for (size_t f = 0; f < n; f++) {
+        double x0 = NAN, y0 = NAN;
+        for (size_t i = 0; i < rec->count; i++) {
+            double v = fns[f](&rec->reports[i]);
+            if (!isfinite(v)) continue;
+            double x = px(p, (double)rec->reports[i].step), y = py(p, v);
+            /* The first point is a segment of length 0. */
+            count += segment_meets(b, isnan(x0) ? x : x0, isnan(x0) ? y : y0, x, y);
+            x0 = x;
+            y0 = y;
+        }
+    }
+    return count;
+}
+
+/* The legend's box for `entries` entries: of the four corners of the plot
+ * area, the one whose box (widened by the dots' radius) the data cross
+ * least; top right first when several are free. */
+static box legend_box(const panel *p, const mpcl_run_record *rec, const series_fn *fns, size_t n,
+                      size_t entries) {
+    const double w = 126, h = 16 * (double)entries + 6, inset = 4, dot = 2;
+    const double left = p->x + inset, right = p->x + p->w - inset - w;
+    const double top = p->y + inset, bottom = p->y + p->h - inset - h;
+    const box corners[4] = {
+        {right, top, w, h}, {left, top, w, h}, {right, bottom, w, h}, {left, bottom, w, h}};
+    size_t best = 0, best_hits = SIZE_MAX;
+    for (size_t c = 0; c < 4; c++) {
+        box wide = {corners[c].x - dot, corners[c].y - dot, w + 2 * dot, h + 2 * dot};
+        size_t k = hits(p, rec, fns, n, &wide);
+        if (k < best_hits) {
+            best = c;
+            best_hits = k;
+        }
+    }
+    return corners[best];
+}
+
+/* Legend entries in box b. */
+static void legend(FILE *f, const box *b, size_t n, const char *const *labels,
                    const char *const *colors) {
     fprintf(f,
-            "<rect class=\"legend\" x=\"%.1f\" y=\"%.1f\" width=\"126\" height=\"%.1f\" "
+            "<rect class=\"legend\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" "
             "fill=\"white\" fill-opacity=\"0.85\" stroke=\"#bbb\"/>\n",
-            p->x + p->w - 128, p->y + 4, 16 * (double)n + 6);
+            b->x, b->y, b->w, b->h);
     for (size_t i = 0; i < n; i++) {
-        double x = p->x + p->w - 120, y = p->y + 14 + 16 * (double)i;
+        double x = b->x + 8, y = b->y + 10 + 16 * (double)i;
         fprintf(f,
                 "<rect x=\"%.1f\" y=\"%.1f\" width=\"14\" height=\"4\" fill=\"%s\"/>"
                 "<text x=\"%.1f\" y=\"%.1f\">%s</text>\n",
@@ -235,7 +304,8 @@ static void draw_panel(FILE *f, const mpcl_run_record *rec, panel p, const char 
     axes(f, &p, title, ylabel, log2_axis);
     for (size_t i = 0; i < n; i++) line(f, &p, rec, fns[i], colors[i]);
     if (!log2_axis) {
-        legend(f, &p, n, labels, colors);
+        box b = legend_box(&p, rec, fns, n, n);
+        legend(f, &b, n, labels, colors);
         return;
     }
     uint32_t before = 0, marked = 0;
@@ -258,7 +328,9 @@ static void draw_panel(FILE *f, const mpcl_run_record *rec, panel p, const char 
     snprintf(skip_label, sizeof skip_label, "skipped steps (%u)", before);
     const char *l2[] = {labels[0], skip_label};
     const char *c2[] = {colors[0], SKIP_COLOR};
-    legend(f, &p, marked || before ? 2 : 1, l2, c2);
+    size_t entries = marked || before ? 2 : 1;
+    box b = legend_box(&p, rec, fns, n, entries);
+    legend(f, &b, entries, l2, c2);
 }
 
 static void write_svg(FILE *f, const mpcl_run_record *rec) {
@@ -304,13 +376,26 @@ static void write_svg(FILE *f, const mpcl_run_record *rec) {
 
 mpcl_status mpcl_run_record_write_svg(const mpcl_run_record *rec, const char *path) {
     if (!rec || !path) return MPCL_ERROR(NULL, MPCL_ERR_INVALID_ARG, "plot: NULL record or path");
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return MPCL_ERROR(NULL, MPCL_ERR_IO, "plot: cannot open '%s': %s", path, strerror(errno));
+    /* Drawn in memory, then through the atomic writer: a reader never sees
+     * half a picture, and a FIFO or a device at path is refused, never
+     * waited on. */
+    char *svg = NULL;
+    size_t size = 0;
+    FILE *f = open_memstream(&svg, &size);
+    if (!f) return MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "plot: drawing '%s'", path);
     write_svg(f, rec);
     bool failed = ferror(f) != 0;
-    if (fclose(f) != 0 || failed)
-        return MPCL_ERROR(NULL, MPCL_ERR_IO, "plot: writing '%s' failed: %s", path,
-                          strerror(errno));
-    return MPCL_OK;
+    if (fclose(f) != 0 || failed) {
+        free(svg);
+        return MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "plot: drawing '%s'", path);
+    }
+    mpcl__atomic_file af;
+    mpcl_status st = mpcl__atomic_begin(&af, path);
+    if (st == MPCL_OK) st = mpcl__atomic_write(&af, svg, size);
+    if (st == MPCL_OK)
+        st = mpcl__atomic_commit(&af);
+    else
+        mpcl__atomic_abort(&af); /* closed already when begin failed */
+    free(svg);
+    return st;
 }

@@ -795,25 +795,15 @@ typedef struct step_ring {
 } step_ring;
 
 static mpcl_status ring_wait_slot(mpcl_context *ctx, step_ring *r) {
-    mpcl_status st = MPCL_OK;
     cl_event e = r->ev[r->next];
     r->ev[r->next] = NULL;
-    if (e) {
-        cl_int err = clWaitForEvents(1, &e);
-        clReleaseEvent(e);
-        if (err != CL_SUCCESS) st = mpcl__cl_error(ctx, err, "clWaitForEvents", __FILE__, __LINE__);
-    }
-    return st;
+    return e ? mpcl__wait_event(ctx, e) : MPCL_OK;
 }
 
 static mpcl_status ring_mark(mpcl_context *ctx, step_ring *r) {
-    cl_int err = clEnqueueMarkerWithWaitList(ctx->queue, 0, NULL, &r->ev[r->next]);
-    if (err != CL_SUCCESS) {
-        r->ev[r->next] = NULL;
-        return mpcl__cl_error(ctx, err, "clEnqueueMarkerWithWaitList", __FILE__, __LINE__);
-    }
-    r->next = (r->next + 1) % MPCL_TRAIN_QUEUE_AHEAD;
-    return MPCL_OK;
+    mpcl_status st = mpcl__marker(ctx, &r->ev[r->next]);
+    if (st == MPCL_OK) r->next = (r->next + 1) % MPCL_TRAIN_QUEUE_AHEAD;
+    return st;
 }
 
 static void ring_release(step_ring *r) {

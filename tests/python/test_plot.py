@@ -1,6 +1,9 @@
 """Pictures of a run: mpcl-train --plot and History.plot write one
 self-contained SVG; it parses as XML, and rendered by rsvg-convert each
 panel shows its lines in the colours the legend gives."""
+import os
+import signal
+import stat
 import subprocess
 import xml.etree.ElementTree as ET
 
@@ -13,6 +16,10 @@ from conftest import run_cli, seed_model
 
 SVG = "{http://www.w3.org/2000/svg}"
 TRAIN, TEST, SKIP = (0x1f, 0x77, 0xb4), (0xd6, 0x27, 0x28), (0xff, 0x7f, 0x0e)
+
+
+def alarm_fails(signum, frame):
+    raise AssertionError("blocked: waited on a FIFO")
 
 
 def read_png(path):
@@ -46,6 +53,18 @@ def count(px, box, legends, rgb):
     return int(np.sum(hit & mask))
 
 
+def check_legends_clear(root):
+    """No plotted point (a dot of radius r) touches any legend box."""
+    _, legends = panels(root)
+    dots = [(float(c.get("cx")), float(c.get("cy")), float(c.get("r")))
+            for c in root.iter(SVG + "circle")]
+    assert dots
+    for lx, ly, lw, lh in legends:
+        under = [(x, y) for x, y, r in dots
+                 if lx - r <= x <= lx + lw + r and ly - r <= y <= ly + lh + r]
+        assert not under, ((lx, ly, lw, lh), under[:5])
+
+
 def check_svg(path, colours):
     """Parses, checks it references nothing outside itself, renders it, and
     counts each panel's pixels of each colour: colours[i] lists the colours
@@ -61,6 +80,7 @@ def check_svg(path, colours):
     assert len(boxes) == 4 and len(legends) == 4
     titles = [t.text for t in root.iter(SVG + "text") if t.get("font-weight") == "bold"]
     assert titles == ["Loss", "Accuracy", "Loss scale", "Throughput"]
+    check_legends_clear(root)
     png = str(path) + ".png"
     subprocess.run(["rsvg-convert", "-o", png, str(path)], check=True, timeout=60)
     px = read_png(png)
@@ -97,6 +117,19 @@ def test_history_plot(data, tmp_path):
     with pytest.raises(mpcl.MpclError) as e:
         h.plot(tmp_path / "no-such-folder" / "x.svg")
     assert e.value.status == "MPCL_ERR_IO"
+    # A FIFO at the path is refused and left as it is, never waited on (the
+    # alarm turns a blocking open into a failure instead of a hang).
+    fifo = tmp_path / "fifo.svg"
+    os.mkfifo(fifo)
+    signal.signal(signal.SIGALRM, alarm_fails)
+    signal.alarm(20)
+    try:
+        with pytest.raises(mpcl.MpclError) as e:
+            h.plot(fifo)
+    finally:
+        signal.alarm(0)
+    assert e.value.status == "MPCL_ERR_IO" and "a FIFO" in str(e.value)
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
 
 
 def test_cli_plot_path_checked_first(train_exe, tmp_path):
