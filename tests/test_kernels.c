@@ -319,6 +319,63 @@ static void verification_verdict_is_cached(void **state) {
     mpcl_context_destroy(first);
 }
 
+/* The one verdict file in the cache folder's verdicts/, its key read from
+ * the entry's header (after the 8-byte magic). */
+static void verdict_entry(char *folder, size_t fsize, mpcl__cache_key *key) {
+    snprintf(folder, fsize, "%s/verdicts", cache_dir);
+    DIR *d = opendir(folder);
+    assert_non_null(d);
+    struct dirent *e;
+    char path[1024] = "";
+    while ((e = readdir(d)) != NULL)
+        if (e->d_name[0] != '.') snprintf(path, sizeof path, "%s/%s", folder, e->d_name);
+    closedir(d);
+    unsigned char header[40];
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    assert_int_equal(fread(header, 1, sizeof header, f), sizeof header);
+    fclose(f);
+    memcpy(key->bytes, header + 8, sizeof key->bytes);
+}
+
+/* A verdict is read back only in the exact form written: its outcomes
+ * through the strict number parser, single spaces. Each variant is kept a
+ * valid cache entry, so only the parsing can refuse it. */
+static void a_verdict_not_in_its_written_form_is_verified_again(void **state) {
+    (void)state;
+    mpcl_context *first = tu_context();
+    char folder[512];
+    mpcl__cache_key key;
+    verdict_entry(folder, sizeof folder, &key);
+    size_t size = 0;
+    int rejected = 0;
+    unsigned char *body = mpcl__cache_read(folder, key, &size, &rejected);
+    assert_non_null(body);
+    char good[4096];
+    assert_true(size < sizeof good);
+    memcpy(good, body, size);
+    good[size] = '\0';
+    free(body);
+    const char *rest = strchr(good, '\n');
+    assert_non_null(rest);
+    const mpcl_device_info *a = mpcl_context_device(first);
+    int m = (int)a->fp16_math, s = (int)a->fp16_storage, b = (int)a->bf16_storage;
+    const char *forms[] = {"%d %d %d",  "+%d %d %d", "%d  %d %d",  " %d %d %d",
+                           "%d %d %d ", "%d %d",     "%d %d %d 0", "0x%d %d %d"};
+    for (size_t i = 0; i < sizeof forms / sizeof *forms; i++) {
+        char text[4200];
+        int n = snprintf(text, sizeof text, forms[i], m, s, b);
+        snprintf(text + n, sizeof text - (size_t)n, "%s", rest);
+        mpcl__cache_write(folder, key, (const unsigned char *)text, strlen(text));
+        mpcl_context *ctx = tu_context();
+        if (ctx->verdict_cached != (i == 0))
+            fail_msg("verdict first line '%s': cached %d", forms[i], (int)ctx->verdict_cached);
+        assert_int_equal(mpcl_context_device(ctx)->fp16_storage, a->fp16_storage);
+        mpcl_context_destroy(ctx);
+    }
+    mpcl_context_destroy(first);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(embedded_sources_are_there),
@@ -328,6 +385,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(corrupt_truncated_and_foreign_entries_are_rebuilt, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(swapped_program_bodies_are_rebuilt, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_verdict_not_in_its_written_form_is_verified_again, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(cache_can_be_turned_off, setup, teardown),
         cmocka_unit_test_setup_teardown(verification_verdict_is_cached, setup, teardown),
     };

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "mpcl/number.h"
 #include "runtime/runtime.h"
 
 #define VERDICT_MAGIC "mpcl verification 1"
@@ -57,12 +58,33 @@ static void copy_line(char *dst, size_t size, const char *src, const char *end) 
     dst[n] = '\0';
 }
 
+/* The first line's three outcomes, exactly as verdict_format writes them:
+ * single spaces, plain decimal (the strict parser), nothing else. */
+static bool outcomes_parse(const char *line, const char *end, int out[3]) {
+    for (int i = 0; i < 3; i++) {
+        char field[16];
+        const char *stop = line;
+        while (stop < end && *stop != ' ') stop++;
+        size_t n = (size_t)(stop - line);
+        uint64_t v;
+        if (n == 0 || n >= sizeof field) return false;
+        memcpy(field, line, n);
+        field[n] = '\0';
+        if (mpcl_parse_uint(field, INT32_MAX, &v) != MPCL_NUMBER_OK) return false;
+        out[i] = (int)v;
+        if (i < 2 && stop == end) return false;
+        line = stop + 1;
+    }
+    return line == end + 1;
+}
+
 /* Parses what verdict_format wrote; false (info untouched) for anything else. */
 static bool verdict_parse(const char *text, mpcl_device_info *info) {
-    int math, storage, bf16;
+    int outcome[3];
     const char *l1 = strchr(text, '\n'), *l2 = l1 ? strchr(l1 + 1, '\n') : NULL;
     const char *l3 = l2 ? strchr(l2 + 1, '\n') : NULL;
-    if (!l3 || l3[1] != '\0' || sscanf(text, "%d %d %d", &math, &storage, &bf16) != 3) return false;
+    if (!l3 || l3[1] != '\0' || !outcomes_parse(text, l1, outcome)) return false;
+    int math = outcome[0], storage = outcome[1], bf16 = outcome[2];
     if (math < MPCL_FP16_MATH_NONE || math > MPCL_FP16_MATH_UNDECLARED_BUT_WORKS ||
         (storage != MPCL_FP16_STORAGE_VERIFIED && storage != MPCL_FP16_STORAGE_BROKEN) ||
         (bf16 != MPCL_BF16_STORAGE_VERIFIED && bf16 != MPCL_BF16_STORAGE_BROKEN))
