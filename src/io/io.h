@@ -7,6 +7,7 @@
 
 #include "mpcl/batch.h"
 #include "mpcl/data.h"
+#include "mpcl/npy.h"
 #include "mpcl/safetensors.h"
 #include "compute/compute.h"
 
@@ -34,5 +35,10 @@ mpcl_status mpcl__idx_load_mem(const char *images_name, const void *images, size
  * the same checks, the same statuses. */
 mpcl_status mpcl__safetensors_parse(const char *name, const void *bytes, size_t size,
                                     mpcl_safetensors **out);
+
+/* mpcl_npy_read on a file image already in memory (size bytes); `name`
+ * stands for the path in messages. For the fuzz harness and tests: the same
+ * checks, the same statuses. */
+mpcl_status mpcl__npy_parse(const char *name, const void *bytes, size_t size, mpcl_npy **out);
 
 #endif
