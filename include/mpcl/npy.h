@@ -65,8 +65,9 @@ typedef struct mpcl_npy mpcl_npy;
  *     structured dtypes are refused, naming the dtype.
  *   - 'fortran_order': False (True is refused: C order only).
  *   - 'shape': a tuple of 1 to MPCL_NPY_MAX_DIMS plain decimal integers
- *     (a scalar's () is refused); the element count and byte count must fit
- *     in size_t.
+ *     (a scalar's () is refused); the product of its sizes other than 0,
+ *     times the element size, must fit in size_t (so no count or row size
+ *     overflows, even in an empty array).
  * The data after the header must be exactly count * element size bytes:
  * fewer is a truncated file, more is a header that lies about the shape;
  * either message gives both byte counts. The header's padding is not
