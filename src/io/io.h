@@ -30,6 +30,11 @@ mpcl_status mpcl__idx_load_mem(const char *images_name, const void *images, size
                                const char *labels_name, const void *labels, size_t labels_size,
                                int num_classes, mpcl_dataset **out);
 
+/* MPCL_ERR_FORMAT for something wrong inside the file `path`, recorded as
+ * "'<path>': <message>" (the safetensors and NPY readers' form). */
+mpcl_status mpcl__format_error(const char *path, const char *file, int line, const char *fmt, ...)
+    MPCL_PRINTF(4, 5);
+
 /* mpcl_safetensors_read on a file image already in memory (size bytes);
  * `name` stands for the path in messages. For the fuzz harnesses and tests:
  * the same checks, the same statuses. */

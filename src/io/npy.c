@@ -52,17 +52,8 @@ void mpcl_npy_destroy(mpcl_npy *a) {
 
 /* ---- messages ---- */
 
-static mpcl_status npy_fail(const char *path, const char *file, int line, const char *fmt, ...)
-    MPCL_PRINTF(4, 5);
-static mpcl_status npy_fail(const char *path, const char *file, int line, const char *fmt, ...) {
-    char what[768];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(what, sizeof what, fmt, ap);
-    va_end(ap);
-    return mpcl__error(NULL, MPCL_ERR_FORMAT, file, line, "'%s': %s", path, what);
-}
-#define NPY_FAIL(...) npy_fail(path, __FILE__, __LINE__, __VA_ARGS__)
+/* The file is the variable `path` where a check fails. */
+#define FMT_FAIL(...) mpcl__format_error(path, __FILE__, __LINE__, __VA_ARGS__)
 
 /* "(60000, 784)" as Python writes a tuple (tuple set), or "[3, 0, 7]" as an
  * index. */
@@ -96,27 +87,27 @@ static const char *dtype_list(void) {
 static mpcl_status read_preamble(const char *path, const unsigned char *p, uint64_t size,
                                  size_t *start, size_t *len) {
     if (size < NPY_MAGIC_LEN || memcmp(p, NPY_MAGIC, NPY_MAGIC_LEN) != 0)
-        return NPY_FAIL("not an NPY file (it does not start with \\x93NUMPY)");
+        return FMT_FAIL("not an NPY file (it does not start with \\x93NUMPY)");
     if (size < 8)
-        return NPY_FAIL("file is %llu bytes, too short for the NPY version (truncated)", (ull)size);
+        return FMT_FAIL("file is %llu bytes, too short for the NPY version (truncated)", (ull)size);
     unsigned major = p[6], minor = p[7];
     if ((major != 1 && major != 2 && major != 3) || minor != 0)
-        return NPY_FAIL("NPY format version %u.%u; mpcl reads versions 1.0, 2.0 and 3.0", major,
+        return FMT_FAIL("NPY format version %u.%u; mpcl reads versions 1.0, 2.0 and 3.0", major,
                         minor);
     size_t len_bytes = major == 1 ? 2 : 4;
     if (size < 8 + len_bytes)
-        return NPY_FAIL("file is %llu bytes, too short for the header length (truncated)",
+        return FMT_FAIL("file is %llu bytes, too short for the header length (truncated)",
                         (ull)size);
     uint64_t hlen = 0;
     for (size_t i = len_bytes; i-- > 0;) hlen = (hlen << 8) | p[8 + i];
     *start = 8 + len_bytes;
     if (hlen > size - *start)
-        return NPY_FAIL(
+        return FMT_FAIL(
             "header length %llu runs past the end of the file (%llu bytes follow the "
             "preamble; truncated)",
             (ull)hlen, (ull)(size - *start));
     if (hlen > MPCL_NPY_MAX_HEADER)
-        return NPY_FAIL(
+        return FMT_FAIL(
             "header length %llu over the limit of %u bytes (mpcl reads plain numeric "
             "arrays, whose headers are short)",
             (ull)hlen, MPCL_NPY_MAX_HEADER);
@@ -231,7 +222,7 @@ static mpcl_status descr_dtype(const char *path, const char *descr, mpcl_npy_dty
               : order == '|' ? " (no byte order, for a type of more than one byte)"
                              : " (no byte order)";
     }
-    return NPY_FAIL("header 'descr' is '%s'%s; mpcl reads little-endian %s", descr, why,
+    return FMT_FAIL("header 'descr' is '%s'%s; mpcl reads little-endian %s", descr, why,
                     dtype_list());
 }
 
@@ -310,10 +301,10 @@ static mpcl_status parse_entry(hdr *h, hdr_fields *f) {
     switch (k) {
     case 0:
         if (peek(h) == '[')
-            return npy_fail(h->path, __FILE__, __LINE__,
-                            "header 'descr' is a list (a structured dtype); mpcl reads "
-                            "little-endian %s",
-                            dtype_list());
+            return mpcl__format_error(h->path, __FILE__, __LINE__,
+                                      "header 'descr' is a list (a structured dtype); mpcl reads "
+                                      "little-endian %s",
+                                      dtype_list());
         return parse_string(h, f->descr, sizeof f->descr, "'descr' to be a string");
     case 1: return parse_bool(h, &f->fortran, "fortran_order");
     default: return parse_shape(h, f->shape, &f->ndim);
@@ -342,7 +333,7 @@ static mpcl_status parse_dict(hdr *h, hdr_fields *f) {
 static mpcl_status check_chars(hdr *h) {
     const char *path = h->path;
     if (h->n == 0 || h->s[h->n - 1] != '\n')
-        return NPY_FAIL("header of %zu bytes does not end with '\\n'", h->n);
+        return FMT_FAIL("header of %zu bytes does not end with '\\n'", h->n);
     for (h->i = 0; h->i + 1 < h->n; h->i++) {
         unsigned char c = (unsigned char)h->s[h->i];
         if (c < 0x20 || c > 0x7e) return HDR_FAIL(h, "byte 0x%02x is not printable ASCII", c);
@@ -356,15 +347,15 @@ static mpcl_status check_chars(hdr *h) {
  * bytes (overflow-checked). */
 static mpcl_status check_fields(const char *path, const hdr_fields *f, mpcl_npy *a) {
     for (int k = 0; k < 3; k++)
-        if (!f->seen[k]) return NPY_FAIL("header has no '%s'", KEYS[k]);
+        if (!f->seen[k]) return FMT_FAIL("header has no '%s'", KEYS[k]);
     mpcl_status st = descr_dtype(path, f->descr, &a->dtype);
     if (st != MPCL_OK) return st;
     if (f->fortran)
-        return NPY_FAIL(
+        return FMT_FAIL(
             "header 'fortran_order' is True; mpcl reads C-order arrays only "
             "(save numpy.ascontiguousarray(a))");
     if (f->ndim == 0)
-        return NPY_FAIL("header 'shape' is () (a scalar); mpcl reads arrays of 1 to %d dimensions",
+        return FMT_FAIL("header 'shape' is () (a scalar); mpcl reads arrays of 1 to %d dimensions",
                         MPCL_NPY_MAX_DIMS);
     /* The product of the sizes that are not 0, so that neither the count
      * nor the row size overflows whatever shape[0] is. */
@@ -377,7 +368,7 @@ static mpcl_status check_fields(const char *path, const hdr_fields *f, mpcl_npy 
         } else if (product > SIZE_MAX / f->shape[i]) {
             char text[256];
             shape_text(text, sizeof text, f->shape, f->ndim, 1);
-            return NPY_FAIL("header 'shape' %s of %s holds more bytes than fit in %zu bits", text,
+            return FMT_FAIL("header 'shape' %s of %s holds more bytes than fit in %zu bits", text,
                             DTYPES[a->dtype].name, sizeof(size_t) * 8);
         } else {
             product *= f->shape[i];
@@ -414,9 +405,9 @@ static mpcl_status check_data_length(const char *path, const mpcl_npy *a, uint64
     char text[256];
     shape_text(text, sizeof text, a->shape, a->ndim, 1);
     if (have < a->bytes)
-        return NPY_FAIL("data are %llu bytes, but header 'shape' %s of %s needs %llu (truncated)",
+        return FMT_FAIL("data are %llu bytes, but header 'shape' %s of %s needs %llu (truncated)",
                         (ull)have, text, DTYPES[a->dtype].name, (ull)a->bytes);
-    return NPY_FAIL(
+    return FMT_FAIL(
         "data are %llu bytes, %llu more than header 'shape' %s of %s needs (the "
         "header lies about the shape, or bytes were appended)",
         (ull)have, (ull)(have - a->bytes), text, DTYPES[a->dtype].name);
@@ -611,7 +602,7 @@ mpcl_status mpcl_npy_check_finite(const mpcl_npy *a) {
         const char *what = nonfinite(a, k);
         if (!what) continue;
         size_t row = k / a->cols, col = k % a->cols;
-        if (a->ndim == 1) return NPY_FAIL("row %zu is %s; mpcl needs finite values", row, what);
+        if (a->ndim == 1) return FMT_FAIL("row %zu is %s; mpcl needs finite values", row, what);
         char where[256] = "";
         if (a->ndim > 2) {
             size_t index[MPCL_NPY_MAX_DIMS], rest = k;
@@ -623,7 +614,7 @@ mpcl_status mpcl_npy_check_finite(const mpcl_npy *a) {
             shape_text(text, sizeof text, index, a->ndim, 0);
             snprintf(where, sizeof where, " (element %s)", text);
         }
-        return NPY_FAIL("row %zu, column %zu%s is %s; mpcl needs finite values", row, col, where,
+        return FMT_FAIL("row %zu, column %zu%s is %s; mpcl needs finite values", row, col, where,
                         what);
     }
     return MPCL_OK;
