@@ -48,7 +48,7 @@ size_t mpcl_npy_dtype_size(mpcl_npy_dtype dtype);
 
 #define MPCL_NPY_MAX_DIMS 8
 /* Longest header read (bytes). A header that numpy.save writes for any array
- * mpcl reads takes under 200; longer ones (structured dtypes) are refused. */
+ * mpcl reads takes at most 256; longer ones (structured dtypes) are refused. */
 #define MPCL_NPY_MAX_HEADER 65536u
 
 typedef struct mpcl_npy mpcl_npy;
@@ -57,9 +57,10 @@ typedef struct mpcl_npy mpcl_npy;
  * non-blocking open (regular files only). The header must be exactly a dict
  * of the three keys 'descr', 'fortran_order' and 'shape', each once (any
  * other key is refused, as numpy.load refuses it), written as numpy.save
- * writes it or as any Python literal of the same kind: quotes ' or ",
- * spaces around items, an optional trailing comma; only printable ASCII,
- * and '\n' as its last byte. Its parts:
+ * writes it or with the other spellings of a Python literal that mpcl
+ * takes: quotes ' or ", spaces around items, an optional trailing comma
+ * (no escapes, tabs or line breaks, numbers in plain decimal only); only
+ * printable ASCII, and '\n' as its last byte. Its parts:
  *   - 'descr': '<' and one of the names above ('|' or '<' for the 1-byte
  *     types); big-endian, native-order, complex, bool, string, object and
  *     structured dtypes are refused, naming the dtype.
