@@ -15,7 +15,7 @@ PUBLIC = {
                 "cl_interop"],
     "compute": ["tensor", "ops", "gemm", "loss_scale", "optim", "quickbench"],
     "nn": ["model"],
-    "io": ["data", "safetensors", "batch"],
+    "io": ["data", "npy", "safetensors", "batch"],
     "parallel": ["dist"],
     "train": ["train", "plot", "checkpoint"],
     "tools": ["mpcl"],

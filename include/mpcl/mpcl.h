@@ -16,6 +16,7 @@
 #include "mpcl/optim.h"
 #include "mpcl/rng.h"
 #include "mpcl/data.h"
+#include "mpcl/npy.h"
 #include "mpcl/safetensors.h"
 #include "mpcl/batch.h"
 #include "mpcl/model.h"

@@ -7,6 +7,7 @@
 
 #include "mpcl/batch.h"
 #include "mpcl/data.h"
+#include "mpcl/npy.h"
 #include "mpcl/safetensors.h"
 #include "compute/compute.h"
 
@@ -29,10 +30,20 @@ mpcl_status mpcl__idx_load_mem(const char *images_name, const void *images, size
                                const char *labels_name, const void *labels, size_t labels_size,
                                int num_classes, mpcl_dataset **out);
 
+/* MPCL_ERR_FORMAT for something wrong inside the file `path`, recorded as
+ * "'<path>': <message>" (the safetensors and NPY readers' form). */
+mpcl_status mpcl__format_error(const char *path, const char *file, int line, const char *fmt, ...)
+    MPCL_PRINTF(4, 5);
+
 /* mpcl_safetensors_read on a file image already in memory (size bytes);
  * `name` stands for the path in messages. For the fuzz harnesses and tests:
  * the same checks, the same statuses. */
 mpcl_status mpcl__safetensors_parse(const char *name, const void *bytes, size_t size,
                                     mpcl_safetensors **out);
+
+/* mpcl_npy_read on a file image already in memory (size bytes); `name`
+ * stands for the path in messages. For the fuzz harness and tests: the same
+ * checks, the same statuses. */
+mpcl_status mpcl__npy_parse(const char *name, const void *bytes, size_t size, mpcl_npy **out);
 
 #endif

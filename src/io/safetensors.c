@@ -524,17 +524,8 @@ static int span_cmp(const void *a, const void *b) {
     return 0;
 }
 
-static mpcl_status fmt_fail(const char *path, const char *file, int line, const char *fmt, ...)
-    MPCL_PRINTF(4, 5);
-static mpcl_status fmt_fail(const char *path, const char *file, int line, const char *fmt, ...) {
-    char what[768];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(what, sizeof what, fmt, ap);
-    va_end(ap);
-    return mpcl__error(NULL, MPCL_ERR_FORMAT, file, line, "'%s': %s", path, what);
-}
-#define FMT_FAIL(...) fmt_fail(path, __FILE__, __LINE__, __VA_ARGS__)
+/* The file is the variable `path` where a check fails. */
+#define FMT_FAIL(...) mpcl__format_error(path, __FILE__, __LINE__, __VA_ARGS__)
 
 static const jval *member(const jval *obj, const char *key) {
     for (size_t i = 0; i < obj->n; i++)
