@@ -8,9 +8,11 @@ usage: test_dist_cli.py MPCL_TRAIN [MPIRUN]   (MPI cases skipped without MPIRUN)
 """
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 
@@ -78,6 +80,76 @@ check(rc == 1 and "--devices" in err, "a malformed --devices list is refused, ex
 rc, _, err = run(SMALL + ["--batch", "1", "--devices", TWO])
 check(rc == 1 and "every replica needs at least one sample" in err,
       "a batch smaller than the world size is refused")
+
+# Data-parallel flags that would change nothing are refused, naming why.
+for args, flag in ((["--grad-compression", "fp16"], "--grad-compression"),
+                   (["--devices", "0:0", "--grad-compression", "bf16"], "--grad-compression"),
+                   (["--dist-timeout", "5"], "--dist-timeout"),
+                   (["--devices", TWO, "--dist-timeout", "5"], "--dist-timeout")):
+    rc, _, err = run(SMALL + args)
+    check(rc == 1 and flag in err and ("one replica" in err or "mpirun" in err),
+          f"{' '.join(args)} without replicas to sum or ranks to wait for is refused")
+
+
+def pids_of(mark):
+    """The ranks started with MPCL_TEST_MARK=mark: {rank: pid}."""
+    ranks = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                e = f.read().split(b"\0")
+        except OSError:
+            continue
+        if f"MPCL_TEST_MARK={mark}".encode() in e:
+            for v in e:
+                if v.startswith(b"OMPI_COMM_WORLD_RANK="):
+                    ranks[int(v.split(b"=")[1])] = int(pid)
+    return ranks
+
+
+def start_marked(args, env=None):
+    """mpirun -np 2 of a run that ends only by a signal; its mark and Popen.
+    The output goes to a file: a pipe read only at the end could hold mpirun
+    up, and what it still had queued is lost when it is signalled."""
+    mark = uuid.uuid4().hex
+    log = tempfile.TemporaryFile("w+")
+    p = subprocess.Popen([MPIRUN] + MPI_FLAGS + [TRAIN] + args,
+                         env=dict(env or ENV, MPCL_TEST_MARK=mark), stdout=log,
+                         stderr=subprocess.STDOUT, text=True)
+    p.log = log
+    return mark, p
+
+
+def wait_for_ranks(mark, p, what):
+    """Both ranks' pids once both run, then 2 s into training (None if not)."""
+    ranks, deadline = {}, time.time() + 60
+    while len(ranks) < 2 and time.time() < deadline and p.poll() is None:
+        time.sleep(0.5)
+        ranks = pids_of(mark)
+    time.sleep(2)  # into the training loop
+    ok = len(ranks) == 2 and p.poll() is None
+    check(ok, f"{what}: both ranks found while the job runs")
+    if not ok:
+        p.kill()
+        p.wait()
+    return ranks if ok else None
+
+
+def finish(p, limit, what):
+    """mpirun's status and output within `limit` seconds (None, killed, if not)."""
+    try:
+        p.wait(timeout=limit)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+        check(False, f"{what}: mpirun ended within {limit} s")
+    p.log.seek(0)
+    out = p.log.read()
+    p.log.close()
+    return (p.returncode if p.returncode >= 0 else None), out
+
 
 if not MPIRUN:
     print("MPI cases skipped (no mpirun or built without MPI)")
@@ -153,5 +225,101 @@ else:
             check(False, "mpirun ended within 30 s of the kill")
     else:
         p.kill()
+
+    # Ranks started with different jobs refuse before the first step, every
+    # rank naming the first differing field with rank 0's value and its own.
+    tiny = ["--test-limit", "200", "--epochs", "1", "--precision", "float32", "--quiet"]
+    for mine, theirs, field in ((["--batch", "64"], ["--batch", "128"], "batch 64 vs 128"),
+                                (["--hidden", "16"], ["--hidden", "32"], "layer 1 units 16 vs 32"),
+                                (["--train-limit", "1000"], ["--train-limit", "2000"],
+                                 "training samples 1000 vs 2000")):
+        base = ["--hidden", "16", "--train-limit", "2000"] + tiny
+        cmd = [MPIRUN] + MPI_FLAGS[:-2] + ["-np", "1", TRAIN] + base + mine + [
+            ":", "-np", "1", TRAIN] + base + theirs
+        try:
+            p = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=120)
+            out = p.stdout + p.stderr
+            check(p.returncode != 0 and f"rank 1 differs from rank 0: {field}" in out,
+                  f"{' '.join(mine)} vs {' '.join(theirs)}: refused, naming '{field}'")
+        except subprocess.TimeoutExpired:
+            check(False, f"{' '.join(mine)} vs {' '.join(theirs)}: refused within 120 s")
+
+    # --grad-compression under mpirun -np 1: one replica, nothing to compress.
+    p = subprocess.run([MPIRUN] + MPI_FLAGS[:-2] + ["-np", "1", TRAIN] + SMALL +
+                       ["--grad-compression", "fp16"], env=ENV, capture_output=True, text=True,
+                       timeout=120)
+    check(p.returncode != 0 and "one replica" in p.stdout + p.stderr,
+          "mpirun -np 1 --grad-compression fp16 is refused")
+
+    # The launcher's local rank is read strictly: not a silent 0 (one device
+    # for every rank) when it is not a plain number.
+    p = subprocess.run([MPIRUN] + MPI_FLAGS[:-2] + ["-np", "1", "sh", "-c",
+                        'OMPI_COMM_WORLD_LOCAL_RANK=0x1 exec "$0" "$@"', TRAIN] + SMALL,
+                       env=ENV, capture_output=True, text=True, timeout=120)
+    check(p.returncode != 0 and "OMPI_COMM_WORLD_LOCAL_RANK='0x1'" in p.stdout + p.stderr,
+          "a local rank of '0x1' is refused, naming the variable")
+
+    # A rank that hangs without dying (stopped): the other's collective times
+    # out, it says which and how long, and the job ends.
+    endless = ["--train-limit", "2000", "--test-limit", "200", "--epochs", "100000",
+               "--hidden", "16", "--precision", "float32"]
+    mark, p = start_marked(endless + ["--quiet", "--dist-timeout", "3"])
+    ranks = wait_for_ranks(mark, p, "--dist-timeout")
+    if ranks:
+        os.kill(ranks[1], signal.SIGSTOP)
+        rc, out = finish(p, 60, "--dist-timeout 3 with rank 1 stopped")
+        check(rc not in (None, 0) and "rank 0: MPI_" in out and "--dist-timeout" in out,
+              f"rank 1 stopped: rank 0 times out naming the collective, mpirun exits {rc}")
+        try:
+            os.kill(ranks[1], signal.SIGKILL)  # mpirun may leave a stopped rank behind
+        except ProcessLookupError:
+            pass
+
+    def stopped_and_saved(out, ckpt, what):
+        """The run said where it stopped, and one process resumes the checkpoint there."""
+        said = [l for l in out.splitlines() if l.startswith("stopped   after step ")]
+        check(len(said) == 1 and os.path.exists(ckpt), f"{what}: rank 0 stopped and saved")
+        if not said or not os.path.exists(ckpt):
+            print("     last lines:\n" + "\n".join(out.strip().splitlines()[-8:]))
+            return
+        step = int(said[0].split()[3])
+        rc, resumed = run_json(endless + ["--epochs", "1", "--resume", ckpt])
+        check(rc == 0 and resumed and resumed["steps"] == step,
+              f"{what}: the checkpoint resumes on one process at step {step}")
+
+    tmp = tempfile.mkdtemp()
+    # A signal repeated (a launcher passes one on, then sends its own SIGTERM)
+    # while rank 0 is still stopping -- held in a collective by rank 1, which
+    # is stopped -- is the same stop: then rank 1 gets it too, and the job
+    # stops, saves, and every rank (so mpirun) exits 128 + the signal.
+    for sig, code in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
+        ckpt = os.path.join(tmp, f"ranks-{sig.name}.st")
+        mark, p = start_marked(endless + ["--save", ckpt])
+        ranks = wait_for_ranks(mark, p, f"{sig.name} twice to a rank")
+        if not ranks:
+            continue
+        for pid, s in ((ranks[1], signal.SIGSTOP), (ranks[0], sig), (ranks[0], sig),
+                       (ranks[1], sig), (ranks[1], signal.SIGCONT)):
+            os.kill(pid, s)
+            time.sleep(0.5)
+        rc, out = finish(p, 60, f"{sig.name} twice to a rank")
+        check(rc == code, f"{sig.name} twice to rank 0, once to rank 1: mpirun exits {rc} "
+              f"({code})")
+        stopped_and_saved(out, ckpt, f"{sig.name} to the ranks")
+
+    # Signals to mpirun itself: Open MPI 4 sends the ranks SIGCONT, then after
+    # odls_base_sigkill_timeout seconds SIGTERM, then as long again SIGKILL,
+    # and exits 1 whatever the ranks return; 3 s leaves time to save here.
+    slow_kill = dict(ENV, OMPI_MCA_odls_base_sigkill_timeout="3")
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        ckpt = os.path.join(tmp, f"mpirun-{sig.name}.st")
+        mark, p = start_marked(endless + ["--save", ckpt], slow_kill)
+        if not wait_for_ranks(mark, p, f"{sig.name} to mpirun"):
+            continue
+        p.send_signal(sig)
+        rc, out = finish(p, 60, f"{sig.name} to mpirun")
+        check(rc not in (None, 0), f"{sig.name} to mpirun: it exits {rc}")
+        stopped_and_saved(out, ckpt, f"{sig.name} to mpirun")
+    shutil.rmtree(tmp)
 
 sys.exit(1 if failures else 0)

@@ -2,11 +2,22 @@
  * returned (MPI_ERRORS_RETURN), never fatal inside MPI; a rank that fails
  * calls mpcl_dist_abort (the tool does), which ends the job, so that no rank
  * waits forever in a collective for a peer that is gone. Open MPI also ends
- * the job when a rank dies (a signal, a kill): mpirun reports which. */
+ * the job when a rank dies (a signal, a kill): mpirun reports which.
+ *
+ * A peer that hangs without dying (stopped, stuck in a driver) is caught by
+ * the timeout: every collective is started non-blocking and waited for with
+ * MPI_Test until its deadline, past which this rank says which collective
+ * waited how long and calls MPI_Abort. Why not a watchdog thread: MPI_Abort
+ * from a second thread needs MPI_THREAD_MULTIPLE, which not every MPI build
+ * gives; the polling loop does what a blocking collective does anyway (Open
+ * MPI progresses by polling) and keeps every MPI call on the one thread. */
+#define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "mpcl/number.h"
 #include "parallel/parallel.h"
 
 #if MPCL_HAVE_MPI
@@ -45,10 +56,44 @@ static void sum_bf16(void *in, void *inout, int *len, MPI_Datatype *type) {
     sum16(in, inout, len, type, MPCL_GRAD_COMPRESSION_BF16);
 }
 
-static size_t env_size(const char *a, const char *b, size_t fallback) {
-    const char *v = getenv(a);
-    if (!v) v = getenv(b);
-    return v ? (size_t)strtoul(v, NULL, 10) : fallback;
+/* The launcher's local rank: the first of the two variables that is set,
+ * read strictly (a value that is not a plain number is an error naming it,
+ * never a silent 0 that would put every rank on one device). */
+static mpcl_status env_size(const char *a, const char *b, size_t *out) {
+    const char *name = getenv(a) ? a : b, *v = getenv(name);
+    uint64_t u = 0;
+    mpcl_number_error e = v ? mpcl_parse_uint(v, SIZE_MAX, &u) : MPCL_NUMBER_OK;
+    if (e != MPCL_NUMBER_OK)
+        return MPCL_ERROR(NULL, MPCL_ERR_INVALID_ARG, "environment %s='%s' %s", name, v,
+                          mpcl_number_error_text(e));
+    *out = (size_t)u;
+    return MPCL_OK;
+}
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Waits for a started collective, at most d->timeout_s (0: for ever); past
+ * that the job ends here (see the top of the file). */
+static int wait_collective(mpcl_dist *d, MPI_Request *req, const char *what) {
+    mpi_state *s = d->comm;
+    double start = now_s();
+    int done = 0, err;
+    while ((err = MPI_Test(req, &done, MPI_STATUS_IGNORE)) == MPI_SUCCESS && !done) {
+        double waited = now_s() - start;
+        if (d->timeout_s > 0 && waited > d->timeout_s) {
+            fprintf(stderr,
+                    "mpcl: rank %zu: %s waited %.0f s for the other ranks (the MPI timeout, "
+                    "--dist-timeout): a rank hangs or is stopped; ending the MPI job\n",
+                    d->rank, what, waited);
+            fflush(stderr);
+            MPI_Abort(s->comm, 1);
+        }
+    }
+    return err;
 }
 
 mpcl_status mpcl__dist_mpi_init(mpcl_dist *d) {
@@ -72,8 +117,10 @@ mpcl_status mpcl__dist_mpi_init(mpcl_dist *d) {
     d->comm = s;
     d->rank = (size_t)rank;
     d->world = (size_t)size;
-    d->local_rank = env_size("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", 0);
-    return MPCL_OK;
+    d->timeout_s = MPCL_DIST_DEFAULT_TIMEOUT;
+    mpcl_status st = env_size("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", &d->local_rank);
+    if (st != MPCL_OK) mpcl__dist_mpi_finalize(d);
+    return st;
 }
 
 void mpcl__dist_mpi_finalize(mpcl_dist *d) {
@@ -99,8 +146,11 @@ mpcl_status mpcl__dist_mpi_sum_f32(mpcl_dist *d, mpcl_context *ctx, float *v, si
     mpi_state *s = d->comm;
     for (size_t i = 0; i < n; i += CHUNK) {
         int k = (int)(n - i < CHUNK ? n - i : CHUNK);
-        int err = MPI_Allreduce(MPI_IN_PLACE, v + i, k, MPI_FLOAT, MPI_SUM, s->comm);
-        if (err != MPI_SUCCESS) return mpi_error(ctx, err, "MPI_Allreduce of the gradients");
+        const char *what = "MPI_Allreduce of the gradients";
+        MPI_Request req;
+        int err = MPI_Iallreduce(MPI_IN_PLACE, v + i, k, MPI_FLOAT, MPI_SUM, s->comm, &req);
+        if (err == MPI_SUCCESS) err = wait_collective(d, &req, what);
+        if (err != MPI_SUCCESS) return mpi_error(ctx, err, what);
     }
     return MPCL_OK;
 }
@@ -110,23 +160,29 @@ mpcl_status mpcl__dist_mpi_sum_u16(mpcl_dist *d, mpcl_context *ctx, uint16_t *v,
     MPI_Op op = s->sum16[d->compression == MPCL_GRAD_COMPRESSION_BF16];
     for (size_t i = 0; i < n; i += CHUNK) {
         int k = (int)(n - i < CHUNK ? n - i : CHUNK);
-        int err = MPI_Allreduce(MPI_IN_PLACE, v + i, k, MPI_UINT16_T, op, s->comm);
-        if (err != MPI_SUCCESS)
-            return mpi_error(ctx, err, "MPI_Allreduce of the compressed gradients");
+        const char *what = "MPI_Allreduce of the compressed gradients";
+        MPI_Request req;
+        int err = MPI_Iallreduce(MPI_IN_PLACE, v + i, k, MPI_UINT16_T, op, s->comm, &req);
+        if (err == MPI_SUCCESS) err = wait_collective(d, &req, what);
+        if (err != MPI_SUCCESS) return mpi_error(ctx, err, what);
     }
     return MPCL_OK;
 }
 
 mpcl_status mpcl__dist_mpi_sum_f64(mpcl_dist *d, mpcl_context *ctx, double *v, size_t n) {
     mpi_state *s = d->comm;
-    int err = MPI_Allreduce(MPI_IN_PLACE, v, (int)n, MPI_DOUBLE, MPI_SUM, s->comm);
+    MPI_Request req;
+    int err = MPI_Iallreduce(MPI_IN_PLACE, v, (int)n, MPI_DOUBLE, MPI_SUM, s->comm, &req);
+    if (err == MPI_SUCCESS) err = wait_collective(d, &req, "MPI_Allreduce");
     return err == MPI_SUCCESS ? MPCL_OK : mpi_error(ctx, err, "MPI_Allreduce");
 }
 
 mpcl_status mpcl__dist_mpi_allgather(mpcl_dist *d, mpcl_context *ctx, const void *mine,
                                      size_t bytes, void *all) {
     mpi_state *s = d->comm;
-    int err = MPI_Allgather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, s->comm);
+    MPI_Request req;
+    int err = MPI_Iallgather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, s->comm, &req);
+    if (err == MPI_SUCCESS) err = wait_collective(d, &req, "MPI_Allgather");
     return err == MPI_SUCCESS ? MPCL_OK : mpi_error(ctx, err, "MPI_Allgather");
 }
 

@@ -80,22 +80,32 @@ static const char usage[] =
 
 static volatile sig_atomic_t stop_flag = 0;
 static volatile sig_atomic_t stop_signal = 0;
+static volatile sig_atomic_t repeat_kills = 1;
 
 static void on_signal(int sig) {
     static const char msg[] = "\nmpcl-train: stopping (again to abort)\n";
+    static const char mpi_msg[] = "\nmpcl-train: stopping\n";
+    if (stop_signal) return; /* under MPI: the launcher repeating the same stop */
     stop_signal = sig;
     stop_flag = 1;
-    ssize_t r = write(STDERR_FILENO, msg, sizeof msg - 1);
+    ssize_t r = repeat_kills ? write(STDERR_FILENO, msg, sizeof msg - 1)
+                             : write(STDERR_FILENO, mpi_msg, sizeof mpi_msg - 1);
     (void)r;
 }
 
-/* SA_RESETHAND: a second Ctrl-C kills at once. The checkpoint write is atomic,
- * so even that cannot leave a half-written file behind. */
+/* Alone, SA_RESETHAND: a second Ctrl-C kills at once. The checkpoint write is
+ * atomic, so even that cannot leave a half-written file behind. Under an MPI
+ * launcher every signal after the first is taken as the same stop: launchers
+ * follow the signal they pass on with their own SIGTERM (Open MPI's mpirun,
+ * signalled, sends the ranks SIGCONT, then SIGTERM, then SIGKILL, each
+ * odls_base_sigkill_timeout seconds apart), and a rank killed by that would
+ * lose the checkpoint of the whole job. */
 static void install_handlers(void) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
-    sa.sa_flags = SA_RESETHAND;
+    repeat_kills = !mpcl_dist_mpi_launched();
+    sa.sa_flags = repeat_kills ? SA_RESETHAND : 0;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
@@ -502,6 +512,12 @@ int main(int argc, char **argv) {
     }
     if (u.metrics_failed) {
         fprintf(stderr, "mpcl-train: %s\n", u.metrics_error);
+        goto done;
+    }
+    /* No rank exits (which makes mpirun end the job) before rank 0 has
+     * written its files; a rank 0 that failed ended the job instead. */
+    if (train_dist_wait_all(&td) != MPCL_OK) {
+        fprintf(stderr, "mpcl-train: %s\n", mpcl_errmsg());
         goto done;
     }
     if (a.json) {

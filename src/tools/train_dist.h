@@ -29,6 +29,9 @@ typedef struct train_dist {
 mpcl_status train_dist_open(train_dist *td, const train_args *a);
 void train_dist_close(train_dist *td);
 
+/* Under MPI, returns once every rank has called it (a local run: at once). */
+mpcl_status train_dist_wait_all(train_dist *td);
+
 /* Whether this process prints and writes files (rank 0, or not MPI). */
 bool train_dist_leader(const train_dist *td);
 
