@@ -176,55 +176,22 @@ else:
         check(False, "a failing rank ends the job within 60 s")
 
     # Kill rank 1 mid-run: mpirun must end with a non-zero status and say so.
-    mark = uuid.uuid4().hex
-    env = dict(ENV, MPCL_TEST_MARK=mark)
     # Far longer than the test waits (500 epochs ended within the 2 s below
     # on a Zen 4 core): it only ends by the kill.
     long_run = ["--train-limit", "1024", "--test-limit", "512", "--epochs", "100000", "--hidden",
                 "32", "--precision", "float32"]
-    p = subprocess.Popen([MPIRUN] + MPI_FLAGS + [TRAIN] + long_run,
-                         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-    def rank1():
-        for pid in os.listdir("/proc"):
-            if not pid.isdigit():
-                continue
-            try:
-                with open(f"/proc/{pid}/environ", "rb") as f:
-                    e = f.read().split(b"\0")
-            except OSError:
-                continue
-            if f"MPCL_TEST_MARK={mark}".encode() in e and b"OMPI_COMM_WORLD_RANK=1" in e:
-                return int(pid)
-        return None
-
-    victim, deadline = None, time.time() + 60
-    while victim is None and time.time() < deadline and p.poll() is None:
-        time.sleep(0.5)
-        victim = rank1()
-    time.sleep(2)  # into the training loop
-    check(victim is not None and p.poll() is None, "rank 1 found while the job runs")
-    try:
-        if victim is not None:
-            os.kill(victim, signal.SIGKILL)
-    except ProcessLookupError:
-        check(False, "rank 1 still runs after 2 s of training")
-        victim = None
-    if victim is not None:
+    mark, p = start_marked(long_run)
+    ranks = wait_for_ranks(mark, p, "kill -9 of rank 1")
+    if ranks:
+        os.kill(ranks[1], signal.SIGKILL)
         t0 = time.time()
-        try:
-            out, _ = p.communicate(timeout=30)
-            took = time.time() - t0
-            check(p.returncode != 0, f"after kill -9 of rank 1 mpirun exits {p.returncode}")
-            check("rank 1" in out or "signal 9" in out or "Killed" in out,
-                  "the message names the killed rank")
-            print(f"     ended {took:.1f} s after the kill; last lines:\n" +
-                  "\n".join(out.strip().splitlines()[-6:]))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            check(False, "mpirun ended within 30 s of the kill")
-    else:
-        p.kill()
+        rc, out = finish(p, 30, "kill -9 of rank 1")
+        took = time.time() - t0
+        check(rc not in (None, 0), f"after kill -9 of rank 1 mpirun exits {rc}")
+        check("rank 1" in out or "signal 9" in out or "Killed" in out,
+              "the message names the killed rank")
+        print(f"     ended {took:.1f} s after the kill; last lines:\n" +
+              "\n".join(out.strip().splitlines()[-6:]))
 
     # Ranks started with different jobs refuse before the first step, every
     # rank naming the first differing field with rank 0's value and its own.
