@@ -98,6 +98,9 @@ def pids_of(mark):
         if not pid.isdigit():
             continue
         try:
+            with open(f"/proc/{pid}/comm") as f:
+                if f.read().strip() != os.path.basename(TRAIN)[:15]:
+                    continue  # not a wrapper shell
             with open(f"/proc/{pid}/environ", "rb") as f:
                 e = f.read().split(b"\0")
         except OSError:
@@ -109,13 +112,13 @@ def pids_of(mark):
     return ranks
 
 
-def start_marked(args, env=None):
+def start_marked(args, env=None, wrapper=()):
     """mpirun -np 2 of a run that ends only by a signal; its mark and Popen.
     The output goes to a file: a pipe read only at the end could hold mpirun
     up, and what it still had queued is lost when it is signalled."""
     mark = uuid.uuid4().hex
     log = tempfile.TemporaryFile("w+")
-    p = subprocess.Popen([MPIRUN] + MPI_FLAGS + [TRAIN] + args,
+    p = subprocess.Popen([MPIRUN] + MPI_FLAGS + list(wrapper) + [TRAIN] + args,
                          env=dict(env or ENV, MPCL_TEST_MARK=mark), stdout=log,
                          stderr=subprocess.STDOUT, text=True)
     p.log = log
@@ -273,6 +276,19 @@ else:
         check(rc == code, f"{sig.name} twice to rank 0, once to rank 1: mpirun exits {rc} "
               f"({code})")
         stopped_and_saved(out, ckpt, f"{sig.name} to the ranks")
+
+    # A signal to rank 0 alone: rank 1 stops at the same step, and every
+    # rank exits 143 (a shell around each rank says with what it exited).
+    ckpt = os.path.join(tmp, "rank0.st")
+    say_exit = ["sh", "-c", '"$0" "$@"; echo "rank $OMPI_COMM_WORLD_RANK exited $?"']
+    mark, p = start_marked(endless + ["--save", ckpt], wrapper=say_exit)
+    ranks = wait_for_ranks(mark, p, "SIGTERM to rank 0 alone")
+    if ranks:
+        os.kill(ranks[0], signal.SIGTERM)
+        rc, out = finish(p, 60, "SIGTERM to rank 0 alone")
+        check("rank 0 exited 143" in out and "rank 1 exited 143" in out,
+              f"SIGTERM to rank 0 alone: both ranks exit 143 (mpirun {rc})")
+        stopped_and_saved(out, ckpt, "SIGTERM to rank 0 alone")
 
     # Signals to mpirun itself: Open MPI 4 sends the ranks SIGCONT, then after
     # odls_base_sigkill_timeout seconds SIGTERM, then as long again SIGKILL,

@@ -462,9 +462,16 @@ int main(int argc, char **argv) {
         fprintf(stderr, "mpcl-train: --resume %s: %s\n", a.resume, mpcl_errmsg());
         goto done;
     }
-    if (stop_flag) {
+    /* Under MPI all ranks take a stop during start-up, or none does (one that
+     * ended alone would leave the others waiting in the first collective). */
+    int sig = 0;
+    if (train_dist_agree_signal(&td, stop_signal, &sig) != MPCL_OK) {
+        fprintf(stderr, "mpcl-train: %s\n", mpcl_errmsg());
+        goto done;
+    }
+    if (sig) {
         fprintf(stderr, "mpcl-train: stopped during start-up; nothing trained or written\n");
-        rc = 128 + stop_signal;
+        rc = 128 + sig;
         goto done;
     }
     mpcl_train_summary s;
@@ -518,8 +525,9 @@ int main(int argc, char **argv) {
         goto done;
     }
     /* No rank exits (which makes mpirun end the job) before rank 0 has
-     * written its files; a rank 0 that failed ended the job instead. */
-    if (train_dist_wait_all(&td) != MPCL_OK) {
+     * written its files (a rank 0 that failed ended the job instead), and
+     * every rank that stopped exits with the same status. */
+    if (train_dist_agree_signal(&td, stop_signal, &sig) != MPCL_OK) {
         fprintf(stderr, "mpcl-train: %s\n", mpcl_errmsg());
         goto done;
     }
@@ -533,11 +541,11 @@ int main(int argc, char **argv) {
      * nothing, and the run is done. */
     if (s.diverged && !a.keep_going_on_nan)
         rc = EXIT_DIVERGED;
-    else if (s.stopped && stop_signal)
-        rc = 128 + stop_signal;
+    else if (s.stopped && sig)
+        rc = 128 + sig;
     else
         rc = EXIT_OK;
-    if (!s.stopped && stop_signal && human)
+    if (!s.stopped && sig && human)
         fprintf(human, "signal    arrived after the last step; the run is complete\n");
 
 done:

@@ -2,6 +2,7 @@
  * communicator, and what the banner and the JSON summary say about them. */
 #include "train_dist.h"
 
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -140,9 +141,11 @@ void train_dist_close(train_dist *td) {
     td->n = 0;
 }
 
-mpcl_status train_dist_wait_all(train_dist *td) {
-    double one = 1.0;
-    return td->dist ? mpcl_dist_sum_f64(td->dist, td->ctx[0], &one, 1) : MPCL_OK;
+mpcl_status train_dist_agree_signal(train_dist *td, int mine, int *agreed) {
+    double got[2] = {mine == SIGINT, mine == SIGTERM};
+    mpcl_status st = td->dist ? mpcl_dist_sum_f64(td->dist, td->ctx[0], got, 2) : MPCL_OK;
+    *agreed = got[0] > 0 ? SIGINT : got[1] > 0 ? SIGTERM : 0;
+    return st;
 }
 
 bool train_dist_leader(const train_dist *td) {
