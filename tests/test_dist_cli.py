@@ -117,7 +117,7 @@ def start_marked(args, env=None, wrapper=()):
     The output goes to a file: a pipe read only at the end could hold mpirun
     up, and what it still had queued is lost when it is signalled."""
     mark = uuid.uuid4().hex
-    log = tempfile.TemporaryFile("w+")
+    log = tempfile.NamedTemporaryFile("w+")
     p = subprocess.Popen([MPIRUN] + MPI_FLAGS + list(wrapper) + [TRAIN] + args,
                          env=dict(env or ENV, MPCL_TEST_MARK=mark), stdout=log,
                          stderr=subprocess.STDOUT, text=True)
@@ -125,13 +125,19 @@ def start_marked(args, env=None, wrapper=()):
     return mark, p
 
 
-def wait_for_ranks(mark, p, what):
-    """Both ranks' pids once both run, then 2 s into training (None if not)."""
+def wait_for_ranks(mark, p, what, training=True):
+    """Both ranks' pids once both run and, with `training`, once rank 0 has
+    reported an epoch (a signal during start-up stops without a checkpoint);
+    None if not within 60 s."""
     ranks, deadline = {}, time.time() + 60
-    while len(ranks) < 2 and time.time() < deadline and p.poll() is None:
+    while time.time() < deadline and p.poll() is None:
         time.sleep(0.5)
         ranks = pids_of(mark)
-    time.sleep(2)  # into the training loop
+        with open(p.log.name) as f:
+            begun = not training or "\nepoch 2/" in f.read()
+        if len(ranks) == 2 and begun:
+            break
+    time.sleep(0.5 if training else 2)  # into the training loop
     ok = len(ranks) == 2 and p.poll() is None
     check(ok, f"{what}: both ranks found while the job runs")
     if not ok:
@@ -148,8 +154,8 @@ def finish(p, limit, what):
         p.kill()
         p.wait()
         check(False, f"{what}: mpirun ended within {limit} s")
-    p.log.seek(0)
-    out = p.log.read()
+    with open(p.log.name) as f:
+        out = f.read()
     p.log.close()
     return (p.returncode if p.returncode >= 0 else None), out
 
@@ -234,7 +240,7 @@ else:
     endless = ["--train-limit", "2000", "--test-limit", "200", "--epochs", "100000",
                "--hidden", "16", "--precision", "float32"]
     mark, p = start_marked(endless + ["--quiet", "--dist-timeout", "3"])
-    ranks = wait_for_ranks(mark, p, "--dist-timeout")
+    ranks = wait_for_ranks(mark, p, "--dist-timeout", training=False)
     if ranks:
         os.kill(ranks[1], signal.SIGSTOP)
         rc, out = finish(p, 60, "--dist-timeout 3 with rank 1 stopped")
