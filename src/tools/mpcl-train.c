@@ -98,11 +98,11 @@ static void on_signal(int sig) {
 
 /* Alone, SA_RESETHAND: a second Ctrl-C kills at once. The checkpoint write is
  * atomic, so even that cannot leave a half-written file behind. Under an MPI
- * launcher every signal after the first is taken as the same stop: launchers
- * follow the signal they pass on with their own SIGTERM (Open MPI's mpirun,
- * signalled, sends the ranks SIGCONT, then SIGTERM, then SIGKILL, each
- * odls_base_sigkill_timeout seconds apart), and a rank killed by that would
- * lose the checkpoint of the whole job. */
+ * launcher every signal after the first is taken as the same stop: a
+ * launcher may pass a signal on and follow it with its own SIGTERM (Open MPI
+ * 4's mpirun, signalled, sends the ranks SIGCONT, then SIGTERM, then SIGKILL,
+ * odls_base_sigkill_timeout seconds apart), and a rank killed by a repeat
+ * would lose the checkpoint of the whole job. */
 static void install_handlers(void) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
