@@ -220,6 +220,14 @@ else:
         except subprocess.TimeoutExpired:
             check(False, f"{' '.join(mine)} vs {' '.join(theirs)}: refused within 120 s")
 
+    # --json on rank 0 alone (its rates are a collective): the job ends.
+    base = SMALL + ["--dist-timeout", "20"]
+    p = subprocess.run([MPIRUN] + MPI_FLAGS[:-2] + ["-np", "1", TRAIN] + base + ["--json", ":",
+                        "-np", "1", TRAIN] + base, env=ENV, capture_output=True, text=True,
+                       timeout=120)
+    check(p.returncode == 0 and '"world_size": 2' in p.stdout,
+          f"--json on rank 0 alone: exit {p.returncode}, rank 0's JSON")
+
     # --grad-compression under mpirun -np 1: one replica, nothing to compress.
     p = subprocess.run([MPIRUN] + MPI_FLAGS[:-2] + ["-np", "1", TRAIN] + SMALL +
                        ["--grad-compression", "fp16"], env=ENV, capture_output=True, text=True,

@@ -531,10 +531,12 @@ int main(int argc, char **argv) {
         fprintf(stderr, "mpcl-train: %s\n", mpcl_errmsg());
         goto done;
     }
-    if (a.json) {
+    /* The rates are a collective under MPI: every rank takes part, with or
+     * without --json of its own (rank 0 alone writes). */
+    if (a.json || (td.dist && mpcl_dist_is_mpi(td.dist))) {
         double *rates = calloc(s.world_size, sizeof *rates);
-        if (rates) train_dist_rates(&td, &s, rates); /* collective under MPI */
-        if (rates && leader) write_json(&a, dev, &plan, &s, &td, rates, startup_s);
+        if (rates) train_dist_rates(&td, &s, rates);
+        if (rates && leader && a.json) write_json(&a, dev, &plan, &s, &td, rates, startup_s);
         free(rates);
     }
     /* The status says what happened: a signal after the last step changed
