@@ -162,6 +162,12 @@ static void every_flag_both_spellings(void **state) {
         parse(&a, err, sizeof err, "--devices", "0:0,0:1", "--grad-compression=bf16", NULL));
     assert_string_equal(a.devices, "0:0,0:1");
     assert_int_equal(a.grad_compression, MPCL_GRAD_COMPRESSION_BF16);
+    /* The MPI timeout: 300 s unless given; 0 is no limit. */
+    assert_int_equal(a.dist_timeout, 300);
+    assert_false(a.dist_timeout_set);
+    assert_true(parse(&a, err, sizeof err, "--dist-timeout", "0", NULL));
+    assert_int_equal(a.dist_timeout, 0);
+    assert_true(a.dist_timeout_set);
 }
 
 /* Each rejected (flag, value): the message must name the flag and, where
@@ -171,6 +177,8 @@ static void rejects(void **state) {
     static const char *const bad[][2] = {
         {"--batch", "0"},
         {"--grad-compression", "fp8"},
+        {"--dist-timeout", "-1"},
+        {"--dist-timeout", "1.5"},
         {"--devices", ""},
         {"--batch", "-1"},
         {"--batch", "12abc"},

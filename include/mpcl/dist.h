@@ -71,6 +71,14 @@ bool mpcl_dist_mpi_launched(void);
  * one replica per process. MPCL_ERR_UNSUPPORTED without MPI. */
 mpcl_status mpcl_dist_create_mpi(mpcl_grad_compression c, mpcl_dist **out);
 
+/* The longest an MPI rank waits in one collective for the others, in
+ * seconds, before it ends the job (MPI_Abort) naming the collective: a rank
+ * that hangs without dying (stopped, stuck) would otherwise keep the others
+ * waiting for ever. 0: no limit. Local communicators have no peers to wait
+ * for and ignore it. */
+#define MPCL_DIST_DEFAULT_TIMEOUT 300.0
+void mpcl_dist_set_timeout(mpcl_dist *d, double seconds);
+
 /* Finalises MPI for an MPI communicator. Accepts NULL. */
 void mpcl_dist_destroy(mpcl_dist *d);
 

@@ -84,6 +84,10 @@ void mpcl_dist_destroy(mpcl_dist *d) {
     free(d);
 }
 
+void mpcl_dist_set_timeout(mpcl_dist *d, double seconds) {
+    d->timeout_s = seconds > 0 ? seconds : 0;
+}
+
 void mpcl_dist_abort(mpcl_dist *d, int code) {
     if (d && d->mpi) mpcl__dist_mpi_abort(d, code);
 }

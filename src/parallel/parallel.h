@@ -14,6 +14,7 @@ struct mpcl_dist {
     float *sum, *buf; /* host staging, [cap] each */
     uint16_t *wire;   /* compressed values, [cap] */
     size_t cap;
+    double timeout_s; /* MPI: longest wait in a collective (0: no limit) */
     double allreduce_seconds;
     uint64_t allreduce_calls;
     void *comm; /* mpi.c's state */

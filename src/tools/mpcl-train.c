@@ -61,6 +61,9 @@ static const char usage[] =
     "                          devices of --device's platform; under mpirun one replica\n"
     "                          per rank instead, on the local rank's device\n"
     "  --grad-compression C    none, fp16 or bf16: gradients summed as 16-bit values\n"
+    "                          (needs two replicas or more)\n"
+    "  --dist-timeout S        under mpirun: a rank that waits S seconds in one collective\n"
+    "                          for the others ends the job (default 300; 0: no limit)\n"
     "Files and output:\n"
     "  --save PATH             write a safetensors checkpoint at the end or on Ctrl-C\n"
     "  --save-every N|Ne       also save every N steps (or N epochs) during the run\n"
@@ -81,22 +84,32 @@ static const char usage[] =
 
 static volatile sig_atomic_t stop_flag = 0;
 static volatile sig_atomic_t stop_signal = 0;
+static volatile sig_atomic_t repeat_kills = 1;
 
 static void on_signal(int sig) {
     static const char msg[] = "\nmpcl-train: stopping (again to abort)\n";
+    static const char mpi_msg[] = "\nmpcl-train: stopping\n";
+    if (stop_signal) return; /* under MPI: the launcher repeating the same stop */
     stop_signal = sig;
     stop_flag = 1;
-    ssize_t r = write(STDERR_FILENO, msg, sizeof msg - 1);
+    ssize_t r = repeat_kills ? write(STDERR_FILENO, msg, sizeof msg - 1)
+                             : write(STDERR_FILENO, mpi_msg, sizeof mpi_msg - 1);
     (void)r;
 }
 
-/* SA_RESETHAND: a second Ctrl-C kills at once. The checkpoint write is atomic,
- * so even that cannot leave a half-written file behind. */
+/* Alone, SA_RESETHAND: a second Ctrl-C kills at once. The checkpoint write is
+ * atomic, so even that cannot leave a half-written file behind. Under an MPI
+ * launcher every signal after the first is taken as the same stop: a
+ * launcher may pass a signal on and follow it with its own SIGTERM (Open MPI
+ * 4's mpirun, signalled, sends the ranks SIGCONT, then SIGTERM, then SIGKILL,
+ * odls_base_sigkill_timeout seconds apart), and a rank killed by a repeat
+ * would lose the checkpoint of the whole job. */
 static void install_handlers(void) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
-    sa.sa_flags = SA_RESETHAND;
+    repeat_kills = !mpcl_dist_mpi_launched();
+    sa.sa_flags = repeat_kills ? SA_RESETHAND : 0;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
@@ -461,9 +474,16 @@ int main(int argc, char **argv) {
         fprintf(stderr, "mpcl-train: --resume %s: %s\n", a.resume, mpcl_errmsg());
         goto done;
     }
-    if (stop_flag) {
+    /* Under MPI all ranks take a stop during start-up, or none does (one that
+     * ended alone would leave the others waiting in the first collective). */
+    int sig = 0;
+    if (train_dist_agree_signal(&td, stop_signal, &sig) != MPCL_OK) {
+        fprintf(stderr, "mpcl-train: %s\n", mpcl_errmsg());
+        goto done;
+    }
+    if (sig) {
         fprintf(stderr, "mpcl-train: stopped during start-up; nothing trained or written\n");
-        rc = 128 + stop_signal;
+        rc = 128 + sig;
         goto done;
     }
     mpcl_train_summary s;
@@ -516,21 +536,30 @@ int main(int argc, char **argv) {
         fprintf(stderr, "mpcl-train: %s\n", u.metrics_error);
         goto done;
     }
-    if (a.json) {
+    /* No rank exits (which makes mpirun end the job) before rank 0 has
+     * written its files (a rank 0 that failed ended the job instead), and
+     * every rank that stopped exits with the same status. */
+    if (train_dist_agree_signal(&td, stop_signal, &sig) != MPCL_OK) {
+        fprintf(stderr, "mpcl-train: %s\n", mpcl_errmsg());
+        goto done;
+    }
+    /* The rates are a collective under MPI: every rank takes part, with or
+     * without --json of its own (rank 0 alone writes). */
+    if (a.json || (td.dist && mpcl_dist_is_mpi(td.dist))) {
         double *rates = calloc(s.world_size, sizeof *rates);
         if (rates) train_dist_rates(&td, &s, rates); /* collective under MPI */
-        if (rates && leader) write_json(&a, dev, &plan, &di, &s, &td, rates, startup_s);
+        if (rates && leader && a.json) write_json(&a, dev, &plan, &di, &s, &td, rates, startup_s);
         free(rates);
     }
     /* The status says what happened: a signal after the last step changed
      * nothing, and the run is done. */
     if (s.diverged && !a.keep_going_on_nan)
         rc = EXIT_DIVERGED;
-    else if (s.stopped && stop_signal)
-        rc = 128 + stop_signal;
+    else if (s.stopped && sig)
+        rc = 128 + sig;
     else
         rc = EXIT_OK;
-    if (!s.stopped && stop_signal && human)
+    if (!s.stopped && sig && human)
         fprintf(human, "signal    arrived after the last step; the run is complete\n");
 
 done:

@@ -35,6 +35,7 @@ void train_args_defaults(train_args *a) {
     a->initial_scale = 32768.0f;
     a->seed = 42;
     a->report_every = 50;
+    a->dist_timeout = (uint32_t)MPCL_DIST_DEFAULT_TIMEOUT;
 }
 
 static bool fail(char *err, size_t size, const char *fmt, ...) {
@@ -161,6 +162,7 @@ static const struct {
     {"--plot", FLAG_VALUE},
     {"--devices", FLAG_VALUE},
     {"--grad-compression", FLAG_VALUE},
+    {"--dist-timeout", FLAG_VALUE},
 };
 
 static bool apply(train_args *a, const char *f, const char *v, char *err, size_t size) {
@@ -236,6 +238,10 @@ static bool apply(train_args *a, const char *f, const char *v, char *err, size_t
         if (a->momentum > 1.0f)
             return fail(err, size, "%s: '%s' is above 1 (momentum is in [0, 1])", f, v);
         a->momentum_set = true;
+    } else if (strcmp(f, "--dist-timeout") == 0) {
+        if (!parse_uint(f, v, 0, UINT32_MAX, &u, err, size)) return false;
+        a->dist_timeout = (uint32_t)u;
+        a->dist_timeout_set = true;
     } else if (strcmp(f, "--grad-compression") == 0) {
         if (!mpcl_grad_compression_parse(v, &a->grad_compression))
             return fail(err, size, "%s: unknown compression '%s' (none, fp16, bf16)", f, v);

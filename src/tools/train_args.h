@@ -48,6 +48,8 @@ typedef struct train_args {
     const char *plot;                       /* --plot PATH: the run's SVG, written at the end */
     const char *devices;                    /* --devices P:D,P:D or all: local data parallel */
     mpcl_grad_compression grad_compression; /* none */
+    uint32_t dist_timeout;                  /* seconds; 0: no limit (MPCL_DIST_DEFAULT_TIMEOUT) */
+    bool dist_timeout_set;
 } train_args;
 
 void train_args_defaults(train_args *a);

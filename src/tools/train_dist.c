@@ -2,6 +2,7 @@
  * communicator, and what the banner and the JSON summary say about them. */
 #include "train_dist.h"
 
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,6 +47,7 @@ static mpcl_status open_devices(train_dist *td, const train_args *a) {
             return MPCL_ERR_INVALID_ARG;
         }
         if ((st = mpcl_dist_create_mpi(a->grad_compression, &td->dist)) != MPCL_OK) return st;
+        mpcl_dist_set_timeout(td->dist, a->dist_timeout);
         if (a->device) return open_context(td, a->device);
         if ((st = platform_devices(NULL, ids, &count)) != MPCL_OK) return st;
         return open_context(td, ids[mpcl_dist_local_rank(td->dist) % count]);
@@ -76,9 +78,33 @@ static mpcl_status open_devices(train_dist *td, const train_args *a) {
     return st;
 }
 
+/* A data-parallel flag that would change nothing is a mistake to say, not a
+ * setting to ignore: compression needs an all-reduce (two replicas or more),
+ * the timeout MPI ranks to wait for. */
+static mpcl_status check_dist_flags(train_dist *td, const train_args *a) {
+    size_t world = td->dist ? mpcl_dist_world_size(td->dist) : 1;
+    bool mpi = td->dist && mpcl_dist_is_mpi(td->dist);
+    if (a->grad_compression != MPCL_GRAD_COMPRESSION_NONE && world == 1) {
+        snprintf(td->err, sizeof td->err,
+                 "--grad-compression %s: this run has one replica, so no gradients are summed "
+                 "(it needs --devices with two devices or more, or mpirun -np 2 or more)",
+                 mpcl_grad_compression_name(a->grad_compression));
+        return MPCL_ERR_INVALID_ARG;
+    }
+    if (a->dist_timeout_set && !mpi) {
+        snprintf(td->err, sizeof td->err,
+                 "--dist-timeout: this process was not started by mpirun%s, so it has no "
+                 "MPI rank to wait for",
+                 mpcl_dist_mpi_built() ? "" : " (or libmpcl was built without MPI)");
+        return MPCL_ERR_INVALID_ARG;
+    }
+    return MPCL_OK;
+}
+
 mpcl_status train_dist_open(train_dist *td, const train_args *a) {
     memset(td, 0, sizeof *td);
     mpcl_status st = open_devices(td, a);
+    if (st == MPCL_OK) st = check_dist_flags(td, a);
     size_t world = td->dist ? mpcl_dist_world_size(td->dist) : 1;
     if (st == MPCL_OK && !(td->names = calloc(world, sizeof *td->names))) {
         snprintf(td->err, sizeof td->err, "out of memory");
@@ -113,6 +139,13 @@ void train_dist_close(train_dist *td) {
     td->dist = NULL;
     td->names = NULL;
     td->n = 0;
+}
+
+mpcl_status train_dist_agree_signal(train_dist *td, int mine, int *agreed) {
+    double got[2] = {mine == SIGINT, mine == SIGTERM};
+    mpcl_status st = td->dist ? mpcl_dist_sum_f64(td->dist, td->ctx[0], got, 2) : MPCL_OK;
+    *agreed = got[0] > 0 ? SIGINT : got[1] > 0 ? SIGTERM : 0;
+    return st;
 }
 
 bool train_dist_leader(const train_dist *td) {

@@ -29,6 +29,12 @@ typedef struct train_dist {
 mpcl_status train_dist_open(train_dist *td, const train_args *a);
 void train_dist_close(train_dist *td);
 
+/* The stop signal of the job from each rank's (0, SIGINT or SIGTERM):
+ * SIGINT if any rank got it, else SIGTERM if any did, else 0. Under MPI a
+ * collective (it returns once every rank has called it), so that every rank
+ * takes the same stop with the same exit status. */
+mpcl_status train_dist_agree_signal(train_dist *td, int mine, int *agreed);
+
 /* Whether this process prints and writes files (rank 0, or not MPI). */
 bool train_dist_leader(const train_dist *td);
 

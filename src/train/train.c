@@ -862,7 +862,8 @@ mpcl_status mpcl_trainer_fit(mpcl_trainer *tr) {
     memset(&ring, 0, sizeof ring);
     /* Start the statistics from zero whatever an earlier failed call left. */
     mpcl_xent_stats s;
-    mpcl_status st = read_train_stats(tr, &s);
+    mpcl_status st = mpcl__train_check_same_job(tr);
+    if (st == MPCL_OK) st = read_train_stats(tr, &s);
     while (st == MPCL_OK && tr->epoch < tr->params.epochs && !tr->stopped) {
         if (!tr->order_valid || tr->order_epoch != tr->epoch) {
             tr->order_valid = false;

@@ -74,6 +74,11 @@ struct mpcl_trainer {
  * see train.c. */
 void mpcl__train_epoch_order(uint64_t seed, uint32_t epoch, int32_t *idx, size_t n);
 
+/* Under MPI: MPCL_ERR_DIST, on every rank alike, when the ranks do not run
+ * the same job (model, plan, wire format, data sizes, schedule, position),
+ * naming the first differing rank and field. One allgather; nothing alone. */
+mpcl_status mpcl__train_check_same_job(mpcl_trainer *tr);
+
 /* Host-only calls (data, safetensors) record their failure on the thread
  * only; this copies that detail to ctx too and returns st. */
 mpcl_status mpcl__train_adopt_error(mpcl_context *ctx, mpcl_status st);
