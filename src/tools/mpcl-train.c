@@ -92,6 +92,15 @@ static void on_signal(int sig) {
     if (stop_signal) return; /* under MPI: the launcher repeating the same stop */
     stop_signal = sig;
     stop_flag = 1;
+    if (!repeat_kills) {
+        /* A signalled mpirun stops reading what the ranks print: a rank whose
+         * pipe fills would wait in write() past the launcher's SIGKILL and
+         * never save. From here on output is best effort: a write that
+         * would block fails instead (fcntl is async-signal-safe). */
+        int out = fcntl(STDOUT_FILENO, F_GETFL), err = fcntl(STDERR_FILENO, F_GETFL);
+        if (out != -1) (void)fcntl(STDOUT_FILENO, F_SETFL, out | O_NONBLOCK);
+        if (err != -1) (void)fcntl(STDERR_FILENO, F_SETFL, err | O_NONBLOCK);
+    }
     ssize_t r = repeat_kills ? write(STDERR_FILENO, msg, sizeof msg - 1)
                              : write(STDERR_FILENO, mpi_msg, sizeof mpi_msg - 1);
     (void)r;
