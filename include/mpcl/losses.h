@@ -65,10 +65,13 @@ typedef struct mpcl_loss_stats {
     uint64_t samples;  /* valid rows seen */
     uint64_t calls;    /* loss calls since the last reset */
     uint64_t bad;      /* rows with a bad target (they add nothing) */
-    int64_t bad_call;  /* the first bad target: 0-based call since reset, row, column */
-    int64_t bad_row;   /* (-1 when bad == 0; the column is 0 for a label) */
+    /* The first bad target: its 0-based call since the reset, row, column (0
+     * for a label) and value (the label, or the target: NaN possible); all
+     * -1 when bad == 0. */
+    int64_t bad_call;
+    int64_t bad_row;
     int64_t bad_col;
-    double bad_target; /* the label or target value (NaN possible) */
+    double bad_target;
 } mpcl_loss_stats;
 
 mpcl_status mpcl_loss_stats_create(mpcl_context *ctx, mpcl_tensor **out);

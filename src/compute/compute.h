@@ -1,7 +1,7 @@
-/* The compute area's internal declarations (tensor insides, kernel argument
- * and launch helpers, what the optimizer reads of the loss scaler), for the
- * areas above it, and the host/device ABI constants (cl/abi.h) for the
- * launchers. Nothing here is installed. */
+/* The compute area's internal declarations (tensor insides, argument
+ * checks, kernel argument and launch helpers, what the optimizer reads of
+ * the loss scaler), for the areas above it, and the host/device ABI
+ * constants (cl/abi.h) for the launchers. Nothing here is installed. */
 #ifndef MPCL_COMPUTE_H
 #define MPCL_COMPUTE_H
 
