@@ -16,11 +16,12 @@ typedef struct shape {
     size_t rows, cols;
 } shape;
 
-/* One row, one column, a B that is not a multiple of anything, and Bs past
- * one work-group of the loss kernels (MPCL_ABI_LOSS_WG = 64 rows at a time).
- * Slow implementations stop before the last. */
-static const shape shapes[] = {{1, 1}, {1, 7}, {5, 1}, {37, 3}, {70, 2}, {130, 10}};
-static const size_t slow_shapes = 5;
+/* One row, one column, a B that is not a multiple of anything, rows of
+ * whole eight-column vectors with a tail (3x17), and Bs past one work-group
+ * of the loss kernels (MPCL_ABI_LOSS_WG = 64 rows at a time). Slow
+ * implementations stop before the last. */
+static const shape shapes[] = {{1, 1}, {1, 7}, {5, 1}, {37, 3}, {3, 17}, {70, 2}, {130, 10}};
+static const size_t slow_shapes = 6;
 
 static const mpcl_dtype storages[] = {MPCL_DTYPE_F32, MPCL_DTYPE_F16, MPCL_DTYPE_BF16};
 #define NSTORAGES (sizeof storages / sizeof storages[0])
@@ -145,13 +146,14 @@ static void check_dense_case(mpcl_context *ctx, tu_rng *r, dense_case dc) {
     snprintf(what, sizeof what, "%s %s %zux%zu scale %g grad_rows %zu%s", mpcl_loss_name(dc.loss),
              mpcl_dtype_name(dc.dtype), B, C, scale, grad_rows,
              dc.in == INPUTS_EXTREME ? " extreme" : "");
-    /* f32 sums: each item adds its rows' terms in order (at most
-     * ceil(B / 64) * C of them), then a tree of log2(64) = 6 levels; a few
-     * roundings per term besides. Bound: (that count + 16) units of 2^-24
-     * of the sum of the element sizes, for each of the two calls. */
+    /* f32 sums: each item adds its rows' terms in eight lanes, in order,
+     * then the lanes, then a tree of log2(64) = 6 levels: at most
+     * ceil(B / 64) * C + 14 additions on any path; a few roundings per term
+     * besides. Bound: (that count + 16) units of 2^-24 of the sum of the
+     * element sizes, for each of the two calls. */
     double size_sum = 0;
     for (size_t i = 0; i < n; i++) size_sum += element_size(dc.loss, dp[i], dt[i]);
-    double depth = (double)((B + 63) / 64 * C + 6 + 16);
+    double depth = (double)((B + 63) / 64 * C + 14 + 16);
     double sum_tol = 2 * depth * 0x1p-24 * size_sum;
     if (!(fabs(got.loss_sum - 2 * loss_ref) <= sum_tol))
         fail_msg("%s: loss sum %.9g, want %.9g (tol %.3g)", what, got.loss_sum, 2 * loss_ref,
