@@ -12,31 +12,53 @@
  * below and into MPCL_ABI_LIST (the test fails when one is missing there).
  *
  * Public enums and defines that must equal these values (mpcl_activation,
- * MPCL_XENT_STATS_COLS, MPCL_LOSS_SCALE_CHECK_PER_LAUNCH) stay in the public
- * headers, which do not install this file; the C sources that use them
- * _Static_assert the match. */
+ * mpcl_loss, MPCL_LOSS_STATS_COLS, MPCL_LOSS_SCALE_CHECK_PER_LAUNCH) stay in
+ * the public headers, which do not install this file; the C sources that use
+ * them _Static_assert the match. */
 #ifndef MPCL_ABI_H
 #define MPCL_ABI_H
 
-/* Softmax cross-entropy statistics: 32-bit word offsets in the stats tensor.
- * cl/loss.cl (mpcl_softmax_xent) accumulates them; src/compute/ops.c zeroes
- * and reads them. LOSS and COMP hold f32 bits (the Kahan sum of the loss and
- * its compensation), the rest uint counters. WORDS is how many are used; the
- * public MPCL_XENT_STATS_COLS must be at least that. */
-#define MPCL_ABI_XENT_STAT_LOSS 0
-#define MPCL_ABI_XENT_STAT_COMP 1
-#define MPCL_ABI_XENT_STAT_CORRECT 2
-#define MPCL_ABI_XENT_STAT_SAMPLES 3
-#define MPCL_ABI_XENT_STAT_CALLS 4
-#define MPCL_ABI_XENT_STAT_BAD 5
-#define MPCL_ABI_XENT_STAT_BAD_CALL 6
-#define MPCL_ABI_XENT_STAT_BAD_ROW 7
-#define MPCL_ABI_XENT_STAT_BAD_LABEL 8
-#define MPCL_ABI_XENT_STAT_WORDS 9
+/* Loss statistics, one layout for every loss (softmax cross-entropy and the
+ * dense losses): 32-bit word offsets in the stats tensor. cl/loss.cl
+ * accumulates them; src/compute/losses.c zeroes and reads them. LOSS and
+ * LOSS_COMP hold f32 bits (the Kahan sum of the loss terms and its
+ * compensation), as do METRIC and METRIC_COMP (a real-valued metric: MAE's
+ * sum of |y - t|); CORRECT counts a counted metric's hits (accuracy, binary
+ * accuracy). A loss uses one of the two metric sums; the read adds them.
+ * SAMPLES counts valid rows, TERMS the loss terms summed (a row each for
+ * softmax cross-entropy, an element each for the dense losses), CALLS the
+ * loss calls, BAD the rows with a bad target; BAD_CALL, BAD_ROW, BAD_COL and
+ * BAD_TARGET name the first (BAD_TARGET: an int label for softmax
+ * cross-entropy, f32 bits for the dense losses). KIND is the loss code
+ * (MPCL_ABI_LOSS_*) plus one of the last call, 0 before any. WORDS is how
+ * many are used; the public MPCL_LOSS_STATS_COLS must be at least that. */
+#define MPCL_ABI_LOSS_STAT_LOSS 0
+#define MPCL_ABI_LOSS_STAT_LOSS_COMP 1
+#define MPCL_ABI_LOSS_STAT_CORRECT 2
+#define MPCL_ABI_LOSS_STAT_SAMPLES 3
+#define MPCL_ABI_LOSS_STAT_CALLS 4
+#define MPCL_ABI_LOSS_STAT_BAD 5
+#define MPCL_ABI_LOSS_STAT_BAD_CALL 6
+#define MPCL_ABI_LOSS_STAT_BAD_ROW 7
+#define MPCL_ABI_LOSS_STAT_BAD_TARGET 8
+#define MPCL_ABI_LOSS_STAT_METRIC 9
+#define MPCL_ABI_LOSS_STAT_METRIC_COMP 10
+#define MPCL_ABI_LOSS_STAT_TERMS 11
+#define MPCL_ABI_LOSS_STAT_BAD_COL 12
+#define MPCL_ABI_LOSS_STAT_KIND 13
+#define MPCL_ABI_LOSS_STAT_WORDS 14
 
-/* The work-group of mpcl_softmax_xent: its reqd_work_group_size and the size
- * of its local reductions (a power of two); ops.c launches exactly one group
- * of this size. */
+/* Loss codes: the values of the public enum mpcl_loss (include/mpcl/losses.h,
+ * asserted in losses.c); each loss kernel writes its own (plus one) into the
+ * KIND word above. */
+#define MPCL_ABI_LOSS_SPARSE_XENT 0
+#define MPCL_ABI_LOSS_BINARY_XENT 1
+#define MPCL_ABI_LOSS_MSE 2
+#define MPCL_ABI_LOSS_COUNT 3
+
+/* The work-group of the loss kernels: their reqd_work_group_size and the
+ * size of their local reductions (a power of two); the launchers start
+ * exactly one group of this size. */
 #define MPCL_ABI_LOSS_WG 64
 
 /* Loss-scale state: uint word offsets in the scaler's state tensor.
@@ -121,48 +143,57 @@
 #define MPCL_ABI_OPTIM_NORM_GROUPS 64
 
 /* Every constant above, for the echo kernel and its test: X(name) each. */
-#define MPCL_ABI_LIST(X)            \
-    X(MPCL_ABI_XENT_STAT_LOSS)      \
-    X(MPCL_ABI_XENT_STAT_COMP)      \
-    X(MPCL_ABI_XENT_STAT_CORRECT)   \
-    X(MPCL_ABI_XENT_STAT_SAMPLES)   \
-    X(MPCL_ABI_XENT_STAT_CALLS)     \
-    X(MPCL_ABI_XENT_STAT_BAD)       \
-    X(MPCL_ABI_XENT_STAT_BAD_CALL)  \
-    X(MPCL_ABI_XENT_STAT_BAD_ROW)   \
-    X(MPCL_ABI_XENT_STAT_BAD_LABEL) \
-    X(MPCL_ABI_XENT_STAT_WORDS)     \
-    X(MPCL_ABI_LOSS_WG)             \
-    X(MPCL_ABI_LS_GOOD)             \
-    X(MPCL_ABI_LS_FOUND_INF)        \
-    X(MPCL_ABI_LS_SKIPPED)          \
-    X(MPCL_ABI_LS_LAST_FOUND_INF)   \
-    X(MPCL_ABI_LS_STATE_WORDS)      \
-    X(MPCL_ABI_LS_CHECK_TENSORS)    \
-    X(MPCL_ABI_LS_UPDATE_ARGS)      \
-    X(MPCL_ABI_ACT_IDENTITY)        \
-    X(MPCL_ABI_ACT_RELU)            \
-    X(MPCL_ABI_ACT_GELU)            \
-    X(MPCL_ABI_ACT_SIGMOID)         \
-    X(MPCL_ABI_ACT_TANH)            \
-    X(MPCL_ABI_ACT_COUNT)           \
-    X(MPCL_ABI_GEMM_TILE_WIDE)      \
-    X(MPCL_ABI_GEMM_TILE_NARROW)    \
-    X(MPCL_ABI_GEMM_TILE_FLAT_ROWS) \
-    X(MPCL_ABI_GEMM_STRIP_MAX)      \
-    X(MPCL_ABI_GEMM_COL_STRIP_MAX)  \
-    X(MPCL_ABI_COPY_F32_LANES)      \
-    X(MPCL_ABI_ELEMENTWISE_VEC)     \
-    X(MPCL_ABI_BIAS_GRAD_COLS)      \
-    X(MPCL_ABI_BIAS_GRAD_PARTS)     \
-    X(MPCL_ABI_OPTIM_STEP_COUNT)    \
-    X(MPCL_ABI_OPTIM_STEP_BC1)      \
-    X(MPCL_ABI_OPTIM_STEP_BC2)      \
-    X(MPCL_ABI_OPTIM_STEP_WORDS)    \
-    X(MPCL_ABI_OPTIM_CLIP_NORM)     \
-    X(MPCL_ABI_OPTIM_CLIP_FACTOR)   \
-    X(MPCL_ABI_OPTIM_CLIP_WORDS)    \
-    X(MPCL_ABI_OPTIM_NORM_WG)       \
+#define MPCL_ABI_LIST(X)              \
+    X(MPCL_ABI_LOSS_STAT_LOSS)        \
+    X(MPCL_ABI_LOSS_STAT_LOSS_COMP)   \
+    X(MPCL_ABI_LOSS_STAT_CORRECT)     \
+    X(MPCL_ABI_LOSS_STAT_SAMPLES)     \
+    X(MPCL_ABI_LOSS_STAT_CALLS)       \
+    X(MPCL_ABI_LOSS_STAT_BAD)         \
+    X(MPCL_ABI_LOSS_STAT_BAD_CALL)    \
+    X(MPCL_ABI_LOSS_STAT_BAD_ROW)     \
+    X(MPCL_ABI_LOSS_STAT_BAD_TARGET)  \
+    X(MPCL_ABI_LOSS_STAT_METRIC)      \
+    X(MPCL_ABI_LOSS_STAT_METRIC_COMP) \
+    X(MPCL_ABI_LOSS_STAT_TERMS)       \
+    X(MPCL_ABI_LOSS_STAT_BAD_COL)     \
+    X(MPCL_ABI_LOSS_STAT_KIND)        \
+    X(MPCL_ABI_LOSS_STAT_WORDS)       \
+    X(MPCL_ABI_LOSS_SPARSE_XENT)      \
+    X(MPCL_ABI_LOSS_BINARY_XENT)      \
+    X(MPCL_ABI_LOSS_MSE)              \
+    X(MPCL_ABI_LOSS_COUNT)            \
+    X(MPCL_ABI_LOSS_WG)               \
+    X(MPCL_ABI_LS_GOOD)               \
+    X(MPCL_ABI_LS_FOUND_INF)          \
+    X(MPCL_ABI_LS_SKIPPED)            \
+    X(MPCL_ABI_LS_LAST_FOUND_INF)     \
+    X(MPCL_ABI_LS_STATE_WORDS)        \
+    X(MPCL_ABI_LS_CHECK_TENSORS)      \
+    X(MPCL_ABI_LS_UPDATE_ARGS)        \
+    X(MPCL_ABI_ACT_IDENTITY)          \
+    X(MPCL_ABI_ACT_RELU)              \
+    X(MPCL_ABI_ACT_GELU)              \
+    X(MPCL_ABI_ACT_SIGMOID)           \
+    X(MPCL_ABI_ACT_TANH)              \
+    X(MPCL_ABI_ACT_COUNT)             \
+    X(MPCL_ABI_GEMM_TILE_WIDE)        \
+    X(MPCL_ABI_GEMM_TILE_NARROW)      \
+    X(MPCL_ABI_GEMM_TILE_FLAT_ROWS)   \
+    X(MPCL_ABI_GEMM_STRIP_MAX)        \
+    X(MPCL_ABI_GEMM_COL_STRIP_MAX)    \
+    X(MPCL_ABI_COPY_F32_LANES)        \
+    X(MPCL_ABI_ELEMENTWISE_VEC)       \
+    X(MPCL_ABI_BIAS_GRAD_COLS)        \
+    X(MPCL_ABI_BIAS_GRAD_PARTS)       \
+    X(MPCL_ABI_OPTIM_STEP_COUNT)      \
+    X(MPCL_ABI_OPTIM_STEP_BC1)        \
+    X(MPCL_ABI_OPTIM_STEP_BC2)        \
+    X(MPCL_ABI_OPTIM_STEP_WORDS)      \
+    X(MPCL_ABI_OPTIM_CLIP_NORM)       \
+    X(MPCL_ABI_OPTIM_CLIP_FACTOR)     \
+    X(MPCL_ABI_OPTIM_CLIP_WORDS)      \
+    X(MPCL_ABI_OPTIM_NORM_WG)         \
     X(MPCL_ABI_OPTIM_NORM_GROUPS)
 
 #endif

@@ -10,8 +10,9 @@
 // thousand classes, so one work-group is enough.
 //
 // logits, d_logits: [rows, classes]. labels: [rows] int. stats: 32-bit words
-// at the MPCL_ABI_XENT_STAT_* offsets of cl/abi.h, which ops.c reads: the
-// loss sum as a float with its Kahan compensation, the rest uints. With
+// at the MPCL_ABI_LOSS_STAT_* offsets of cl/abi.h, which losses.c reads (the
+// layout every loss shares; loss_group_reduce and loss_stats_add below
+// update it, cl/loss_dense.cl uses them too). With
 // write_grad, d_logits[r,c] = (p[r,c] - (c == label)) * scale / grad_rows
 // (grad_rows = rows, or a data-parallel replica's global batch), where
 // scale is scale_buf[0] when use_scale_buf and scale_value otherwise; without
@@ -46,11 +47,64 @@
         if ((n) > 7u) q_[(o).s7] = b_.s7;                             \
     } while (0)
 
+// The partial sums of a loss kernel's work-group, in local arrays of
+// MPCL_ABI_LOSS_WG entries (OpenCL 1.2 declares them in the kernel): summed
+// (the firsts: the least) into entry 0 by a tree in a fixed order.
+inline void loss_group_reduce(uint lid, __local float *l_loss, __local float *l_metric,
+                              __local uint *l_correct, __local uint *l_valid, __local uint *l_bad,
+                              __local uint *l_first) {
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint half_n = MPCL_ABI_LOSS_WG / 2; half_n > 0; half_n /= 2) {
+        if (lid < half_n) {
+            l_loss[lid] += l_loss[lid + half_n];
+            l_metric[lid] += l_metric[lid + half_n];
+            l_correct[lid] += l_correct[lid + half_n];
+            l_valid[lid] += l_valid[lid + half_n];
+            l_bad[lid] += l_bad[lid + half_n];
+            l_first[lid] = min(l_first[lid], l_first[lid + half_n]);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+}
+
+// Kahan summation of x into the f32 sum at word `at` with its compensation
+// at `comp`: an epoch's sum stays accurate in f32.
+inline void loss_kahan_add(__global uint *stats, uint at, uint comp, float x) {
+    float sum = as_float(stats[at]);
+    float y = x - as_float(stats[comp]);
+    float t = sum + y;
+    stats[comp] = as_uint((t - sum) - y);
+    stats[at] = as_uint(t);
+}
+
+// Adds one call's reduced sums (entry 0 of the arrays above) to the stats,
+// by a single work-item. terms: the loss terms summed; the first bad row (if
+// any) is recorded with its column and target bits when it is the first
+// since the reset. kind: the MPCL_ABI_LOSS_* code.
+inline void loss_stats_add(__global uint *stats, uint kind, float loss, float metric, uint correct,
+                           uint valid, uint terms, uint bad, uint first_bad, uint bad_col,
+                           uint bad_target) {
+    loss_kahan_add(stats, MPCL_ABI_LOSS_STAT_LOSS, MPCL_ABI_LOSS_STAT_LOSS_COMP, loss);
+    loss_kahan_add(stats, MPCL_ABI_LOSS_STAT_METRIC, MPCL_ABI_LOSS_STAT_METRIC_COMP, metric);
+    stats[MPCL_ABI_LOSS_STAT_CORRECT] += correct;
+    stats[MPCL_ABI_LOSS_STAT_SAMPLES] += valid;
+    stats[MPCL_ABI_LOSS_STAT_TERMS] += terms;
+    if (bad != 0 && stats[MPCL_ABI_LOSS_STAT_BAD] == 0) {
+        stats[MPCL_ABI_LOSS_STAT_BAD_CALL] = stats[MPCL_ABI_LOSS_STAT_CALLS];
+        stats[MPCL_ABI_LOSS_STAT_BAD_ROW] = first_bad;
+        stats[MPCL_ABI_LOSS_STAT_BAD_COL] = bad_col;
+        stats[MPCL_ABI_LOSS_STAT_BAD_TARGET] = bad_target;
+    }
+    stats[MPCL_ABI_LOSS_STAT_BAD] += bad;
+    stats[MPCL_ABI_LOSS_STAT_CALLS] += 1;
+    stats[MPCL_ABI_LOSS_STAT_KIND] = kind + 1;
+}
+
 __kernel __attribute__((reqd_work_group_size(MPCL_ABI_LOSS_WG, 1, 1))) void mpcl_softmax_xent(
     __global uint *stats, __global storage_t *d_logits, __global const storage_t *logits,
     __global const int *labels, uint rows, uint grad_rows, uint classes, __global const float *scale_buf,
     float scale_value, int use_scale_buf, int write_grad) {
-    __local float l_loss[MPCL_ABI_LOSS_WG];
+    __local float l_loss[MPCL_ABI_LOSS_WG], l_metric[MPCL_ABI_LOSS_WG];
     __local uint l_correct[MPCL_ABI_LOSS_WG], l_valid[MPCL_ABI_LOSS_WG];
     __local uint l_bad[MPCL_ABI_LOSS_WG], l_first[MPCL_ABI_LOSS_WG];
     const uint lid = get_local_id(0);
@@ -111,36 +165,14 @@ __kernel __attribute__((reqd_work_group_size(MPCL_ABI_LOSS_WG, 1, 1))) void mpcl
     }
 
     l_loss[lid] = loss;
+    l_metric[lid] = 0.0f;
     l_correct[lid] = correct;
     l_valid[lid] = valid;
     l_bad[lid] = bad;
     l_first[lid] = first_bad;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (uint half_n = MPCL_ABI_LOSS_WG / 2; half_n > 0; half_n /= 2) {
-        if (lid < half_n) {
-            l_loss[lid] += l_loss[lid + half_n];
-            l_correct[lid] += l_correct[lid + half_n];
-            l_valid[lid] += l_valid[lid + half_n];
-            l_bad[lid] += l_bad[lid + half_n];
-            l_first[lid] = min(l_first[lid], l_first[lid + half_n]);
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
+    loss_group_reduce(lid, l_loss, l_metric, l_correct, l_valid, l_bad, l_first);
     if (lid != 0) return;
-
-    // Kahan summation: the loss sum of an epoch stays accurate in f32.
-    float sum = as_float(stats[MPCL_ABI_XENT_STAT_LOSS]);
-    float y = l_loss[0] - as_float(stats[MPCL_ABI_XENT_STAT_COMP]);
-    float t = sum + y;
-    stats[MPCL_ABI_XENT_STAT_COMP] = as_uint((t - sum) - y);
-    stats[MPCL_ABI_XENT_STAT_LOSS] = as_uint(t);
-    stats[MPCL_ABI_XENT_STAT_CORRECT] += l_correct[0];
-    stats[MPCL_ABI_XENT_STAT_SAMPLES] += l_valid[0];
-    if (l_bad[0] != 0 && stats[MPCL_ABI_XENT_STAT_BAD] == 0) {
-        stats[MPCL_ABI_XENT_STAT_BAD_CALL] = stats[MPCL_ABI_XENT_STAT_CALLS];
-        stats[MPCL_ABI_XENT_STAT_BAD_ROW] = l_first[0];
-        stats[MPCL_ABI_XENT_STAT_BAD_LABEL] = (uint)labels[l_first[0]];
-    }
-    stats[MPCL_ABI_XENT_STAT_BAD] += l_bad[0];
-    stats[MPCL_ABI_XENT_STAT_CALLS] += 1;
+    const uint bad_label = l_bad[0] != 0 ? (uint)labels[l_first[0]] : 0u;
+    loss_stats_add(stats, MPCL_ABI_LOSS_SPARSE_XENT, l_loss[0], 0.0f, l_correct[0], l_valid[0],
+                   l_valid[0], l_bad[0], l_first[0], 0u, bad_label);
 }

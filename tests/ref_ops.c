@@ -130,3 +130,47 @@ uint16_t ref_f64_to_bf16(double x) {
     uint16_t mant = (uint16_t)(ldexp(m, 8) - 128.0);
     return (uint16_t)(sign | (uint16_t)((re - 1 + 127) << 7) | mant);
 }
+
+static bool ref_target_ok(mpcl_loss loss, double t) {
+    if (loss == MPCL_LOSS_BINARY_CROSSENTROPY) return t >= 0 && t <= 1;
+    return isfinite(t);
+}
+
+/* softplus(z) = log(1 + e^z), without overflow for large z. */
+static double ref_softplus(double z) {
+    return z > 0 ? z + log1p(exp(-z)) : log1p(exp(z));
+}
+
+size_t ref_dense_loss(mpcl_loss loss, const double *pred, const double *targets, size_t rows,
+                      size_t cols, double scale, size_t grad_rows, double *loss_sum,
+                      double *metric_sum, double *d_pred) {
+    size_t bad = 0;
+    double g = scale / ((double)grad_rows * (double)cols);
+    *loss_sum = 0;
+    *metric_sum = 0;
+    for (size_t r = 0; r < rows; r++) {
+        const double *z = pred + r * cols, *t = targets + r * cols;
+        bool ok = true;
+        for (size_t c = 0; c < cols; c++) ok = ok && ref_target_ok(loss, t[c]);
+        bad += !ok;
+        for (size_t c = 0; c < cols; c++) {
+            double term, metric, unit;
+            if (loss == MPCL_LOSS_BINARY_CROSSENTROPY) {
+                double p = 1 / (1 + exp(-z[c]));
+                term = ref_softplus(z[c]) - z[c] * t[c];
+                metric = (p > 0.5) == (t[c] > 0.5);
+                unit = p - t[c];
+            } else {
+                term = (z[c] - t[c]) * (z[c] - t[c]);
+                metric = fabs(z[c] - t[c]);
+                unit = 2 * (z[c] - t[c]);
+            }
+            if (ok) {
+                *loss_sum += term;
+                *metric_sum += metric;
+            }
+            if (d_pred) d_pred[r * cols + c] = ok ? unit * g : 0;
+        }
+    }
+    return bad;
+}

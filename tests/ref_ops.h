@@ -36,6 +36,19 @@ void ref_bias_grad(double *d_bias, const double *d_pre, size_t rows, size_t cols
 size_t ref_softmax_xent(const double *logits, const int32_t *labels, size_t rows, size_t cols,
                         double scale, double *loss_sum, size_t *correct, double *d_logits);
 
+/* The dense losses (mpcl/losses.h) of pred [rows, cols] against targets
+ * [rows, cols]: binary cross-entropy on logits z, softplus(z) - z t, with
+ * the metric binary accuracy (sigmoid(z) > 0.5 against t > 0.5, counted),
+ * or MSE (y - t)^2 with the metric |y - t|. A row with any bad target
+ * (binary: outside [0, 1] or NaN; MSE: not finite) counts nowhere and gets
+ * a zero gradient row; the return value is the number of such rows.
+ * *loss_sum, *metric_sum: over the elements of the other rows. d_pred (may
+ * be NULL): the gradient of scale * mean over the valid and bad rows'
+ * elements, i.e. d term / d z * scale / (grad_rows * cols). */
+size_t ref_dense_loss(mpcl_loss loss, const double *pred, const double *targets, size_t rows,
+                      size_t cols, double scale, size_t grad_rows, double *loss_sum,
+                      double *metric_sum, double *d_pred);
+
 /* bfloat16 (sign, 8 exponent bits with bias 127, 7 mantissa bits; exponent 0
  * is subnormal with quantum 2^-133): the value of a bit pattern from its
  * fields (NaN for NaN patterns), and a double rounded straight to the

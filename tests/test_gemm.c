@@ -58,13 +58,6 @@ typedef struct gemm_variant {
 
 static uint64_t seed_counter = 0x5eed0001;
 
-/* The value a tensor of `dtype` holds after uploading x. */
-static float stored(mpcl_dtype dtype, float x) {
-    if (dtype == MPCL_DTYPE_F16) return mpcl_f16_to_f32(mpcl_f32_to_f16(x));
-    if (dtype == MPCL_DTYPE_BF16) return mpcl_bf16_to_f32(mpcl_f32_to_bf16(x));
-    return x;
-}
-
 /* Runs one case and checks it. a_h (m x k or k x m), b_h, c_h are the exact
  * values the tensors hold. */
 static void run_case(mpcl_context *ctx, const gemm_variant *v, const gemm_case *gc, bool ta,
@@ -77,9 +70,9 @@ static void run_case(mpcl_context *ctx, const gemm_variant *v, const gemm_case *
     tu_fill_uniform(&rng, a_h, m * k, -1.0f, 1.0f);
     tu_fill_uniform(&rng, b_h, k * n, -1.0f, 1.0f);
     tu_fill_uniform(&rng, c_h, m * n, -1.0f, 1.0f);
-    for (size_t i = 0; i < m * k; i++) a_h[i] = stored(v->in, a_h[i]);
-    for (size_t i = 0; i < k * n; i++) b_h[i] = stored(v->in, b_h[i]);
-    for (size_t i = 0; i < m * n; i++) c_h[i] = stored(v->out, c_h[i]);
+    for (size_t i = 0; i < m * k; i++) a_h[i] = tu_stored(v->in, a_h[i]);
+    for (size_t i = 0; i < k * n; i++) b_h[i] = tu_stored(v->in, b_h[i]);
+    for (size_t i = 0; i < m * n; i++) c_h[i] = tu_stored(v->out, c_h[i]);
     float alpha = (float)tu_uniform(&rng, 0.25, 2.0), beta = (float)tu_uniform(&rng, -1.5, 1.5);
     if (zero_beta) beta = 0.0f;
 
@@ -98,8 +91,8 @@ static void run_case(mpcl_context *ctx, const gemm_variant *v, const gemm_case *
 
     /* HGEMM takes alpha and beta as half: the reference uses those values. */
     bool hgemm = v->path == MPCL_GEMM_CLBLAST_HGEMM;
-    double al = (double)(hgemm ? stored(MPCL_DTYPE_F16, alpha) : alpha);
-    double be = (double)(hgemm ? stored(MPCL_DTYPE_F16, beta) : beta);
+    double al = (double)(hgemm ? tu_stored(MPCL_DTYPE_F16, alpha) : alpha);
+    double be = (double)(hgemm ? tu_stored(MPCL_DTYPE_F16, beta) : beta);
     /* Tolerance, per element, from the standard bound on a computed dot
      * product: |fl(sum) - sum| <= K u sum|a||b| (any summation order, u the
      * unit roundoff of the accumulation). Scaling by alpha and adding beta*c

@@ -27,98 +27,14 @@ static const size_t slow_shapes = 5;
 static const mpcl_dtype storages[] = {MPCL_DTYPE_F32, MPCL_DTYPE_F16, MPCL_DTYPE_BF16};
 #define NSTORAGES (sizeof storages / sizeof storages[0])
 
-/* What one rounding into a storage dtype adds to a result w: at most
- * rel |w| + abs. The unit roundoff of the significand (f16: 11 bits, 2^-11;
- * bf16: 8 bits, 2^-8) and half the smallest subnormal step below the normal
- * range (f16: 2^-25; bf16, with f32's exponent range: 2^-134). f32 storage
- * adds nothing to the f32 result. */
-typedef struct rounding {
-    double rel, abs;
-} rounding;
-
-static rounding storage_rounding(mpcl_dtype dt) {
-    if (dt == MPCL_DTYPE_F16) return (rounding){0x1p-11, 0x1p-25};
-    if (dt == MPCL_DTYPE_BF16) return (rounding){0x1p-8, 0x1p-134};
-    return (rounding){0, 0};
-}
-
 static size_t shape_count(mpcl_context *ctx) {
     return tu_slow_device(ctx) ? slow_shapes : sizeof shapes / sizeof shapes[0];
-}
-
-static uint64_t seed_now(const char *test) {
-    uint64_t seed = (uint64_t)time(NULL) * 2654435761u ^ (uint64_t)clock();
-    fprintf(stderr, "%s: seed %llu\n", test, (unsigned long long)seed);
-    return seed;
-}
-
-/* What the tensor will hold after an upload of x. */
-static float stored(mpcl_dtype dtype, float x) {
-    if (dtype == MPCL_DTYPE_F16) return mpcl_f16_to_f32(mpcl_f32_to_f16(x));
-    if (dtype == MPCL_DTYPE_BF16) return mpcl_bf16_to_f32(mpcl_f32_to_bf16(x));
-    return x;
-}
-
-static mpcl_tensor *make_from(mpcl_context *ctx, mpcl_dtype dtype, size_t rows, size_t cols,
-                              const float *x) {
-    mpcl_tensor *t = tu_tensor(ctx, dtype, rows, cols);
-    TU_ASSERT_OK(mpcl_tensor_upload_f32(t, x, rows * cols));
-    return t;
-}
-
-static mpcl_tensor *make_poisoned(mpcl_context *ctx, mpcl_dtype dtype, size_t rows, size_t cols) {
-    mpcl_tensor *t = tu_tensor(ctx, dtype, rows, cols);
-    tu_poison(t);
-    return t;
-}
-
-static float *download(const mpcl_tensor *t) {
-    size_t n = mpcl_tensor_count(t);
-    float *x = malloc(n * sizeof *x);
-    TU_ASSERT_OK(mpcl_tensor_download_f32(t, x, n));
-    return x;
-}
-
-/* True when every element still holds the poison bit pattern. */
-static bool still_poisoned(const mpcl_tensor *t) {
-    size_t bytes = mpcl_tensor_bytes(t);
-    unsigned char *raw = malloc(bytes);
-    TU_ASSERT_OK(mpcl_tensor_download_raw(t, raw, bytes));
-    bool same = true;
-    mpcl_dtype dt = mpcl_tensor_dtype(t);
-    if (dt == MPCL_DTYPE_F16 || dt == MPCL_DTYPE_BF16) {
-        for (size_t i = 0; i < bytes / 2; i++) {
-            uint16_t h;
-            memcpy(&h, raw + 2 * i, 2);
-            same = same && h == TU_POISON_16(dt);
-        }
-    } else {
-        float p = tu_poison_f32();
-        for (size_t i = 0; i < bytes / 4; i++) same = same && memcmp(raw + 4 * i, &p, 4) == 0;
-    }
-    free(raw);
-    return same;
-}
-
-static double *to_double(const float *x, size_t n) {
-    double *d = malloc(n * sizeof *d);
-    for (size_t i = 0; i < n; i++) d[i] = x[i];
-    return d;
 }
 
 static double max_abs(const double *x, size_t n) {
     double m = 0;
     for (size_t i = 0; i < n; i++) m = fmax(m, fabs(x[i]));
     return m;
-}
-
-/* The whole-tensor bound implied by the elementwise one: |e_i| <= atol +
- * rtol |w_i| gives ||e|| / ||w|| <= rtol + atol sqrt(n) / ||w||; a single
- * element (1x1) can reach it, so the normalized check uses it as is. */
-static double norm_tol(double atol, double rtol, const double *want, size_t n) {
-    double w2 = 0;
-    for (size_t i = 0; i < n; i++) w2 += want[i] * want[i];
-    return rtol + atol * sqrt((double)n) / fmax(sqrt(w2), 1e-30);
 }
 
 static const char *dname(mpcl_dtype d) {
@@ -152,7 +68,7 @@ static void test_activation_names(void **state) {
  * (a missing factor, a sign) is off by far more. */
 static void test_reference_fd(void **state) {
     (void)state;
-    tu_rng r = tu_rng_make(seed_now("reference_fd"));
+    tu_rng r = tu_rng_make(tu_seed("reference_fd"));
     const double h = 1e-5, tol = 1e-7;
     enum { ROWS = 5, COLS = 6 };
     for (int a = 0; a < MPCL_ACT_COUNT; a++) {
@@ -260,46 +176,47 @@ static void check_act_case(mpcl_context *ctx, tu_rng *r, mpcl_dtype dt, shape s,
         /* Keep z off relu's kink by more than f16 can blur: a z that rounds
          * to 0 in storage would change relu' from 1 to 0. (bf16 has f32's
          * range, so a nonzero z never rounds to 0 there.) */
-        if (fabs((double)stored(dt, in[i]) + (double)bias[i % s.cols]) < 1e-3) in[i] += 0.01f;
-        in[i] = stored(dt, in[i]);
-        d_out[i] = stored(dt, d_out[i]);
+        if (fabs((double)tu_stored(dt, in[i]) + (double)bias[i % s.cols]) < 1e-3) in[i] += 0.01f;
+        in[i] = tu_stored(dt, in[i]);
+        d_out[i] = tu_stored(dt, d_out[i]);
     }
-    mpcl_tensor *t_in = make_from(ctx, dt, s.rows, s.cols, in);
-    mpcl_tensor *t_bias = make_from(ctx, MPCL_DTYPE_F32, 1, s.cols, bias);
-    mpcl_tensor *t_dout = make_from(ctx, dt, s.rows, s.cols, d_out);
-    mpcl_tensor *t_out = make_poisoned(ctx, dt, s.rows, s.cols);
-    mpcl_tensor *t_z = make_poisoned(ctx, dt, s.rows, s.cols);
-    mpcl_tensor *t_dpre = make_poisoned(ctx, dt, s.rows, s.cols);
-    mpcl_tensor *t_dbias = make_poisoned(ctx, dt, 1, s.cols);
-    mpcl_tensor *t_dbias32 = make_poisoned(ctx, MPCL_DTYPE_F32, 1, s.cols);
+    mpcl_tensor *t_in = tu_tensor_from(ctx, dt, s.rows, s.cols, in);
+    mpcl_tensor *t_bias = tu_tensor_from(ctx, MPCL_DTYPE_F32, 1, s.cols, bias);
+    mpcl_tensor *t_dout = tu_tensor_from(ctx, dt, s.rows, s.cols, d_out);
+    mpcl_tensor *t_out = tu_tensor_poisoned(ctx, dt, s.rows, s.cols);
+    mpcl_tensor *t_z = tu_tensor_poisoned(ctx, dt, s.rows, s.cols);
+    mpcl_tensor *t_dpre = tu_tensor_poisoned(ctx, dt, s.rows, s.cols);
+    mpcl_tensor *t_dbias = tu_tensor_poisoned(ctx, dt, 1, s.cols);
+    mpcl_tensor *t_dbias32 = tu_tensor_poisoned(ctx, MPCL_DTYPE_F32, 1, s.cols);
 
-    double *din = to_double(in, n), *dbias = to_double(bias, s.cols), *ddout = to_double(d_out, n);
+    double *din = tu_to_double(in, n), *dbias = tu_to_double(bias, s.cols),
+           *ddout = tu_to_double(d_out, n);
     double *want = malloc(n * sizeof *want), *zref = malloc(n * sizeof *zref);
     double *dpre_ref = malloc(n * sizeof *dpre_ref);
     ref_bias_act_forward(want, zref, din, dbias, s.rows, s.cols, act);
     ref_bias_act_backward(dpre_ref, ddout, zref, s.rows, s.cols, act);
 
-    const rounding st = storage_rounding(dt);
+    const tu_rounding st = tu_storage_rounding(dt);
     const double st_rel = st.rel, st_abs = st.abs;
 
     TU_ASSERT_OK(mpcl_bias_act_forward_z(ctx, t_out, t_z, t_in, t_bias, act));
-    float *out = download(t_out), *z = download(t_z);
+    float *out = tu_download(t_out), *z = tu_download(t_z);
     snprintf(what, sizeof what, "forward %s %s %zux%zu", mpcl_activation_name(act), dname(dt),
              s.rows, s.cols);
     double fa = 4e-6 + st_abs, fr = 4e-6 + st_rel;
-    assert_true(tu_check_close(what, out, want, n, fa, fr, norm_tol(fa, fr, want, n)));
+    assert_true(tu_check_close(what, out, want, n, fa, fr, tu_norm_tol(fa, fr, want, n)));
     /* z = in + bias: one f32 rounding, then the storage rounding. */
     snprintf(what, sizeof what, "z %s %s %zux%zu", mpcl_activation_name(act), dname(dt), s.rows,
              s.cols);
     assert_true(tu_check_close(what, z, zref, n, st_abs, 0x1p-24 + st_rel,
-                               norm_tol(st_abs, 0x1p-24 + st_rel, zref, n)));
+                               tu_norm_tol(st_abs, 0x1p-24 + st_rel, zref, n)));
 
     mpcl_act_saved which = mpcl_activation_saved(act);
     const mpcl_tensor *saved = which == MPCL_ACT_SAVED_OUTPUT   ? t_out
                                : which == MPCL_ACT_SAVED_PREACT ? t_z
                                                                 : NULL;
     TU_ASSERT_OK(mpcl_bias_act_backward(ctx, t_dpre, t_dout, saved, act));
-    float *dpre = download(t_dpre);
+    float *dpre = tu_download(t_dpre);
     double saved_err = dt == MPCL_DTYPE_F16    ? (act == MPCL_ACT_GELU ? 2e-3 : 0x1p-11)
                        : dt == MPCL_DTYPE_BF16 ? (act == MPCL_ACT_GELU ? 1.6e-2 : 0x1p-8)
                                                : 8e-6;
@@ -307,14 +224,14 @@ static void check_act_case(mpcl_context *ctx, tu_rng *r, mpcl_dtype dt, shape s,
     snprintf(what, sizeof what, "backward %s %s %zux%zu", mpcl_activation_name(act), dname(dt),
              s.rows, s.cols);
     assert_true(tu_check_close(what, dpre, dpre_ref, n, back_abs, 8e-6 + st_rel,
-                               norm_tol(back_abs, 8e-6 + st_rel, dpre_ref, n)));
+                               tu_norm_tol(back_abs, 8e-6 + st_rel, dpre_ref, n)));
 
     /* The bias gradient of what the device wrote: f32 sums of `rows` terms
      * (in any order), error <= rows * 2^-24 * sum |x| per column. In the
      * storage dtype: that sum rounded once more, 2^-11 relative in f16 (of
      * the f32 sum, so of |want| + eb) and 2^-25 absolute below f16's normal
      * range; |sum| <= 2 * 130 here, far from f16's overflow. */
-    double *dd = to_double(dpre, n), *dbias_ref = malloc(s.cols * sizeof *dbias_ref);
+    double *dd = tu_to_double(dpre, n), *dbias_ref = malloc(s.cols * sizeof *dbias_ref);
     ref_bias_grad(dbias_ref, dd, s.rows, s.cols);
     double col_abs = 0;
     for (size_t j = 0; j < s.cols; j++) {
@@ -324,25 +241,25 @@ static void check_act_case(mpcl_context *ctx, tu_rng *r, mpcl_dtype dt, shape s,
     }
     TU_ASSERT_OK(mpcl_bias_grad(ctx, t_dbias, t_dpre));
     TU_ASSERT_OK(mpcl_bias_grad(ctx, t_dbias32, t_dpre));
-    float *db = download(t_dbias), *db32 = download(t_dbias32);
+    float *db = tu_download(t_dbias), *db32 = tu_download(t_dbias32);
     double eb = (double)s.rows * 0x1p-24 * col_abs;
     double gb_abs = eb * (1 + st_rel) + st_abs;
     snprintf(what, sizeof what, "bias grad %s %s %zux%zu", mpcl_activation_name(act), dname(dt),
              s.rows, s.cols);
     assert_true(tu_check_close(what, db, dbias_ref, s.cols, gb_abs, st_rel,
-                               norm_tol(gb_abs, st_rel, dbias_ref, s.cols)));
+                               tu_norm_tol(gb_abs, st_rel, dbias_ref, s.cols)));
     /* Into an f32 d_bias: the f32 sum itself. */
     snprintf(what, sizeof what, "bias grad %s %s -> f32 %zux%zu", mpcl_activation_name(act),
              dname(dt), s.rows, s.cols);
-    assert_true(
-        tu_check_close(what, db32, dbias_ref, s.cols, eb, 0, norm_tol(eb, 0, dbias_ref, s.cols)));
+    assert_true(tu_check_close(what, db32, dbias_ref, s.cols, eb, 0,
+                               tu_norm_tol(eb, 0, dbias_ref, s.cols)));
 
     /* Fused (mpcl_bias_act_backward_grad): the same d_pre and d_bias bits as
      * the two kernels above, which the reference checked; also in place
      * (d_pre = d_out), as the model runs it. */
-    mpcl_tensor *t_dpre2 = make_poisoned(ctx, dt, s.rows, s.cols);
-    mpcl_tensor *t_dbias2 = make_poisoned(ctx, dt, 1, s.cols);
-    mpcl_tensor *t_inplace = make_from(ctx, dt, s.rows, s.cols, d_out);
+    mpcl_tensor *t_dpre2 = tu_tensor_poisoned(ctx, dt, s.rows, s.cols);
+    mpcl_tensor *t_dbias2 = tu_tensor_poisoned(ctx, dt, 1, s.cols);
+    mpcl_tensor *t_inplace = tu_tensor_from(ctx, dt, s.rows, s.cols, d_out);
     TU_ASSERT_OK(mpcl_bias_act_backward_grad(ctx, t_dpre2, t_dbias2, t_dout, saved, act));
     assert_true(same_bits(t_dpre2, t_dpre));
     assert_true(same_bits(t_dbias2, t_dbias));
@@ -356,7 +273,7 @@ static void check_act_case(mpcl_context *ctx, tu_rng *r, mpcl_dtype dt, shape s,
 
     /* The plain forward, in place (out = pre_in), gives the same output. */
     TU_ASSERT_OK(mpcl_bias_act_forward(ctx, t_in, t_in, t_bias, act));
-    float *inplace = download(t_in);
+    float *inplace = tu_download(t_in);
     assert_memory_equal(inplace, out, n * sizeof *out);
 
     free(inplace);
@@ -383,7 +300,7 @@ static void check_act_case(mpcl_context *ctx, tu_rng *r, mpcl_dtype dt, shape s,
 static void test_bias_act(void **state) {
     (void)state;
     mpcl_context *ctx = tu_context();
-    tu_rng r = tu_rng_make(seed_now("bias_act"));
+    tu_rng r = tu_rng_make(tu_seed("bias_act"));
     for (size_t d = 0; d < NSTORAGES; d++)
         for (size_t si = 0; si < shape_count(ctx); si++)
             for (int a = 0; a < MPCL_ACT_COUNT; a++)
@@ -402,12 +319,12 @@ static void test_act_extremes(void **state) {
     for (size_t i = 0; i < n; i++) ones[i] = 1;
     for (int a = 0; a < MPCL_ACT_COUNT; a++) {
         mpcl_activation act = (mpcl_activation)a;
-        mpcl_tensor *in = make_from(ctx, MPCL_DTYPE_F32, n, 1, zs);
-        mpcl_tensor *bias = make_from(ctx, MPCL_DTYPE_F32, 1, 1, &bias0);
-        mpcl_tensor *d_out = make_from(ctx, MPCL_DTYPE_F32, n, 1, ones);
-        mpcl_tensor *out = make_poisoned(ctx, MPCL_DTYPE_F32, n, 1);
-        mpcl_tensor *z = make_poisoned(ctx, MPCL_DTYPE_F32, n, 1);
-        mpcl_tensor *d_pre = make_poisoned(ctx, MPCL_DTYPE_F32, n, 1);
+        mpcl_tensor *in = tu_tensor_from(ctx, MPCL_DTYPE_F32, n, 1, zs);
+        mpcl_tensor *bias = tu_tensor_from(ctx, MPCL_DTYPE_F32, 1, 1, &bias0);
+        mpcl_tensor *d_out = tu_tensor_from(ctx, MPCL_DTYPE_F32, n, 1, ones);
+        mpcl_tensor *out = tu_tensor_poisoned(ctx, MPCL_DTYPE_F32, n, 1);
+        mpcl_tensor *z = tu_tensor_poisoned(ctx, MPCL_DTYPE_F32, n, 1);
+        mpcl_tensor *d_pre = tu_tensor_poisoned(ctx, MPCL_DTYPE_F32, n, 1);
         TU_ASSERT_OK(mpcl_bias_act_forward_z(ctx, out, z, in, bias, act));
         mpcl_act_saved w = mpcl_activation_saved(act);
         TU_ASSERT_OK(mpcl_bias_act_backward(ctx, d_pre, d_out,
@@ -415,7 +332,7 @@ static void test_act_extremes(void **state) {
                                             : w == MPCL_ACT_SAVED_OUTPUT ? out
                                                                          : NULL,
                                             act));
-        float *y = download(out), *g = download(d_pre);
+        float *y = tu_download(out), *g = tu_download(d_pre);
         for (size_t i = 0; i < n; i++) {
             double want_y = ref_act(act, zs[i]), want_g = ref_act_grad(act, zs[i]);
             if (isnan(y[i]) || fabs((double)y[i] - want_y) > 1e-6 * fabs(want_y) + 1e-6)
@@ -446,7 +363,7 @@ static void check_bias_grad_edges(mpcl_context *ctx, tu_rng *r, mpcl_dtype dt, s
                                   size_t cols) {
     const size_t n = rows * cols;
     float *x = malloc(n * sizeof *x);
-    for (size_t i = 0; i < n; i++) x[i] = stored(dt, (float)tu_uniform(r, -2, 2));
+    for (size_t i = 0; i < n; i++) x[i] = tu_stored(dt, (float)tu_uniform(r, -2, 2));
     for (size_t b = 0; b < rows; b++) {
         float *row = x + b * cols;
         row[0] = 1;
@@ -459,14 +376,14 @@ static void check_bias_grad_edges(mpcl_context *ctx, tu_rng *r, mpcl_dtype dt, s
         row[7] = 0x1p-24f;                                /* an f16 subnormal sum */
         row[8] = b == 0 ? 1000 : b == rows - 1 ? -1000 : 0.5f;
     }
-    mpcl_tensor *t_x = make_from(ctx, dt, rows, cols, x);
-    mpcl_tensor *t_db = make_poisoned(ctx, dt, 1, cols);
-    mpcl_tensor *t_db32 = make_poisoned(ctx, MPCL_DTYPE_F32, 1, cols);
+    mpcl_tensor *t_x = tu_tensor_from(ctx, dt, rows, cols, x);
+    mpcl_tensor *t_db = tu_tensor_poisoned(ctx, dt, 1, cols);
+    mpcl_tensor *t_db32 = tu_tensor_poisoned(ctx, MPCL_DTYPE_F32, 1, cols);
     TU_ASSERT_OK(mpcl_bias_grad(ctx, t_db, t_x));
     TU_ASSERT_OK(mpcl_bias_grad(ctx, t_db32, t_x));
-    float *db = download(t_db), *db32 = download(t_db32);
+    float *db = tu_download(t_db), *db32 = tu_download(t_db32);
 
-    double *xd = to_double(x, n), want[EDGE_COLS_MAX], want_st[EDGE_COLS_MAX];
+    double *xd = tu_to_double(x, n), want[EDGE_COLS_MAX], want_st[EDGE_COLS_MAX];
     ref_bias_grad(want, xd, rows, cols);
     double col_abs = 0;
     for (size_t j = 0; j < cols; j++) {
@@ -512,7 +429,7 @@ static void check_bias_grad_edges(mpcl_context *ctx, tu_rng *r, mpcl_dtype dt, s
 static void test_bias_grad_edges(void **state) {
     (void)state;
     mpcl_context *ctx = tu_context();
-    tu_rng r = tu_rng_make(seed_now("bias_grad_edges"));
+    tu_rng r = tu_rng_make(tu_seed("bias_grad_edges"));
     for (size_t d = 0; d < 2; d++) {
         check_bias_grad_edges(ctx, &r, storages[d], 40, 45);
         check_bias_grad_edges(ctx, &r, storages[d], 1, 45);
@@ -539,9 +456,9 @@ static void test_f16_paths(void **state) {
         float *zero = calloc(cols, sizeof *zero);
         mpcl_tensor *in = tu_tensor(ctx, MPCL_DTYPE_F16, rows, cols);
         TU_ASSERT_OK(mpcl_tensor_upload_raw(in, h, n * sizeof *h));
-        mpcl_tensor *bias = make_from(ctx, MPCL_DTYPE_F32, 1, cols, zero);
-        mpcl_tensor *out = make_poisoned(ctx, MPCL_DTYPE_F16, rows, cols);
-        mpcl_tensor *back = make_poisoned(ctx, MPCL_DTYPE_F16, rows, cols);
+        mpcl_tensor *bias = tu_tensor_from(ctx, MPCL_DTYPE_F32, 1, cols, zero);
+        mpcl_tensor *out = tu_tensor_poisoned(ctx, MPCL_DTYPE_F16, rows, cols);
+        mpcl_tensor *back = tu_tensor_poisoned(ctx, MPCL_DTYPE_F16, rows, cols);
         TU_ASSERT_OK(mpcl_bias_act_forward(ctx, out, in, bias, MPCL_ACT_IDENTITY));
         TU_ASSERT_OK(mpcl_bias_act_backward(ctx, back, in, NULL, MPCL_ACT_IDENTITY));
         for (int pass = 0; pass < 2; pass++) {
@@ -590,18 +507,18 @@ static void check_xent_case(mpcl_context *ctx, tu_rng *r, mpcl_dtype dt, xent_ca
     for (size_t i = 0; i < n; i++) {
         float v = xc.extreme ? (tu_uniform(r, 0, 1) < 0.5 ? -1e4f : 1e4f)
                              : (float)tu_uniform(r, xc.lo, xc.hi);
-        logits[i] = stored(dt, v);
+        logits[i] = tu_stored(dt, v);
     }
     for (size_t b = 0; b < B; b++) labels[b] = (int32_t)tu_uniform(r, 0, (double)C - 1e-9);
-    mpcl_tensor *t_logits = make_from(ctx, dt, B, C, logits);
+    mpcl_tensor *t_logits = tu_tensor_from(ctx, dt, B, C, logits);
     mpcl_tensor *t_labels = tu_tensor(ctx, MPCL_DTYPE_I32, B, 1);
     TU_ASSERT_OK(mpcl_tensor_upload_i32(t_labels, labels, B));
-    mpcl_tensor *t_scale = make_from(ctx, MPCL_DTYPE_F32, 1, 1, &xc.scale);
-    mpcl_tensor *t_d = make_poisoned(ctx, dt, B, C);
+    mpcl_tensor *t_scale = tu_tensor_from(ctx, MPCL_DTYPE_F32, 1, 1, &xc.scale);
+    mpcl_tensor *t_d = tu_tensor_poisoned(ctx, dt, B, C);
     mpcl_tensor *stats = NULL;
     TU_ASSERT_OK(mpcl_xent_stats_create(ctx, &stats));
 
-    double *dl = to_double(logits, n), *dref = malloc(n * sizeof *dref), loss_ref;
+    double *dl = tu_to_double(logits, n), *dref = malloc(n * sizeof *dref), loss_ref;
     size_t correct_ref;
     assert_int_equal(ref_softmax_xent(dl, labels, B, C, xc.scale, &loss_ref, &correct_ref, dref),
                      0);
@@ -622,14 +539,14 @@ static void check_xent_case(mpcl_context *ctx, tu_rng *r, mpcl_dtype dt, xent_ca
     assert_int_equal(got.bad, 0);
     assert_int_equal(got.bad_row, -1);
 
-    float *d = download(t_d);
-    const rounding st = storage_rounding(dt);
+    float *d = tu_download(t_d);
+    const tu_rounding st = tu_storage_rounding(dt);
     double g = (double)xc.scale / (double)B;
     char what[128];
     snprintf(what, sizeof what, "xent grad %s %zux%zu scale %g%s", dname(dt), B, C,
              (double)xc.scale, xc.extreme ? " extreme" : "");
     double ga = 8 * 0x1p-24 * g + st.abs, gr = 1e-5 + st.rel;
-    assert_true(tu_check_close(what, d, dref, n, ga, gr, norm_tol(ga, gr, dref, n)));
+    assert_true(tu_check_close(what, d, dref, n, ga, gr, tu_norm_tol(ga, gr, dref, n)));
 
     /* The reset by the read left the accumulator at zero. */
     TU_ASSERT_OK(mpcl_xent_stats_read(ctx, stats, &got, false));
@@ -648,7 +565,7 @@ static void check_xent_case(mpcl_context *ctx, tu_rng *r, mpcl_dtype dt, xent_ca
 static void test_softmax_xent(void **state) {
     (void)state;
     mpcl_context *ctx = tu_context();
-    tu_rng r = tu_rng_make(seed_now("softmax_xent"));
+    tu_rng r = tu_rng_make(tu_seed("softmax_xent"));
     for (size_t d = 0; d < NSTORAGES; d++) {
         for (size_t si = 0; si < shape_count(ctx); si++) {
             shape s = shapes[si];
@@ -673,15 +590,15 @@ static void test_xent_overflow(void **state) {
         mpcl_dtype dt = storages[d];
         const float zero2[2] = {0, 0}, scale = 0x1p20f;
         const int32_t label = 0;
-        mpcl_tensor *logits = make_from(ctx, dt, 1, 2, zero2);
+        mpcl_tensor *logits = tu_tensor_from(ctx, dt, 1, 2, zero2);
         mpcl_tensor *labels = tu_tensor(ctx, MPCL_DTYPE_I32, 1, 1);
         TU_ASSERT_OK(mpcl_tensor_upload_i32(labels, &label, 1));
-        mpcl_tensor *t_scale = make_from(ctx, MPCL_DTYPE_F32, 1, 1, &scale);
-        mpcl_tensor *grad = make_poisoned(ctx, dt, 1, 2);
+        mpcl_tensor *t_scale = tu_tensor_from(ctx, MPCL_DTYPE_F32, 1, 1, &scale);
+        mpcl_tensor *grad = tu_tensor_poisoned(ctx, dt, 1, 2);
         mpcl_tensor *stats = NULL;
         TU_ASSERT_OK(mpcl_xent_stats_create(ctx, &stats));
         TU_ASSERT_OK(mpcl_softmax_xent_forward_backward(ctx, stats, grad, logits, labels, t_scale));
-        float *g = download(grad);
+        float *g = tu_download(grad);
         if (dt == MPCL_DTYPE_F16) {
             assert_true(isinf(g[0]) && g[0] < 0);
             assert_true(isinf(g[1]) && g[1] > 0);
@@ -712,7 +629,7 @@ static void test_xent_bad_label_late_row(void **state) {
     for (size_t b = 0; b < B; b++) labels[b] = (int32_t)(b % C);
     labels[530] = 7;
     labels[600] = -2;
-    mpcl_tensor *t_logits = make_from(ctx, MPCL_DTYPE_F32, B, C, logits);
+    mpcl_tensor *t_logits = tu_tensor_from(ctx, MPCL_DTYPE_F32, B, C, logits);
     mpcl_tensor *t_labels = tu_tensor(ctx, MPCL_DTYPE_I32, B, 1);
     TU_ASSERT_OK(mpcl_tensor_upload_i32(t_labels, labels, B));
     mpcl_tensor *stats = NULL;
@@ -735,17 +652,17 @@ static void test_xent_bad_label_late_row(void **state) {
 static void test_xent_bad_label(void **state) {
     (void)state;
     mpcl_context *ctx = tu_context();
-    tu_rng r = tu_rng_make(seed_now("xent_bad_label"));
+    tu_rng r = tu_rng_make(tu_seed("xent_bad_label"));
     enum { B = 7, C = 5 };
     float logits[B * C];
     tu_fill_uniform(&r, logits, B * C, -3, 3);
     int32_t good[B] = {0, 1, 2, 3, 4, 0, 1}, bad[B] = {0, 1, 2, 5, 4, -1, 1};
-    mpcl_tensor *t_logits = make_from(ctx, MPCL_DTYPE_F32, B, C, logits);
+    mpcl_tensor *t_logits = tu_tensor_from(ctx, MPCL_DTYPE_F32, B, C, logits);
     mpcl_tensor *t_good = tu_tensor(ctx, MPCL_DTYPE_I32, B, 1),
                 *t_bad = tu_tensor(ctx, MPCL_DTYPE_I32, B, 1);
     TU_ASSERT_OK(mpcl_tensor_upload_i32(t_good, good, B));
     TU_ASSERT_OK(mpcl_tensor_upload_i32(t_bad, bad, B));
-    mpcl_tensor *grad = make_poisoned(ctx, MPCL_DTYPE_F32, B, C);
+    mpcl_tensor *grad = tu_tensor_poisoned(ctx, MPCL_DTYPE_F32, B, C);
     mpcl_tensor *stats = NULL;
     TU_ASSERT_OK(mpcl_xent_stats_create(ctx, &stats));
 
@@ -769,7 +686,7 @@ static void test_xent_bad_label(void **state) {
     size_t correct;
     for (size_t i = 0; i < B * C; i++) dl[i] = logits[i];
     assert_int_equal(ref_softmax_xent(dl, bad, B, C, 1, &loss, &correct, dref), 2);
-    float *g = download(grad);
+    float *g = tu_download(grad);
     assert_true(tu_check_close("bad-label grad", g, dref, B * C, 1e-7, 1e-5, 1e-5));
     for (size_t c = 0; c < C; c++) assert_true(g[3 * C + c] == 0 && g[5 * C + c] == 0);
     free(g);
@@ -823,14 +740,14 @@ static void test_cast_edges(void **state) {
         const size_t n = shift + count;
         float x[8 + sizeof edges / sizeof edges[0]];
         for (size_t i = 0; i < n; i++) x[i] = i < shift ? 1.0f : edges[i - shift];
-        mpcl_tensor *src = make_from(ctx, MPCL_DTYPE_F32, 1, n, x);
-        mpcl_tensor *h = make_poisoned(ctx, MPCL_DTYPE_F16, 1, n);
-        mpcl_tensor *back = make_poisoned(ctx, MPCL_DTYPE_F32, 1, n);
+        mpcl_tensor *src = tu_tensor_from(ctx, MPCL_DTYPE_F32, 1, n, x);
+        mpcl_tensor *h = tu_tensor_poisoned(ctx, MPCL_DTYPE_F16, 1, n);
+        mpcl_tensor *back = tu_tensor_poisoned(ctx, MPCL_DTYPE_F32, 1, n);
         TU_ASSERT_OK(mpcl_cast(ctx, h, src));
         TU_ASSERT_OK(mpcl_cast(ctx, back, h));
         uint16_t *bits = malloc(n * sizeof *bits);
         TU_ASSERT_OK(mpcl_tensor_download_raw(h, bits, n * sizeof *bits));
-        float *f = download(back);
+        float *f = tu_download(back);
         for (size_t i = 0; i < n; i++) {
             if (isnan(x[i])) {
                 assert_true((bits[i] & 0x7c00) == 0x7c00 && (bits[i] & 0x3ff) != 0);
@@ -860,14 +777,14 @@ static void test_cast_edges(void **state) {
 static void test_cast_all(void **state) {
     (void)state;
     mpcl_context *ctx = tu_context();
-    tu_rng r = tu_rng_make(seed_now("cast_all"));
+    tu_rng r = tu_rng_make(tu_seed("cast_all"));
     uint16_t *all = malloc(65536 * sizeof *all);
     for (size_t i = 0; i < 65536; i++) all[i] = (uint16_t)i;
     mpcl_tensor *h = tu_tensor(ctx, MPCL_DTYPE_F16, 256, 256);
     TU_ASSERT_OK(mpcl_tensor_upload_raw(h, all, 65536 * sizeof *all));
-    mpcl_tensor *f = make_poisoned(ctx, MPCL_DTYPE_F32, 256, 256);
+    mpcl_tensor *f = tu_tensor_poisoned(ctx, MPCL_DTYPE_F32, 256, 256);
     TU_ASSERT_OK(mpcl_cast(ctx, f, h));
-    float *got = download(f);
+    float *got = tu_download(f);
     for (size_t i = 0; i < 65536; i++) {
         float want = mpcl_f16_to_f32((uint16_t)i);
         if (isnan(want) ? !isnan(got[i]) : memcmp(&got[i], &want, sizeof want) != 0)
@@ -885,9 +802,9 @@ static void test_cast_all(void **state) {
         /* Magnitudes from f16 subnormals to past its overflow. */
         for (size_t i = 0; i < n; i++)
             x[i] = (float)(exp2(tu_uniform(&r, -26, 17)) * (tu_uniform(&r, 0, 1) < 0.5 ? -1 : 1));
-        mpcl_tensor *src = make_from(ctx, MPCL_DTYPE_F32, s.rows, s.cols, x);
-        mpcl_tensor *dst = make_poisoned(ctx, MPCL_DTYPE_F16, s.rows, s.cols);
-        mpcl_tensor *copy = make_poisoned(ctx, MPCL_DTYPE_F32, s.rows, s.cols);
+        mpcl_tensor *src = tu_tensor_from(ctx, MPCL_DTYPE_F32, s.rows, s.cols, x);
+        mpcl_tensor *dst = tu_tensor_poisoned(ctx, MPCL_DTYPE_F16, s.rows, s.cols);
+        mpcl_tensor *copy = tu_tensor_poisoned(ctx, MPCL_DTYPE_F32, s.rows, s.cols);
         TU_ASSERT_OK(mpcl_cast(ctx, dst, src));
         TU_ASSERT_OK(mpcl_cast(ctx, copy, src)); /* same dtype: a copy */
         uint16_t *bits = malloc(n * sizeof *bits);
@@ -898,7 +815,7 @@ static void test_cast_all(void **state) {
                 fail_msg("cast %zux%zu [%zu] %a -> 0x%04x, want 0x%04x", s.rows, s.cols, i,
                          (double)x[i], bits[i], want);
         }
-        float *c = download(copy);
+        float *c = tu_download(copy);
         assert_memory_equal(c, x, n * sizeof *x);
         free(c);
         free(bits);
@@ -917,7 +834,7 @@ static void test_cast_all(void **state) {
 static void test_cast_bf16(void **state) {
     (void)state;
     mpcl_context *ctx = tu_context();
-    tu_rng r = tu_rng_make(seed_now("cast_bf16"));
+    tu_rng r = tu_rng_make(tu_seed("cast_bf16"));
     const float edges[] = {0.0f,
                            -0.0f,
                            1.0f,
@@ -942,14 +859,14 @@ static void test_cast_bf16(void **state) {
                            -3.14159265f,
                            0.1f};
     const size_t n = sizeof edges / sizeof edges[0];
-    mpcl_tensor *src = make_from(ctx, MPCL_DTYPE_F32, 1, n, edges);
-    mpcl_tensor *b = make_poisoned(ctx, MPCL_DTYPE_BF16, 1, n);
-    mpcl_tensor *back = make_poisoned(ctx, MPCL_DTYPE_F32, 1, n);
+    mpcl_tensor *src = tu_tensor_from(ctx, MPCL_DTYPE_F32, 1, n, edges);
+    mpcl_tensor *b = tu_tensor_poisoned(ctx, MPCL_DTYPE_BF16, 1, n);
+    mpcl_tensor *back = tu_tensor_poisoned(ctx, MPCL_DTYPE_F32, 1, n);
     TU_ASSERT_OK(mpcl_cast(ctx, b, src));
     TU_ASSERT_OK(mpcl_cast(ctx, back, b));
     uint16_t bits[sizeof edges / sizeof edges[0]];
     TU_ASSERT_OK(mpcl_tensor_download_raw(b, bits, sizeof bits));
-    float *f = download(back);
+    float *f = tu_download(back);
     for (size_t i = 0; i < n; i++) {
         uint16_t want = ref_f64_to_bf16(edges[i]);
         if (bits[i] != want)
@@ -967,7 +884,7 @@ static void test_cast_bf16(void **state) {
     uint16_t *all = malloc(65536 * sizeof *all), *got = malloc(65536 * sizeof *got);
     for (size_t i = 0; i < 65536; i++) all[i] = (uint16_t)i;
     mpcl_tensor *h = tu_tensor(ctx, MPCL_DTYPE_F16, 256, 256);
-    b = make_poisoned(ctx, MPCL_DTYPE_BF16, 256, 256);
+    b = tu_tensor_poisoned(ctx, MPCL_DTYPE_BF16, 256, 256);
     TU_ASSERT_OK(mpcl_tensor_upload_raw(h, all, 65536 * sizeof *all));
     TU_ASSERT_OK(mpcl_cast(ctx, b, h));
     TU_ASSERT_OK(mpcl_tensor_download_raw(b, got, 65536 * sizeof *got));
@@ -975,13 +892,13 @@ static void test_cast_bf16(void **state) {
         uint16_t want = ref_f64_to_bf16((double)mpcl_f16_to_f32((uint16_t)i));
         if (got[i] != want) fail_msg("f16 0x%04zx -> bf16 0x%04x, want 0x%04x", i, got[i], want);
     }
-    mpcl_tensor *f32 = make_poisoned(ctx, MPCL_DTYPE_F32, 256, 256);
+    mpcl_tensor *f32 = tu_tensor_poisoned(ctx, MPCL_DTYPE_F32, 256, 256);
     tu_poison(h);
     TU_ASSERT_OK(mpcl_tensor_upload_raw(b, all, 65536 * sizeof *all));
     TU_ASSERT_OK(mpcl_cast(ctx, h, b));
     TU_ASSERT_OK(mpcl_cast(ctx, f32, b));
     TU_ASSERT_OK(mpcl_tensor_download_raw(h, got, 65536 * sizeof *got));
-    float *fl = download(f32);
+    float *fl = tu_download(f32);
     for (size_t i = 0; i < 65536; i++) {
         double v = ref_bf16_value((uint16_t)i);
         if (isnan(v)) {
@@ -1010,9 +927,9 @@ static void test_cast_bf16(void **state) {
             double mag = exp2(tu_uniform(&r, -149, 128.5));
             x[i] = (float)fmin(mag, 0x1.fffffep127) * (tu_uniform(&r, 0, 1) < 0.5 ? -1.0f : 1.0f);
         }
-        mpcl_tensor *t = make_from(ctx, MPCL_DTYPE_F32, s.rows, s.cols, x);
-        mpcl_tensor *dst = make_poisoned(ctx, MPCL_DTYPE_BF16, s.rows, s.cols);
-        mpcl_tensor *copy = make_poisoned(ctx, MPCL_DTYPE_BF16, s.rows, s.cols);
+        mpcl_tensor *t = tu_tensor_from(ctx, MPCL_DTYPE_F32, s.rows, s.cols, x);
+        mpcl_tensor *dst = tu_tensor_poisoned(ctx, MPCL_DTYPE_BF16, s.rows, s.cols);
+        mpcl_tensor *copy = tu_tensor_poisoned(ctx, MPCL_DTYPE_BF16, s.rows, s.cols);
         TU_ASSERT_OK(mpcl_cast(ctx, dst, t));
         TU_ASSERT_OK(mpcl_cast(ctx, copy, dst)); /* same dtype: a copy */
         uint16_t *bb = malloc(m * sizeof *bb), *cb = malloc(m * sizeof *cb);
@@ -1037,97 +954,95 @@ static void test_cast_bf16(void **state) {
 
 /* ---- error paths: exact status, outputs untouched ---- */
 
-#define EXPECT_STATUS(want, call)                                                   \
-    do {                                                                            \
-        mpcl_status got_ = (call);                                                  \
-        if (got_ != (want))                                                         \
-            fail_msg("%s -> %s, want %s (%s)", #call, mpcl_status_name(got_),       \
-                     mpcl_status_name(want), got_ == MPCL_OK ? "" : mpcl_errmsg()); \
-    } while (0)
-
 static void test_errors(void **state) {
     (void)state;
     mpcl_context *ctx = tu_context();
     const mpcl_dtype F32 = MPCL_DTYPE_F32, F16 = MPCL_DTYPE_F16, I32 = MPCL_DTYPE_I32,
                      BF16 = MPCL_DTYPE_BF16;
-    mpcl_tensor *inbf = tu_tensor(ctx, BF16, 4, 3), *outbf = make_poisoned(ctx, BF16, 4, 3);
-    mpcl_tensor *outbf_t = make_poisoned(ctx, BF16, 3, 4);
+    mpcl_tensor *inbf = tu_tensor(ctx, BF16, 4, 3), *outbf = tu_tensor_poisoned(ctx, BF16, 4, 3);
+    mpcl_tensor *outbf_t = tu_tensor_poisoned(ctx, BF16, 3, 4);
     mpcl_tensor *in = tu_tensor(ctx, F32, 4, 3), *in16 = tu_tensor(ctx, F16, 4, 3);
     mpcl_tensor *bias = tu_tensor(ctx, F32, 1, 3), *bias16 = tu_tensor(ctx, F16, 1, 3);
     mpcl_tensor *bias4 = tu_tensor(ctx, F32, 1, 4), *i32 = tu_tensor(ctx, I32, 4, 3);
-    mpcl_tensor *out = make_poisoned(ctx, F32, 4, 3), *out16 = make_poisoned(ctx, F16, 4, 3);
-    mpcl_tensor *out_t = make_poisoned(ctx, F32, 3, 4), *z = make_poisoned(ctx, F32, 4, 3);
-    mpcl_tensor *db = make_poisoned(ctx, F32, 1, 3), *db16 = make_poisoned(ctx, F16, 1, 3);
+    mpcl_tensor *out = tu_tensor_poisoned(ctx, F32, 4, 3),
+                *out16 = tu_tensor_poisoned(ctx, F16, 4, 3);
+    mpcl_tensor *out_t = tu_tensor_poisoned(ctx, F32, 3, 4),
+                *z = tu_tensor_poisoned(ctx, F32, 4, 3);
+    mpcl_tensor *db = tu_tensor_poisoned(ctx, F32, 1, 3),
+                *db16 = tu_tensor_poisoned(ctx, F16, 1, 3);
     mpcl_tensor *labels = tu_tensor(ctx, I32, 4, 1), *labels_f = tu_tensor(ctx, F32, 4, 1);
     mpcl_tensor *labels5 = tu_tensor(ctx, I32, 5, 1), *stats = NULL,
                 *stats_small = tu_tensor(ctx, F32, 1, 4);
     mpcl_tensor *scale2 = tu_tensor(ctx, F32, 1, 2);
     TU_ASSERT_OK(mpcl_xent_stats_create(ctx, &stats));
 
-    EXPECT_STATUS(MPCL_ERR_SHAPE, mpcl_bias_act_forward(ctx, out_t, in, bias, MPCL_ACT_RELU));
-    EXPECT_STATUS(MPCL_ERR_DTYPE, mpcl_bias_act_forward(ctx, out16, in, bias, MPCL_ACT_RELU));
-    EXPECT_STATUS(MPCL_ERR_DTYPE, mpcl_bias_act_forward(ctx, out, in, bias16, MPCL_ACT_RELU));
-    EXPECT_STATUS(MPCL_ERR_SHAPE, mpcl_bias_act_forward(ctx, out, in, bias4, MPCL_ACT_RELU));
-    EXPECT_STATUS(MPCL_ERR_DTYPE, mpcl_bias_act_forward(ctx, out, i32, bias, MPCL_ACT_RELU));
-    EXPECT_STATUS(MPCL_ERR_INVALID_ARG,
-                  mpcl_bias_act_forward(ctx, out, in, bias, (mpcl_activation)99));
-    EXPECT_STATUS(MPCL_ERR_INVALID_ARG, mpcl_bias_act_forward(ctx, out, in, NULL, MPCL_ACT_RELU));
-    EXPECT_STATUS(MPCL_ERR_SHAPE,
-                  mpcl_bias_act_forward_z(ctx, out, out_t, in, bias, MPCL_ACT_GELU));
-    EXPECT_STATUS(MPCL_ERR_DTYPE,
-                  mpcl_bias_act_forward_z(ctx, out, out16, in, bias, MPCL_ACT_GELU));
+    TU_EXPECT_STATUS(MPCL_ERR_SHAPE, mpcl_bias_act_forward(ctx, out_t, in, bias, MPCL_ACT_RELU));
+    TU_EXPECT_STATUS(MPCL_ERR_DTYPE, mpcl_bias_act_forward(ctx, out16, in, bias, MPCL_ACT_RELU));
+    TU_EXPECT_STATUS(MPCL_ERR_DTYPE, mpcl_bias_act_forward(ctx, out, in, bias16, MPCL_ACT_RELU));
+    TU_EXPECT_STATUS(MPCL_ERR_SHAPE, mpcl_bias_act_forward(ctx, out, in, bias4, MPCL_ACT_RELU));
+    TU_EXPECT_STATUS(MPCL_ERR_DTYPE, mpcl_bias_act_forward(ctx, out, i32, bias, MPCL_ACT_RELU));
+    TU_EXPECT_STATUS(MPCL_ERR_INVALID_ARG,
+                     mpcl_bias_act_forward(ctx, out, in, bias, (mpcl_activation)99));
+    TU_EXPECT_STATUS(MPCL_ERR_INVALID_ARG,
+                     mpcl_bias_act_forward(ctx, out, in, NULL, MPCL_ACT_RELU));
+    TU_EXPECT_STATUS(MPCL_ERR_SHAPE,
+                     mpcl_bias_act_forward_z(ctx, out, out_t, in, bias, MPCL_ACT_GELU));
+    TU_EXPECT_STATUS(MPCL_ERR_DTYPE,
+                     mpcl_bias_act_forward_z(ctx, out, out16, in, bias, MPCL_ACT_GELU));
 
-    EXPECT_STATUS(MPCL_ERR_INVALID_ARG, mpcl_bias_act_backward(ctx, z, in, NULL, MPCL_ACT_RELU));
-    EXPECT_STATUS(MPCL_ERR_SHAPE, mpcl_bias_act_backward(ctx, z, in, out_t, MPCL_ACT_TANH));
-    EXPECT_STATUS(MPCL_ERR_DTYPE, mpcl_bias_act_backward(ctx, z, in, in16, MPCL_ACT_GELU));
-    EXPECT_STATUS(MPCL_ERR_DTYPE, mpcl_bias_act_backward(ctx, out16, in, in, MPCL_ACT_SIGMOID));
-    EXPECT_STATUS(MPCL_ERR_SHAPE, mpcl_bias_act_backward(ctx, out_t, in, NULL, MPCL_ACT_IDENTITY));
+    TU_EXPECT_STATUS(MPCL_ERR_INVALID_ARG, mpcl_bias_act_backward(ctx, z, in, NULL, MPCL_ACT_RELU));
+    TU_EXPECT_STATUS(MPCL_ERR_SHAPE, mpcl_bias_act_backward(ctx, z, in, out_t, MPCL_ACT_TANH));
+    TU_EXPECT_STATUS(MPCL_ERR_DTYPE, mpcl_bias_act_backward(ctx, z, in, in16, MPCL_ACT_GELU));
+    TU_EXPECT_STATUS(MPCL_ERR_DTYPE, mpcl_bias_act_backward(ctx, out16, in, in, MPCL_ACT_SIGMOID));
+    TU_EXPECT_STATUS(MPCL_ERR_SHAPE,
+                     mpcl_bias_act_backward(ctx, out_t, in, NULL, MPCL_ACT_IDENTITY));
 
-    EXPECT_STATUS(MPCL_ERR_DTYPE, mpcl_bias_grad(ctx, db16, in));
-    EXPECT_STATUS(MPCL_ERR_SHAPE, mpcl_bias_grad(ctx, db, out_t));
-    EXPECT_STATUS(MPCL_ERR_DTYPE, mpcl_bias_grad(ctx, db, i32));
+    TU_EXPECT_STATUS(MPCL_ERR_DTYPE, mpcl_bias_grad(ctx, db16, in));
+    TU_EXPECT_STATUS(MPCL_ERR_SHAPE, mpcl_bias_grad(ctx, db, out_t));
+    TU_EXPECT_STATUS(MPCL_ERR_DTYPE, mpcl_bias_grad(ctx, db, i32));
 
-    EXPECT_STATUS(MPCL_ERR_DTYPE, mpcl_softmax_xent_forward(ctx, stats, in, labels_f));
-    EXPECT_STATUS(MPCL_ERR_SHAPE, mpcl_softmax_xent_forward(ctx, stats, in, labels5));
-    EXPECT_STATUS(MPCL_ERR_SHAPE, mpcl_softmax_xent_forward(ctx, stats_small, in, labels));
-    EXPECT_STATUS(MPCL_ERR_DTYPE, mpcl_softmax_xent_forward(ctx, stats, i32, labels));
-    EXPECT_STATUS(MPCL_ERR_SHAPE,
-                  mpcl_softmax_xent_forward_backward(ctx, stats, out_t, in, labels, NULL));
-    EXPECT_STATUS(MPCL_ERR_DTYPE,
-                  mpcl_softmax_xent_forward_backward(ctx, stats, out16, in, labels, NULL));
-    EXPECT_STATUS(MPCL_ERR_SHAPE,
-                  mpcl_softmax_xent_forward_backward(ctx, stats, out, in, labels, scale2));
-    EXPECT_STATUS(MPCL_ERR_INVALID_ARG,
-                  mpcl_softmax_xent_forward_backward(ctx, stats, NULL, in, labels, NULL));
-    EXPECT_STATUS(MPCL_ERR_SHAPE,
-                  mpcl_xent_stats_read(ctx, stats_small, &(mpcl_xent_stats){0}, true));
+    TU_EXPECT_STATUS(MPCL_ERR_DTYPE, mpcl_softmax_xent_forward(ctx, stats, in, labels_f));
+    TU_EXPECT_STATUS(MPCL_ERR_SHAPE, mpcl_softmax_xent_forward(ctx, stats, in, labels5));
+    TU_EXPECT_STATUS(MPCL_ERR_SHAPE, mpcl_softmax_xent_forward(ctx, stats_small, in, labels));
+    TU_EXPECT_STATUS(MPCL_ERR_DTYPE, mpcl_softmax_xent_forward(ctx, stats, i32, labels));
+    TU_EXPECT_STATUS(MPCL_ERR_SHAPE,
+                     mpcl_softmax_xent_forward_backward(ctx, stats, out_t, in, labels, NULL));
+    TU_EXPECT_STATUS(MPCL_ERR_DTYPE,
+                     mpcl_softmax_xent_forward_backward(ctx, stats, out16, in, labels, NULL));
+    TU_EXPECT_STATUS(MPCL_ERR_SHAPE,
+                     mpcl_softmax_xent_forward_backward(ctx, stats, out, in, labels, scale2));
+    TU_EXPECT_STATUS(MPCL_ERR_INVALID_ARG,
+                     mpcl_softmax_xent_forward_backward(ctx, stats, NULL, in, labels, NULL));
+    TU_EXPECT_STATUS(MPCL_ERR_SHAPE,
+                     mpcl_xent_stats_read(ctx, stats_small, &(mpcl_xent_stats){0}, true));
 
-    EXPECT_STATUS(MPCL_ERR_SHAPE, mpcl_cast(ctx, out_t, in16));
-    EXPECT_STATUS(MPCL_ERR_DTYPE, mpcl_cast(ctx, out, i32));
-    EXPECT_STATUS(MPCL_ERR_DTYPE, mpcl_cast(ctx, i32, in16));
+    TU_EXPECT_STATUS(MPCL_ERR_SHAPE, mpcl_cast(ctx, out_t, in16));
+    TU_EXPECT_STATUS(MPCL_ERR_DTYPE, mpcl_cast(ctx, out, i32));
+    TU_EXPECT_STATUS(MPCL_ERR_DTYPE, mpcl_cast(ctx, i32, in16));
 
     /* bf16 is a storage dtype of its own: never mixed with f16 or f32 in one op. */
-    EXPECT_STATUS(MPCL_ERR_DTYPE, mpcl_bias_act_forward(ctx, out16, inbf, bias, MPCL_ACT_RELU));
-    EXPECT_STATUS(MPCL_ERR_DTYPE, mpcl_bias_act_forward(ctx, outbf, in, bias, MPCL_ACT_RELU));
-    EXPECT_STATUS(MPCL_ERR_SHAPE, mpcl_bias_act_forward(ctx, outbf_t, inbf, bias, MPCL_ACT_RELU));
-    EXPECT_STATUS(MPCL_ERR_DTYPE, mpcl_bias_act_backward(ctx, outbf, inbf, in16, MPCL_ACT_TANH));
-    EXPECT_STATUS(MPCL_ERR_DTYPE,
-                  mpcl_softmax_xent_forward_backward(ctx, stats, outbf, in, labels, NULL));
-    EXPECT_STATUS(MPCL_ERR_SHAPE, mpcl_cast(ctx, outbf_t, in16));
-    EXPECT_STATUS(MPCL_ERR_DTYPE, mpcl_cast(ctx, outbf, i32));
-    EXPECT_STATUS(MPCL_ERR_DTYPE, mpcl_cast(ctx, i32, inbf));
+    TU_EXPECT_STATUS(MPCL_ERR_DTYPE, mpcl_bias_act_forward(ctx, out16, inbf, bias, MPCL_ACT_RELU));
+    TU_EXPECT_STATUS(MPCL_ERR_DTYPE, mpcl_bias_act_forward(ctx, outbf, in, bias, MPCL_ACT_RELU));
+    TU_EXPECT_STATUS(MPCL_ERR_SHAPE,
+                     mpcl_bias_act_forward(ctx, outbf_t, inbf, bias, MPCL_ACT_RELU));
+    TU_EXPECT_STATUS(MPCL_ERR_DTYPE, mpcl_bias_act_backward(ctx, outbf, inbf, in16, MPCL_ACT_TANH));
+    TU_EXPECT_STATUS(MPCL_ERR_DTYPE,
+                     mpcl_softmax_xent_forward_backward(ctx, stats, outbf, in, labels, NULL));
+    TU_EXPECT_STATUS(MPCL_ERR_SHAPE, mpcl_cast(ctx, outbf_t, in16));
+    TU_EXPECT_STATUS(MPCL_ERR_DTYPE, mpcl_cast(ctx, outbf, i32));
+    TU_EXPECT_STATUS(MPCL_ERR_DTYPE, mpcl_cast(ctx, i32, inbf));
 
     /* Nothing was written: every output still holds its poison, and the
      * statistics are still zero (no loss call ran). */
     TU_ASSERT_OK(mpcl_context_finish(ctx));
-    assert_true(still_poisoned(out));
-    assert_true(still_poisoned(out16));
-    assert_true(still_poisoned(out_t));
-    assert_true(still_poisoned(z));
-    assert_true(still_poisoned(db));
-    assert_true(still_poisoned(db16));
-    assert_true(still_poisoned(outbf));
-    assert_true(still_poisoned(outbf_t));
+    assert_true(tu_still_poisoned(out));
+    assert_true(tu_still_poisoned(out16));
+    assert_true(tu_still_poisoned(out_t));
+    assert_true(tu_still_poisoned(z));
+    assert_true(tu_still_poisoned(db));
+    assert_true(tu_still_poisoned(db16));
+    assert_true(tu_still_poisoned(outbf));
+    assert_true(tu_still_poisoned(outbf_t));
     mpcl_xent_stats s;
     TU_ASSERT_OK(mpcl_xent_stats_read(ctx, stats, &s, false));
     assert_int_equal(s.calls, 0);

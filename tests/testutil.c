@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -112,6 +113,76 @@ void tu_poison(mpcl_tensor *t) {
         TU_ASSERT_OK(mpcl_tensor_upload_raw(t, f, n * sizeof *f));
         free(f);
     }
+}
+
+uint64_t tu_seed(const char *test) {
+    uint64_t seed = (uint64_t)time(NULL) * 2654435761u ^ (uint64_t)clock();
+    fprintf(stderr, "%s: seed %llu\n", test, (unsigned long long)seed);
+    return seed;
+}
+
+float tu_stored(mpcl_dtype dtype, float x) {
+    if (dtype == MPCL_DTYPE_F16) return mpcl_f16_to_f32(mpcl_f32_to_f16(x));
+    if (dtype == MPCL_DTYPE_BF16) return mpcl_bf16_to_f32(mpcl_f32_to_bf16(x));
+    return x;
+}
+
+tu_rounding tu_storage_rounding(mpcl_dtype dtype) {
+    if (dtype == MPCL_DTYPE_F16) return (tu_rounding){0x1p-11, 0x1p-25};
+    if (dtype == MPCL_DTYPE_BF16) return (tu_rounding){0x1p-8, 0x1p-134};
+    return (tu_rounding){0, 0};
+}
+
+mpcl_tensor *tu_tensor_from(mpcl_context *ctx, mpcl_dtype dtype, size_t rows, size_t cols,
+                            const float *x) {
+    mpcl_tensor *t = tu_tensor(ctx, dtype, rows, cols);
+    TU_ASSERT_OK(mpcl_tensor_upload_f32(t, x, rows * cols));
+    return t;
+}
+
+mpcl_tensor *tu_tensor_poisoned(mpcl_context *ctx, mpcl_dtype dtype, size_t rows, size_t cols) {
+    mpcl_tensor *t = tu_tensor(ctx, dtype, rows, cols);
+    tu_poison(t);
+    return t;
+}
+
+float *tu_download(const mpcl_tensor *t) {
+    size_t n = mpcl_tensor_count(t);
+    float *x = malloc(n * sizeof *x);
+    TU_ASSERT_OK(mpcl_tensor_download_f32(t, x, n));
+    return x;
+}
+
+double *tu_to_double(const float *x, size_t n) {
+    double *d = malloc(n * sizeof *d);
+    for (size_t i = 0; i < n; i++) d[i] = x[i];
+    return d;
+}
+
+double tu_norm_tol(double atol, double rtol, const double *want, size_t n) {
+    double w2 = 0;
+    for (size_t i = 0; i < n; i++) w2 += want[i] * want[i];
+    return rtol + atol * sqrt((double)n) / fmax(sqrt(w2), 1e-30);
+}
+
+bool tu_still_poisoned(const mpcl_tensor *t) {
+    size_t bytes = mpcl_tensor_bytes(t);
+    unsigned char *raw = malloc(bytes);
+    TU_ASSERT_OK(mpcl_tensor_download_raw(t, raw, bytes));
+    bool same = true;
+    mpcl_dtype dt = mpcl_tensor_dtype(t);
+    if (dt == MPCL_DTYPE_F16 || dt == MPCL_DTYPE_BF16) {
+        for (size_t i = 0; i < bytes / 2; i++) {
+            uint16_t h;
+            memcpy(&h, raw + 2 * i, 2);
+            same = same && h == TU_POISON_16(dt);
+        }
+    } else {
+        float p = tu_poison_f32();
+        for (size_t i = 0; i < bytes / 4; i++) same = same && memcmp(raw + 4 * i, &p, 4) == 0;
+    }
+    free(raw);
+    return same;
 }
 
 float *tu_model_state(mpcl_model *m, size_t *n_out) {

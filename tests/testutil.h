@@ -36,6 +36,12 @@ void tu_fill_uniform(tu_rng *r, float *x, size_t n, float lo, float hi);
 bool tu_check_close(const char *what, const float *got, const double *want, size_t n, double atol,
                     double rtol, double norm_tol);
 
+/* The whole-tensor bound implied by the elementwise one of tu_check_close:
+ * |e_i| <= atol + rtol |w_i| gives ||e|| / ||w|| <= rtol + atol sqrt(n) /
+ * ||w||; a single element (1x1) can reach it, so the normalized check uses
+ * it as is. */
+double tu_norm_tol(double atol, double rtol, const double *want, size_t n);
+
 /* A rows x cols tensor; fails the test when it cannot be made. */
 mpcl_tensor *tu_tensor(mpcl_context *ctx, mpcl_dtype dtype, size_t rows, size_t cols);
 
@@ -45,6 +51,35 @@ void tu_poison(mpcl_tensor *t);
 
 /* The float that poisons outputs: a NaN with a payload no kernel produces. */
 float tu_poison_f32(void);
+
+/* A seed from the clock, printed with the test's name so that a failure can
+ * be replayed. */
+uint64_t tu_seed(const char *test);
+
+/* What a tensor of `dtype` holds after an upload of x. */
+float tu_stored(mpcl_dtype dtype, float x);
+
+/* What one rounding into a storage dtype adds to a result w: at most
+ * rel |w| + abs. The unit roundoff of the significand (f16: 11 bits, 2^-11;
+ * bf16: 8 bits, 2^-8) and half the smallest subnormal step below the normal
+ * range (f16: 2^-25; bf16, with f32's exponent range: 2^-134). f32 storage
+ * adds nothing to the f32 result. */
+typedef struct tu_rounding {
+    double rel, abs;
+} tu_rounding;
+tu_rounding tu_storage_rounding(mpcl_dtype dtype);
+
+/* A rows x cols tensor holding x (rows * cols floats, rounded to dtype), and
+ * one filled with the poison (tu_poison). */
+mpcl_tensor *tu_tensor_from(mpcl_context *ctx, mpcl_dtype dtype, size_t rows, size_t cols,
+                            const float *x);
+mpcl_tensor *tu_tensor_poisoned(mpcl_context *ctx, mpcl_dtype dtype, size_t rows, size_t cols);
+/* The tensor's elements as floats, malloc'ed; x as doubles, malloc'ed. */
+float *tu_download(const mpcl_tensor *t);
+double *tu_to_double(const float *x, size_t n);
+/* True when every element of an f32, f16 or bf16 tensor still holds the
+ * poison bit pattern. */
+bool tu_still_poisoned(const mpcl_tensor *t);
 
 /* Every parameter's master weights and optimizer state (slots the optimizer
  * lacks are zeros), concatenated slot by slot, malloc'ed; for bitwise
@@ -72,6 +107,16 @@ unsigned char *tu_slurp(const char *path, size_t *n);
  * terabytes of shadow up front, the limit cannot be applied: fn then runs
  * unlimited in the child, and *limited is set to false. */
 int tu_run_memory_limited(size_t extra, int (*fn)(void *), void *arg, bool *limited);
+
+/* Fails the test unless `call` returns the status `want`, naming the call,
+ * the two statuses and the error detail. */
+#define TU_EXPECT_STATUS(want, call)                                                \
+    do {                                                                            \
+        mpcl_status got_ = (call);                                                  \
+        if (got_ != (want))                                                         \
+            fail_msg("%s -> %s, want %s (%s)", #call, mpcl_status_name(got_),       \
+                     mpcl_status_name(want), got_ == MPCL_OK ? "" : mpcl_errmsg()); \
+    } while (0)
 
 /* assert_int_equal with the error detail printed when it fails. */
 #define TU_ASSERT_OK(call)                                                 \

@@ -11,6 +11,7 @@
 #include "mpcl/quickbench.h"
 #include "mpcl/tensor.h"
 #include "mpcl/ops.h"
+#include "mpcl/losses.h"
 #include "mpcl/gemm.h"
 #include "mpcl/loss_scale.h"
 #include "mpcl/optim.h"

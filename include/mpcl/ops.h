@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "mpcl/context.h"
+#include "mpcl/losses.h"
 #include "mpcl/tensor.h"
 
 #ifdef __cplusplus
@@ -89,13 +90,12 @@ mpcl_status mpcl_bias_act_backward_grad(mpcl_context *ctx, mpcl_tensor *d_pre, m
 
 /* ---- softmax cross-entropy ---- */
 
-/* The statistics accumulator: a [1, MPCL_XENT_STATS_COLS] f32 tensor whose
- * layout is private to the library (it also holds integer counters and the
- * label error flag; the loss kernel and ops.c share it through cl/abi.h).
- * The loss kernels add to it on the device, so a training loop reads it only
- * when it reports. Create it zeroed with mpcl_xent_stats_create (or
- * mpcl_tensor_create + mpcl_xent_stats_reset). */
-#define MPCL_XENT_STATS_COLS 12
+/* The softmax cross-entropy's own names for what mpcl/losses.h offers every
+ * loss (MPCL_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY there): the statistics
+ * accumulator is the same [1, MPCL_LOSS_STATS_COLS] f32 tensor, which
+ * mpcl_xent_stats_create and mpcl_xent_stats_reset make and zero as the
+ * mpcl_loss_stats_ ones do. */
+#define MPCL_XENT_STATS_COLS MPCL_LOSS_STATS_COLS
 
 typedef struct mpcl_xent_stats {
     double loss_sum;  /* sum of per-row losses (natural log) over valid rows */
@@ -111,8 +111,9 @@ typedef struct mpcl_xent_stats {
 mpcl_status mpcl_xent_stats_create(mpcl_context *ctx, mpcl_tensor **out);
 /* Zeroes the accumulator and clears the label error flag (enqueued). */
 mpcl_status mpcl_xent_stats_reset(mpcl_context *ctx, mpcl_tensor *stats);
-/* Waits for the queue, reads the accumulator into *out and, when `reset`,
- * zeroes it. Returns MPCL_ERR_LABEL, naming the first bad call, row and label,
+/* mpcl_loss_stats_read in the softmax cross-entropy's terms: waits for the
+ * queue, reads the accumulator into *out and, when `reset`, zeroes it.
+ * Returns MPCL_ERR_LABEL, naming the first bad call, row and label,
  * when any loss call since the last reset met a label out of range; *out is
  * filled either way and `reset` applies either way, so the flag is per
  * reporting interval. */

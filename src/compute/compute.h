@@ -1,7 +1,7 @@
-/* The compute area's internal declarations (tensor insides, kernel argument
- * and launch helpers, what the optimizer reads of the loss scaler), for the
- * areas above it, and the host/device ABI constants (cl/abi.h) for the
- * launchers. Nothing here is installed. */
+/* The compute area's internal declarations (tensor insides, argument
+ * checks, kernel argument and launch helpers, what the optimizer reads of
+ * the loss scaler), for the areas above it, and the host/device ABI
+ * constants (cl/abi.h) for the launchers. Nothing here is installed. */
 #ifndef MPCL_COMPUTE_H
 #define MPCL_COMPUTE_H
 
@@ -9,6 +9,7 @@
 
 #include "cl/abi.h"
 #include "mpcl/gemm.h"
+#include "mpcl/losses.h"
 #include "mpcl/loss_scale.h"
 #include "mpcl/ops.h"
 #include "mpcl/optim.h"
@@ -63,6 +64,29 @@ size_t mpcl__local_size(mpcl_context *ctx, cl_kernel k, size_t want);
 mpcl_status mpcl__launch_2d(mpcl_context *ctx, cl_kernel k, const char *name, size_t gx, size_t gy,
                             const size_t *local);
 
+/* ---- argument checks (ops.c) ---- */
+
+/* Each records a message naming op and the argument `what` and returns its
+ * status: t NULL or of another context (MPCL_ERR_INVALID_ARG); t not f32,
+ * f16 or bf16, or not `want` (MPCL_ERR_DTYPE); t not rows x cols, or more
+ * than 2^32-1 elements, as the kernels index with uint (MPCL_ERR_SHAPE). */
+mpcl_status mpcl__check_present(mpcl_context *ctx, const mpcl_tensor *t, const char *op,
+                                const char *what);
+mpcl_status mpcl__check_storage(mpcl_context *ctx, const mpcl_tensor *t, const char *op,
+                                const char *what);
+mpcl_status mpcl__check_dtype(mpcl_context *ctx, const mpcl_tensor *t, mpcl_dtype want,
+                              const char *op, const char *what);
+mpcl_status mpcl__check_shape(mpcl_context *ctx, const mpcl_tensor *t, size_t rows, size_t cols,
+                              const char *op, const char *what);
+mpcl_status mpcl__check_count(mpcl_context *ctx, const mpcl_tensor *t, const char *op);
+
+/* Returns the status of `call` when it is not MPCL_OK. */
+#define TRY(call)                               \
+    do {                                        \
+        mpcl_status try_st_ = (call);           \
+        if (try_st_ != MPCL_OK) return try_st_; \
+    } while (0)
+
 /* ---- optimizer ---- */
 
 /* The update's work-group and elements per work-item: an arena of a multiple
@@ -83,15 +107,20 @@ cl_mem mpcl__loss_scale_scale_mem(const mpcl_loss_scale *ls);
 mpcl_status mpcl__loss_scale_set_update_args(mpcl_context *ctx, const mpcl_loss_scale *ls,
                                              cl_kernel k, const char *name);
 
-/* mpcl_softmax_xent_forward_backward with the gradient divided by grad_rows
- * (>= the rows of logits) instead of the rows: a data-parallel replica holds
- * a slice of a global batch of grad_rows rows, so that the slices' gradients
+/* mpcl_softmax_xent_forward_backward (mpcl_loss_forward_backward) with the
+ * gradient divided by grad_rows (>= the rows of logits) instead of the rows
+ * (times the columns for a dense loss): a data-parallel replica holds a
+ * slice of a global batch of grad_rows rows, so that the slices' gradients
  * sum to the global batch's (dist area). */
 mpcl_status mpcl__softmax_xent_forward_backward_rows(mpcl_context *ctx, mpcl_tensor *stats,
                                                      mpcl_tensor *d_logits,
                                                      const mpcl_tensor *logits,
                                                      const mpcl_tensor *labels,
                                                      const mpcl_tensor *scale, size_t grad_rows);
+mpcl_status mpcl__loss_forward_backward_rows(mpcl_context *ctx, mpcl_loss loss, mpcl_tensor *stats,
+                                             mpcl_tensor *d_pred, const mpcl_tensor *pred,
+                                             const mpcl_tensor *targets, const mpcl_tensor *scale,
+                                             size_t grad_rows);
 
 /* ---- gemm ---- */
 
