@@ -63,32 +63,32 @@ mpcl_act_saved mpcl_activation_saved(mpcl_activation act) {
 
 /* ---- checks ---- */
 
-static mpcl_status check_present(mpcl_context *ctx, const mpcl_tensor *t, const char *op,
-                                 const char *what) {
+mpcl_status mpcl__check_present(mpcl_context *ctx, const mpcl_tensor *t, const char *op,
+                                const char *what) {
     if (!t) return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "%s: %s is NULL", op, what);
     if (t->ctx != ctx)
         return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "%s: %s belongs to another context", op, what);
     return MPCL_OK;
 }
 
-static mpcl_status check_storage(mpcl_context *ctx, const mpcl_tensor *t, const char *op,
-                                 const char *what) {
+mpcl_status mpcl__check_storage(mpcl_context *ctx, const mpcl_tensor *t, const char *op,
+                                const char *what) {
     if (!mpcl_dtype_is_float(t->dtype))
         return MPCL_ERROR(ctx, MPCL_ERR_DTYPE, "%s: %s is %s, want f32, f16 or bf16", op, what,
                           mpcl_dtype_name(t->dtype));
     return MPCL_OK;
 }
 
-static mpcl_status check_dtype(mpcl_context *ctx, const mpcl_tensor *t, mpcl_dtype want,
-                               const char *op, const char *what) {
+mpcl_status mpcl__check_dtype(mpcl_context *ctx, const mpcl_tensor *t, mpcl_dtype want,
+                              const char *op, const char *what) {
     if (t->dtype != want)
         return MPCL_ERROR(ctx, MPCL_ERR_DTYPE, "%s: %s is %s, want %s", op, what,
                           mpcl_dtype_name(t->dtype), mpcl_dtype_name(want));
     return MPCL_OK;
 }
 
-static mpcl_status check_shape(mpcl_context *ctx, const mpcl_tensor *t, size_t rows, size_t cols,
-                               const char *op, const char *what) {
+mpcl_status mpcl__check_shape(mpcl_context *ctx, const mpcl_tensor *t, size_t rows, size_t cols,
+                              const char *op, const char *what) {
     if (t->rows != rows || t->cols != cols)
         return MPCL_ERROR(ctx, MPCL_ERR_SHAPE, "%s: %s is %zux%zu, want %zux%zu", op, what, t->rows,
                           t->cols, rows, cols);
@@ -96,7 +96,7 @@ static mpcl_status check_shape(mpcl_context *ctx, const mpcl_tensor *t, size_t r
 }
 
 /* Kernels index with uint. */
-static mpcl_status check_count(mpcl_context *ctx, const mpcl_tensor *t, const char *op) {
+mpcl_status mpcl__check_count(mpcl_context *ctx, const mpcl_tensor *t, const char *op) {
     if (t->rows * t->cols > 0xffffffffu)
         return MPCL_ERROR(ctx, MPCL_ERR_SHAPE, "%s: %zux%zu has more than 2^32-1 elements", op,
                           t->rows, t->cols);
@@ -109,12 +109,6 @@ static mpcl_status check_act(mpcl_context *ctx, mpcl_activation act, const char 
     return MPCL_OK;
 }
 
-#define TRY(call)                               \
-    do {                                        \
-        mpcl_status try_st_ = (call);           \
-        if (try_st_ != MPCL_OK) return try_st_; \
-    } while (0)
-
 /* ---- bias + activation ---- */
 
 mpcl_status mpcl_bias_act_forward_z(mpcl_context *ctx, mpcl_tensor *out, mpcl_tensor *z,
@@ -122,18 +116,18 @@ mpcl_status mpcl_bias_act_forward_z(mpcl_context *ctx, mpcl_tensor *out, mpcl_te
                                     mpcl_activation act) {
     static const char op[] = "mpcl_bias_act_forward";
     TRY(check_act(ctx, act, op));
-    TRY(check_present(ctx, out, op, "out"));
-    TRY(check_present(ctx, pre_in, op, "pre_in"));
-    TRY(check_present(ctx, bias, op, "bias"));
-    if (z) TRY(check_present(ctx, z, op, "z"));
-    TRY(check_storage(ctx, pre_in, op, "pre_in"));
-    TRY(check_dtype(ctx, out, pre_in->dtype, op, "out"));
-    if (z) TRY(check_dtype(ctx, z, pre_in->dtype, op, "z"));
-    TRY(check_dtype(ctx, bias, MPCL_DTYPE_F32, op, "bias"));
-    TRY(check_shape(ctx, out, pre_in->rows, pre_in->cols, op, "out"));
-    if (z) TRY(check_shape(ctx, z, pre_in->rows, pre_in->cols, op, "z"));
-    TRY(check_shape(ctx, bias, 1, pre_in->cols, op, "bias"));
-    TRY(check_count(ctx, pre_in, op));
+    TRY(mpcl__check_present(ctx, out, op, "out"));
+    TRY(mpcl__check_present(ctx, pre_in, op, "pre_in"));
+    TRY(mpcl__check_present(ctx, bias, op, "bias"));
+    if (z) TRY(mpcl__check_present(ctx, z, op, "z"));
+    TRY(mpcl__check_storage(ctx, pre_in, op, "pre_in"));
+    TRY(mpcl__check_dtype(ctx, out, pre_in->dtype, op, "out"));
+    if (z) TRY(mpcl__check_dtype(ctx, z, pre_in->dtype, op, "z"));
+    TRY(mpcl__check_dtype(ctx, bias, MPCL_DTYPE_F32, op, "bias"));
+    TRY(mpcl__check_shape(ctx, out, pre_in->rows, pre_in->cols, op, "out"));
+    if (z) TRY(mpcl__check_shape(ctx, z, pre_in->rows, pre_in->cols, op, "z"));
+    TRY(mpcl__check_shape(ctx, bias, 1, pre_in->cols, op, "bias"));
+    TRY(mpcl__check_count(ctx, pre_in, op));
 
     /* One kernel per activation, and _v8 when the rows are whole vectors
      * (cl/activation.cl says why). */
@@ -176,16 +170,16 @@ static mpcl_status check_backward_args(mpcl_context *ctx, const char *op, const 
                                        const mpcl_tensor *d_out, const mpcl_tensor *saved,
                                        mpcl_activation act) {
     TRY(check_act(ctx, act, op));
-    TRY(check_present(ctx, d_pre, op, "d_pre"));
-    TRY(check_present(ctx, d_out, op, "d_out"));
+    TRY(mpcl__check_present(ctx, d_pre, op, "d_pre"));
+    TRY(mpcl__check_present(ctx, d_out, op, "d_out"));
     bool needs_saved = mpcl_activation_saved(act) != MPCL_ACT_SAVED_NONE;
-    if (needs_saved || saved) TRY(check_present(ctx, saved, op, "saved"));
-    TRY(check_storage(ctx, d_out, op, "d_out"));
-    TRY(check_dtype(ctx, d_pre, d_out->dtype, op, "d_pre"));
-    if (saved) TRY(check_dtype(ctx, saved, d_out->dtype, op, "saved"));
-    TRY(check_shape(ctx, d_pre, d_out->rows, d_out->cols, op, "d_pre"));
-    if (saved) TRY(check_shape(ctx, saved, d_out->rows, d_out->cols, op, "saved"));
-    return check_count(ctx, d_out, op);
+    if (needs_saved || saved) TRY(mpcl__check_present(ctx, saved, op, "saved"));
+    TRY(mpcl__check_storage(ctx, d_out, op, "d_out"));
+    TRY(mpcl__check_dtype(ctx, d_pre, d_out->dtype, op, "d_pre"));
+    if (saved) TRY(mpcl__check_dtype(ctx, saved, d_out->dtype, op, "saved"));
+    TRY(mpcl__check_shape(ctx, d_pre, d_out->rows, d_out->cols, op, "d_pre"));
+    if (saved) TRY(mpcl__check_shape(ctx, saved, d_out->rows, d_out->cols, op, "saved"));
+    return mpcl__check_count(ctx, d_out, op);
 }
 
 mpcl_status mpcl_bias_act_backward(mpcl_context *ctx, mpcl_tensor *d_pre, const mpcl_tensor *d_out,
@@ -228,14 +222,14 @@ static mpcl_status bias_grad_launch(mpcl_context *ctx, cl_kernel k, const char *
 
 mpcl_status mpcl_bias_grad(mpcl_context *ctx, mpcl_tensor *d_bias, const mpcl_tensor *d_pre) {
     static const char op[] = "mpcl_bias_grad";
-    TRY(check_present(ctx, d_bias, op, "d_bias"));
-    TRY(check_present(ctx, d_pre, op, "d_pre"));
-    TRY(check_storage(ctx, d_pre, op, "d_pre"));
+    TRY(mpcl__check_present(ctx, d_bias, op, "d_bias"));
+    TRY(mpcl__check_present(ctx, d_pre, op, "d_pre"));
+    TRY(mpcl__check_storage(ctx, d_pre, op, "d_pre"));
     if (d_bias->dtype != d_pre->dtype && d_bias->dtype != MPCL_DTYPE_F32)
         return MPCL_ERROR(ctx, MPCL_ERR_DTYPE, "%s: d_bias is %s, want %s (as d_pre) or f32", op,
                           mpcl_dtype_name(d_bias->dtype), mpcl_dtype_name(d_pre->dtype));
-    TRY(check_shape(ctx, d_bias, 1, d_pre->cols, op, "d_bias"));
-    TRY(check_count(ctx, d_pre, op));
+    TRY(mpcl__check_shape(ctx, d_bias, 1, d_pre->cols, op, "d_bias"));
+    TRY(mpcl__check_count(ctx, d_pre, op));
 
     /* The f32 output of an f16 d_pre has a kernel of its own (in the f32
      * program both are the same kernel), and _v8 serves whole vectors. */
@@ -253,9 +247,9 @@ mpcl_status mpcl_bias_act_backward_grad(mpcl_context *ctx, mpcl_tensor *d_pre, m
                                         mpcl_activation act) {
     static const char op[] = "mpcl_bias_act_backward_grad";
     TRY(check_backward_args(ctx, op, d_pre, d_out, saved, act));
-    TRY(check_present(ctx, d_bias, op, "d_bias"));
-    TRY(check_dtype(ctx, d_bias, d_out->dtype, op, "d_bias"));
-    TRY(check_shape(ctx, d_bias, 1, d_out->cols, op, "d_bias"));
+    TRY(mpcl__check_present(ctx, d_bias, op, "d_bias"));
+    TRY(mpcl__check_dtype(ctx, d_bias, d_out->dtype, op, "d_bias"));
+    TRY(mpcl__check_shape(ctx, d_bias, 1, d_out->cols, op, "d_bias"));
     static const char *const names[2][MPCL_ACT_COUNT] = {
         {"mpcl_bias_act_backward_grad_identity", "mpcl_bias_act_backward_grad_relu",
          "mpcl_bias_act_backward_grad_gelu", "mpcl_bias_act_backward_grad_sigmoid",
@@ -278,9 +272,9 @@ mpcl_status mpcl_xent_stats_create(mpcl_context *ctx, mpcl_tensor **out) {
 }
 
 static mpcl_status check_stats(mpcl_context *ctx, const mpcl_tensor *stats, const char *op) {
-    TRY(check_present(ctx, stats, op, "stats"));
-    TRY(check_dtype(ctx, stats, MPCL_DTYPE_F32, op, "stats"));
-    return check_shape(ctx, stats, 1, MPCL_XENT_STATS_COLS, op, "stats");
+    TRY(mpcl__check_present(ctx, stats, op, "stats"));
+    TRY(mpcl__check_dtype(ctx, stats, MPCL_DTYPE_F32, op, "stats"));
+    return mpcl__check_shape(ctx, stats, 1, MPCL_XENT_STATS_COLS, op, "stats");
 }
 
 mpcl_status mpcl_xent_stats_reset(mpcl_context *ctx, mpcl_tensor *stats) {
@@ -332,18 +326,18 @@ static mpcl_status softmax_xent(mpcl_context *ctx, const char *op, mpcl_tensor *
                                 const mpcl_tensor *labels, const mpcl_tensor *scale,
                                 size_t grad_rows) {
     TRY(check_stats(ctx, stats, op));
-    TRY(check_present(ctx, logits, op, "logits"));
-    TRY(check_present(ctx, labels, op, "labels"));
-    if (d_logits) TRY(check_present(ctx, d_logits, op, "d_logits"));
-    if (scale) TRY(check_present(ctx, scale, op, "scale"));
-    TRY(check_storage(ctx, logits, op, "logits"));
-    TRY(check_dtype(ctx, labels, MPCL_DTYPE_I32, op, "labels"));
-    if (d_logits) TRY(check_dtype(ctx, d_logits, logits->dtype, op, "d_logits"));
-    if (scale) TRY(check_dtype(ctx, scale, MPCL_DTYPE_F32, op, "scale"));
-    TRY(check_shape(ctx, labels, logits->rows, 1, op, "labels"));
-    if (d_logits) TRY(check_shape(ctx, d_logits, logits->rows, logits->cols, op, "d_logits"));
-    if (scale) TRY(check_shape(ctx, scale, 1, 1, op, "scale"));
-    TRY(check_count(ctx, logits, op));
+    TRY(mpcl__check_present(ctx, logits, op, "logits"));
+    TRY(mpcl__check_present(ctx, labels, op, "labels"));
+    if (d_logits) TRY(mpcl__check_present(ctx, d_logits, op, "d_logits"));
+    if (scale) TRY(mpcl__check_present(ctx, scale, op, "scale"));
+    TRY(mpcl__check_storage(ctx, logits, op, "logits"));
+    TRY(mpcl__check_dtype(ctx, labels, MPCL_DTYPE_I32, op, "labels"));
+    if (d_logits) TRY(mpcl__check_dtype(ctx, d_logits, logits->dtype, op, "d_logits"));
+    if (scale) TRY(mpcl__check_dtype(ctx, scale, MPCL_DTYPE_F32, op, "scale"));
+    TRY(mpcl__check_shape(ctx, labels, logits->rows, 1, op, "labels"));
+    if (d_logits) TRY(mpcl__check_shape(ctx, d_logits, logits->rows, logits->cols, op, "d_logits"));
+    if (scale) TRY(mpcl__check_shape(ctx, scale, 1, 1, op, "scale"));
+    TRY(mpcl__check_count(ctx, logits, op));
     if (grad_rows < logits->rows || grad_rows > UINT32_MAX)
         return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "%s: gradient divisor %zu for %zu rows", op,
                           grad_rows, logits->rows);
@@ -393,12 +387,12 @@ mpcl_status mpcl__softmax_xent_forward_backward_rows(mpcl_context *ctx, mpcl_ten
 
 mpcl_status mpcl_cast(mpcl_context *ctx, mpcl_tensor *dst, const mpcl_tensor *src) {
     static const char op[] = "mpcl_cast";
-    TRY(check_present(ctx, dst, op, "dst"));
-    TRY(check_present(ctx, src, op, "src"));
-    TRY(check_storage(ctx, src, op, "src"));
-    TRY(check_storage(ctx, dst, op, "dst"));
-    TRY(check_shape(ctx, dst, src->rows, src->cols, op, "dst"));
-    TRY(check_count(ctx, src, op));
+    TRY(mpcl__check_present(ctx, dst, op, "dst"));
+    TRY(mpcl__check_present(ctx, src, op, "src"));
+    TRY(mpcl__check_storage(ctx, src, op, "src"));
+    TRY(mpcl__check_storage(ctx, dst, op, "dst"));
+    TRY(mpcl__check_shape(ctx, dst, src->rows, src->cols, op, "dst"));
+    TRY(mpcl__check_count(ctx, src, op));
     mpcl_status st = MPCL_OK;
     if (dst->dtype == src->dtype) {
         if (dst != src)
