@@ -12,6 +12,7 @@
 #include "mpcl/tensor.h"
 #include "mpcl/ops.h"
 #include "mpcl/gemm.h"
+#include "mpcl/conv.h"
 #include "mpcl/loss_scale.h"
 #include "mpcl/optim.h"
 #include "mpcl/rng.h"
