@@ -7,9 +7,8 @@
 // The window geometry, in the order src/compute/conv.c sets it: the image
 // (H, W, C), the window (KH, KW), the output (OH, OW), the strides and the
 // padding before the first row and column.
-#define WINDOW_PARAMS                                                                     \
-    uint H, uint W, uint C, uint KH, uint KW, uint OH, uint OW, uint SH, uint SW, uint PT, \
-        uint PL
+#define WINDOW_PARAMS \
+    uint H, uint W, uint C, uint KH, uint KW, uint OH, uint OW, uint SH, uint SW, uint PT, uint PL
 
 // The windows along one axis that cover padded position xp (the image
 // position plus the padding before it): o with o*s <= xp < o*s + k and
@@ -17,6 +16,15 @@
 inline uint2 window_range(uint xp, uint k, uint s, uint out) {
     uint first = xp + 1 > k ? (xp + 1 - k + s - 1) / s : 0u;
     return (uint2)(first, min(xp / s + 1u, out));
+}
+
+// A pixel index (b*rows + row)*cols + col as (col, row, b). Quotients and
+// remainders by multiplication, not %: LLVM turns a / and % of the same
+// operands into a pair with a `freeze`, which Oclgrind's uninitialized-value
+// check cannot run (it stops the kernel, writing nothing).
+inline uint3 split_pixel(uint pixel, uint cols, uint rows) {
+    uint line = pixel / cols, b = line / rows;
+    return (uint3)(pixel - line * cols, line - b * rows, b);
 }
 
 // columns[m, (kh*KW + kw)*C + c] = in[b, oh*SH - PT + kh, ow*SW - PL + kw, c]
@@ -29,7 +37,8 @@ __kernel void mpcl_im2col(__global storage_bits_t *columns, __global const stora
     if (i >= items) return;
     uint taps = KH * KW, m = i / taps, t = i - m * taps;
     uint kh = t / KW, kw = t - kh * KW;
-    uint ow = m % OW, oh = (m / OW) % OH, b = m / OW / OH;
+    uint3 at = split_pixel(m, OW, OH); // (ow, oh, b)
+    uint ow = at.x, oh = at.y, b = at.z;
     // Padded coordinates; the image starts at (PT, PL).
     uint hp = oh * SH + kh, wp = ow * SW + kw;
     __global storage_bits_t *dst = columns + (size_t)i * C;
@@ -48,8 +57,9 @@ __kernel void mpcl_col2im(__global storage_t *d_in, __global const storage_t *d_
                           WINDOW_PARAMS, uint items) {
     uint i = get_global_id(0);
     if (i >= items) return;
-    uint c = i % C, pixel = i / C;
-    uint w = pixel % W, h = (pixel / W) % H, b = pixel / W / H;
+    uint pixel = i / C, c = i - pixel * C;
+    uint3 at = split_pixel(pixel, W, H);
+    uint w = at.x, h = at.y, b = at.z;
     uint2 rows = window_range(h + PT, KH, SH, OH), cols = window_range(w + PL, KW, SW, OW);
     float sum = 0.0f;
     for (uint oh = rows.x; oh < rows.y; oh++) {
@@ -74,8 +84,9 @@ __kernel void mpcl_maxpool2d_forward(__global storage_t *out, __global int *argm
                                      uint write_argmax) {
     uint i = get_global_id(0);
     if (i >= items) return;
-    uint c = i % C, pixel = i / C;
-    uint ow = pixel % OW, oh = (pixel / OW) % OH, b = pixel / OW / OH;
+    uint pixel = i / C, c = i - pixel * C;
+    uint3 at = split_pixel(pixel, OW, OH);
+    uint ow = at.x, oh = at.y, b = at.z;
     uint hp = oh * SH, wp = ow * SW; // the window's first padded row and column
     uint h0 = max(hp, PT) - PT, h1 = min(hp + KH, PT + H) - PT;
     uint w0 = max(wp, PL) - PL, w1 = min(wp + KW, PL + W) - PL;
@@ -102,8 +113,9 @@ __kernel void mpcl_maxpool2d_backward(__global storage_t *d_in, __global const s
                                       __global const int *argmax, WINDOW_PARAMS, uint items) {
     uint i = get_global_id(0);
     if (i >= items) return;
-    uint c = i % C, pixel = i / C;
-    uint w = pixel % W, h = (pixel / W) % H, b = pixel / W / H;
+    uint pixel = i / C, c = i - pixel * C;
+    uint3 at = split_pixel(pixel, W, H);
+    uint w = at.x, h = at.y, b = at.z;
     uint2 rows = window_range(h + PT, KH, SH, OH), cols = window_range(w + PL, KW, SW, OW);
     int here = (int)(h * W + w);
     float sum = 0.0f;
