@@ -18,13 +18,14 @@ inline uint2 window_range(uint xp, uint k, uint s, uint out) {
     return (uint2)(first, min(xp / s + 1u, out));
 }
 
-// A pixel index (b*rows + row)*cols + col as (col, row, b). Quotients and
-// remainders by multiplication, not %: LLVM turns a / and % of the same
-// operands into a pair with a `freeze`, which Oclgrind's uninitialized-value
-// check cannot run (it stops the kernel, writing nothing).
-inline uint3 split_pixel(uint pixel, uint cols, uint rows) {
-    uint line = pixel / cols, b = line / rows;
-    return (uint3)(pixel - line * cols, line - b * rows, b);
+// An element index ((b*rows + row)*cols + col)*C + c as (c, col, row, b).
+// Quotients and remainders by multiplication, not %: LLVM turns a / and %
+// of the same operands into a pair with a `freeze`, which Oclgrind's
+// uninitialized-value check cannot run (it stops the kernel, writing
+// nothing).
+inline uint4 split_nhwc(uint i, uint C, uint cols, uint rows) {
+    uint pixel = i / C, line = pixel / cols, b = line / rows;
+    return (uint4)(i - pixel * C, pixel - line * cols, line - b * rows, b);
 }
 
 // columns[m, (kh*KW + kw)*C + c] = in[b, oh*SH - PT + kh, ow*SW - PL + kw, c]
@@ -37,8 +38,8 @@ __kernel void mpcl_im2col(__global storage_bits_t *columns, __global const stora
     if (i >= items) return;
     uint taps = KH * KW, m = i / taps, t = i - m * taps;
     uint kh = t / KW, kw = t - kh * KW;
-    uint3 at = split_pixel(m, OW, OH); // (ow, oh, b)
-    uint ow = at.x, oh = at.y, b = at.z;
+    uint4 at = split_nhwc(m, 1, OW, OH); // (0, ow, oh, b)
+    uint ow = at.y, oh = at.z, b = at.w;
     // Padded coordinates; the image starts at (PT, PL).
     uint hp = oh * SH + kh, wp = ow * SW + kw;
     __global storage_bits_t *dst = columns + (size_t)i * C;
@@ -57,9 +58,8 @@ __kernel void mpcl_col2im(__global storage_t *d_in, __global const storage_t *d_
                           WINDOW_PARAMS, uint items) {
     uint i = get_global_id(0);
     if (i >= items) return;
-    uint pixel = i / C, c = i - pixel * C;
-    uint3 at = split_pixel(pixel, W, H);
-    uint w = at.x, h = at.y, b = at.z;
+    uint4 at = split_nhwc(i, C, W, H);
+    uint c = at.x, w = at.y, h = at.z, b = at.w;
     uint2 rows = window_range(h + PT, KH, SH, OH), cols = window_range(w + PL, KW, SW, OW);
     float sum = 0.0f;
     for (uint oh = rows.x; oh < rows.y; oh++) {
@@ -84,9 +84,8 @@ __kernel void mpcl_maxpool2d_forward(__global storage_t *out, __global int *argm
                                      uint write_argmax) {
     uint i = get_global_id(0);
     if (i >= items) return;
-    uint pixel = i / C, c = i - pixel * C;
-    uint3 at = split_pixel(pixel, OW, OH);
-    uint ow = at.x, oh = at.y, b = at.z;
+    uint4 at = split_nhwc(i, C, OW, OH);
+    uint c = at.x, ow = at.y, oh = at.z, b = at.w;
     uint hp = oh * SH, wp = ow * SW; // the window's first padded row and column
     uint h0 = max(hp, PT) - PT, h1 = min(hp + KH, PT + H) - PT;
     uint w0 = max(wp, PL) - PL, w1 = min(wp + KW, PL + W) - PL;
@@ -113,9 +112,8 @@ __kernel void mpcl_maxpool2d_backward(__global storage_t *d_in, __global const s
                                       __global const int *argmax, WINDOW_PARAMS, uint items) {
     uint i = get_global_id(0);
     if (i >= items) return;
-    uint pixel = i / C, c = i - pixel * C;
-    uint3 at = split_pixel(pixel, W, H);
-    uint w = at.x, h = at.y, b = at.z;
+    uint4 at = split_nhwc(i, C, W, H);
+    uint c = at.x, w = at.y, h = at.z, b = at.w;
     uint2 rows = window_range(h + PT, KH, SH, OH), cols = window_range(w + PL, KW, SW, OW);
     int here = (int)(h * W + w);
     float sum = 0.0f;
