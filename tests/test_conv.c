@@ -198,6 +198,13 @@ static void test_window_errors(void **state) {
                   "pool_h 8 is larger than the height 7");
     p = (mpcl_pool2d_shape){1, 7, 5, 1, 2, 2, 0, 2, MPCL_PADDING_VALID};
     expect_status(mpcl_pool2d_window(NULL, &p, &w), MPCL_ERR_SHAPE, "stride_h is 0");
+    /* The kernels' uint window, stride and padded positions. */
+    p = (mpcl_pool2d_shape){1, 7, 5, 1, 2, 2, (size_t)1 << 33, 2, MPCL_PADDING_SAME};
+    expect_status(mpcl_pool2d_window(NULL, &p, &w), MPCL_ERR_SHAPE, "stride_h 8589934592");
+    p = (mpcl_pool2d_shape){1, 7, 5, 1, 2, SIZE_MAX, 1, 1, MPCL_PADDING_SAME};
+    expect_status(mpcl_pool2d_window(NULL, &p, &w), MPCL_ERR_SHAPE, "pool_w 18446744073709551615");
+    p = (mpcl_pool2d_shape){1, 7, 5, 1, 2, 0xffffffff, 1, 1, MPCL_PADDING_SAME};
+    expect_status(mpcl_pool2d_window(NULL, &p, &w), MPCL_ERR_SHAPE, "the width padded for pool_w");
     /* argmax is an i32 position in the image. */
     p = (mpcl_pool2d_shape){1, 65536, 32769, 1, 2, 2, 2, 2, MPCL_PADDING_VALID};
     expect_status(mpcl_pool2d_window(NULL, &p, &w), MPCL_ERR_SHAPE, "argmax");

@@ -52,23 +52,36 @@ typedef struct window_spec {
     const char *kh_name, *kw_name;
 } window_spec;
 
+/* One axis of a window: the image length, the window and the stride, with
+ * their names for the messages. */
+typedef struct axis_spec {
+    const char *in_name, *k_name, *s_name;
+    size_t in, k, s;
+} axis_spec;
+
 /* One axis: the output size and the padding before and after, Keras' rules
- * (include/mpcl/conv.h). `in`, `k` and `s` are nonzero. */
-static mpcl_status axis_window(mpcl_context *ctx, const window_spec *w, const char *in_name,
-                               size_t in, const char *k_name, size_t k, size_t s, size_t *out,
-                               size_t *before, size_t *after) {
-    if (w->padding == MPCL_PADDING_VALID) {
-        if (k > in)
+ * (include/mpcl/conv.h). The sizes are nonzero and `in` below 2^32; the
+ * kernels take the window, the stride and the padded positions as uint. */
+static mpcl_status axis_window(mpcl_context *ctx, const char *op, mpcl_padding padding,
+                               const axis_spec *a, size_t *out, size_t *before, size_t *after) {
+    if (a->k > UINT32_MAX || a->s > UINT32_MAX)
+        return MPCL_ERROR(ctx, MPCL_ERR_SHAPE, "%s: %s %zu or %s %zu exceeds 2^32-1", op, a->k_name,
+                          a->k, a->s_name, a->s);
+    if (padding == MPCL_PADDING_VALID) {
+        if (a->k > a->in)
             return MPCL_ERROR(ctx, MPCL_ERR_SHAPE,
-                              "%s: %s %zu is larger than the %s %zu with padding 'valid'", w->op,
-                              k_name, k, in_name, in);
-        *out = (in - k) / s + 1;
+                              "%s: %s %zu is larger than the %s %zu with padding 'valid'", op,
+                              a->k_name, a->k, a->in_name, a->in);
+        *out = (a->in - a->k) / a->s + 1;
         *before = *after = 0;
         return MPCL_OK;
     }
-    *out = (in + s - 1) / s;
-    size_t span = (*out - 1) * s + k; /* the padded length the windows cover */
-    size_t total = span > in ? span - in : 0;
+    *out = a->in / a->s + (a->in % a->s != 0);
+    size_t span = (*out - 1) * a->s + a->k; /* the padded length the windows cover */
+    if (span > UINT32_MAX)
+        return MPCL_ERROR(ctx, MPCL_ERR_SHAPE, "%s: the %s padded for %s %zu (%zu) exceeds 2^32-1",
+                          op, a->in_name, a->k_name, a->k, span);
+    size_t total = span > a->in ? span - a->in : 0;
     *before = total / 2;
     *after = total - *before;
     return MPCL_OK;
@@ -112,13 +125,13 @@ static mpcl_status window_of(mpcl_context *ctx, const window_spec *w, mpcl_windo
     for (size_t i = 0; i < n_sizes; i++)
         if (sizes[i].value == 0)
             return MPCL_ERROR(ctx, MPCL_ERR_SHAPE, "%s: %s is 0", w->op, sizes[i].name);
-    mpcl_window2d r;
-    TRY(axis_window(ctx, w, "height", w->height, w->kh_name, w->kh, w->sh, &r.out_h, &r.pad_top,
-                    &r.pad_bottom));
-    TRY(axis_window(ctx, w, "width", w->width, w->kw_name, w->kw, w->sw, &r.out_w, &r.pad_left,
-                    &r.pad_right));
     TRY(check_count_fits(ctx, w->op, "input", "batch x height x width x channels", w->batch,
                          w->height, w->width, w->channels));
+    mpcl_window2d r;
+    const axis_spec rows = {"height", w->kh_name, "stride_h", w->height, w->kh, w->sh};
+    const axis_spec cols = {"width", w->kw_name, "stride_w", w->width, w->kw, w->sw};
+    TRY(axis_window(ctx, w->op, w->padding, &rows, &r.out_h, &r.pad_top, &r.pad_bottom));
+    TRY(axis_window(ctx, w->op, w->padding, &cols, &r.out_w, &r.pad_left, &r.pad_right));
     TRY(check_count_fits(
         ctx, w->op, "output",
         w->conv ? "batch x out_h x out_w x filters" : "batch x out_h x out_w x channels", w->batch,
