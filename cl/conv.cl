@@ -53,24 +53,28 @@ __kernel void mpcl_im2col(__global storage_bits_t *columns, __global const stora
 
 // d_in[b, h, w, c] = the sum of d_columns over the (window, tap) pairs that
 // im2col copies from (b, h, w, c): windows in row order, in f32, rounded once.
-// One item per input element; items = B*H*W*C.
+// One item per input pixel, for its C channels: the pixel's windows are found
+// once (the index split costs more than the sums), and each window's channels
+// are a run of d_columns. items = B*H*W.
 __kernel void mpcl_col2im(__global storage_t *d_in, __global const storage_t *d_columns,
                           WINDOW_PARAMS, uint items) {
     uint i = get_global_id(0);
     if (i >= items) return;
-    uint4 at = split_nhwc(i, C, W, H);
-    uint c = at.x, w = at.y, h = at.z, b = at.w;
+    uint4 at = split_nhwc(i, 1, W, H);
+    uint w = at.y, h = at.z, b = at.w;
     uint2 rows = window_range(h + PT, KH, SH, OH), cols = window_range(w + PL, KW, SW, OW);
-    float sum = 0.0f;
-    for (uint oh = rows.x; oh < rows.y; oh++) {
-        uint kh = h + PT - oh * SH;
-        for (uint ow = cols.x; ow < cols.y; ow++) {
-            uint kw = w + PL - ow * SW;
-            size_t m = ((size_t)b * OH + oh) * OW + ow;
-            sum += LOAD(d_columns, (m * KH * KW + kh * KW + kw) * C + c);
+    for (uint c = 0; c < C; c++) {
+        float sum = 0.0f;
+        for (uint oh = rows.x; oh < rows.y; oh++) {
+            uint kh = h + PT - oh * SH;
+            for (uint ow = cols.x; ow < cols.y; ow++) {
+                uint kw = w + PL - ow * SW;
+                size_t m = ((size_t)b * OH + oh) * OW + ow;
+                sum += LOAD(d_columns, (m * KH * KW + kh * KW + kw) * C + c);
+            }
         }
+        STORE(d_in, (size_t)i * C + c, sum);
     }
-    STORE(d_in, i, sum);
 }
 
 // out[b, oh, ow, c] = the largest in[b, h, w, c] over the window's positions

@@ -292,7 +292,7 @@ static mpcl_status im2col(mpcl_context *ctx, const window_spec *w, const mpcl_wi
 
 static mpcl_status col2im(mpcl_context *ctx, const window_spec *w, const mpcl_window2d *win,
                           mpcl_tensor *d_in, const mpcl_tensor *d_columns) {
-    size_t items = w->batch * image_cols(w);
+    size_t items = w->batch * w->height * w->width; /* pixels */
     return launch_pair(ctx, d_in->dtype, "mpcl_col2im", d_in, d_columns, w, win, items);
 }
 
