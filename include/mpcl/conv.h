@@ -93,7 +93,7 @@ mpcl_status mpcl_im2col(mpcl_context *ctx, const mpcl_conv2d_shape *s, mpcl_tens
 
 /* The adjoint of mpcl_im2col: d_in[b, h, w, c] = the sum of the d_columns
  * elements that im2col copies from (b, h, w, c), in f32 in a fixed order
- * (one work-item per input element, no atomics: deterministic), rounded
+ * (each input pixel gathered by one work-item, no atomics: deterministic), rounded
  * once into d_in; 0 where no window reaches. Overwrites d_in. */
 mpcl_status mpcl_col2im(mpcl_context *ctx, const mpcl_conv2d_shape *s, mpcl_tensor *d_in,
                         const mpcl_tensor *d_columns);
