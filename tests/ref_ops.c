@@ -174,3 +174,119 @@ size_t ref_dense_loss(mpcl_loss loss, const double *pred, const double *targets,
     }
     return bad;
 }
+
+/* ---- convolution and pooling ---- */
+
+void ref_window(size_t in, size_t k, size_t s, mpcl_padding padding, size_t *out,
+                size_t *pad_before) {
+    if (padding == MPCL_PADDING_VALID) {
+        *out = (in - k + 1 + s - 1) / s;
+        *pad_before = 0;
+        return;
+    }
+    *out = (in + s - 1) / s;
+    long total = (long)((*out - 1) * s + k) - (long)in;
+    *pad_before = total > 0 ? (size_t)total / 2 : 0;
+}
+
+/* Every (output, tap) pair of the convolution whose input position lies in
+ * the image: accumulates out += in w, d_in += d_out w and d_w += in d_out
+ * for the outputs that are not NULL. */
+static void conv_taps(double *out, double *d_in, double *d_w, const double *in, const double *w,
+                      const double *d_out, const mpcl_conv2d_shape *s) {
+    size_t oh_n, ow_n, pt, pl;
+    ref_window(s->height, s->kernel_h, s->stride_h, s->padding, &oh_n, &pt);
+    ref_window(s->width, s->kernel_w, s->stride_w, s->padding, &ow_n, &pl);
+    const size_t H = s->height, W = s->width, C = s->channels, F = s->filters;
+    for (size_t b = 0; b < s->batch; b++)
+        for (size_t oh = 0; oh < oh_n; oh++)
+            for (size_t ow = 0; ow < ow_n; ow++)
+                for (size_t kh = 0; kh < s->kernel_h; kh++)
+                    for (size_t kw = 0; kw < s->kernel_w; kw++) {
+                        long h = (long)(oh * s->stride_h + kh) - (long)pt;
+                        long x = (long)(ow * s->stride_w + kw) - (long)pl;
+                        if (h < 0 || h >= (long)H || x < 0 || x >= (long)W) continue;
+                        for (size_t c = 0; c < C; c++)
+                            for (size_t f = 0; f < F; f++) {
+                                size_t i = ((b * H + (size_t)h) * W + (size_t)x) * C + c;
+                                size_t wi = ((kh * s->kernel_w + kw) * C + c) * F + f;
+                                size_t o = ((b * oh_n + oh) * ow_n + ow) * F + f;
+                                if (out) out[o] += in[i] * w[wi];
+                                if (d_in) d_in[i] += d_out[o] * w[wi];
+                                if (d_w) d_w[wi] += in[i] * d_out[o];
+                            }
+                    }
+}
+
+void ref_conv2d_forward(double *out, const double *in, const double *w,
+                        const mpcl_conv2d_shape *s) {
+    size_t oh, ow, pad;
+    ref_window(s->height, s->kernel_h, s->stride_h, s->padding, &oh, &pad);
+    ref_window(s->width, s->kernel_w, s->stride_w, s->padding, &ow, &pad);
+    for (size_t i = 0; i < s->batch * oh * ow * s->filters; i++) out[i] = 0;
+    conv_taps(out, NULL, NULL, in, w, NULL, s);
+}
+
+void ref_conv2d_backward(double *d_in, double *d_w, const double *d_out, const double *in,
+                         const double *w, const mpcl_conv2d_shape *s) {
+    if (d_in)
+        for (size_t i = 0; i < s->batch * s->height * s->width * s->channels; i++) d_in[i] = 0;
+    if (d_w)
+        for (size_t i = 0; i < s->kernel_h * s->kernel_w * s->channels * s->filters; i++)
+            d_w[i] = 0;
+    conv_taps(NULL, d_in, d_w, in, w, d_out, s);
+}
+
+/* The window maximum of output element (b, oh, ow, c): its value and the
+ * input index (b, h, w, c) where it is. */
+static size_t pool_max(const double *in, const mpcl_pool2d_shape *s, size_t pt, size_t pl, size_t b,
+                       size_t oh, size_t ow, size_t c, double *value) {
+    size_t at = 0;
+    int found = 0;
+    for (size_t kh = 0; kh < s->pool_h; kh++)
+        for (size_t kw = 0; kw < s->pool_w; kw++) {
+            long h = (long)(oh * s->stride_h + kh) - (long)pt;
+            long x = (long)(ow * s->stride_w + kw) - (long)pl;
+            if (h < 0 || h >= (long)s->height || x < 0 || x >= (long)s->width) continue;
+            size_t i = ((b * s->height + (size_t)h) * s->width + (size_t)x) * s->channels + c;
+            if (!found || in[i] > *value || (isnan(in[i]) && !isnan(*value))) {
+                *value = in[i];
+                at = i;
+                found = 1;
+            }
+        }
+    return at;
+}
+
+void ref_maxpool2d_forward(double *out, int32_t *argmax, const double *in,
+                           const mpcl_pool2d_shape *s) {
+    size_t oh_n, ow_n, pt, pl;
+    ref_window(s->height, s->pool_h, s->stride_h, s->padding, &oh_n, &pt);
+    ref_window(s->width, s->pool_w, s->stride_w, s->padding, &ow_n, &pl);
+    const size_t C = s->channels, plane = s->height * s->width;
+    for (size_t b = 0; b < s->batch; b++)
+        for (size_t oh = 0; oh < oh_n; oh++)
+            for (size_t ow = 0; ow < ow_n; ow++)
+                for (size_t c = 0; c < C; c++) {
+                    size_t o = ((b * oh_n + oh) * ow_n + ow) * C + c;
+                    size_t at = pool_max(in, s, pt, pl, b, oh, ow, c, &out[o]);
+                    if (argmax) argmax[o] = (int32_t)((at / C) % plane);
+                }
+}
+
+void ref_maxpool2d_backward(double *d_in, const double *d_out, const double *in,
+                            const mpcl_pool2d_shape *s) {
+    size_t oh_n, ow_n, pt, pl;
+    ref_window(s->height, s->pool_h, s->stride_h, s->padding, &oh_n, &pt);
+    ref_window(s->width, s->pool_w, s->stride_w, s->padding, &ow_n, &pl);
+    const size_t C = s->channels;
+    for (size_t i = 0; i < s->batch * s->height * s->width * C; i++) d_in[i] = 0;
+    for (size_t b = 0; b < s->batch; b++)
+        for (size_t oh = 0; oh < oh_n; oh++)
+            for (size_t ow = 0; ow < ow_n; ow++)
+                for (size_t c = 0; c < C; c++) {
+                    double value;
+                    size_t at = pool_max(in, s, pt, pl, b, oh, ow, c, &value);
+                    d_in[at] += d_out[((b * oh_n + oh) * ow_n + ow) * C + c];
+                }
+}

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "mpcl/conv.h"
 #include "mpcl/ops.h"
 
 /* act(z) and its derivative d act / d z, in double. */
@@ -58,5 +59,34 @@ size_t ref_dense_loss(mpcl_loss loss, const double *pred, const double *targets,
  * rounded f32 -> bf16 conversion. */
 double ref_bf16_value(uint16_t bits);
 uint16_t ref_f64_to_bf16(double x);
+
+/* ---- convolution and pooling (NHWC; images [B, H, W, C] row-major) ---- */
+
+/* One axis of a window, TensorFlow's definition: VALID out = ceil((in - k +
+ * 1) / s) with no padding (in >= k); SAME out = ceil(in / s), padded by
+ * max((out - 1) s + k - in, 0) of which the smaller half comes before. */
+void ref_window(size_t in, size_t k, size_t s, mpcl_padding padding, size_t *out,
+                size_t *pad_before);
+
+/* The direct convolution: out[b, oh, ow, f] = sum over kh, kw, c of
+ * in[b, oh*sh - pad_top + kh, ow*sw - pad_left + kw, c] * w[(kh*KW + kw)*C + c, f],
+ * positions outside the image adding nothing. */
+void ref_conv2d_forward(double *out, const double *in, const double *w, const mpcl_conv2d_shape *s);
+
+/* The gradients of sum(d_out * out) with respect to in and w (either output
+ * may be NULL), by the same loop. */
+void ref_conv2d_backward(double *d_in, double *d_w, const double *d_out, const double *in,
+                         const double *w, const mpcl_conv2d_shape *s);
+
+/* Max pooling: out = the largest value of the window's positions inside the
+ * image, the first in row order among equals, NaN over any number; argmax
+ * (may be NULL) = its h * W + w. */
+void ref_maxpool2d_forward(double *out, int32_t *argmax, const double *in,
+                           const mpcl_pool2d_shape *s);
+
+/* d_in = each window's d_out added at the position of its maximum (found
+ * from `in` as above), 0 elsewhere. */
+void ref_maxpool2d_backward(double *d_in, const double *d_out, const double *in,
+                            const mpcl_pool2d_shape *s);
 
 #endif

@@ -13,6 +13,7 @@
 #include "mpcl/ops.h"
 #include "mpcl/losses.h"
 #include "mpcl/gemm.h"
+#include "mpcl/conv.h"
 #include "mpcl/loss_scale.h"
 #include "mpcl/optim.h"
 #include "mpcl/rng.h"

@@ -41,6 +41,34 @@ size_t mpcl__sub_buffer_align(mpcl_context *ctx);
  * smaller than the buffers allocated for max_batch. Never destroyed. */
 mpcl_tensor mpcl__tensor_rows(const mpcl_tensor *t, size_t B);
 
+/* t's elements as a rows x cols tensor value sharing t's memory (rows * cols
+ * must equal t's count): an NHWC batch [B, H*W*C] as the [B*H*W, C] matrix of
+ * a GEMM or a bias + activation. Never destroyed. */
+mpcl_tensor mpcl__tensor_reshape(const mpcl_tensor *t, size_t rows, size_t cols);
+
+/* ---- launcher checks (ops.c), for every launcher of the area ---- */
+
+/* Returns from the calling function with the status of `call` when it fails. */
+#define TRY(call)                               \
+    do {                                        \
+        mpcl_status try_st_ = (call);           \
+        if (try_st_ != MPCL_OK) return try_st_; \
+    } while (0)
+
+/* Each records an error naming the op and the tensor (`what`) and returns
+ * it: t NULL or of another context (MPCL_ERR_INVALID_ARG); not f32, f16 or
+ * bf16, or not `want` (MPCL_ERR_DTYPE); not rows x cols, or more elements
+ * than a kernel's uint index reaches (MPCL_ERR_SHAPE). */
+mpcl_status mpcl__check_present(mpcl_context *ctx, const mpcl_tensor *t, const char *op,
+                                const char *what);
+mpcl_status mpcl__check_storage(mpcl_context *ctx, const mpcl_tensor *t, const char *op,
+                                const char *what);
+mpcl_status mpcl__check_dtype(mpcl_context *ctx, const mpcl_tensor *t, mpcl_dtype want,
+                              const char *op, const char *what);
+mpcl_status mpcl__check_shape(mpcl_context *ctx, const mpcl_tensor *t, size_t rows, size_t cols,
+                              const char *op, const char *what);
+mpcl_status mpcl__check_count(mpcl_context *ctx, const mpcl_tensor *t, const char *op);
+
 /* Sets argument `index` of k; a failure names the kernel and the index. */
 mpcl_status mpcl__set_arg(mpcl_context *ctx, cl_kernel k, const char *name, cl_uint index,
                           size_t size, const void *value);
@@ -63,29 +91,6 @@ size_t mpcl__local_size(mpcl_context *ctx, cl_kernel k, size_t want);
 /* Enqueues a 2-D kernel; with `local`, global sizes are rounded up to it. */
 mpcl_status mpcl__launch_2d(mpcl_context *ctx, cl_kernel k, const char *name, size_t gx, size_t gy,
                             const size_t *local);
-
-/* ---- argument checks (ops.c) ---- */
-
-/* Each records a message naming op and the argument `what` and returns its
- * status: t NULL or of another context (MPCL_ERR_INVALID_ARG); t not f32,
- * f16 or bf16, or not `want` (MPCL_ERR_DTYPE); t not rows x cols, or more
- * than 2^32-1 elements, as the kernels index with uint (MPCL_ERR_SHAPE). */
-mpcl_status mpcl__check_present(mpcl_context *ctx, const mpcl_tensor *t, const char *op,
-                                const char *what);
-mpcl_status mpcl__check_storage(mpcl_context *ctx, const mpcl_tensor *t, const char *op,
-                                const char *what);
-mpcl_status mpcl__check_dtype(mpcl_context *ctx, const mpcl_tensor *t, mpcl_dtype want,
-                              const char *op, const char *what);
-mpcl_status mpcl__check_shape(mpcl_context *ctx, const mpcl_tensor *t, size_t rows, size_t cols,
-                              const char *op, const char *what);
-mpcl_status mpcl__check_count(mpcl_context *ctx, const mpcl_tensor *t, const char *op);
-
-/* Returns the status of `call` when it is not MPCL_OK. */
-#define TRY(call)                               \
-    do {                                        \
-        mpcl_status try_st_ = (call);           \
-        if (try_st_ != MPCL_OK) return try_st_; \
-    } while (0)
 
 /* ---- optimizer ---- */
 
@@ -123,6 +128,12 @@ mpcl_status mpcl__loss_forward_backward_rows(mpcl_context *ctx, mpcl_loss loss, 
                                              size_t grad_rows);
 
 /* ---- gemm ---- */
+
+/* Everything mpcl_gemm checks before it enqueues anything (the same
+ * statuses and messages), for ops that run a GEMM after other launches and
+ * must refuse before the first. */
+mpcl_status mpcl__gemm_check(mpcl_context *ctx, mpcl_gemm_path path, bool trans_a, bool trans_b,
+                             const mpcl_tensor *a, const mpcl_tensor *b, const mpcl_tensor *c);
 
 /* Forces the tiles of mpcl's GEMM (every kernel takes any N: narrower
  * outputs clamp their columns) and the tiles per item of the 4x16 kernel (0:

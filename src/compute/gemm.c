@@ -238,9 +238,8 @@ static mpcl_status run_staged(mpcl_context *ctx, bool ta, bool tb, size_t m, siz
     return st;
 }
 
-mpcl_status mpcl_gemm(mpcl_context *ctx, mpcl_gemm_path path, bool trans_a, bool trans_b,
-                      float alpha, const mpcl_tensor *a, const mpcl_tensor *b, float beta,
-                      mpcl_tensor *c) {
+mpcl_status mpcl__gemm_check(mpcl_context *ctx, mpcl_gemm_path path, bool trans_a, bool trans_b,
+                             const mpcl_tensor *a, const mpcl_tensor *b, const mpcl_tensor *c) {
     if (!a || !b || !c)
         return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "gemm: A, B and C must not be NULL");
     if (a->ctx != ctx || b->ctx != ctx || c->ctx != ctx)
@@ -270,7 +269,17 @@ mpcl_status mpcl_gemm(mpcl_context *ctx, mpcl_gemm_path path, bool trans_a, bool
                           mpcl_plan_fp16_math_usable(&ctx->info, ctx->overrides.fp16)
                               ? "cl_khr_fp16 is not declared, and CLBlast checks it"
                               : "no half arithmetic: no verified cl_khr_fp16, or MPCL_FP16=off");
+    return MPCL_OK;
+}
 
+mpcl_status mpcl_gemm(mpcl_context *ctx, mpcl_gemm_path path, bool trans_a, bool trans_b,
+                      float alpha, const mpcl_tensor *a, const mpcl_tensor *b, float beta,
+                      mpcl_tensor *c) {
+    mpcl_status st = mpcl__gemm_check(ctx, path, trans_a, trans_b, a, b, c);
+    if (st != MPCL_OK) return st;
+    /* op(A) is m x k, op(B) is k x n (checked). */
+    size_t m = trans_a ? a->cols : a->rows, k = trans_a ? a->rows : a->cols;
+    size_t n = trans_b ? b->rows : b->cols;
     if (path == MPCL_GEMM_CLBLAST_SGEMM || path == MPCL_GEMM_CLBLAST_HGEMM)
         return run_clblast(ctx, path, trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
     if (path == MPCL_GEMM_CLBLAST_STAGED)

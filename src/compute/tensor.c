@@ -193,6 +193,13 @@ mpcl_tensor mpcl__tensor_rows(const mpcl_tensor *t, size_t B) {
     return v;
 }
 
+mpcl_tensor mpcl__tensor_reshape(const mpcl_tensor *t, size_t rows, size_t cols) {
+    mpcl_tensor v = *t;
+    v.rows = rows;
+    v.cols = cols;
+    return v;
+}
+
 mpcl_status mpcl__set_arg(mpcl_context *ctx, cl_kernel k, const char *name, cl_uint index,
                           size_t size, const void *value) {
     cl_int err = clSetKernelArg(k, index, size, value);

@@ -1,0 +1,131 @@
+// Convolution (im2col and its adjoint col2im) and max pooling on NHWC
+// images: a [B, H*W*C] tensor, each row one image in (row, column, channel)
+// order. The GEMMs of the convolution are mpcl_gemm's (src/compute/conv.c).
+// Sums are f32 in a fixed order, one work-item per output element (no
+// atomics), so every result is deterministic.
+
+// The window geometry, in the order src/compute/conv.c sets it: the image
+// (H, W, C), the window (KH, KW), the output (OH, OW), the strides and the
+// padding before the first row and column.
+#define WINDOW_PARAMS \
+    uint H, uint W, uint C, uint KH, uint KW, uint OH, uint OW, uint SH, uint SW, uint PT, uint PL
+
+// The windows along one axis that cover padded position xp (the image
+// position plus the padding before it): o with o*s <= xp < o*s + k and
+// o < out, as [first, end).
+inline uint2 window_range(uint xp, uint k, uint s, uint out) {
+    uint first = xp + 1 > k ? (xp + 1 - k + s - 1) / s : 0u;
+    return (uint2)(first, min(xp / s + 1u, out));
+}
+
+// An element index ((b*rows + row)*cols + col)*C + c as (c, col, row, b).
+// Quotients and remainders by multiplication, not %: LLVM turns a / and %
+// of the same operands into a pair with a `freeze`, which Oclgrind's
+// uninitialized-value check cannot run (it stops the kernel, writing
+// nothing).
+inline uint4 split_nhwc(uint i, uint C, uint cols, uint rows) {
+    uint pixel = i / C, line = pixel / cols, b = line / rows;
+    return (uint4)(i - pixel * C, pixel - line * cols, line - b * rows, b);
+}
+
+// columns[m, (kh*KW + kw)*C + c] = in[b, oh*SH - PT + kh, ow*SW - PL + kw, c]
+// for output pixel m = (b*OH + oh)*OW + ow, 0 in the padding. One item per
+// (m, kh, kw), copying its C channels, a run in both tensors; items = B*OH*OW
+// *KH*KW. A copy of the bits (storage_bits_t), so exact.
+__kernel void mpcl_im2col(__global storage_bits_t *columns, __global const storage_bits_t *in,
+                          WINDOW_PARAMS, uint items) {
+    uint i = get_global_id(0);
+    if (i >= items) return;
+    uint taps = KH * KW, m = i / taps, t = i - m * taps;
+    uint kh = t / KW, kw = t - kh * KW;
+    uint4 at = split_nhwc(m, 1, OW, OH); // (0, ow, oh, b)
+    uint ow = at.y, oh = at.z, b = at.w;
+    // Padded coordinates; the image starts at (PT, PL).
+    uint hp = oh * SH + kh, wp = ow * SW + kw;
+    __global storage_bits_t *dst = columns + (size_t)i * C;
+    if (hp < PT || hp - PT >= H || wp < PL || wp - PL >= W) {
+        for (uint c = 0; c < C; c++) dst[c] = (storage_bits_t)0;
+        return;
+    }
+    __global const storage_bits_t *src = in + (((size_t)b * H + (hp - PT)) * W + (wp - PL)) * C;
+    for (uint c = 0; c < C; c++) dst[c] = src[c];
+}
+
+// d_in[b, h, w, c] = the sum of d_columns over the (window, tap) pairs that
+// im2col copies from (b, h, w, c): windows in row order, in f32, rounded once.
+// One item per input pixel, for its C channels: the pixel's windows are found
+// once (the index split costs more than the sums), and each window's channels
+// are a run of d_columns. items = B*H*W.
+__kernel void mpcl_col2im(__global storage_t *d_in, __global const storage_t *d_columns,
+                          WINDOW_PARAMS, uint items) {
+    uint i = get_global_id(0);
+    if (i >= items) return;
+    uint4 at = split_nhwc(i, 1, W, H);
+    uint w = at.y, h = at.z, b = at.w;
+    uint2 rows = window_range(h + PT, KH, SH, OH), cols = window_range(w + PL, KW, SW, OW);
+    for (uint c = 0; c < C; c++) {
+        float sum = 0.0f;
+        for (uint oh = rows.x; oh < rows.y; oh++) {
+            uint kh = h + PT - oh * SH;
+            for (uint ow = cols.x; ow < cols.y; ow++) {
+                uint kw = w + PL - ow * SW;
+                size_t m = ((size_t)b * OH + oh) * OW + ow;
+                sum += LOAD(d_columns, (m * KH * KW + kh * KW + kw) * C + c);
+            }
+        }
+        STORE(d_in, (size_t)i * C + c, sum);
+    }
+}
+
+// out[b, oh, ow, c] = the largest in[b, h, w, c] over the window's positions
+// inside the image, row by row; the first of equal values wins, and NaN wins
+// over numbers (so that the loss scaler sees it). argmax[...] = h*W + w of
+// the winner when write_argmax. One item per output element; items =
+// B*OH*OW*C. SAME windows always hold a position of the image (the padding
+// before is less than the window).
+__kernel void mpcl_maxpool2d_forward(__global storage_t *out, __global int *argmax,
+                                     __global const storage_t *in, WINDOW_PARAMS, uint items,
+                                     uint write_argmax) {
+    uint i = get_global_id(0);
+    if (i >= items) return;
+    uint4 at = split_nhwc(i, C, OW, OH);
+    uint c = at.x, ow = at.y, oh = at.z, b = at.w;
+    uint hp = oh * SH, wp = ow * SW; // the window's first padded row and column
+    uint h0 = max(hp, PT) - PT, h1 = min(hp + KH, PT + H) - PT;
+    uint w0 = max(wp, PL) - PL, w1 = min(wp + KW, PL + W) - PL;
+    size_t image = (size_t)b * H * W * C + c; // (b, 0, 0, c)
+    float best = LOAD(in, image + ((size_t)h0 * W + w0) * C);
+    uint best_at = h0 * W + w0;
+    for (uint h = h0; h < h1; h++) {
+        for (uint w = w0; w < w1; w++) {
+            float v = LOAD(in, image + ((size_t)h * W + w) * C);
+            if (v > best || (isnan(v) && !isnan(best))) {
+                best = v;
+                best_at = h * W + w;
+            }
+        }
+    }
+    STORE(out, i, best);
+    if (write_argmax) argmax[i] = (int)best_at;
+}
+
+// d_in[b, h, w, c] = the sum of d_out[b, oh, ow, c] over the windows whose
+// argmax is (h, w), in row order, in f32, rounded once. One item per input
+// element; items = B*H*W*C.
+__kernel void mpcl_maxpool2d_backward(__global storage_t *d_in, __global const storage_t *d_out,
+                                      __global const int *argmax, WINDOW_PARAMS, uint items) {
+    uint i = get_global_id(0);
+    if (i >= items) return;
+    uint4 at = split_nhwc(i, C, W, H);
+    uint c = at.x, w = at.y, h = at.z, b = at.w;
+    uint2 rows = window_range(h + PT, KH, SH, OH), cols = window_range(w + PL, KW, SW, OW);
+    int here = (int)(h * W + w);
+    float sum = 0.0f;
+    for (uint oh = rows.x; oh < rows.y; oh++) {
+        for (uint ow = cols.x; ow < cols.y; ow++) {
+            size_t o = (((size_t)b * OH + oh) * OW + ow) * C + c;
+            if (argmax[o] == here) sum += LOAD(d_out, o);
+        }
+    }
+    STORE(d_in, i, sum);
+}

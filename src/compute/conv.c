@@ -1,0 +1,443 @@
+/* Convolution and max pooling (include/mpcl/conv.h): the window arithmetic,
+ * the launchers of cl/conv.cl, and the convolution as im2col + mpcl_gemm.
+ *
+ * im2col rather than an implicit-GEMM kernel: the three GEMMs of a
+ * convolution then run on every GEMM path of the precision plan (mpcl's
+ * kernel on CPUs, CLBlast on GPUs, f16/bf16 staged or mixed) with no kernel
+ * of their own, at the cost of the columns workspace (kernel_h * kernel_w
+ * times the input) and one copy each way. */
+#include <stdint.h>
+#include <string.h>
+
+#include "compute/compute.h"
+#include "mpcl/conv.h"
+
+/* The work-group of the one-item-per-element launches (the kernels check
+ * their range), as ops.c's elementwise ones. */
+#define CONV_WG 64
+
+static const char *const padding_names[MPCL_PADDING_COUNT] = {
+    [MPCL_PADDING_VALID] = "valid",
+    [MPCL_PADDING_SAME] = "same",
+};
+
+const char *mpcl_padding_name(mpcl_padding padding) {
+    if ((int)padding < 0 || padding >= MPCL_PADDING_COUNT) return "unknown";
+    return padding_names[padding];
+}
+
+bool mpcl_padding_parse(const char *name, mpcl_padding *out) {
+    if (!name) return false;
+    for (int i = 0; i < MPCL_PADDING_COUNT; i++) {
+        if (strcmp(name, padding_names[i]) == 0) {
+            *out = (mpcl_padding)i;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* ---- windows ---- */
+
+/* The shape of one op, whatever its kind: an image of B x H x W x C, a
+ * window of kh x kw moved by (sh, sw); `out_channels` of the output (the
+ * filters of a convolution, C for pooling), and whether the weights and
+ * columns of a convolution exist. Field names for the messages. */
+typedef struct window_spec {
+    const char *op;
+    size_t batch, height, width, channels;
+    size_t kh, kw, sh, sw, out_channels;
+    mpcl_padding padding;
+    bool conv;
+    const char *kh_name, *kw_name;
+} window_spec;
+
+/* One axis of a window: the image length, the window and the stride, with
+ * their names for the messages. */
+typedef struct axis_spec {
+    const char *in_name, *k_name, *s_name;
+    size_t in, k, s;
+} axis_spec;
+
+/* One axis: the output size and the padding before and after, Keras' rules
+ * (include/mpcl/conv.h). The sizes are nonzero and `in` below 2^32; the
+ * kernels take the window, the stride and the padded positions as uint. */
+static mpcl_status axis_window(mpcl_context *ctx, const char *op, mpcl_padding padding,
+                               const axis_spec *a, size_t *out, size_t *before, size_t *after) {
+    if (a->k > UINT32_MAX || a->s > UINT32_MAX)
+        return MPCL_ERROR(ctx, MPCL_ERR_SHAPE, "%s: %s %zu or %s %zu exceeds 2^32-1", op, a->k_name,
+                          a->k, a->s_name, a->s);
+    if (padding == MPCL_PADDING_VALID) {
+        if (a->k > a->in)
+            return MPCL_ERROR(ctx, MPCL_ERR_SHAPE,
+                              "%s: %s %zu is larger than the %s %zu with padding 'valid'", op,
+                              a->k_name, a->k, a->in_name, a->in);
+        *out = (a->in - a->k) / a->s + 1;
+        *before = *after = 0;
+        return MPCL_OK;
+    }
+    *out = a->in / a->s + (a->in % a->s != 0);
+    size_t span = (*out - 1) * a->s + a->k; /* the padded length the windows cover */
+    if (span > UINT32_MAX)
+        return MPCL_ERROR(ctx, MPCL_ERR_SHAPE, "%s: the %s padded for %s %zu (%zu) exceeds 2^32-1",
+                          op, a->in_name, a->k_name, a->k, span);
+    size_t total = span > a->in ? span - a->in : 0;
+    *before = total / 2;
+    *after = total - *before;
+    return MPCL_OK;
+}
+
+/* a * b * c * d, or false when it exceeds 2^32 - 1 (the kernels' uint
+ * indices); zero factors were refused before. */
+static bool count_fits(size_t a, size_t b, size_t c, size_t d, size_t *out) {
+    const size_t factors[] = {b, c, d};
+    size_t p = a;
+    for (size_t i = 0; i < 3; i++) {
+        if (p > UINT32_MAX / factors[i]) return false;
+        p *= factors[i];
+    }
+    *out = p;
+    return p <= UINT32_MAX;
+}
+
+static mpcl_status check_count_fits(mpcl_context *ctx, const char *op, const char *what,
+                                    const char *formula, size_t a, size_t b, size_t c, size_t d) {
+    size_t n;
+    if (!count_fits(a, b, c, d, &n))
+        return MPCL_ERROR(ctx, MPCL_ERR_SHAPE,
+                          "%s: the %s (%s = %zu x %zu x %zu x %zu) has more than 2^32-1 elements",
+                          op, what, formula, a, b, c, d);
+    return MPCL_OK;
+}
+
+static mpcl_status window_of(mpcl_context *ctx, const window_spec *w, mpcl_window2d *out) {
+    if ((int)w->padding < 0 || w->padding >= MPCL_PADDING_COUNT)
+        return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "%s: unknown padding %d", w->op,
+                          (int)w->padding);
+    /* The filters last: pooling has none of its own. */
+    const struct {
+        const char *name;
+        size_t value;
+    } sizes[] = {{"batch", w->batch},       {"height", w->height}, {"width", w->width},
+                 {"channels", w->channels}, {w->kh_name, w->kh},   {w->kw_name, w->kw},
+                 {"stride_h", w->sh},       {"stride_w", w->sw},   {"filters", w->out_channels}};
+    size_t n_sizes = sizeof sizes / sizeof sizes[0] - (w->conv ? 0 : 1);
+    for (size_t i = 0; i < n_sizes; i++)
+        if (sizes[i].value == 0)
+            return MPCL_ERROR(ctx, MPCL_ERR_SHAPE, "%s: %s is 0", w->op, sizes[i].name);
+    TRY(check_count_fits(ctx, w->op, "input", "batch x height x width x channels", w->batch,
+                         w->height, w->width, w->channels));
+    mpcl_window2d r;
+    const axis_spec rows = {"height", w->kh_name, "stride_h", w->height, w->kh, w->sh};
+    const axis_spec cols = {"width", w->kw_name, "stride_w", w->width, w->kw, w->sw};
+    TRY(axis_window(ctx, w->op, w->padding, &rows, &r.out_h, &r.pad_top, &r.pad_bottom));
+    TRY(axis_window(ctx, w->op, w->padding, &cols, &r.out_w, &r.pad_left, &r.pad_right));
+    TRY(check_count_fits(
+        ctx, w->op, "output",
+        w->conv ? "batch x out_h x out_w x filters" : "batch x out_h x out_w x channels", w->batch,
+        r.out_h, r.out_w, w->out_channels));
+    /* Pooling's argmax is an i32 position h * W + w. */
+    if (!w->conv && w->height * w->width > INT32_MAX)
+        return MPCL_ERROR(ctx, MPCL_ERR_SHAPE,
+                          "%s: height x width = %zu x %zu exceeds 2^31-1, the reach of argmax",
+                          w->op, w->height, w->width);
+    if (w->conv) {
+        TRY(check_count_fits(ctx, w->op, "weights", "kernel_h x kernel_w x channels x filters",
+                             w->kh, w->kw, w->channels, w->out_channels));
+        size_t pixels;
+        if (!count_fits(w->batch, r.out_h, r.out_w, 1, &pixels))
+            return MPCL_ERROR(ctx, MPCL_ERR_SHAPE,
+                              "%s: batch x out_h x out_w = %zu x %zu x %zu exceeds 2^32-1", w->op,
+                              w->batch, r.out_h, r.out_w);
+        TRY(check_count_fits(ctx, w->op, "columns",
+                             "batch*out_h*out_w x kernel_h x kernel_w x channels", pixels, w->kh,
+                             w->kw, w->channels));
+    }
+    *out = r;
+    return MPCL_OK;
+}
+
+static window_spec conv_spec(const char *op, const mpcl_conv2d_shape *s) {
+    return (window_spec){.op = op,
+                         .batch = s->batch,
+                         .height = s->height,
+                         .width = s->width,
+                         .channels = s->channels,
+                         .kh = s->kernel_h,
+                         .kw = s->kernel_w,
+                         .sh = s->stride_h,
+                         .sw = s->stride_w,
+                         .out_channels = s->filters,
+                         .padding = s->padding,
+                         .conv = true,
+                         .kh_name = "kernel_h",
+                         .kw_name = "kernel_w"};
+}
+
+static window_spec pool_spec(const char *op, const mpcl_pool2d_shape *s) {
+    return (window_spec){.op = op,
+                         .batch = s->batch,
+                         .height = s->height,
+                         .width = s->width,
+                         .channels = s->channels,
+                         .kh = s->pool_h,
+                         .kw = s->pool_w,
+                         .sh = s->stride_h,
+                         .sw = s->stride_w,
+                         .out_channels = s->channels,
+                         .padding = s->padding,
+                         .conv = false,
+                         .kh_name = "pool_h",
+                         .kw_name = "pool_w"};
+}
+
+static mpcl_status conv_window(mpcl_context *ctx, const char *op, const mpcl_conv2d_shape *s,
+                               mpcl_window2d *out) {
+    if (!s || !out) return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "%s: shape is NULL", op);
+    window_spec w = conv_spec(op, s);
+    return window_of(ctx, &w, out);
+}
+
+static mpcl_status pool_window(mpcl_context *ctx, const char *op, const mpcl_pool2d_shape *s,
+                               mpcl_window2d *out) {
+    if (!s || !out) return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "%s: shape is NULL", op);
+    window_spec w = pool_spec(op, s);
+    return window_of(ctx, &w, out);
+}
+
+mpcl_status mpcl_conv2d_window(mpcl_context *ctx, const mpcl_conv2d_shape *s, mpcl_window2d *out) {
+    return conv_window(ctx, "mpcl_conv2d_window", s, out);
+}
+
+mpcl_status mpcl_pool2d_window(mpcl_context *ctx, const mpcl_pool2d_shape *s, mpcl_window2d *out) {
+    return pool_window(ctx, "mpcl_pool2d_window", s, out);
+}
+
+void mpcl_conv2d_columns_shape(const mpcl_conv2d_shape *s, const mpcl_window2d *w, size_t *rows,
+                               size_t *cols) {
+    *rows = s->batch * w->out_h * w->out_w;
+    *cols = s->kernel_h * s->kernel_w * s->channels;
+}
+
+/* ---- launches ---- */
+
+/* The kernels' WINDOW_PARAMS (cl/conv.cl), from argument `first` on. */
+#define WINDOW_ARGS 11
+static mpcl_status set_window_args(mpcl_context *ctx, cl_kernel k, const char *name, cl_uint first,
+                                   const window_spec *w, const mpcl_window2d *win) {
+    const cl_uint values[WINDOW_ARGS] = {
+        (cl_uint)w->height, (cl_uint)w->width,     (cl_uint)w->channels,  (cl_uint)w->kh,
+        (cl_uint)w->kw,     (cl_uint)win->out_h,   (cl_uint)win->out_w,   (cl_uint)w->sh,
+        (cl_uint)w->sw,     (cl_uint)win->pad_top, (cl_uint)win->pad_left};
+    for (cl_uint i = 0; i < WINDOW_ARGS; i++)
+        TRY(mpcl__set_arg(ctx, k, name, first + i, sizeof values[i], &values[i]));
+    return MPCL_OK;
+}
+
+/* Sets the two buffers, the window and the item count of a kernel of
+ * cl/conv.cl shaped (dst, src, WINDOW_PARAMS, items) and launches one item
+ * each. */
+static mpcl_status launch_pair(mpcl_context *ctx, mpcl_dtype storage, const char *name,
+                               const mpcl_tensor *dst, const mpcl_tensor *src, const window_spec *w,
+                               const mpcl_window2d *win, size_t items) {
+    cl_kernel k;
+    TRY(mpcl__kernel(ctx, storage, name, &k));
+    TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(dst->mem), MPCL_ARG(src->mem), MPCL_ARGS_END));
+    TRY(set_window_args(ctx, k, name, 2, w, win));
+    cl_uint n = (cl_uint)items;
+    TRY(mpcl__set_arg(ctx, k, name, 2 + WINDOW_ARGS, sizeof n, &n));
+    return mpcl__launch_1d(ctx, k, name, items, mpcl__local_size(ctx, k, CONV_WG));
+}
+
+/* ---- checks ---- */
+
+/* A float tensor of ctx, rows x cols, of `dtype` (or any float dtype, which
+ * then sets *dtype, when *dtype is MPCL_DTYPE_COUNT). */
+static mpcl_status check_float(mpcl_context *ctx, const char *op, const mpcl_tensor *t,
+                               const char *what, mpcl_dtype *dtype, size_t rows, size_t cols) {
+    TRY(mpcl__check_present(ctx, t, op, what));
+    TRY(mpcl__check_storage(ctx, t, op, what));
+    if (*dtype == MPCL_DTYPE_COUNT) *dtype = t->dtype;
+    TRY(mpcl__check_dtype(ctx, t, *dtype, op, what));
+    return mpcl__check_shape(ctx, t, rows, cols, op, what);
+}
+
+/* The image (batch x H*W*C) and the output map (batch x out_h*out_w*C'). */
+static size_t image_cols(const window_spec *w) {
+    return w->height * w->width * w->channels;
+}
+static size_t map_cols(const window_spec *w, const mpcl_window2d *win) {
+    return win->out_h * win->out_w * w->out_channels;
+}
+
+/* ---- im2col, col2im ---- */
+
+/* The checks of mpcl_im2col and mpcl_col2im: the image `image` and the
+ * columns `columns` (either may be the output), one float dtype. */
+static mpcl_status check_columns_pair(mpcl_context *ctx, const window_spec *w,
+                                      const mpcl_window2d *win, const mpcl_tensor *image,
+                                      const char *image_name, const mpcl_tensor *columns,
+                                      const char *columns_name) {
+    mpcl_dtype dt = MPCL_DTYPE_COUNT;
+    TRY(check_float(ctx, w->op, image, image_name, &dt, w->batch, image_cols(w)));
+    return check_float(ctx, w->op, columns, columns_name, &dt, w->batch * win->out_h * win->out_w,
+                       w->kh * w->kw * w->channels);
+}
+
+static mpcl_status im2col(mpcl_context *ctx, const window_spec *w, const mpcl_window2d *win,
+                          mpcl_tensor *columns, const mpcl_tensor *in) {
+    size_t items = w->batch * win->out_h * win->out_w * w->kh * w->kw;
+    return launch_pair(ctx, in->dtype, "mpcl_im2col", columns, in, w, win, items);
+}
+
+static mpcl_status col2im(mpcl_context *ctx, const window_spec *w, const mpcl_window2d *win,
+                          mpcl_tensor *d_in, const mpcl_tensor *d_columns) {
+    size_t items = w->batch * w->height * w->width; /* pixels */
+    return launch_pair(ctx, d_in->dtype, "mpcl_col2im", d_in, d_columns, w, win, items);
+}
+
+mpcl_status mpcl_im2col(mpcl_context *ctx, const mpcl_conv2d_shape *s, mpcl_tensor *columns,
+                        const mpcl_tensor *in) {
+    static const char op[] = "mpcl_im2col";
+    mpcl_window2d win;
+    TRY(conv_window(ctx, op, s, &win));
+    window_spec w = conv_spec(op, s);
+    TRY(check_columns_pair(ctx, &w, &win, in, "in", columns, "columns"));
+    return im2col(ctx, &w, &win, columns, in);
+}
+
+mpcl_status mpcl_col2im(mpcl_context *ctx, const mpcl_conv2d_shape *s, mpcl_tensor *d_in,
+                        const mpcl_tensor *d_columns) {
+    static const char op[] = "mpcl_col2im";
+    mpcl_window2d win;
+    TRY(conv_window(ctx, op, s, &win));
+    window_spec w = conv_spec(op, s);
+    TRY(check_columns_pair(ctx, &w, &win, d_in, "d_in", d_columns, "d_columns"));
+    return col2im(ctx, &w, &win, d_in, d_columns);
+}
+
+/* ---- convolution ---- */
+
+/* The convolution's tensors, all in in's dtype; d_in may be NULL. The GEMMs
+ * are checked as mpcl_gemm will run them, on the [batch*out_h*out_w, filters]
+ * view of out (and d_out), so that a path that cannot take the dtype is
+ * refused before im2col writes the columns. */
+typedef struct conv_tensors {
+    const mpcl_tensor *in, *weights, *out_map; /* out_map: out or d_out */
+    mpcl_tensor *columns, *d_in, *d_weights;
+} conv_tensors;
+
+static mpcl_status check_conv(mpcl_context *ctx, mpcl_gemm_path path, const window_spec *w,
+                              const mpcl_window2d *win, const conv_tensors *t, bool backward) {
+    const char *op = w->op;
+    size_t rows = w->batch * win->out_h * win->out_w, patch = w->kh * w->kw * w->channels;
+    mpcl_dtype dt = MPCL_DTYPE_COUNT;
+    TRY(check_float(ctx, op, t->in, "in", &dt, w->batch, image_cols(w)));
+    TRY(check_float(ctx, op, t->weights, "weights", &dt, patch, w->out_channels));
+    TRY(check_float(ctx, op, t->columns, "columns", &dt, rows, patch));
+    TRY(check_float(ctx, op, t->out_map, backward ? "d_out" : "out", &dt, w->batch,
+                    map_cols(w, win)));
+    mpcl_tensor map = mpcl__tensor_reshape(t->out_map, rows, w->out_channels);
+    if (!backward) return mpcl__gemm_check(ctx, path, false, false, t->columns, t->weights, &map);
+    TRY(check_float(ctx, op, t->d_weights, "d_weights", &dt, patch, w->out_channels));
+    TRY(mpcl__gemm_check(ctx, path, true, false, t->columns, &map, t->d_weights));
+    if (!t->d_in) return MPCL_OK;
+    TRY(check_float(ctx, op, t->d_in, "d_in", &dt, w->batch, image_cols(w)));
+    return mpcl__gemm_check(ctx, path, false, true, &map, t->weights, t->columns);
+}
+
+mpcl_status mpcl_conv2d_forward(mpcl_context *ctx, mpcl_gemm_path path, const mpcl_conv2d_shape *s,
+                                mpcl_tensor *out, const mpcl_tensor *in, const mpcl_tensor *weights,
+                                mpcl_tensor *columns) {
+    static const char op[] = "mpcl_conv2d_forward";
+    mpcl_window2d win;
+    TRY(conv_window(ctx, op, s, &win));
+    window_spec w = conv_spec(op, s);
+    conv_tensors t = {.in = in, .weights = weights, .out_map = out, .columns = columns};
+    TRY(check_conv(ctx, path, &w, &win, &t, false));
+    mpcl_tensor map = mpcl__tensor_reshape(out, columns->rows, s->filters);
+    TRY(im2col(ctx, &w, &win, columns, in));
+    return mpcl_gemm(ctx, path, false, false, 1.0f, columns, weights, 0.0f, &map);
+}
+
+mpcl_status mpcl_conv2d_backward(mpcl_context *ctx, mpcl_gemm_path path, const mpcl_conv2d_shape *s,
+                                 mpcl_tensor *d_in, mpcl_tensor *d_weights,
+                                 const mpcl_tensor *d_out, const mpcl_tensor *in,
+                                 const mpcl_tensor *weights, mpcl_tensor *columns) {
+    static const char op[] = "mpcl_conv2d_backward";
+    mpcl_window2d win;
+    TRY(conv_window(ctx, op, s, &win));
+    window_spec w = conv_spec(op, s);
+    conv_tensors t = {.in = in,
+                      .weights = weights,
+                      .out_map = d_out,
+                      .columns = columns,
+                      .d_in = d_in,
+                      .d_weights = d_weights};
+    TRY(check_conv(ctx, path, &w, &win, &t, true));
+    mpcl_tensor map = mpcl__tensor_reshape(d_out, columns->rows, s->filters);
+    /* The queue is in order: the weight GEMM has read the columns before the
+     * second GEMM overwrites them with the input's gradient. */
+    TRY(im2col(ctx, &w, &win, columns, in));
+    TRY(mpcl_gemm(ctx, path, true, false, 1.0f, columns, &map, 0.0f, d_weights));
+    if (!d_in) return MPCL_OK;
+    TRY(mpcl_gemm(ctx, path, false, true, 1.0f, &map, weights, 0.0f, columns));
+    return col2im(ctx, &w, &win, d_in, columns);
+}
+
+/* ---- max pooling ---- */
+
+static mpcl_status check_argmax(mpcl_context *ctx, const window_spec *w, const mpcl_window2d *win,
+                                const mpcl_tensor *argmax) {
+    TRY(mpcl__check_present(ctx, argmax, w->op, "argmax"));
+    TRY(mpcl__check_dtype(ctx, argmax, MPCL_DTYPE_I32, w->op, "argmax"));
+    return mpcl__check_shape(ctx, argmax, w->batch, map_cols(w, win), w->op, "argmax");
+}
+
+mpcl_status mpcl_maxpool2d_forward(mpcl_context *ctx, const mpcl_pool2d_shape *s, mpcl_tensor *out,
+                                   mpcl_tensor *argmax, const mpcl_tensor *in) {
+    static const char op[] = "mpcl_maxpool2d_forward";
+    mpcl_window2d win;
+    TRY(pool_window(ctx, op, s, &win));
+    window_spec w = pool_spec(op, s);
+    mpcl_dtype dt = MPCL_DTYPE_COUNT;
+    TRY(check_float(ctx, op, in, "in", &dt, w.batch, image_cols(&w)));
+    TRY(check_float(ctx, op, out, "out", &dt, w.batch, map_cols(&w, &win)));
+    if (argmax) TRY(check_argmax(ctx, &w, &win, argmax));
+    static const char name[] = "mpcl_maxpool2d_forward";
+    cl_kernel k;
+    TRY(mpcl__kernel(ctx, dt, name, &k));
+    /* Without argmax the kernel never writes that argument; out stands in. */
+    cl_mem argmax_mem = argmax ? argmax->mem : out->mem;
+    TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(out->mem), MPCL_ARG(argmax_mem), MPCL_ARG(in->mem),
+                       MPCL_ARGS_END));
+    TRY(set_window_args(ctx, k, name, 3, &w, &win));
+    size_t items = w.batch * map_cols(&w, &win);
+    cl_uint n = (cl_uint)items, write_argmax = argmax != NULL;
+    TRY(mpcl__set_arg(ctx, k, name, 3 + WINDOW_ARGS, sizeof n, &n));
+    TRY(mpcl__set_arg(ctx, k, name, 4 + WINDOW_ARGS, sizeof write_argmax, &write_argmax));
+    return mpcl__launch_1d(ctx, k, name, items, mpcl__local_size(ctx, k, CONV_WG));
+}
+
+mpcl_status mpcl_maxpool2d_backward(mpcl_context *ctx, const mpcl_pool2d_shape *s,
+                                    mpcl_tensor *d_in, const mpcl_tensor *d_out,
+                                    const mpcl_tensor *argmax) {
+    static const char op[] = "mpcl_maxpool2d_backward";
+    mpcl_window2d win;
+    TRY(pool_window(ctx, op, s, &win));
+    window_spec w = pool_spec(op, s);
+    mpcl_dtype dt = MPCL_DTYPE_COUNT;
+    TRY(check_float(ctx, op, d_out, "d_out", &dt, w.batch, map_cols(&w, &win)));
+    TRY(check_float(ctx, op, d_in, "d_in", &dt, w.batch, image_cols(&w)));
+    TRY(check_argmax(ctx, &w, &win, argmax));
+    static const char name[] = "mpcl_maxpool2d_backward";
+    cl_kernel k;
+    TRY(mpcl__kernel(ctx, dt, name, &k));
+    TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(d_in->mem), MPCL_ARG(d_out->mem),
+                       MPCL_ARG(argmax->mem), MPCL_ARGS_END));
+    TRY(set_window_args(ctx, k, name, 3, &w, &win));
+    size_t items = w.batch * image_cols(&w);
+    cl_uint n = (cl_uint)items;
+    TRY(mpcl__set_arg(ctx, k, name, 3 + WINDOW_ARGS, sizeof n, &n));
+    return mpcl__launch_1d(ctx, k, name, items, mpcl__local_size(ctx, k, CONV_WG));
+}
