@@ -10,7 +10,8 @@ build, the probes' included, really runs.
 PoCL's clang also prints "N warnings generated." on stderr for every cold
 build of a source with warnings. Kernel builds pass -w unless MPCL_VERBOSE=1:
 the run uses kernel sources (MPCL_CL_DIR) with a #warning added, and a
-MPCL_VERBOSE=1 run of the same sources shows it, so the quiet run is not
+MPCL_VERBOSE=1 run of the same sources shows it (on PoCL, whose compiler
+prints there), so the quiet run is not
 quiet only because nothing warned.
 
 usage: test_quiet.py PATH/TO/mpcl-train PATH/TO/mpcl-probe"""
@@ -56,9 +57,17 @@ def main():
         check(p.returncode == 0, f"mpcl-train --quiet: exit 0 (got {p.returncode}: {p.stderr[-300:]!r})")
         check(p.stderr == "", f"mpcl-train --quiet: empty stderr (got {p.stderr[-300:]!r})")
         check(os.path.isfile(ck), "mpcl-train --quiet: the checkpoint was written")
-        p = run([TRAIN, "--quiet", *TINY], verbose_cache, MPCL_CL_DIR=cl_dir, MPCL_VERBOSE="1")
-        check(p.returncode == 0 and "warning" in p.stderr,
-              f"MPCL_VERBOSE=1: the compiler's warnings on stderr ({p.returncode}: {p.stderr[-300:]!r})")
+        # PoCL's clang is what prints a build's warnings on stderr; other
+        # drivers (Rusticl, Intel) keep them in the build log, so there the
+        # quiet run above is all there is to check.
+        if "Portable Computing Language" in os.environ.get("MPCL_DEVICE", ""):
+            p = run([TRAIN, "--quiet", *TINY], verbose_cache, MPCL_CL_DIR=cl_dir,
+                    MPCL_VERBOSE="1")
+            check(p.returncode == 0 and "warning" in p.stderr,
+                  f"MPCL_VERBOSE=1: the compiler's warnings on stderr "
+                  f"({p.returncode}: {p.stderr[-300:]!r})")
+        else:
+            print("MPCL_VERBOSE=1 check skipped: only PoCL prints build warnings on stderr")
 
         p = run([PROBE, "--json"], cache)
         check(p.returncode == 0, f"mpcl-probe: exit 0 (got {p.returncode})")
