@@ -138,15 +138,6 @@ static mpcl__cache_key verdict_key(mpcl_context *ctx, const mpcl_model_params *p
     return mpcl__cache_key_make(parts, sizeof parts / sizeof parts[0]);
 }
 
-/* The next field of a line of fields separated by single spaces, cut off in
- * place; NULL past the last. */
-static char *next_field(char **rest) {
-    char *field = *rest, *space = field ? strchr(field, ' ') : NULL;
-    if (space) *space = '\0';
-    *rest = space ? space + 1 : NULL;
-    return field;
-}
-
 /* A cached verdict: "<index> <us> <us> ...\n" with one figure per candidate,
  * exactly as write_verdict writes it, every number plain decimal
  * (mpcl/number.h); false when absent, of another candidate list, or not of
@@ -165,10 +156,11 @@ static bool read_verdict(const char *dir, mpcl__cache_key key, candidate *c, siz
     text[size - 1] = '\0';
     char *rest = text;
     uint64_t index = 0;
-    if (mpcl_parse_uint(next_field(&rest), n - 1, &index) != MPCL_NUMBER_OK) return false;
+    if (mpcl_parse_uint(mpcl__next_field(&rest), n - 1, &index) != MPCL_NUMBER_OK) return false;
     for (size_t i = 0; i < n; i++) {
         double us = 0;
-        if (mpcl_parse_real(next_field(&rest), &us) != MPCL_NUMBER_OK || !(us > 0)) return false;
+        if (mpcl_parse_real(mpcl__next_field(&rest), &us) != MPCL_NUMBER_OK || !(us > 0))
+            return false;
         c[i].us = us;
     }
     if (rest) return false; /* more figures than candidates */

@@ -2,8 +2,10 @@
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "mpcl/number.h"
+#include "runtime/runtime.h"
 
 static int is_digit(char c) {
     return c >= '0' && c <= '9';
@@ -65,4 +67,11 @@ const char *mpcl_number_error_text(mpcl_number_error e) {
     case MPCL_NUMBER_RANGE: return "is out of range";
     }
     return "is not a number";
+}
+
+char *mpcl__next_field(char **rest) {
+    char *field = *rest, *space = field ? strchr(field, ' ') : NULL;
+    if (space) *space = '\0';
+    *rest = space ? space + 1 : NULL;
+    return field;
 }

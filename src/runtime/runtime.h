@@ -124,6 +124,14 @@ typedef enum mpcl__cache_outcome {
 } mpcl__cache_outcome;
 mpcl__cache_outcome mpcl__cache_last_outcome(const mpcl_context *ctx);
 
+/* ---- cached text (number.c) ---- */
+
+/* Cache bodies are read back only in the exact form written: fields split at
+ * single spaces. Returns the field at *rest, cut at its space, and moves
+ * *rest past it (NULL after the last field; an empty field for a doubled
+ * space). */
+char *mpcl__next_field(char **rest);
+
 /* ---- environment (env.c) ---- */
 
 /* mpcl's environment variables with a fixed set of values. */

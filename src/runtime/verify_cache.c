@@ -61,21 +61,16 @@ static void copy_line(char *dst, size_t size, const char *src, const char *end) 
 /* The first line's three outcomes, exactly as verdict_format writes them:
  * single spaces, plain decimal (the strict parser), nothing else. */
 static bool outcomes_parse(const char *line, const char *end, int out[3]) {
+    char text[64];
+    if ((size_t)(end - line) >= sizeof text) return false;
+    copy_line(text, sizeof text, line, end);
+    char *rest = text;
     for (int i = 0; i < 3; i++) {
-        char field[16];
-        const char *stop = line;
-        while (stop < end && *stop != ' ') stop++;
-        size_t n = (size_t)(stop - line);
         uint64_t v;
-        if (n == 0 || n >= sizeof field) return false;
-        memcpy(field, line, n);
-        field[n] = '\0';
-        if (mpcl_parse_uint(field, INT32_MAX, &v) != MPCL_NUMBER_OK) return false;
+        if (mpcl_parse_uint(mpcl__next_field(&rest), INT32_MAX, &v) != MPCL_NUMBER_OK) return false;
         out[i] = (int)v;
-        if (i < 2 && stop == end) return false;
-        line = stop + 1;
     }
-    return line == end + 1;
+    return rest == NULL;
 }
 
 /* Parses what verdict_format wrote; false (info untouched) for anything else. */
