@@ -37,6 +37,7 @@
 
 #include "mpcl/context.h"
 #include "mpcl/loss_scale.h"
+#include "mpcl/losses.h"
 #include "mpcl/ops.h"
 #include "mpcl/optim.h"
 #include "mpcl/plan.h"
@@ -82,6 +83,7 @@ typedef struct mpcl_model_params {
     size_t hidden_count;               /* 1 */
     size_t classes;                    /* 10: the output layer, identity activation */
     mpcl_activation activation;        /* relu, for every hidden layer */
+    mpcl_loss loss;                    /* sparse categorical cross-entropy */
     mpcl_policy policy;                /* auto */
     size_t max_batch;                  /* 128: batches may be smaller, never larger */
     uint64_t seed;                     /* 42: the Glorot-uniform initial weights */

@@ -64,7 +64,7 @@ class LossScaleState(Structure):
 class ModelParams(Structure):
     _fields_ = [("inputs", c_size_t), ("layers", LayerSpec * MAX_LAYERS),
                 ("layer_count", c_size_t), ("hidden", c_size_t * MAX_HIDDEN),
-                ("hidden_count", c_size_t), ("classes", c_size_t), ("activation", c_int),
+                ("hidden_count", c_size_t), ("classes", c_size_t), ("activation", c_int), ("loss", c_int),
                 ("policy", c_int), ("max_batch", c_size_t), ("seed", c_uint64),
                 ("optim", OptimParams), ("loss_scaling", c_int), ("loss_scale", LossScaleParams)]
 

@@ -38,6 +38,7 @@ mpcl_model_params mpcl_model_default_params(void) {
     p.hidden_count = 1;
     p.classes = 10;
     p.activation = MPCL_ACT_RELU;
+    p.loss = MPCL_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY;
     p.policy = MPCL_POLICY_AUTO;
     p.max_batch = 128;
     p.seed = 42;
