@@ -14,7 +14,7 @@ PUBLIC = {
     "runtime": ["status", "number", "files", "device", "plan", "context", "half", "rng", "version",
                 "cl_interop"],
     "compute": ["tensor", "ops", "losses", "conv", "gemm", "loss_scale", "optim", "quickbench"],
-    "nn": ["model"],
+    "nn": ["model", "layer_spec"],
     "io": ["data", "npy", "safetensors", "batch"],
     "parallel": ["dist"],
     "train": ["train", "plot", "checkpoint"],

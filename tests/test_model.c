@@ -155,7 +155,7 @@ static void follows_reference(mpcl_policy policy) {
                     : plan->storage == MPCL_DTYPE_BF16 ? mpcl_bf16_to_f32(mpcl_f32_to_bf16(xf[i]))
                                                        : xf[i];
         TU_ASSERT_OK(mpcl_model_train_step(m, x, y));
-        mpcl_xent_stats s;
+        mpcl_loss_stats s;
         TU_ASSERT_OK(mpcl_model_read_train_stats(m, &s, true));
         double got = s.loss_sum / (double)s.samples, want = ref_step(&r, xd, labels, BATCH);
         double rel = fabs(got - want) / want;

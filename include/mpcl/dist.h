@@ -126,9 +126,10 @@ double mpcl_dist_allreduce_seconds(const mpcl_dist *d);
 uint64_t mpcl_dist_allreduce_calls(const mpcl_dist *d);
 
 /* Reads and resets the training statistics of this process's replicas and
- * sums them over every replica (loss_sum, correct, samples). */
+ * sums them over every replica (loss_sum, metric_sum, terms, samples; the
+ * rest is replica 0's, calls summed over this process). */
 mpcl_status mpcl_dist_read_train_stats(mpcl_dist *d, mpcl_model *const *models,
-                                       mpcl_xent_stats *out);
+                                       mpcl_loss_stats *out);
 
 /* A checksum (FNV-1a, 64 bits) of a model's f32 master weights. Blocking. */
 mpcl_status mpcl_dist_weights_checksum(mpcl_model *m, uint64_t *out);

@@ -1,4 +1,4 @@
-/* Model: a list of layers (Dense today) over a parameter table, with its
+/* Model: a list of layers (layer_spec.h) over a parameter table, with its
  * training state -- optimizer, loss scaler, loss statistics -- on one device.
  *
  * Parameters live in flat arenas described by one table, as llm.c carves one
@@ -10,9 +10,10 @@
  * as views (sub-buffers) while the loss-scale check, the clip norm and the
  * optimizer each run once over a whole arena.
  *
- * One training step, in three phases, all enqueued without any host read:
+ * One training step, in three phases, all enqueued without any host read
+ * (shown for Dense layers; a convolution is the same GEMMs over im2col):
  *   forward   h_l = act_l(x_l W_l + b_l)           GEMM NN, then fused bias+act
- *             loss: stats += xent(logits, labels); d_L = (softmax - onehot) * scale / B
+ *             loss: stats += loss(logits, targets); d_L = dloss * scale / B
  *   backward  per layer from the top: d_pre = d_out * act'   (fused)
  *             dW = x^T d_pre                         GEMM TN, into the gradient arena
  *             db = column sums of d_pre              into the gradient arena
@@ -27,7 +28,9 @@
  * Biases are read by the bias kernel from the f32 master arena directly (no
  * double rounding); their gradients are in the storage dtype like every
  * other. Weights are named and shaped as Keras names them: dense_N.kernel
- * [inputs, units], dense_N.bias [units]. */
+ * [inputs, units], dense_N.bias [units], conv2d_N.kernel [kh, kw, in,
+ * filters]; a batch norm's moving averages are buffers, outside the arenas
+ * the optimizer sees. */
 #ifndef MPCL_MODEL_H
 #define MPCL_MODEL_H
 
@@ -36,6 +39,7 @@
 #include <stdint.h>
 
 #include "mpcl/context.h"
+#include "mpcl/layer_spec.h"
 #include "mpcl/loss_scale.h"
 #include "mpcl/losses.h"
 #include "mpcl/ops.h"
@@ -51,18 +55,7 @@ extern "C" {
 #pragma GCC visibility push(default)
 
 #define MPCL_MAX_HIDDEN 7
-#define MPCL_MAX_LAYERS (MPCL_MAX_HIDDEN + 1)
 #define MPCL_MAX_RANK 4
-
-/* One layer of a model spec. kind names a registered layer ("dense"). */
-typedef struct mpcl_layer_spec {
-    char kind[16];
-    size_t units;
-    mpcl_activation activation;
-} mpcl_layer_spec;
-
-/* Whether kind is a registered layer kind. */
-bool mpcl_layer_kind_known(const char *kind);
 
 /* Loss scaling: as the plan says (on for mixed_float16, off for float32 and
  * mixed_bfloat16), or forced on or off. */
@@ -74,9 +67,16 @@ typedef enum mpcl_loss_scaling {
 
 typedef struct mpcl_model_params {
     size_t inputs; /* 784: features per sample */
-    /* The layers. With layer_count 0 (the default) they are an MLP made from
-     * the three fields below: Dense(hidden[i], activation) for each hidden
-     * width, then Dense(classes) with identity activation. */
+    /* The shape of a sample, as Keras' input_shape: (features) or (height,
+     * width, channels), NHWC. input_rank 0 (the default) means (inputs);
+     * otherwise inputs is the product of the shape (0 is taken as that). */
+    size_t input_shape[MPCL_MAX_INPUT_RANK];
+    size_t input_rank;
+    /* The layers (layer_spec.h). With layer_count 0 (the default) they are
+     * an MLP made from the three fields below: Dense(hidden[i], activation)
+     * for each hidden width, then Dense(classes) with identity activation.
+     * An explicit list ends in a layer of `classes` outputs (the label
+     * count, or the target columns of a dense loss). */
     mpcl_layer_spec layers[MPCL_MAX_LAYERS];
     size_t layer_count;                /* 0 */
     size_t hidden[MPCL_MAX_HIDDEN];    /* widths of the hidden layers: {128} */
@@ -98,6 +98,33 @@ mpcl_model_params mpcl_model_default_params(void);
  * MPCL_ERR_INVALID_ARG for a bad spec. ctx may be NULL. */
 mpcl_status mpcl_model_params_layers(mpcl_context *ctx, const mpcl_model_params *params,
                                      mpcl_layer_spec out[MPCL_MAX_LAYERS], size_t *count);
+/* The input shape params describe: (inputs) when input_rank is 0. */
+void mpcl_model_params_input_shape(const mpcl_model_params *params,
+                                   size_t shape[MPCL_MAX_INPUT_RANK], size_t *rank);
+
+/* The text form of a model (layer_spec.h): its input shape and its layers
+ * (the MLP's, when params gives widths); MPCL_ERR_SHAPE for a short buffer.
+ * MPCL_MODEL_SPEC_MAX is always enough. */
+#define MPCL_MODEL_SPEC_MAX 8192
+mpcl_status mpcl_model_spec_format(mpcl_context *ctx, const mpcl_model_params *params, char *buf,
+                                   size_t size);
+/* The text form into params' input shape and explicit layers (the other
+ * fields are kept): "input_shape=28,28,1; conv2d filters=32 ...; dense
+ * units=10". MPCL_ERR_INVALID_ARG naming the layer and what is wrong. */
+mpcl_status mpcl_model_spec_parse(mpcl_context *ctx, const char *text, mpcl_model_params *params);
+
+/* The shape of each layer's output for params (the shapes chain: a
+ * mismatch is MPCL_ERR_INVALID_ARG naming both layers and their shapes),
+ * and each layer's parameter count, without a device: for summaries.
+ * shapes: [MPCL_MAX_LAYERS][MPCL_MAX_INPUT_RANK]. */
+typedef struct mpcl_layer_summary {
+    char name[32]; /* "conv2d_0" */
+    size_t out_rank, out_shape[MPCL_MAX_INPUT_RANK];
+    size_t params;  /* trainable elements */
+    size_t buffers; /* non-trainable elements (a batch norm's moving averages) */
+} mpcl_layer_summary;
+mpcl_status mpcl_model_summary(mpcl_context *ctx, const mpcl_model_params *params,
+                               mpcl_layer_summary out[MPCL_MAX_LAYERS], size_t *count);
 
 typedef struct mpcl_model mpcl_model;
 
@@ -134,8 +161,10 @@ mpcl_loss_scale *mpcl_model_loss_scale(const mpcl_model *m);
 
 /* Forward with the loss: the logits of x, the training loss and accuracy
  * into the training statistics, and the loss gradient (times the loss scale)
- * for backward. x: [B, inputs] in the plan's storage dtype; labels: [B, 1]
- * i32; 1 <= B <= max_batch. x and labels must stay alive until backward. */
+ * for backward. x: [B, inputs] in the plan's storage dtype (NHWC for an
+ * image shape); labels: the targets of the model's loss (losses.h): [B, 1]
+ * i32 labels, or [B, classes] f32 targets; 1 <= B <= max_batch. x and
+ * labels must stay alive until backward. */
 mpcl_status mpcl_model_forward(mpcl_model *m, const mpcl_tensor *x, const mpcl_tensor *labels);
 /* Forward of one replica's slice x of a data-parallel global batch of
  * batch_rows rows (>= x's rows; MPCL_ERR_INVALID_ARG otherwise): as
@@ -163,10 +192,11 @@ mpcl_status mpcl_model_eval_step(mpcl_model *m, const mpcl_tensor *x, const mpcl
  * backward and apply a caller may read or rewrite it (owned by the model). */
 mpcl_tensor *mpcl_model_grad_arena(mpcl_model *m);
 
-/* Blocking reads of the statistics (see mpcl_xent_stats_read: MPCL_ERR_LABEL
- * when a label was out of range since the last reset). */
-mpcl_status mpcl_model_read_train_stats(mpcl_model *m, mpcl_xent_stats *out, bool reset);
-mpcl_status mpcl_model_read_eval_stats(mpcl_model *m, mpcl_xent_stats *out, bool reset);
+/* Blocking reads of the statistics of the model's loss (see
+ * mpcl_loss_stats_read: MPCL_ERR_LABEL when a target was bad since the last
+ * reset). */
+mpcl_status mpcl_model_read_train_stats(mpcl_model *m, mpcl_loss_stats *out, bool reset);
+mpcl_status mpcl_model_read_eval_stats(mpcl_model *m, mpcl_loss_stats *out, bool reset);
 
 /* The global gradient norm of the last applied step (clip_norm > 0 only;
  * NaN otherwise). Blocking. */
@@ -186,7 +216,8 @@ typedef struct mpcl_param_info {
     size_t count;                /* elements: the product of the shape */
 } mpcl_param_info;
 
-/* In layer order: dense_0.kernel, dense_0.bias, dense_1.kernel, ... */
+/* Trainable parameters in layer order: dense_0.kernel, dense_0.bias,
+ * dense_1.kernel, ... */
 size_t mpcl_model_param_count(const mpcl_model *m);
 /* NULL past the end. */
 const mpcl_param_info *mpcl_model_param(const mpcl_model *m, size_t index);
@@ -204,6 +235,20 @@ mpcl_status mpcl_model_read_param(mpcl_model *m, size_t index, mpcl_optim_slot s
                                   size_t count);
 mpcl_status mpcl_model_write_param(mpcl_model *m, size_t index, mpcl_optim_slot slot,
                                    const float *src, size_t count);
+/* The buffers: state a layer keeps that no gradient reaches (a batch norm's
+ * moving_mean and moving_variance), f32, in layer order; offsets index the
+ * buffer arena. */
+size_t mpcl_model_buffer_count(const mpcl_model *m);
+const mpcl_param_info *mpcl_model_buffer(const mpcl_model *m, size_t index);
+mpcl_status mpcl_model_read_buffer(mpcl_model *m, size_t index, float *dst, size_t count);
+mpcl_status mpcl_model_write_buffer(mpcl_model *m, size_t index, const float *src, size_t count);
+
+/* Training forwards so far: each draws its own dropout masks from the
+ * seed and this counter, which a checkpoint keeps so that a resumed run
+ * draws what the uninterrupted run would have. */
+uint64_t mpcl_model_rng_counter(const mpcl_model *m);
+void mpcl_model_set_rng_counter(mpcl_model *m, uint64_t counter);
+
 /* The optimizer's step counter (completed updates). */
 mpcl_status mpcl_model_read_step(mpcl_model *m, uint32_t *step);
 mpcl_status mpcl_model_write_step(mpcl_model *m, uint32_t step);

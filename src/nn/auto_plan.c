@@ -118,15 +118,12 @@ static mpcl_status measure(mpcl_context *ctx, const mpcl_model_params *params, c
 static mpcl__cache_key verdict_key(mpcl_context *ctx, const mpcl_model_params *params,
                                    const candidate *c, size_t n) {
     const mpcl_device_info *d = mpcl_context_device(ctx);
-    char shape[512], plans[256] = "";
-    mpcl_layer_spec specs[MPCL_MAX_LAYERS];
-    size_t count = 0;
-    int len = snprintf(shape, sizeof shape, "in %zu batch %zu optim %d", params->inputs,
-                       params->max_batch, (int)params->optim.kind);
-    if (mpcl_model_params_layers(ctx, params, specs, &count) == MPCL_OK)
-        for (size_t l = 0; l < count && len > 0 && (size_t)len < sizeof shape; l++)
-            len += snprintf(shape + len, sizeof shape - (size_t)len, " %s %zu %d", specs[l].kind,
-                            specs[l].units, (int)specs[l].activation);
+    char shape[MPCL_MODEL_SPEC_MAX + 128], plans[256] = "";
+    int len = snprintf(shape, sizeof shape, "batch %zu optim %d loss %d ", params->max_batch,
+                       (int)params->optim.kind, (int)params->loss);
+    /* The whole model as text: kinds, attributes and input shape. */
+    if (mpcl_model_spec_format(ctx, params, shape + len, sizeof shape - (size_t)len) != MPCL_OK)
+        snprintf(shape + len, sizeof shape - (size_t)len, "?");
     for (size_t i = 0; i < n; i++) {
         size_t used = strlen(plans);
         snprintf(plans + used, sizeof plans - used, "%s/%s ", mpcl_policy_name(c[i].plan.resolved),

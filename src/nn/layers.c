@@ -1,18 +1,50 @@
 /* The registered layer kinds. A new kind is one file plus one line here. */
+#include <stdio.h>
 #include <string.h>
 
 #include "nn/nn.h"
 
 static const mpcl__layer_kind *const KINDS[] = {
     &mpcl__dense_layer,
+    &mpcl__flatten_layer,
 };
 
+#define KIND_COUNT (sizeof KINDS / sizeof KINDS[0])
+
 const mpcl__layer_kind *mpcl__layer_kind_find(const char *name) {
-    for (size_t i = 0; name && i < sizeof KINDS / sizeof KINDS[0]; i++)
+    for (size_t i = 0; name && i < KIND_COUNT; i++)
         if (strcmp(KINDS[i]->name, name) == 0) return KINDS[i];
     return NULL;
 }
 
 bool mpcl_layer_kind_known(const char *kind) {
     return mpcl__layer_kind_find(kind) != NULL;
+}
+
+size_t mpcl_layer_kind_count(void) {
+    return KIND_COUNT;
+}
+
+const char *mpcl_layer_kind_name(size_t index) {
+    return index < KIND_COUNT ? KINDS[index]->name : NULL;
+}
+
+void mpcl__shape_str(char *buf, size_t size, size_t rank, const size_t *shape) {
+    size_t len = (size_t)snprintf(buf, size, "(");
+    for (size_t d = 0; d < rank && len < size; d++)
+        len += (size_t)snprintf(buf + len, size - len, "%s%zu", d ? ", " : "", shape[d]);
+    if (len < size) snprintf(buf + len, size - len, "%s", rank == 1 ? ",)" : ")");
+}
+
+void mpcl__layer_name(char *buf, size_t size, const mpcl__layer *L) {
+    snprintf(buf, size, "%s_%zu", L->kind->name, L->index);
+}
+
+void mpcl__layer_set_output(mpcl__layer *L, size_t rank, const size_t *shape) {
+    L->out_rank = rank;
+    L->outputs = 1;
+    for (size_t d = 0; d < rank; d++) {
+        L->out_shape[d] = shape[d];
+        L->outputs *= shape[d];
+    }
 }

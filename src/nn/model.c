@@ -20,13 +20,14 @@ struct mpcl_model {
     mpcl__layer_env env;
     mpcl__layer layers[MPCL_MAX_LAYERS];
     size_t count;
-    mpcl__param_table table;
+    mpcl__tables tables;
     mpcl__arenas arenas;
     mpcl_optimizer *opt;
     mpcl_loss_scale *ls;
     mpcl_tensor *train_stats, *eval_stats;
     phase phase;
     mpcl_tensor x; /* the last forward's input: borrowed until backward */
+    int top;       /* the layer whose output is the model's: the last that computes */
     size_t last_batch;
 };
 
@@ -48,13 +49,12 @@ mpcl_model_params mpcl_model_default_params(void) {
     return p;
 }
 
-static mpcl_layer_spec dense_spec(size_t units, mpcl_activation act) {
-    mpcl_layer_spec s;
-    memset(&s, 0, sizeof s);
-    snprintf(s.kind, sizeof s.kind, "dense");
-    s.units = units;
-    s.activation = act;
-    return s;
+static mpcl_status dense_spec(mpcl_context *ctx, size_t units, mpcl_activation act,
+                              mpcl_layer_spec *out) {
+    mpcl_status st = mpcl_layer_spec_init(ctx, "dense", out);
+    out->units = units;
+    out->activation = act;
+    return st;
 }
 
 mpcl_status mpcl_model_params_layers(mpcl_context *ctx, const mpcl_model_params *p,
@@ -65,9 +65,11 @@ mpcl_status mpcl_model_params_layers(mpcl_context *ctx, const mpcl_model_params 
                           MPCL_MAX_LAYERS);
     if (p->layer_count > 0) {
         for (size_t i = 0; i < p->layer_count; i++) {
-            if (!memchr(p->layers[i].kind, 0, sizeof p->layers[i].kind) ||
-                !mpcl__layer_kind_find(p->layers[i].kind))
-                return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "layer %zu: unknown kind", i);
+            if (mpcl_layer_spec_check(ctx, &p->layers[i]) != MPCL_OK) {
+                char why[256];
+                snprintf(why, sizeof why, "%s", mpcl_errmsg());
+                return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "layer %zu: %s", i, why);
+            }
             out[i] = p->layers[i];
         }
         *count = p->layer_count;
@@ -79,75 +81,180 @@ mpcl_status mpcl_model_params_layers(mpcl_context *ctx, const mpcl_model_params 
     if (p->hidden_count > MPCL_MAX_HIDDEN)
         return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "%zu hidden layers; at most %d",
                           p->hidden_count, MPCL_MAX_HIDDEN);
-    for (size_t i = 0; i < p->hidden_count; i++) {
+    if ((unsigned)p->activation >= MPCL_ACT_COUNT)
+        return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "unknown activation %d", (int)p->activation);
+    mpcl_status st = MPCL_OK;
+    for (size_t i = 0; i < p->hidden_count && st == MPCL_OK; i++) {
         if (p->hidden[i] == 0)
             return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "hidden layer %zu has width 0", i);
-        out[i] = dense_spec(p->hidden[i], p->activation);
+        st = dense_spec(ctx, p->hidden[i], p->activation, &out[i]);
     }
-    out[p->hidden_count] = dense_spec(p->classes, MPCL_ACT_IDENTITY);
-    *count = p->hidden_count + 1;
+    if (st == MPCL_OK) st = dense_spec(ctx, p->classes, MPCL_ACT_IDENTITY, &out[p->hidden_count]);
+    if (st == MPCL_OK) *count = p->hidden_count + 1;
+    return st;
+}
+
+void mpcl_model_params_input_shape(const mpcl_model_params *p, size_t shape[MPCL_MAX_INPUT_RANK],
+                                   size_t *rank) {
+    memset(shape, 0, MPCL_MAX_INPUT_RANK * sizeof shape[0]);
+    if (p->input_rank == 0 || p->input_rank > MPCL_MAX_INPUT_RANK) {
+        shape[0] = p->inputs;
+        *rank = 1;
+        return;
+    }
+    for (size_t d = 0; d < p->input_rank; d++) shape[d] = p->input_shape[d];
+    *rank = p->input_rank;
+}
+
+/* inputs and input_shape agree: input_shape's product, when it has one. */
+static mpcl_status check_input_shape(mpcl_context *ctx, const mpcl_model_params *p) {
+    if (p->input_rank > MPCL_MAX_INPUT_RANK)
+        return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "input rank %zu; at most %d", p->input_rank,
+                          MPCL_MAX_INPUT_RANK);
+    if (p->input_rank == 0) return MPCL_OK;
+    size_t product = 1;
+    for (size_t d = 0; d < p->input_rank; d++) {
+        if (p->input_shape[d] == 0 || product > SIZE_MAX / p->input_shape[d])
+            return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "input shape dimension %zu is %zu", d,
+                              p->input_shape[d]);
+        product *= p->input_shape[d];
+    }
+    if (p->inputs != 0 && p->inputs != product) {
+        char shape[64];
+        mpcl__shape_str(shape, sizeof shape, p->input_rank, p->input_shape);
+        return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG,
+                          "input shape %s has %zu features; the data have %zu", shape, product,
+                          p->inputs);
+    }
     return MPCL_OK;
 }
 
 static mpcl_status check_params(mpcl_context *ctx, const mpcl_model_params *p) {
-    if (p->inputs == 0)
+    if (p->inputs == 0 && p->input_rank == 0)
         return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "model needs inputs >= 1 (got 0)");
+    mpcl_status st = check_input_shape(ctx, p);
+    if (st != MPCL_OK) return st;
     if (p->max_batch == 0)
         return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "max_batch must be at least 1");
-    if ((unsigned)p->activation >= MPCL_ACT_COUNT || (unsigned)p->policy >= MPCL_POLICY_COUNT)
-        return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "unknown activation or policy");
+    if ((unsigned)p->policy >= MPCL_POLICY_COUNT)
+        return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "unknown policy %d", (int)p->policy);
+    if ((unsigned)p->loss >= MPCL_LOSS_COUNT)
+        return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "unknown loss %d", (int)p->loss);
     if ((unsigned)p->loss_scaling > MPCL_LOSS_SCALING_OFF)
         return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "unknown loss scaling choice %d",
                           (int)p->loss_scaling);
     return mpcl_optim_params_check(ctx, &p->optim);
 }
 
-/* Glorot (Xavier) uniform: U(-limit, limit), limit = sqrt(6 / (in + out)),
- * from splitmix64 with 24-bit uniforms, in a fixed order, so that every
- * device and policy starts from the same f32 weights. */
-static void glorot_uniform(uint64_t *rng, float *w, size_t in, size_t out) {
-    double limit = sqrt(6.0 / (double)(in + out));
-    for (size_t i = 0; i < in * out; i++) {
+/* Glorot (Xavier) uniform: U(-limit, limit), limit = sqrt(6 / (fan_in +
+ * fan_out)), from splitmix64 with 24-bit uniforms, in a fixed order, so
+ * that every device and policy starts from the same f32 weights. Keras'
+ * fans: a kernel [in, out] has in and out; a convolution's [kh, kw, in,
+ * out] has kh kw in and kh kw out. */
+static void glorot_uniform(uint64_t *rng, float *w, const mpcl_param_info *r) {
+    size_t field = 1;
+    for (size_t d = 0; d + 2 < r->rank; d++) field *= r->shape[d];
+    double fan_in = (double)(field * r->shape[r->rank - 2]);
+    double fan_out = (double)(field * r->shape[r->rank - 1]);
+    double limit = sqrt(6.0 / (fan_in + fan_out));
+    for (size_t i = 0; i < r->count; i++) {
         double u = (double)(mpcl_rng_next(rng) >> 40) * 0x1p-24;
         w[i] = (float)((2.0 * u - 1.0) * limit);
     }
 }
 
-/* Kernels (rank 2) get Glorot-uniform weights in parameter order; everything
- * else keeps the arena's zeros. */
-static mpcl_status init_weights(mpcl_model *m) {
-    uint64_t rng = m->params.seed;
+/* The initial values of a table's rows, each in turn, written by `write`:
+ * Glorot-uniform kernels in row order (one generator for all), then
+ * zeros or ones. A new arena is zero-filled, so zeros cost nothing. */
+static mpcl_status init_rows(mpcl_model *m, const mpcl__param_table *t, uint64_t *rng,
+                             bool buffers) {
     mpcl_status st = MPCL_OK;
-    for (size_t i = 0; i < m->table.count && st == MPCL_OK; i++) {
-        const mpcl_param_info *r = &m->table.rows[i];
-        if (r->rank != 2) continue;
+    for (size_t i = 0; i < t->count && st == MPCL_OK; i++) {
+        const mpcl_param_info *r = &t->rows[i];
+        if (t->init[i] == MPCL__INIT_ZEROS) continue;
         float *w = malloc(r->count * sizeof *w);
-        if (!w) return MPCL_ERROR(m->ctx, MPCL_ERR_OUT_OF_MEMORY, "initial weights of %s", r->name);
-        glorot_uniform(&rng, w, r->shape[0], r->shape[1]);
-        st = mpcl_optimizer_write(m->ctx, m->opt, MPCL_OPTIM_SLOT_MASTER, r->offset, w, r->count);
+        if (!w) return MPCL_ERROR(m->ctx, MPCL_ERR_OUT_OF_MEMORY, "initial values of %s", r->name);
+        if (t->init[i] == MPCL__INIT_GLOROT && r->rank >= 2)
+            glorot_uniform(rng, w, r);
+        else
+            for (size_t j = 0; j < r->count; j++) w[j] = 1.0f;
+        st = buffers ? mpcl_model_write_buffer(m, i, w, r->count)
+                     : mpcl_optimizer_write(m->ctx, m->opt, MPCL_OPTIM_SLOT_MASTER, r->offset, w,
+                                            r->count);
         free(w);
     }
     return st;
 }
 
-/* Declares every layer: the table and the layers' shapes, no device work. */
-static mpcl_status declare_layers(mpcl_model *m, const mpcl_layer_spec *specs) {
-    size_t in = m->params.inputs;
-    for (size_t l = 0; l < m->count; l++) {
-        mpcl__layer *L = &m->layers[l];
-        L->kind = mpcl__layer_kind_find(specs[l].kind);
-        L->env = &m->env;
+static mpcl_status init_weights(mpcl_model *m) {
+    uint64_t rng = m->params.seed;
+    mpcl_status st = init_rows(m, &m->tables.params, &rng, false);
+    if (st == MPCL_OK) st = init_rows(m, &m->tables.buffers, &rng, true);
+    return st;
+}
+
+/* Declares every layer: the tables and the layers' shapes, no device
+ * work. Each layer's input is the previous one's output; a kind that wants
+ * another rank is refused naming both layers and their shapes. */
+mpcl_status mpcl__declare_layers(mpcl_context *ctx, const mpcl_model_params *p,
+                                 const mpcl_layer_spec *specs, size_t count,
+                                 const mpcl__layer_env *env, mpcl__layer *layers, mpcl__tables *t) {
+    size_t rank, shape[MPCL_MAX_INPUT_RANK];
+    mpcl_model_params_input_shape(p, shape, &rank);
+    for (size_t l = 0; l < count; l++) {
+        mpcl__layer *L = &layers[l];
+        L->kind = mpcl__spec_kind(&specs[l]);
+        L->env = env;
         L->spec = specs[l];
-        L->inputs = in;
+        L->in_rank = rank;
+        L->inputs = 1;
+        for (size_t d = 0; d < rank; d++) L->inputs *= (L->in_shape[d] = shape[d]);
         /* Names count per kind, as Keras does: dense_0, dense_1, ... */
         size_t k = 0;
-        for (size_t j = 0; j < l; j++) k += m->layers[j].kind == L->kind;
+        for (size_t j = 0; j < l; j++) k += layers[j].kind == L->kind;
         L->index = k;
-        mpcl_status st = L->kind->declare(L, &m->table);
+        if (L->kind->input_rank && L->kind->input_rank != rank) {
+            char name[32], have[64], before[64] = "the model's input";
+            mpcl__layer_name(name, sizeof name, L);
+            mpcl__shape_str(have, sizeof have, rank, shape);
+            if (l > 0) mpcl__layer_name(before, sizeof before, &layers[l - 1]);
+            return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "%s takes %s input; %s gives %s%s", name,
+                              L->kind->input_rank == 1 ? "a flat (features,)"
+                                                       : "an image (height, width, channels)",
+                              before, have,
+                              L->kind->input_rank == 1 ? ": put a flatten layer between them"
+                                                       : ": give the input shape as (H, W, C)");
+        }
+        mpcl_status st = L->kind->declare(L, t);
         if (st != MPCL_OK) return st;
-        in = L->outputs;
+        rank = L->out_rank;
+        for (size_t d = 0; d < rank; d++) shape[d] = L->out_shape[d];
+    }
+    mpcl__layer *last = &layers[count - 1];
+    if (p->layer_count > 0 &&
+        (last->out_rank != 1 || (p->classes && last->outputs != p->classes))) {
+        char name[32], have[64];
+        mpcl__layer_name(name, sizeof name, last);
+        mpcl__shape_str(have, sizeof have, last->out_rank, last->out_shape);
+        return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG,
+                          "the last layer, %s, gives %s; the model's output is (%zu,): one per "
+                          "%s",
+                          name, have, p->classes,
+                          mpcl_loss_sparse_targets(p->loss) ? "class" : "target column");
     }
     return MPCL_OK;
+}
+
+void mpcl__destroy_layers(mpcl__layer *layers, size_t count) {
+    for (size_t l = 0; l < count; l++) {
+        mpcl__layer *L = &layers[l];
+        if (L->kind && L->kind->destroy) L->kind->destroy(L);
+        if (L->kind && !L->kind->passthrough) {
+            mpcl_tensor_destroy(L->output);
+            mpcl_tensor_destroy(L->d_output);
+        }
+        L->output = L->d_output = NULL;
+    }
 }
 
 /* Everything the model will hold on the device, from the table and the
@@ -155,13 +262,15 @@ static mpcl_status declare_layers(mpcl_model *m, const mpcl_layer_spec *specs) {
  * cannot fit is refused with the numbers before anything is allocated. */
 static mpcl_status check_device_memory(mpcl_model *m) {
     const double mib = 1024.0 * 1024.0;
-    size_t n = m->table.total, storage = mpcl_dtype_size(m->plan.storage);
+    size_t n = m->tables.params.total, storage = mpcl_dtype_size(m->plan.storage);
     size_t state = mpcl_optim_has_slot(m->params.optim.kind, MPCL_OPTIM_SLOT_V) ? 2 : 1;
     /* master and state in f32, working copy and gradients in the storage dtype */
-    double arenas = (double)n * (double)((1 + state) * sizeof(float) + 2 * storage);
+    double arenas = (double)n * (double)((1 + state) * sizeof(float) + 2 * storage) +
+                    (double)m->tables.buffers.total * sizeof(float);
     double activations = 0;
     for (size_t l = 0; l < m->count; l++)
-        activations += m->layers[l].kind->activation_bytes(&m->layers[l], &m->env);
+        if (m->layers[l].kind->activation_bytes)
+            activations += m->layers[l].kind->activation_bytes(&m->layers[l], &m->env);
     uint64_t global = mpcl_context_device(m->ctx)->global_mem_bytes;
     if (global && arenas + activations > (double)global)
         return MPCL_ERROR(m->ctx, MPCL_ERR_OUT_OF_MEMORY,
@@ -176,10 +285,12 @@ static mpcl_status check_device_memory(mpcl_model *m) {
 
 static mpcl_status create_arenas(mpcl_model *m) {
     mpcl_context *ctx = m->ctx;
-    size_t n = m->table.total;
+    size_t n = m->tables.params.total, nb = m->tables.buffers.total;
     mpcl_status st = mpcl_tensor_create(ctx, MPCL_DTYPE_F32, 1, n, &m->arenas.master);
     if (st == MPCL_OK) st = mpcl_tensor_create(ctx, m->plan.storage, 1, n, &m->arenas.working);
     if (st == MPCL_OK) st = mpcl_tensor_create(ctx, m->plan.storage, 1, n, &m->arenas.grads);
+    if (st == MPCL_OK && nb)
+        st = mpcl_tensor_create(ctx, MPCL_DTYPE_F32, 1, nb, &m->arenas.buffers);
     return st;
 }
 
@@ -223,22 +334,32 @@ mpcl_status mpcl__model_create_plan(mpcl_context *ctx, const mpcl_model_params *
     m->ctx = ctx;
     m->params = *params;
     m->plan = plan;
-    m->env = (mpcl__layer_env){ctx, plan.storage, plan.gemm, params->max_batch};
+    m->env = (mpcl__layer_env){ctx, plan.storage, plan.gemm, params->max_batch, params->seed, 0};
     m->count = count;
-    mpcl__params_init(&m->table, mpcl__sub_buffer_align(ctx));
-    if ((st = declare_layers(m, specs)) != MPCL_OK || (st = check_device_memory(m)) != MPCL_OK ||
-        (st = create_arenas(m)) != MPCL_OK)
+    mpcl__params_init(&m->tables.params, mpcl__sub_buffer_align(ctx));
+    mpcl__params_init(&m->tables.buffers, mpcl__sub_buffer_align(ctx));
+    if ((st = mpcl__declare_layers(ctx, params, specs, count, &m->env, m->layers, &m->tables)) !=
+            MPCL_OK ||
+        (st = check_device_memory(m)) != MPCL_OK || (st = create_arenas(m)) != MPCL_OK)
         goto fail;
-    for (size_t l = 0; l < m->count; l++)
-        if ((st = m->layers[l].kind->create(&m->layers[l], &m->table, &m->arenas)) != MPCL_OK)
-            goto fail;
+    m->top = -1;
+    for (size_t l = 0; l < m->count; l++) {
+        mpcl__layer *L = &m->layers[l];
+        if (L->kind->passthrough) continue;
+        if ((st = L->kind->create(L, &m->tables, &m->arenas)) != MPCL_OK) goto fail;
+        m->top = (int)l;
+    }
+    if (m->top < 0) {
+        st = MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "the model has no layer that computes");
+        goto fail;
+    }
     st = mpcl_optimizer_create(ctx, &params->optim, m->arenas.master, m->arenas.working, &m->opt);
     if (st != MPCL_OK) goto fail;
     if (wants_loss_scaling(params, &plan) &&
         (st = mpcl_loss_scale_create(ctx, &params->loss_scale, &m->ls)) != MPCL_OK)
         goto fail;
-    if ((st = mpcl_xent_stats_create(ctx, &m->train_stats)) != MPCL_OK ||
-        (st = mpcl_xent_stats_create(ctx, &m->eval_stats)) != MPCL_OK ||
+    if ((st = mpcl_loss_stats_create(ctx, &m->train_stats)) != MPCL_OK ||
+        (st = mpcl_loss_stats_create(ctx, &m->eval_stats)) != MPCL_OK ||
         (st = init_weights(m)) != MPCL_OK)
         goto fail;
     *out = m;
@@ -250,17 +371,13 @@ fail:
 
 void mpcl_model_destroy(mpcl_model *m) {
     if (!m) return;
-    for (size_t l = 0; l < m->count; l++) {
-        mpcl__layer *L = &m->layers[l];
-        if (L->kind) L->kind->destroy(L);
-        mpcl_tensor_destroy(L->output);
-        mpcl_tensor_destroy(L->d_output);
-    }
+    mpcl__destroy_layers(m->layers, m->count);
     mpcl_optimizer_destroy(m->opt);
     mpcl_loss_scale_destroy(m->ls);
     mpcl_tensor_destroy(m->arenas.master);
     mpcl_tensor_destroy(m->arenas.working);
     mpcl_tensor_destroy(m->arenas.grads);
+    mpcl_tensor_destroy(m->arenas.buffers);
     mpcl_tensor_destroy(m->train_stats);
     mpcl_tensor_destroy(m->eval_stats);
     free(m);
@@ -288,28 +405,35 @@ mpcl_tensor *mpcl_model_grad_arena(mpcl_model *m) {
     return m->arenas.grads;
 }
 
-static mpcl_status check_batch(mpcl_model *m, const mpcl_tensor *x, const mpcl_tensor *labels) {
+static mpcl_status check_batch(mpcl_model *m, const mpcl_tensor *x, const mpcl_tensor *targets) {
     size_t B = x->rows;
-    if (B == 0 || B > m->params.max_batch || x->cols != m->params.inputs || labels->rows != B ||
-        labels->cols != 1)
+    bool sparse = mpcl_loss_sparse_targets(m->params.loss);
+    size_t tcols = sparse ? 1 : m->layers[m->top].outputs;
+    if (B == 0 || B > m->params.max_batch || x->cols != m->params.inputs || targets->rows != B ||
+        targets->cols != tcols)
         return MPCL_ERROR(m->ctx, MPCL_ERR_SHAPE,
-                          "batch x %zux%zu, labels %zux%zu; the model takes x [B, %zu] and "
-                          "labels [B, 1] with 1 <= B <= %zu",
-                          x->rows, x->cols, labels->rows, labels->cols, m->params.inputs,
+                          "batch x %zux%zu, %s %zux%zu; the model takes x [B, %zu] and %s "
+                          "[B, %zu] with 1 <= B <= %zu",
+                          x->rows, x->cols, sparse ? "labels" : "targets", targets->rows,
+                          targets->cols, m->params.inputs, sparse ? "labels" : "targets", tcols,
                           m->params.max_batch);
-    if (x->dtype != m->plan.storage || labels->dtype != MPCL_DTYPE_I32)
+    mpcl_dtype want = sparse ? MPCL_DTYPE_I32 : MPCL_DTYPE_F32;
+    if (x->dtype != m->plan.storage || targets->dtype != want)
         return MPCL_ERROR(m->ctx, MPCL_ERR_DTYPE,
-                          "batch x is %s and labels %s; this model's plan wants %s and i32",
-                          mpcl_dtype_name(x->dtype), mpcl_dtype_name(labels->dtype),
-                          mpcl_dtype_name(m->plan.storage));
+                          "batch x is %s and %s %s; this model's plan wants %s and %s",
+                          mpcl_dtype_name(x->dtype), sparse ? "labels" : "targets",
+                          mpcl_dtype_name(targets->dtype), mpcl_dtype_name(m->plan.storage),
+                          mpcl_dtype_name(want));
     return MPCL_OK;
 }
 
 /* Every layer's forward; the logits are the last layer's output. */
 static mpcl_status forward_layers(mpcl_model *m, const mpcl_tensor *x, bool training) {
     mpcl_tensor in = *x;
+    if (training) m->env.rng_counter++;
     for (size_t l = 0; l < m->count; l++) {
         mpcl__layer *L = &m->layers[l];
+        if (L->kind->passthrough) continue;
         mpcl_status st = L->kind->forward(L, &in, training);
         if (st != MPCL_OK) return st;
         in = mpcl__tensor_rows(L->output, x->rows);
@@ -327,13 +451,13 @@ mpcl_status mpcl_model_forward_slice(mpcl_model *m, const mpcl_tensor *x, const 
     mpcl_status st = check_batch(m, x, labels);
     if (st != MPCL_OK) return st;
     m->phase = PHASE_IDLE;
-    mpcl__layer *top = &m->layers[m->count - 1];
+    mpcl__layer *top = &m->layers[m->top];
     mpcl_tensor logits = mpcl__tensor_rows(top->output, x->rows),
                 dlogits = mpcl__tensor_rows(top->d_output, x->rows);
     if ((st = forward_layers(m, x, true)) != MPCL_OK) return st;
-    st = mpcl__softmax_xent_forward_backward_rows(m->ctx, m->train_stats, &dlogits, &logits, labels,
-                                                  m->ls ? mpcl_loss_scale_tensor(m->ls) : NULL,
-                                                  batch_rows);
+    st = mpcl__loss_forward_backward_rows(m->ctx, m->params.loss, m->train_stats, &dlogits, &logits,
+                                          labels, m->ls ? mpcl_loss_scale_tensor(m->ls) : NULL,
+                                          batch_rows);
     if (st != MPCL_OK) return st;
     m->x = *x;
     m->phase = PHASE_FORWARD;
@@ -347,9 +471,14 @@ mpcl_status mpcl_model_backward(mpcl_model *m) {
     size_t B = m->x.rows;
     for (size_t l = m->count; l-- > 0;) {
         mpcl__layer *L = &m->layers[l];
-        mpcl_tensor in = l == 0 ? m->x : mpcl__tensor_rows(m->layers[l - 1].output, B);
-        mpcl_tensor d_in = l == 0 ? in : mpcl__tensor_rows(m->layers[l - 1].d_output, B);
-        mpcl_status st = L->kind->backward(L, &in, l == 0 ? NULL : &d_in);
+        if (L->kind->passthrough) continue;
+        /* The input is the output of the last layer below that computes
+         * (passthrough layers forward it unchanged), or the model's. */
+        int below = (int)l - 1;
+        while (below >= 0 && m->layers[below].kind->passthrough) below--;
+        mpcl_tensor in = below < 0 ? m->x : mpcl__tensor_rows(m->layers[below].output, B);
+        mpcl_tensor d_in = below < 0 ? in : mpcl__tensor_rows(m->layers[below].d_output, B);
+        mpcl_status st = L->kind->backward(L, &in, below < 0 ? NULL : &d_in);
         if (st != MPCL_OK) {
             m->phase = PHASE_IDLE;
             return st;
@@ -384,16 +513,16 @@ mpcl_status mpcl_model_eval_step(mpcl_model *m, const mpcl_tensor *x, const mpcl
     /* The activations are overwritten: a pending backward would read them. */
     m->phase = PHASE_IDLE;
     if ((st = forward_layers(m, x, false)) != MPCL_OK) return st;
-    mpcl_tensor logits = mpcl__tensor_rows(m->layers[m->count - 1].output, x->rows);
-    return mpcl_softmax_xent_forward(m->ctx, m->eval_stats, &logits, labels);
+    mpcl_tensor logits = mpcl__tensor_rows(m->layers[m->top].output, x->rows);
+    return mpcl_loss_forward(m->ctx, m->params.loss, m->eval_stats, &logits, labels);
 }
 
-mpcl_status mpcl_model_read_train_stats(mpcl_model *m, mpcl_xent_stats *out, bool reset) {
-    return mpcl_xent_stats_read(m->ctx, m->train_stats, out, reset);
+mpcl_status mpcl_model_read_train_stats(mpcl_model *m, mpcl_loss_stats *out, bool reset) {
+    return mpcl_loss_stats_read(m->ctx, m->train_stats, out, reset);
 }
 
-mpcl_status mpcl_model_read_eval_stats(mpcl_model *m, mpcl_xent_stats *out, bool reset) {
-    return mpcl_xent_stats_read(m->ctx, m->eval_stats, out, reset);
+mpcl_status mpcl_model_read_eval_stats(mpcl_model *m, mpcl_loss_stats *out, bool reset) {
+    return mpcl_loss_stats_read(m->ctx, m->eval_stats, out, reset);
 }
 
 mpcl_status mpcl_model_read_grad_norm(mpcl_model *m, float *norm) {
@@ -402,39 +531,40 @@ mpcl_status mpcl_model_read_grad_norm(mpcl_model *m, float *norm) {
 
 mpcl_status mpcl_model_read_logits(mpcl_model *m, float *dst, size_t count) {
     mpcl_tensor logits =
-        mpcl__tensor_rows(m->layers[m->count - 1].output, m->last_batch ? m->last_batch : 1);
+        mpcl__tensor_rows(m->layers[m->top].output, m->last_batch ? m->last_batch : 1);
     return mpcl_tensor_download_f32(&logits, dst, count);
 }
 
 size_t mpcl_model_param_count(const mpcl_model *m) {
-    return m->table.count;
+    return m->tables.params.count;
 }
 
 const mpcl_param_info *mpcl_model_param(const mpcl_model *m, size_t index) {
-    return index < m->table.count ? &m->table.rows[index] : NULL;
+    return index < m->tables.params.count ? &m->tables.params.rows[index] : NULL;
 }
 
 const char *mpcl_model_param_name(const mpcl_model *m, size_t index) {
-    return index < m->table.count ? m->table.rows[index].name : NULL;
+    return index < m->tables.params.count ? m->tables.params.rows[index].name : NULL;
 }
 
 size_t mpcl_model_arena_elements(const mpcl_model *m) {
-    return m->table.total;
+    return m->tables.params.total;
 }
 
 size_t mpcl_model_arena_align(const mpcl_model *m) {
-    return m->table.align;
+    return m->tables.params.align;
 }
 
 bool mpcl_model_has_slot(const mpcl_model *m, mpcl_optim_slot slot) {
     return mpcl_optim_has_slot(m->params.optim.kind, slot);
 }
 
-static mpcl_status param_range(mpcl_model *m, size_t index, size_t count, size_t *offset) {
-    if (index >= m->table.count)
-        return MPCL_ERROR(m->ctx, MPCL_ERR_INVALID_ARG, "parameter %zu of %zu", index,
-                          m->table.count);
-    const mpcl_param_info *r = &m->table.rows[index];
+static mpcl_status row_range(mpcl_model *m, const mpcl__param_table *t, size_t index, size_t count,
+                             size_t *offset) {
+    if (index >= t->count)
+        return MPCL_ERROR(m->ctx, MPCL_ERR_INVALID_ARG, "%s %zu of %zu",
+                          t == &m->tables.params ? "parameter" : "buffer", index, t->count);
+    const mpcl_param_info *r = &t->rows[index];
     if (count != r->count)
         return MPCL_ERROR(m->ctx, MPCL_ERR_SHAPE, "%zu elements for parameter %s of %zu", count,
                           r->name, r->count);
@@ -445,7 +575,7 @@ static mpcl_status param_range(mpcl_model *m, size_t index, size_t count, size_t
 mpcl_status mpcl_model_read_param(mpcl_model *m, size_t index, mpcl_optim_slot slot, float *dst,
                                   size_t count) {
     size_t offset = 0;
-    mpcl_status st = param_range(m, index, count, &offset);
+    mpcl_status st = row_range(m, &m->tables.params, index, count, &offset);
     if (st != MPCL_OK) return st;
     return mpcl_optimizer_read(m->ctx, m->opt, slot, offset, dst, count);
 }
@@ -453,7 +583,7 @@ mpcl_status mpcl_model_read_param(mpcl_model *m, size_t index, mpcl_optim_slot s
 mpcl_status mpcl_model_write_param(mpcl_model *m, size_t index, mpcl_optim_slot slot,
                                    const float *src, size_t count) {
     size_t offset = 0;
-    mpcl_status st = param_range(m, index, count, &offset);
+    mpcl_status st = row_range(m, &m->tables.params, index, count, &offset);
     if (st != MPCL_OK) return st;
     return mpcl_optimizer_write(m->ctx, m->opt, slot, offset, src, count);
 }
@@ -464,4 +594,42 @@ mpcl_status mpcl_model_read_step(mpcl_model *m, uint32_t *step) {
 
 mpcl_status mpcl_model_write_step(mpcl_model *m, uint32_t step) {
     return mpcl_optimizer_write_step(m->ctx, m->opt, step);
+}
+
+size_t mpcl_model_buffer_count(const mpcl_model *m) {
+    return m->tables.buffers.count;
+}
+
+const mpcl_param_info *mpcl_model_buffer(const mpcl_model *m, size_t index) {
+    return index < m->tables.buffers.count ? &m->tables.buffers.rows[index] : NULL;
+}
+
+mpcl_status mpcl_model_read_buffer(mpcl_model *m, size_t index, float *dst, size_t count) {
+    size_t offset = 0;
+    mpcl_status st = row_range(m, &m->tables.buffers, index, count, &offset);
+    if (st != MPCL_OK) return st;
+    mpcl_tensor *v = NULL;
+    if ((st = mpcl__tensor_view(m->arenas.buffers, offset, 1, count, &v)) == MPCL_OK)
+        st = mpcl_tensor_download_f32(v, dst, count);
+    mpcl_tensor_destroy(v);
+    return st;
+}
+
+mpcl_status mpcl_model_write_buffer(mpcl_model *m, size_t index, const float *src, size_t count) {
+    size_t offset = 0;
+    mpcl_status st = row_range(m, &m->tables.buffers, index, count, &offset);
+    if (st != MPCL_OK) return st;
+    mpcl_tensor *v = NULL;
+    if ((st = mpcl__tensor_view(m->arenas.buffers, offset, 1, count, &v)) == MPCL_OK)
+        st = mpcl_tensor_upload_f32(v, src, count);
+    mpcl_tensor_destroy(v);
+    return st;
+}
+
+uint64_t mpcl_model_rng_counter(const mpcl_model *m) {
+    return m->env.rng_counter;
+}
+
+void mpcl_model_set_rng_counter(mpcl_model *m, uint64_t counter) {
+    m->env.rng_counter = counter;
 }

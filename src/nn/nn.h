@@ -4,14 +4,24 @@
 #define MPCL_NN_H
 
 #include "compute/compute.h"
+#include "mpcl/layer_spec.h"
 #include "mpcl/model.h"
 
 /* ---- the parameter table ---- */
 
 #define MPCL__MAX_PARAMS 64
 
+/* How a row starts: Glorot-uniform kernels (fans from its shape), zeros,
+ * or ones (a batch norm's gamma and moving variance). */
+typedef enum mpcl__param_init {
+    MPCL__INIT_GLOROT,
+    MPCL__INIT_ZEROS,
+    MPCL__INIT_ONES,
+} mpcl__param_init;
+
 typedef struct mpcl__param_table {
     mpcl_param_info rows[MPCL__MAX_PARAMS];
+    mpcl__param_init init[MPCL__MAX_PARAMS];
     size_t count;
     size_t align; /* every row's offset is a multiple of it (elements) */
     size_t total; /* elements of each arena: the last row's end, rounded up to align
@@ -26,7 +36,15 @@ void mpcl__params_init(mpcl__param_table *t, size_t align_bytes);
  * MPCL_ERR_INVALID_ARG for a bad rank or a zero dimension, a full table or
  * an over-long name. *index receives the row's index. */
 mpcl_status mpcl__params_add(mpcl_context *ctx, mpcl__param_table *t, const char *name, size_t rank,
-                             const size_t *shape, size_t *index);
+                             const size_t *shape, mpcl__param_init init, size_t *index);
+
+/* A model's two tables: the trainable parameters, which the optimizer
+ * updates, and the buffers, state a layer keeps that no gradient reaches
+ * (a batch norm's moving averages). Checkpoints save both. */
+typedef struct mpcl__tables {
+    mpcl__param_table params;
+    mpcl__param_table buffers;
+} mpcl__tables;
 
 /* The arenas a model's layers take views of: every row's offset indexes
  * each of them. */
@@ -34,6 +52,7 @@ typedef struct mpcl__arenas {
     mpcl_tensor *master;  /* f32 [1, total] */
     mpcl_tensor *working; /* storage [1, total] */
     mpcl_tensor *grads;   /* storage [1, total] */
+    mpcl_tensor *buffers; /* f32 [1, buffers total]; NULL without buffers */
 } mpcl__arenas;
 
 /* ---- layers ---- */
@@ -46,21 +65,45 @@ typedef struct mpcl__layer_env {
     mpcl_dtype storage;
     mpcl_gemm_path gemm;
     size_t max_batch;
+    uint64_t seed;        /* the model's: dropout masks derive from it */
+    uint64_t rng_counter; /* training forwards so far: one dropout mask each */
 } mpcl__layer_env;
+
+/* One attribute a kind declares: its Keras name, its type, where it lives
+ * in mpcl_layer_spec, its default as text (NULL: required) and, for
+ * numbers, its range [lo, hi], or [lo, hi) with hi_open. */
+typedef struct mpcl__attr {
+    const char *name;
+    mpcl_attr_type type;
+    size_t offset;
+    const char *default_value;
+    double lo, hi;
+    bool hi_open;
+} mpcl__attr;
 
 /* One layer kind. Adding a kind is one file that defines one of these plus
  * its line in layers.c. */
 typedef struct mpcl__layer_kind {
-    const char *name; /* the spec's kind: "dense" */
-    /* Checks the spec against the input features, sets L->outputs and adds
-     * the layer's parameter rows to the table (no device work). */
-    mpcl_status (*declare)(mpcl__layer *L, mpcl__param_table *t);
+    const char *name;       /* the spec's kind: "dense" */
+    const char *keras_name; /* Keras' class name: "Dense" */
+    const mpcl__attr *attrs;
+    size_t attr_count;
+    /* The input rank it takes: 1 (features), 3 (height, width, channels),
+     * or 0 for any. */
+    size_t input_rank;
+    /* The output is the input, unchanged in memory (Flatten): the kind has
+     * no forward, backward, create or activations, and the model passes
+     * tensors through it. */
+    bool passthrough;
+    /* Checks the spec against the input shape, sets the output shape and
+     * adds the layer's rows to the tables (no device work). */
+    mpcl_status (*declare)(mpcl__layer *L, mpcl__tables *t);
     /* Device bytes of the activations it keeps for a batch of max_batch (a
      * double: the model checks the total against the device before it
      * allocates, so it must not wrap for absurd sizes). */
     double (*activation_bytes)(const mpcl__layer *L, const mpcl__layer_env *env);
     /* Allocates its activations and takes views of its rows in the arenas. */
-    mpcl_status (*create)(mpcl__layer *L, const mpcl__param_table *t, const mpcl__arenas *a);
+    mpcl_status (*create)(mpcl__layer *L, const mpcl__tables *t, const mpcl__arenas *a);
     /* L->output = f(in) for the first B = in->rows rows; `training` keeps
      * what backward needs. */
     mpcl_status (*forward)(mpcl__layer *L, const mpcl_tensor *in, bool training);
@@ -75,8 +118,10 @@ struct mpcl__layer {
     const mpcl__layer_kind *kind;
     const mpcl__layer_env *env;
     mpcl_layer_spec spec;
-    size_t index;           /* its position among the layers of its kind: dense_<index> */
-    size_t inputs, outputs; /* features per sample */
+    size_t index; /* its position among the layers of its kind: dense_<index> */
+    size_t in_rank, in_shape[MPCL_MAX_INPUT_RANK];   /* per sample */
+    size_t out_rank, out_shape[MPCL_MAX_INPUT_RANK]; /* set by declare */
+    size_t inputs, outputs; /* features per sample: the products of the shapes */
     mpcl_tensor *output;    /* [max_batch, outputs] storage */
     mpcl_tensor *d_output;  /* [max_batch, outputs] storage */
     void *state;            /* the kind's own */
@@ -84,10 +129,58 @@ struct mpcl__layer {
 
 /* The registered kind of that name; NULL when there is none. */
 const mpcl__layer_kind *mpcl__layer_kind_find(const char *name);
+/* The kind of a spec; NULL for an unknown or unterminated kind. */
+const mpcl__layer_kind *mpcl__spec_kind(const mpcl_layer_spec *spec);
+/* "(28, 28, 1)" */
+void mpcl__shape_str(char *buf, size_t size, size_t rank, const size_t *shape);
+/* A layer's name in messages: "conv2d_1". */
+void mpcl__layer_name(char *buf, size_t size, const mpcl__layer *L);
+/* The output shape of a layer whose output has `rank` dims: sets
+ * out_rank, out_shape and outputs. */
+void mpcl__layer_set_output(mpcl__layer *L, size_t rank, const size_t *shape);
+
+/* ---- the bias and activation after a GEMM (Dense, Conv2D) ---- */
+
+typedef struct mpcl__bias_act {
+    size_t units;
+    bool use_bias;
+    mpcl_activation act;
+    size_t bias_row;
+    mpcl_tensor *b;  /* [1, units] f32: a view of the master arena, or zeros without a bias */
+    mpcl_tensor *db; /* [1, units] view of the gradient arena; NULL without a bias */
+    mpcl_tensor *z;  /* [rows, units] pre-activation, only when act' needs it */
+} mpcl__bias_act;
+
+/* Device bytes it keeps for `rows` rows (z only). */
+double mpcl__bias_act_bytes(mpcl_activation act, size_t rows, size_t cols, mpcl_dtype storage);
+/* Adds "<layer>.bias" [units] when use_bias. */
+mpcl_status mpcl__bias_act_add_rows(mpcl_context *ctx, mpcl__tables *t, const char *layer,
+                                    size_t units, bool use_bias, mpcl__bias_act *e);
+/* Views of its row, and z for up to `rows` rows. */
+mpcl_status mpcl__bias_act_create(mpcl__bias_act *e, const mpcl__layer_env *env,
+                                  const mpcl__tables *t, const mpcl__arenas *a, size_t rows,
+                                  mpcl_activation act);
+/* h = act(h + b), in place on h [rows, units]; z kept when training. */
+mpcl_status mpcl__bias_act_forward(mpcl__bias_act *e, mpcl_context *ctx, mpcl_tensor *h,
+                                   bool training);
+/* d_h (the gradient of the output h) becomes the gradient of the
+ * pre-activation, in place, and the bias gradient its column sums. */
+mpcl_status mpcl__bias_act_backward(mpcl__bias_act *e, mpcl_context *ctx, mpcl_tensor *d_h,
+                                    const mpcl_tensor *h);
+void mpcl__bias_act_destroy(mpcl__bias_act *e);
 
 extern const mpcl__layer_kind mpcl__dense_layer;
+extern const mpcl__layer_kind mpcl__flatten_layer;
 
 /* ---- the model ---- */
+
+/* Declares layers[0..count) from specs for params (shapes, tables; no
+ * device work: env's ctx may be NULL). */
+mpcl_status mpcl__declare_layers(mpcl_context *ctx, const mpcl_model_params *p,
+                                 const mpcl_layer_spec *specs, size_t count,
+                                 const mpcl__layer_env *env, mpcl__layer *layers, mpcl__tables *t);
+/* Frees what the layers hold (declared or created). */
+void mpcl__destroy_layers(mpcl__layer *layers, size_t count);
 
 /* mpcl_model_create with the plan given rather than resolved (auto_plan.c
  * times candidate plans through it). */

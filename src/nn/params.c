@@ -14,7 +14,7 @@ static size_t round_up(size_t x, size_t a) {
 }
 
 mpcl_status mpcl__params_add(mpcl_context *ctx, mpcl__param_table *t, const char *name, size_t rank,
-                             const size_t *shape, size_t *index) {
+                             const size_t *shape, mpcl__param_init init, size_t *index) {
     if (t->count == MPCL__MAX_PARAMS)
         return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "parameter %s: more than %d parameters", name,
                           MPCL__MAX_PARAMS);
@@ -35,6 +35,7 @@ mpcl_status mpcl__params_add(mpcl_context *ctx, mpcl__param_table *t, const char
     }
     r->rank = rank;
     r->count = count;
+    t->init[t->count] = init;
     r->offset = t->count
                     ? round_up(t->rows[t->count - 1].offset + t->rows[t->count - 1].count, t->align)
                     : 0;

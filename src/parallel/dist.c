@@ -223,22 +223,26 @@ mpcl_status mpcl_dist_allgather(mpcl_dist *d, mpcl_context *ctx, const void *min
 }
 
 mpcl_status mpcl_dist_read_train_stats(mpcl_dist *d, mpcl_model *const *models,
-                                       mpcl_xent_stats *out) {
-    memset(out, 0, sizeof *out);
-    double v[3] = {0, 0, 0};
+                                       mpcl_loss_stats *out) {
+    double v[4] = {0, 0, 0, 0};
     for (size_t r = 0; r < d->local; r++) {
-        mpcl_xent_stats s;
+        mpcl_loss_stats s;
         mpcl_status st = mpcl_model_read_train_stats(models[r], &s, true);
         if (st != MPCL_OK) return st;
+        if (r == 0)
+            *out = s;
+        else
+            out->calls += s.calls;
         v[0] += s.loss_sum;
-        v[1] += (double)s.correct;
-        v[2] += (double)s.samples;
-        out->calls += s.calls;
+        v[1] += s.metric_sum;
+        v[2] += (double)s.terms;
+        v[3] += (double)s.samples;
     }
-    mpcl_status st = mpcl_dist_sum_f64(d, mpcl_model_context(models[0]), v, 3);
+    mpcl_status st = mpcl_dist_sum_f64(d, mpcl_model_context(models[0]), v, 4);
     out->loss_sum = v[0];
-    out->correct = (uint64_t)v[1];
-    out->samples = (uint64_t)v[2];
+    out->metric_sum = v[1];
+    out->terms = (uint64_t)v[2];
+    out->samples = (uint64_t)v[3];
     return st;
 }
 

@@ -85,6 +85,14 @@ static void describe(const mpcl_trainer *tr, job *j) {
         snprintf(name, sizeof name, "layer %zu activation", i + 1);
         add(j, name, JOB_NAME, layers[i].activation, activation_name);
     }
+    /* The rest of each layer's spec and the input shape: one hash of the
+     * model's text, FNV-1a. */
+    char spec[MPCL_MODEL_SPEC_MAX];
+    uint64_t h = 0xcbf29ce484222325ull;
+    if (mpcl_model_spec_format(NULL, m, spec, sizeof spec) == MPCL_OK)
+        for (const char *c = spec; *c; c++) h = (h ^ (unsigned char)*c) * 0x100000001b3ull;
+    add_count(j, "model spec hash", h);
+    add_count(j, "loss", (uint64_t)m->loss);
     add(j, "precision", JOB_NAME, plan->resolved, policy_name);
     add(j, "storage", JOB_NAME, plan->storage, dtype_name);
     add_count(j, "gradient elements", mpcl_model_arena_elements(tr->model));

@@ -683,13 +683,13 @@ mpcl_status mpcl_trainer_evaluate(mpcl_trainer *tr, double *loss, double *accura
     }
     /* Read (and so reset) even after a failure, so the next evaluation starts
      * from zero. */
-    mpcl_xent_stats s;
+    mpcl_loss_stats s;
     mpcl_status rst = mpcl_model_read_eval_stats(tr->model, &s, true);
     if (st != MPCL_OK) return st;
     if (rst != MPCL_OK) return rst;
-    double n = s.samples ? (double)s.samples : (double)NAN;
+    double n = s.terms ? (double)s.terms : (double)NAN;
     if (loss) *loss = s.loss_sum / n;
-    if (accuracy) *accuracy = (double)s.correct / n;
+    if (accuracy) *accuracy = s.metric_sum / n;
     return MPCL_OK;
 }
 
@@ -719,7 +719,7 @@ static void check_divergence(mpcl_trainer *tr, double loss) {
 }
 
 /* The training statistics since the last read, over every replica. */
-static mpcl_status read_train_stats(mpcl_trainer *tr, mpcl_xent_stats *s) {
+static mpcl_status read_train_stats(mpcl_trainer *tr, mpcl_loss_stats *s) {
     if (tr->dist) return mpcl_dist_read_train_stats(tr->dist, tr->models, s);
     return mpcl_model_read_train_stats(tr->model, s, true);
 }
@@ -727,7 +727,7 @@ static mpcl_status read_train_stats(mpcl_trainer *tr, mpcl_xent_stats *s) {
 /* The host reads of one report: training statistics since the last one, the
  * loss scaler, and at an epoch's end the evaluation. */
 static mpcl_status report(mpcl_trainer *tr, fit_clock *c, bool epoch_end) {
-    mpcl_xent_stats s;
+    mpcl_loss_stats s;
     mpcl_status st = read_train_stats(tr, &s);
     if (st == MPCL_OK) st = read_scale(tr);
     /* The replicas were handed identical arenas at every step, so their
@@ -742,9 +742,9 @@ static mpcl_status report(mpcl_trainer *tr, fit_clock *c, bool epoch_end) {
     r.epoch = tr->epoch;
     r.epoch_step = tr->epoch_step;
     r.epoch_steps = tr->steps_per_epoch;
-    double n = s.samples ? (double)s.samples : (double)NAN;
+    double n = s.terms ? (double)s.terms : (double)NAN;
     r.loss = s.loss_sum / n;
-    r.accuracy = (double)s.correct / n;
+    r.accuracy = s.metric_sum / n;
     r.loss_scale = tr->loss_scale;
     r.skipped = tr->skipped_steps;
     r.grad_norm = NAN;
@@ -861,7 +861,7 @@ mpcl_status mpcl_trainer_fit(mpcl_trainer *tr) {
     step_ring ring;
     memset(&ring, 0, sizeof ring);
     /* Start the statistics from zero whatever an earlier failed call left. */
-    mpcl_xent_stats s;
+    mpcl_loss_stats s;
     mpcl_status st = mpcl__train_check_same_job(tr);
     if (st == MPCL_OK) st = read_train_stats(tr, &s);
     while (st == MPCL_OK && tr->epoch < tr->params.epochs && !tr->stopped) {
