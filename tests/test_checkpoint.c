@@ -202,12 +202,15 @@ static void test_independent_reader(void **state) {
             "got = {k: v['shape'] for k, v in h.items()}\n"
             "assert got == want, got\n"
             "assert all(v['dtype'] == 'F32' for v in h.values())\n"
-            "for k, v in {'format': 'mpcl-checkpoint', 'format_version': '1', 'model': "
-            "'784,16,10', 'step': '2', 'optimizer_step': '2', 'epoch': '0', 'epoch_step': '2',\n"
+            "for k, v in {'format': 'mpcl-checkpoint', 'format_version': '1', 'layers': "
+            "'input_shape=784; dense units=16 activation=relu use_bias=true; dense units=10 "
+            "activation=linear use_bias=true', 'loss': 'sparse_categorical_crossentropy',\n"
+            "             'rng_counter': '2', 'step': '2', 'optimizer_step': '2', 'epoch': '0', "
+            "'epoch_step': '2',\n"
             "             'seed': '42', 'batch': '64', 'optimizer': 'adam', 'policy': "
             "'mixed_float16', 'storage': 'f16', 'loss_scale_mode': 'dynamic',\n"
             "             'loss_scale': '32768', 'loss_scale_good_steps': '2', "
-            "'loss_scale_skipped': '0', 'activation': 'relu'}.items():\n"
+            "'loss_scale_skipped': '0'}.items():\n"
             "    assert meta.get(k) == v, (k, meta.get(k))\n"
             "for k in ('mpcl_version', 'policy_resolved', 'gemm', 'lr', 'beta1', 'beta2', "
             "'eps'):\n"
@@ -418,8 +421,9 @@ static void test_bad_checkpoints(void **state) {
     mpcl_trainer *wide = trained(ctx, MPCL_POLICY_FLOAT32, 32, false);
     snapshot wbefore;
     snap(wide, &wbefore);
-    refused(wide, &wbefore, good, MPCL_ERR_FORMAT, "dense_0.kernel has shape [784, 16]");
-    assert_non_null(strstr(mpcl_errmsg(), "[784, 32]"));
+    refused(wide, &wbefore, good, MPCL_ERR_FORMAT,
+            "holds another model: input_shape=784; dense units=16");
+    assert_non_null(strstr(mpcl_errmsg(), "this run's is input_shape=784; dense units=32"));
     assert_non_null(strstr(mpcl_errmsg(), "--hidden 16"));
     assert_non_null(strstr(mpcl_context_errmsg(ctx), "--hidden 16"));
     unsnap(&wbefore);
@@ -535,8 +539,12 @@ static void test_checkpoint_reader(void **state) {
     const mpcl_model_params *mp = mpcl_checkpoint_model_params(c);
     const mpcl_checkpoint_position *pos = mpcl_checkpoint_position_of(c);
     assert_int_equal(mp->inputs, 784);
-    assert_int_equal(mp->hidden_count, 1);
-    assert_int_equal(mp->hidden[0], 16);
+    assert_int_equal(mp->layer_count, 2);
+    assert_string_equal(mp->layers[0].kind, "dense");
+    assert_int_equal(mp->layers[0].units, 16);
+    assert_int_equal(mp->layers[0].activation, MPCL_ACT_RELU);
+    assert_int_equal(mp->layers[1].units, 10);
+    assert_int_equal(mp->layers[1].activation, MPCL_ACT_IDENTITY);
     assert_int_equal(mp->classes, 10);
     assert_int_equal(mp->max_batch, 64);
     assert_int_equal(mp->optim.kind, MPCL_OPTIM_ADAM);
@@ -574,10 +582,10 @@ static void test_checkpoint_reader(void **state) {
     mpcl_model_destroy(m);
     /* A model of another shape is not one to apply it to. */
     mpcl_model_params other = *mp;
-    other.hidden[0] = 8;
+    other.layers[0].units = 8;
     TU_ASSERT_OK(mpcl_model_create(ctx, &other, &m));
     assert_int_equal(mpcl_checkpoint_apply(c, m), MPCL_ERR_INVALID_ARG);
-    assert_non_null(strstr(mpcl_errmsg(), "784,16,10"));
+    assert_non_null(strstr(mpcl_errmsg(), "dense units=16"));
     assert_int_equal(mpcl_checkpoint_save_model(c, m, again), MPCL_ERR_INVALID_ARG);
     assert_int_equal(mpcl_checkpoint_apply(NULL, m), MPCL_ERR_INVALID_ARG);
     assert_int_equal(mpcl_checkpoint_save_model(c, NULL, again), MPCL_ERR_INVALID_ARG);
@@ -601,11 +609,34 @@ static void test_checkpoint_reader(void **state) {
         {"optimizer_step", "3", "inconsistent"},
         {"loss_scale_skipped", "1", "counters that cannot belong to one run"},
         {"batch", "0", "batch = \"0\""},
-        {"activation", "swish", "activation = \"swish\""},
+        {"layers",
+         "input_shape=784; dense units=16 activation=swish use_bias=true; dense units=10 "
+         "activation=linear use_bias=true",
+         "activation=\"swish\""},
+        {"layers",
+         "input_shape=784; conv9 units=16 activation=relu use_bias=true; dense units=10 "
+         "activation=linear use_bias=true",
+         "unknown layer kind \"conv9\""},
+        {"layers",
+         "input_shape=784; dense units=16 units=3 activation=relu use_bias=true; dense units=10 "
+         "activation=linear use_bias=true",
+         "units given twice"},
+        {"layers",
+         "input_shape=28,28; dense units=16 activation=relu use_bias=true; dense units=10 "
+         "activation=linear use_bias=true",
+         "dense_0 takes a flat"},
+        {"loss", "hinge", "loss = \"hinge\""},
+        {"rng_counter", "-1", "rng_counter = \"-1\""},
         {"policy", "float64", "policy = \"float64\""},
         {"optimizer", "lion", "optimizer = \"lion\""},
-        {"model", "784,16,+10", "model = \"784,16,+10\""},
-        {"model", "784,17,10", "dense_0.kernel has shape [784, 16]"},
+        {"layers",
+         "input_shape=784; dense units=+16 activation=relu use_bias=true; dense units=10 "
+         "activation=linear use_bias=true",
+         "units=\"+16\""},
+        {"layers",
+         "input_shape=784; dense units=17 activation=relu use_bias=true; dense units=10 "
+         "activation=linear use_bias=true",
+         "dense_0.kernel has shape [784, 16]"},
         {"format", "other", "other"},
     };
     mutation mu;

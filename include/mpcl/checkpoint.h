@@ -34,29 +34,35 @@ typedef struct mpcl_checkpoint_position {
     bool scaled;          /* loss_scale_mode is dynamic or fixed, not none */
     /* scale, good_steps and skipped_steps as saved (the flags are 0). */
     mpcl_loss_scale_state loss_scale;
+    uint64_t rng_counter; /* the model's training forwards (dropout masks drawn) */
 } mpcl_checkpoint_position;
 
 /* Reads and checks a checkpoint completely: the format; every metadata key
- * parsed with the strict number parser (number.h) and validated -- model
- * shape, activation, optimizer kind and hyperparameters (the rules of
+ * parsed with the strict number parser (number.h) and validated -- the
+ * model's layers (or, in checkpoints before layer specs, its widths and
+ * activation), loss, optimizer kind and hyperparameters (the rules of
  * mpcl_optim_params_check), policy, loss_scale_mode, a dynamic loss scale
  * within the default scaler's [min_scale, max_scale], good steps below its
  * growth interval, counters consistent with each other and with the steps
- * per epoch; every tensor present, F32, shaped by the model metadata,
+ * per epoch; every tensor present (parameters in each optimizer slot, and
+ * buffers such as a batch norm's moving averages), F32, shaped by the
+ * layers' own declarations,
  * finite, second moments >= 0, and no other tensor. MPCL_ERR_FORMAT names
  * the key or tensor; MPCL_ERR_IO the file (a regular file only). */
 mpcl_status mpcl_checkpoint_read(const char *path, mpcl_checkpoint **out);
 void mpcl_checkpoint_destroy(mpcl_checkpoint *c);
 
-/* The model to build for it: widths, activation, optimizer, policy, loss
+/* The model to build for it: input shape and layers (or the MLP's widths
+ * and activation), loss, optimizer, policy, loss
  * scaling (off for mode none; else its mode with the saved scale as
  * initial_scale, the bounds widened to take it in), seed, and max_batch =
  * the saved batch. Owned by c. */
 const mpcl_model_params *mpcl_checkpoint_model_params(const mpcl_checkpoint *c);
 const mpcl_checkpoint_position *mpcl_checkpoint_position_of(const mpcl_checkpoint *c);
 
-/* Writes the tensors, the optimizer step and (when both scale) the
- * loss-scale state into m, a model of c's shape and optimizer kind
+/* Writes the tensors, buffers, the optimizer step, the rng counter and
+ * (when both scale) the loss-scale state into m, a model of c's layers and
+ * optimizer kind
  * (MPCL_ERR_INVALID_ARG otherwise, before anything is written). */
 mpcl_status mpcl_checkpoint_apply(const mpcl_checkpoint *c, mpcl_model *m);
 

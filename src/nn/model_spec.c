@@ -146,3 +146,19 @@ mpcl_status mpcl_model_summary(mpcl_context *ctx, const mpcl_model_params *param
     free(t);
     return st;
 }
+
+mpcl_status mpcl__model_tables(mpcl_context *ctx, const mpcl_model_params *p, mpcl__tables *t) {
+    mpcl_layer_spec specs[MPCL_MAX_LAYERS];
+    size_t n;
+    mpcl_status st = mpcl_model_params_layers(ctx, p, specs, &n);
+    if (st != MPCL_OK) return st;
+    mpcl__layer *layers = calloc(MPCL_MAX_LAYERS, sizeof *layers);
+    if (!layers) return MPCL_ERROR(ctx, MPCL_ERR_OUT_OF_MEMORY, "a model's tables");
+    mpcl__params_init(&t->params, 2);
+    mpcl__params_init(&t->buffers, 2);
+    mpcl__layer_env env = {ctx, MPCL_DTYPE_F32, MPCL_GEMM_MPCL_F32, p->max_batch, p->seed, 0};
+    st = mpcl__declare_layers(ctx, p, specs, n, &env, layers, t);
+    mpcl__destroy_layers(layers, n);
+    free(layers);
+    return st;
+}

@@ -179,6 +179,9 @@ extern const mpcl__layer_kind mpcl__flatten_layer;
 mpcl_status mpcl__declare_layers(mpcl_context *ctx, const mpcl_model_params *p,
                                  const mpcl_layer_spec *specs, size_t count,
                                  const mpcl__layer_env *env, mpcl__layer *layers, mpcl__tables *t);
+/* The tables a model of params lays out (declared layers, no device);
+ * t is overwritten. */
+mpcl_status mpcl__model_tables(mpcl_context *ctx, const mpcl_model_params *p, mpcl__tables *t);
 /* Frees what the layers hold (declared or created). */
 void mpcl__destroy_layers(mpcl__layer *layers, size_t count);
 

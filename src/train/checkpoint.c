@@ -19,13 +19,10 @@ static const char *scale_mode_name(const mpcl_loss_scale *ls) {
     return mpcl_loss_scale_get_params(ls).mode == MPCL_LOSS_SCALE_FIXED ? "fixed" : "dynamic";
 }
 
-/* "784,128,10" */
-static void model_shape(const mpcl_model *m, char *buf, size_t size) {
-    size_t w[MPCL__CKPT_MAX_WIDTHS], n = 0;
-    w[n++] = mpcl_model_params_of(m)->inputs;
-    for (size_t i = 0; i < mpcl_model_layer_count(m) && n < MPCL__CKPT_MAX_WIDTHS; i++)
-        w[n++] = mpcl_model_layer(m, i)->units;
-    mpcl__ckpt_widths_str(buf, size, w, n);
+/* The model's text form (model.h): what the layers key stores and what a
+ * load compares. */
+static mpcl_status model_text(mpcl_context *ctx, const mpcl_model_params *p, char *buf) {
+    return mpcl_model_spec_format(ctx, p, buf, MPCL_MODEL_SPEC_MAX);
 }
 
 typedef struct meta_list {
@@ -57,10 +54,13 @@ static mpcl_status write_checkpoint(mpcl_context *ctx, mpcl_model *m,
     if (!path) return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "checkpoint path is NULL");
 
     mpcl__ckpt_expected e[MPCL__CKPT_MAX_TENSORS];
-    size_t n = mpcl__ckpt_expected_tensors(m, e);
+    size_t n = 0;
     mpcl_st_tensor t[MPCL__CKPT_MAX_TENSORS];
     float *data[MPCL__CKPT_MAX_TENSORS] = {0};
-    mpcl_status st = MPCL_OK;
+    char *layers = malloc(MPCL_MODEL_SPEC_MAX);
+    mpcl_status st = layers ? model_text(ctx, mp, layers)
+                            : MPCL_ERROR(ctx, MPCL_ERR_OUT_OF_MEMORY, "checkpoint metadata");
+    if (st == MPCL_OK) st = mpcl__ckpt_expected_tensors(ctx, mp, e, &n);
     for (size_t i = 0; i < n && st == MPCL_OK; i++) {
         size_t count = e[i].count;
         data[i] = malloc(count * sizeof(float));
@@ -68,7 +68,8 @@ static mpcl_status write_checkpoint(mpcl_context *ctx, mpcl_model *m,
             st = MPCL_ERROR(ctx, MPCL_ERR_OUT_OF_MEMORY, "checkpoint copy of %s", e[i].name);
             break;
         }
-        st = mpcl_model_read_param(m, e[i].param, e[i].slot, data[i], count);
+        st = e[i].buffer ? mpcl_model_read_buffer(m, e[i].param, data[i], count)
+                         : mpcl_model_read_param(m, e[i].param, e[i].slot, data[i], count);
         /* What load would refuse is never written over a good checkpoint. */
         if (st == MPCL_OK)
             st = mpcl__ckpt_check_values(ctx, MPCL_ERR_INVALID_ARG, "not saved", &e[i], data[i],
@@ -99,8 +100,6 @@ static mpcl_status write_checkpoint(mpcl_context *ctx, mpcl_model *m,
         goto cleanup;
     }
     l->count = 0;
-    char shape[META_VALUE];
-    model_shape(m, shape, sizeof shape);
     const mpcl_optim_params *o = &mp->optim;
     meta_add(l, "format", "%s", MPCL__CKPT_FORMAT);
     meta_add(l, "format_version", "%s", MPCL__CKPT_FORMAT_VERSION);
@@ -109,8 +108,11 @@ static mpcl_status write_checkpoint(mpcl_context *ctx, mpcl_model *m,
     meta_add(l, "policy_resolved", "%s", mpcl_policy_name(plan->resolved));
     meta_add(l, "storage", "%s", mpcl_dtype_name(plan->storage));
     meta_add(l, "gemm", "%s", mpcl_gemm_path_name(plan->gemm));
-    meta_add(l, "model", "%s", shape);
-    meta_add(l, "activation", "%s", mpcl_activation_name(mp->activation));
+    /* The one value longer than META_VALUE. */
+    l->items[l->count].key = "layers";
+    l->items[l->count++].value = layers;
+    meta_add(l, "loss", "%s", mpcl_loss_name(mp->loss));
+    meta_add(l, "rng_counter", "%llu", (unsigned long long)mpcl_model_rng_counter(m));
     meta_add(l, "optimizer", "%s", mpcl__ckpt_optim_name(o->kind));
     /* %.9g gives back the same float when parsed. */
     meta_add(l, "lr", "%.9g", (double)o->lr);
@@ -141,6 +143,7 @@ static mpcl_status write_checkpoint(mpcl_context *ctx, mpcl_model *m,
 
 cleanup:
     for (size_t i = 0; i < n; i++) free(data[i]);
+    free(layers);
     return st;
 }
 
@@ -157,54 +160,41 @@ mpcl_status mpcl_trainer_save(mpcl_trainer *tr, const char *path) {
     return write_checkpoint(tr->ctx, tr->model, &pos, false, path);
 }
 
-/* The layer widths the checkpoint's kernels describe: w[0] inputs, then each
- * layer's units; returns the count of widths (0 when dense_0.kernel is not a
- * matrix). */
-static size_t checkpoint_widths(const mpcl_safetensors *st, size_t *w) {
-    size_t n = 0;
-    for (size_t l = 0; l <= MPCL_MAX_HIDDEN; l++) {
-        char name[48];
-        snprintf(name, sizeof name, "dense_%zu.kernel", l);
-        const mpcl_st_tensor *t = mpcl_safetensors_find(st, name);
-        if (!t || t->ndim != 2) break;
-        if (l == 0) w[n++] = t->shape[0];
-        w[n++] = t->shape[1];
+/* The MLP a layer list is, as mpcl-train's flags give it: Dense layers
+ * with one shared activation, the last linear, on flat inputs. */
+static bool as_mlp(const mpcl_model_params *p, mpcl_model_params *mlp) {
+    *mlp = *p;
+    if (p->layer_count == 0) return true;
+    if (p->input_rank > 1 || p->layer_count - 1 > MPCL_MAX_HIDDEN) return false;
+    const mpcl_layer_spec *last = &p->layers[p->layer_count - 1];
+    for (size_t i = 0; i < p->layer_count; i++) {
+        const mpcl_layer_spec *l = &p->layers[i];
+        if (strcmp(l->kind, "dense") != 0 || !l->use_bias ||
+            l->activation != (l == last ? MPCL_ACT_IDENTITY : p->layers[0].activation))
+            return false;
+        if (l != last) mlp->hidden[i] = l->units;
     }
-    return n;
+    mlp->hidden_count = p->layer_count - 1;
+    mlp->activation = p->layers[0].activation;
+    mlp->classes = last->units;
+    return true;
 }
 
-/* What would make this run match a checkpoint of other widths: only the
- * parts that differ, and only flags the parser accepts. */
-static void shape_fix(char *buf, size_t size, const mpcl_model *m, const size_t *cw, size_t cn) {
-    const mpcl_model_params *p = mpcl_model_params_of(m);
-    size_t layers = mpcl_model_layer_count(m), k = 0;
-    buf[0] = '\0';
-    if (cn < 2) {
-        snprintf(buf, size, "its dense_0.kernel is not a matrix");
+/* What would make this run build the checkpoint's model: the flags for an
+ * MLP, otherwise a model file. */
+static void model_fix(char *buf, size_t size, const mpcl_model_params *c) {
+    mpcl_model_params m;
+    if (!as_mlp(c, &m)) {
+        snprintf(buf, size, "train with a --model file of those layers");
         return;
     }
-    if (cw[0] != p->inputs)
-        k += (size_t)snprintf(buf + k, size - k,
-                              "it has %zu inputs, these data %zu: no flag matches, only its "
-                              "data set; ",
-                              cw[0], p->inputs);
-    size_t classes = mpcl_model_layer(m, layers - 1)->units;
-    if (k < size && cw[cn - 1] != classes)
-        k += (size_t)snprintf(buf + k, size - k, "--classes %zu; ", cw[cn - 1]);
-    bool hidden_same = cn - 2 == layers - 1;
-    for (size_t i = 0; hidden_same && i + 1 < layers; i++)
-        hidden_same = cw[i + 1] == mpcl_model_layer(m, i)->units;
-    if (k < size && !hidden_same) {
-        if (cn - 2 == 0) {
-            k += (size_t)snprintf(buf + k, size - k,
-                                  "it has no hidden layer, which --hidden cannot give; ");
-        } else {
-            char h[96];
-            mpcl__ckpt_widths_str(h, sizeof h, cw + 1, cn - 2);
-            k += (size_t)snprintf(buf + k, size - k, "--hidden %s; ", h);
-        }
-    }
-    if (k >= 2 && k < size) buf[k - 2] = '\0';
+    size_t k = (size_t)snprintf(buf, size, "--hidden ");
+    for (size_t i = 0; i < m.hidden_count && k < size; i++)
+        k += (size_t)snprintf(buf + k, size - k, "%s%zu", i ? "," : "", m.hidden[i]);
+    if (m.hidden_count == 0 && k < size) k += (size_t)snprintf(buf + k, size - k, "(none)");
+    if (k < size)
+        snprintf(buf + k, size - k, " --activation %s, on data of %zu features and %zu classes",
+                 mpcl_activation_name(m.activation), m.inputs, m.classes);
 }
 
 /* The choices that define the run, before any tensor is looked at, so that
@@ -222,36 +212,46 @@ static mpcl_status check_identity(const mpcl__ckpt_loader *L, const mpcl_model *
                           mpcl_optim_kind_parse(v, &ok) ? "--optimizer " : "no --optimizer reads ",
                           mpcl_optim_kind_parse(v, &ok) ? v : "that kind",
                           mpcl_optim_kind_parse(v, &ok) ? " would match" : "");
-    if ((st = mpcl__ckpt_meta_str(L, "activation", &v)) != MPCL_OK) return st;
-    mpcl_activation act;
-    /* mpcl-train refuses identity hidden layers. */
-    bool flag_ok = mpcl_activation_parse(v, &act) && act != MPCL_ACT_IDENTITY;
-    if (strcmp(v, mpcl_activation_name(mp->activation)) != 0)
-        return MPCL_ERROR(L->ctx, MPCL_ERR_FORMAT,
-                          "checkpoint %s was trained with activation %s, this run uses %s (%s%s%s)",
-                          L->path, v, mpcl_activation_name(mp->activation),
-                          flag_ok ? "--activation " : "no --activation gives ",
-                          flag_ok ? v : "that one", flag_ok ? " would match" : "");
     return MPCL_OK;
+}
+
+/* m builds the model c holds (its layers, input shape and loss), or the
+ * error names both and what would match; `status` says whose fault it is. */
+static mpcl_status check_same_model(mpcl_context *ctx, mpcl_status status, const mpcl_checkpoint *c,
+                                    const mpcl_model *m) {
+    const mpcl_model_params *mp = mpcl_model_params_of(m);
+    char *have = malloc(MPCL_MODEL_SPEC_MAX), *want = malloc(MPCL_MODEL_SPEC_MAX);
+    mpcl_status st =
+        have && want ? MPCL_OK : MPCL_ERROR(ctx, MPCL_ERR_OUT_OF_MEMORY, "comparing models");
+    if (st == MPCL_OK) st = model_text(ctx, mp, have);
+    if (st == MPCL_OK) st = model_text(ctx, &c->params, want);
+    if (st == MPCL_OK && (strcmp(have, want) != 0 || mp->loss != c->params.loss)) {
+        char fix[256];
+        model_fix(fix, sizeof fix, &c->params);
+        st = MPCL_ERROR(ctx, status,
+                        "checkpoint %s holds another model: %s with loss %s; this run's is %s "
+                        "with loss %s (to match: %s)",
+                        c->path, want, mpcl_loss_name(c->params.loss), have,
+                        mpcl_loss_name(mp->loss), fix);
+    }
+    free(have);
+    free(want);
+    return st;
 }
 
 /* ---- into a model ---- */
 
-/* m has c's widths and optimizer kind, so that its parameter table holds
- * every tensor of the file, of the same shape. */
+/* m has c's layers and optimizer kind, so that its tables hold every
+ * tensor of the file, of the same shape. */
 static mpcl_status check_model_fits(mpcl_context *ctx, const mpcl_checkpoint *c,
                                     const mpcl_model *m) {
-    char have[96], want[96];
-    model_shape(m, have, sizeof have);
-    mpcl__ckpt_widths_str(want, sizeof want, c->widths, c->width_count);
     mpcl_optim_kind kind = mpcl_model_params_of(m)->optim.kind;
-    if (strcmp(have, want) != 0 || kind != c->params.optim.kind)
+    if (kind != c->params.optim.kind)
         return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG,
-                          "model %s with optimizer %s does not fit checkpoint %s (model %s, "
-                          "optimizer %s)",
-                          have, mpcl__ckpt_optim_name(kind), c->path, want,
+                          "a model with optimizer %s does not fit checkpoint %s (optimizer %s)",
+                          mpcl__ckpt_optim_name(kind), c->path,
                           mpcl__ckpt_optim_name(c->params.optim.kind));
-    return MPCL_OK;
+    return check_same_model(ctx, MPCL_ERR_INVALID_ARG, c, m);
 }
 
 /* Tensors, optimizer step and loss-scale state into m (checked to fit). A
@@ -263,19 +263,22 @@ static mpcl_status check_model_fits(mpcl_context *ctx, const mpcl_checkpoint *c,
 static mpcl_status apply_state(mpcl_context *ctx, const mpcl_checkpoint *c, mpcl_model *m,
                                bool keep_scale, mpcl_loss_scale_state *scale, bool *wrote) {
     mpcl__ckpt_expected e[MPCL__CKPT_MAX_TENSORS];
-    size_t n = mpcl__ckpt_expected_tensors(m, e);
-    mpcl_status st = MPCL_OK;
+    size_t n = 0;
     *wrote = false;
+    mpcl_status st = mpcl__ckpt_expected_tensors(ctx, mpcl_model_params_of(m), e, &n);
     for (size_t i = 0; i < n && st == MPCL_OK; i++) {
         const mpcl_st_tensor *t = mpcl_safetensors_find(c->file, e[i].name);
         /* The data may be unaligned in a file from another writer. */
         float *buf = malloc(t->bytes ? t->bytes : 1);
         if (!buf) return MPCL_ERROR(ctx, MPCL_ERR_OUT_OF_MEMORY, "loading %s", e[i].name);
         memcpy(buf, t->data, t->bytes);
-        st = mpcl_model_write_param(m, e[i].param, e[i].slot, buf, t->bytes / sizeof(float));
+        size_t count = t->bytes / sizeof(float);
+        st = e[i].buffer ? mpcl_model_write_buffer(m, e[i].param, buf, count)
+                         : mpcl_model_write_param(m, e[i].param, e[i].slot, buf, count);
         free(buf);
     }
     if (st == MPCL_OK) st = mpcl_model_write_step(m, c->pos.optimizer_step);
+    if (st == MPCL_OK) mpcl_model_set_rng_counter(m, c->pos.rng_counter);
     mpcl_loss_scale *ls = mpcl_model_loss_scale(m);
     *scale = c->pos.loss_scale;
     if (ls && keep_scale) {
@@ -345,41 +348,6 @@ static mpcl_status check_sequence(const mpcl__ckpt_loader *L, const mpcl_trainer
                       L->path, fix);
 }
 
-/* The file's tensors against this trainer's model, with the flags that
- * would make this run match a checkpoint of other widths. */
-static mpcl_status check_tensors(const mpcl__ckpt_loader *L, mpcl_model *m) {
-    mpcl__ckpt_expected e[MPCL__CKPT_MAX_TENSORS];
-    size_t n = mpcl__ckpt_expected_tensors(m, e);
-    for (size_t i = 0; i < n; i++) {
-        const mpcl_st_tensor *t = mpcl_safetensors_find(L->st, e[i].name);
-        if (!t)
-            return MPCL_ERROR(L->ctx, MPCL_ERR_FORMAT, "checkpoint %s has no tensor %s", L->path,
-                              e[i].name);
-        bool same = t->ndim == e[i].ndim;
-        for (size_t d = 0; same && d < t->ndim; d++) same = t->shape[d] == e[i].shape[d];
-        if (!same) {
-            char got[96], want[96], cshape[96], mshape[96], fix[256];
-            size_t cw[MPCL__CKPT_MAX_WIDTHS + 1];
-            size_t cn = checkpoint_widths(L->st, cw);
-            mpcl__ckpt_shape_str(got, sizeof got, t->ndim, t->shape);
-            mpcl__ckpt_shape_str(want, sizeof want, e[i].ndim, e[i].shape);
-            mpcl__ckpt_widths_str(cshape, sizeof cshape, cw, cn);
-            model_shape(m, mshape, sizeof mshape);
-            shape_fix(fix, sizeof fix, m, cw, cn);
-            return MPCL_ERROR(L->ctx, MPCL_ERR_FORMAT,
-                              "checkpoint %s: tensor %s has shape %s, this model's is %s "
-                              "(the checkpoint holds model %s, this run %s; to match: %s)",
-                              L->path, e[i].name, got, want, cshape, mshape, fix);
-        }
-    }
-    const char *extra = mpcl__ckpt_unexpected_tensor(L->st, e, n);
-    if (extra)
-        return MPCL_ERROR(L->ctx, MPCL_ERR_FORMAT,
-                          "checkpoint %s holds tensor %s, which this model does not have", L->path,
-                          extra);
-    return MPCL_OK;
-}
-
 /* The bounds a new run's scaler keeps: this run's dynamic scaler's, or the
  * defaults. */
 static mpcl_loss_scale_params scale_bounds(const mpcl_trainer *tr) {
@@ -401,7 +369,7 @@ static mpcl_status check_all(mpcl_trainer *tr, mpcl_checkpoint *c) {
     if ((st = mpcl__ckpt_check_format(&L)) != MPCL_OK ||
         (st = check_identity(&L, tr->model)) != MPCL_OK ||
         (st = mpcl__ckpt_check_file(&L, c, &b, !tr->params.resume_keeps_scale)) != MPCL_OK ||
-        (st = check_tensors(&L, tr->model)) != MPCL_OK)
+        (st = check_same_model(tr->ctx, MPCL_ERR_FORMAT, c, tr->model)) != MPCL_OK)
         return st;
     return check_sequence(&L, tr, p->seed, p->batch, p->train_samples);
 }
@@ -449,6 +417,15 @@ mpcl_status mpcl__train_sync_replicas(mpcl_trainer *tr) {
             }
             free(buf);
         }
+        for (size_t b = 0; b < mpcl_model_buffer_count(m0) && st == MPCL_OK; b++) {
+            size_t count = mpcl_model_buffer(m0, b)->count;
+            float *buf = malloc(count * sizeof *buf);
+            if (!buf) return MPCL_ERROR(tr->ctx, MPCL_ERR_OUT_OF_MEMORY, "copying replicas");
+            st = mpcl_model_read_buffer(m0, b, buf, count);
+            if (st == MPCL_OK) st = mpcl_model_write_buffer(m, b, buf, count);
+            free(buf);
+        }
+        mpcl_model_set_rng_counter(m, mpcl_model_rng_counter(m0));
         uint32_t step = 0;
         if (st == MPCL_OK) st = mpcl_model_read_step(m0, &step);
         if (st == MPCL_OK) st = mpcl_model_write_step(m, step);

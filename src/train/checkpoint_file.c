@@ -19,48 +19,33 @@ const char *mpcl__ckpt_optim_name(mpcl_optim_kind k) {
     return name ? name : "unknown";
 }
 
-/* Walks the parameter table: every row in every slot the optimizer keeps,
- * named and shaped as the table says (kernels [in, out], biases [out], as
- * Keras stores them). */
-size_t mpcl__ckpt_expected_tensors(mpcl_model *m, mpcl__ckpt_expected *e) {
-    size_t n = 0, np = mpcl_model_param_count(m);
-    for (int slot = MPCL_OPTIM_SLOT_MASTER; slot < MPCL_OPTIM_SLOT_COUNT; slot++) {
-        if (!mpcl_model_has_slot(m, (mpcl_optim_slot)slot)) continue;
-        for (size_t i = 0; i < np; i++, n++) {
-            const mpcl_param_info *r = mpcl_model_param(m, i);
-            snprintf(e[n].name, sizeof e[n].name, "%s%s", r->name, SLOT_SUFFIX[slot]);
-            e[n].param = i;
-            e[n].slot = (mpcl_optim_slot)slot;
-            e[n].ndim = r->rank;
-            memcpy(e[n].shape, r->shape, sizeof e[n].shape);
-            e[n].count = r->count;
-        }
+static void expect_rows(const mpcl__param_table *t, bool buffers, mpcl_optim_slot slot,
+                        mpcl__ckpt_expected *e, size_t *n) {
+    for (size_t i = 0; i < t->count; i++, (*n)++) {
+        const mpcl_param_info *r = &t->rows[i];
+        mpcl__ckpt_expected *x = &e[*n];
+        snprintf(x->name, sizeof x->name, "%s%s", r->name, buffers ? "" : SLOT_SUFFIX[slot]);
+        x->param = i;
+        x->buffer = buffers;
+        x->slot = slot;
+        x->ndim = r->rank;
+        memcpy(x->shape, r->shape, sizeof x->shape);
+        x->count = r->count;
     }
-    return n;
 }
 
-/* The same list for the dense layers of widths w[0..nw) and optimizer
- * `kind`, without a model: the table mpcl_model_create lays out. */
-static size_t expected_of_widths(const size_t *w, size_t nw, mpcl_optim_kind kind,
-                                 mpcl__ckpt_expected *e) {
-    size_t n = 0;
-    for (int slot = MPCL_OPTIM_SLOT_MASTER; slot < MPCL_OPTIM_SLOT_COUNT; slot++) {
-        if (!mpcl_optim_has_slot(kind, (mpcl_optim_slot)slot)) continue;
-        for (size_t l = 0; l + 1 < nw; l++) {
-            for (size_t bias = 0; bias < 2; bias++, n++) {
-                snprintf(e[n].name, sizeof e[n].name, "dense_%zu.%s%s", l, bias ? "bias" : "kernel",
-                         SLOT_SUFFIX[slot]);
-                e[n].param = 2 * l + bias;
-                e[n].slot = (mpcl_optim_slot)slot;
-                e[n].ndim = bias ? 1 : 2;
-                memset(e[n].shape, 0, sizeof e[n].shape);
-                e[n].shape[0] = bias ? w[l + 1] : w[l];
-                e[n].shape[1] = bias ? 0 : w[l + 1];
-                e[n].count = bias ? w[l + 1] : w[l] * w[l + 1];
-            }
-        }
-    }
-    return n;
+mpcl_status mpcl__ckpt_expected_tensors(mpcl_context *ctx, const mpcl_model_params *p,
+                                        mpcl__ckpt_expected *e, size_t *n) {
+    *n = 0;
+    mpcl__tables *t = malloc(sizeof *t);
+    if (!t) return MPCL_ERROR(ctx, MPCL_ERR_OUT_OF_MEMORY, "a checkpoint's tensor list");
+    mpcl_status st = mpcl__model_tables(ctx, p, t);
+    for (int slot = MPCL_OPTIM_SLOT_MASTER; st == MPCL_OK && slot < MPCL_OPTIM_SLOT_COUNT; slot++)
+        if (mpcl_optim_has_slot(p->optim.kind, (mpcl_optim_slot)slot))
+            expect_rows(&t->params, false, (mpcl_optim_slot)slot, e, n);
+    if (st == MPCL_OK) expect_rows(&t->buffers, true, MPCL_OPTIM_SLOT_MASTER, e, n);
+    free(t);
+    return st;
 }
 
 /* The first tensor of st that is not in e[0..n), or NULL. */
@@ -73,13 +58,6 @@ const char *mpcl__ckpt_unexpected_tensor(const mpcl_safetensors *st, const mpcl_
         if (!known) return name;
     }
     return NULL;
-}
-
-void mpcl__ckpt_widths_str(char *buf, size_t size, const size_t *w, size_t n) {
-    size_t k = 0;
-    buf[0] = '\0';
-    for (size_t i = 0; i < n && k < size; i++)
-        k += (size_t)snprintf(buf + k, size - k, "%s%zu", i ? "," : "", w[i]);
 }
 
 /* Values no run produces: a non-finite weight or moment, a negative second
@@ -164,8 +142,9 @@ mpcl_status mpcl__ckpt_check_format(const mpcl__ckpt_loader *L) {
     return MPCL_OK;
 }
 
-/* "784,16,10": 2 to MPCL__CKPT_MAX_WIDTHS widths, each in [1, INT32_MAX]. */
-static mpcl_status parse_model(const mpcl__ckpt_loader *L, mpcl_checkpoint *c) {
+/* "784,16,10": 2 to MPCL__CKPT_MAX_WIDTHS widths, each in [1, INT32_MAX]
+ * (the model key of checkpoints without layers: an MLP). */
+static mpcl_status parse_widths(const mpcl__ckpt_loader *L, size_t *widths, size_t *count) {
     const char *v;
     mpcl_status st = mpcl__ckpt_meta_str(L, "model", &v);
     if (st != MPCL_OK) return st;
@@ -185,14 +164,14 @@ static mpcl_status parse_model(const mpcl__ckpt_loader *L, mpcl_checkpoint *c) {
                               "checkpoint %s: metadata model = \"%s\" is not 2 to %d widths in "
                               "[1, %d] separated by commas",
                               L->path, v, MPCL__CKPT_MAX_WIDTHS, INT32_MAX);
-        c->widths[n++] = (size_t)w;
+        widths[n++] = (size_t)w;
         p += len;
         if (!*p) break;
     }
     if (n < 2)
         return MPCL_ERROR(L->ctx, MPCL_ERR_FORMAT,
                           "checkpoint %s: metadata model = \"%s\" has no output layer", L->path, v);
-    c->width_count = n;
+    *count = n;
     return MPCL_OK;
 }
 
@@ -234,27 +213,63 @@ static mpcl_status parse_optimizer(const mpcl__ckpt_loader *L, mpcl_optim_params
     return MPCL_OK;
 }
 
-/* The choices that name the model: shape, activation, optimizer, policy. */
-static mpcl_status parse_choices(const mpcl__ckpt_loader *L, mpcl_checkpoint *c) {
-    mpcl_model_params *p = &c->params;
+/* An MLP from the model and activation keys of a checkpoint without
+ * layers (0.1.0 and the MLP-only versions after it). */
+static mpcl_status parse_mlp(const mpcl__ckpt_loader *L, mpcl_model_params *p) {
+    size_t w[MPCL__CKPT_MAX_WIDTHS], n = 0;
     const char *v;
     mpcl_status st;
-    if ((st = parse_model(L, c)) != MPCL_OK) return st;
+    if ((st = parse_widths(L, w, &n)) != MPCL_OK) return st;
     if ((st = mpcl__ckpt_meta_str(L, "activation", &v)) != MPCL_OK) return st;
     if (!mpcl_activation_parse(v, &p->activation))
         return MPCL_ERROR(L->ctx, MPCL_ERR_FORMAT,
                           "checkpoint %s: metadata activation = \"%s\" is not an activation",
                           L->path, v);
+    p->inputs = w[0];
+    p->hidden_count = n - 2;
+    for (size_t i = 0; i < p->hidden_count; i++) p->hidden[i] = w[i + 1];
+    p->classes = w[n - 1];
+    return MPCL_OK;
+}
+
+/* The layers key: the model's text form (model.h), checked as a model
+ * would check it; classes is the last layer's width. */
+static mpcl_status parse_layers(const mpcl__ckpt_loader *L, const char *text,
+                                mpcl_model_params *p) {
+    mpcl_layer_summary *s = malloc(MPCL_MAX_LAYERS * sizeof *s);
+    if (!s) return MPCL_ERROR(L->ctx, MPCL_ERR_OUT_OF_MEMORY, "checkpoint %s", L->path);
+    size_t n = 0;
+    p->classes = 0;
+    mpcl_status st = mpcl_model_spec_parse(NULL, text, p);
+    if (st == MPCL_OK) st = mpcl_model_summary(NULL, p, s, &n);
+    if (st == MPCL_OK) p->classes = s[n - 1].out_shape[0];
+    free(s);
+    if (st != MPCL_OK) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", mpcl_errmsg());
+        return MPCL_ERROR(L->ctx, MPCL_ERR_FORMAT, "checkpoint %s: metadata layers: %s", L->path,
+                          why);
+    }
+    return MPCL_OK;
+}
+
+/* The choices that name the model: layers, loss, optimizer, policy. */
+static mpcl_status parse_choices(const mpcl__ckpt_loader *L, mpcl_checkpoint *c) {
+    mpcl_model_params *p = &c->params;
+    const char *v = mpcl_safetensors_meta_get(L->st, "layers");
+    mpcl_status st = v ? parse_layers(L, v, p) : parse_mlp(L, p);
+    if (st != MPCL_OK) return st;
+    /* Checkpoints before losses were chosen trained the sparse one. */
+    v = mpcl_safetensors_meta_get(L->st, "loss");
+    if (v && !mpcl_loss_parse(v, &p->loss))
+        return MPCL_ERROR(L->ctx, MPCL_ERR_FORMAT,
+                          "checkpoint %s: metadata loss = \"%s\" is not a loss", L->path, v);
     if ((st = parse_optimizer(L, &p->optim)) != MPCL_OK) return st;
     if ((st = mpcl__ckpt_meta_str(L, "policy", &v)) != MPCL_OK) return st;
     if (!mpcl_policy_parse(v, &p->policy))
         return MPCL_ERROR(L->ctx, MPCL_ERR_FORMAT,
                           "checkpoint %s: metadata policy = \"%s\" is not a precision policy",
                           L->path, v);
-    p->inputs = c->widths[0];
-    p->hidden_count = c->width_count - 2;
-    for (size_t i = 0; i < p->hidden_count; i++) p->hidden[i] = c->widths[i + 1];
-    p->classes = c->widths[c->width_count - 1];
     return MPCL_OK;
 }
 
@@ -272,6 +287,11 @@ static mpcl_status parse_position(const mpcl__ckpt_loader *L, mpcl_checkpoint_po
         (st = meta_uint(L, "epoch_step", 0, UINT64_MAX, &pos->epoch_step)) != MPCL_OK ||
         (st = meta_uint(L, "loss_scale_good_steps", 0, UINT32_MAX, &good)) != MPCL_OK ||
         (st = meta_uint(L, "loss_scale_skipped", 0, UINT32_MAX, &skipped)) != MPCL_OK)
+        return st;
+    /* Absent before dropout: no mask was ever drawn. */
+    pos->rng_counter = 0;
+    if (mpcl_safetensors_meta_get(L->st, "rng_counter") &&
+        (st = meta_uint(L, "rng_counter", 0, UINT64_MAX, &pos->rng_counter)) != MPCL_OK)
         return st;
     pos->batch = (size_t)batch;
     pos->train_samples = (size_t)samples;
@@ -351,9 +371,12 @@ static mpcl_status parse_scale(const mpcl__ckpt_loader *L, mpcl_checkpoint *c,
  * its shape, with values a run produces; and no other. */
 static mpcl_status check_file_tensors(const mpcl__ckpt_loader *L, const mpcl_checkpoint *c) {
     mpcl__ckpt_expected e[MPCL__CKPT_MAX_TENSORS];
-    size_t n = expected_of_widths(c->widths, c->width_count, c->params.optim.kind, e);
-    char model[96];
-    mpcl__ckpt_widths_str(model, sizeof model, c->widths, c->width_count);
+    size_t n = 0;
+    mpcl_status st = mpcl__ckpt_expected_tensors(L->ctx, &c->params, e, &n);
+    if (st != MPCL_OK) return st;
+    char model[MPCL_MODEL_SPEC_MAX];
+    if (mpcl_model_spec_format(NULL, &c->params, model, sizeof model) != MPCL_OK)
+        snprintf(model, sizeof model, "?");
     for (size_t i = 0; i < n; i++) {
         const mpcl_st_tensor *t = mpcl_safetensors_find(L->st, e[i].name);
         if (!t)
@@ -370,26 +393,24 @@ static mpcl_status check_file_tensors(const mpcl__ckpt_loader *L, const mpcl_che
             mpcl__ckpt_shape_str(got, sizeof got, t->ndim, t->shape);
             mpcl__ckpt_shape_str(want, sizeof want, e[i].ndim, e[i].shape);
             return MPCL_ERROR(L->ctx, MPCL_ERR_FORMAT,
-                              "checkpoint %s: tensor %s has shape %s; its metadata's model %s "
-                              "gives it %s",
+                              "checkpoint %s: tensor %s has shape %s; its metadata's model "
+                              "(%s) gives it %s",
                               L->path, e[i].name, got, model, want);
         }
     }
     const char *extra = mpcl__ckpt_unexpected_tensor(L->st, e, n);
     if (extra)
         return MPCL_ERROR(L->ctx, MPCL_ERR_FORMAT,
-                          "checkpoint %s holds tensor %s, which model %s with optimizer %s does "
-                          "not have",
+                          "checkpoint %s holds tensor %s, which model (%s) with optimizer %s "
+                          "does not have",
                           L->path, extra, model, mpcl__ckpt_optim_name(c->params.optim.kind));
     char what[512];
     snprintf(what, sizeof what, "checkpoint %s", L->path);
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n && st == MPCL_OK; i++) {
         const mpcl_st_tensor *t = mpcl_safetensors_find(L->st, e[i].name);
-        mpcl_status st =
-            mpcl__ckpt_check_values(L->ctx, MPCL_ERR_FORMAT, what, &e[i], t->data, e[i].count);
-        if (st != MPCL_OK) return st;
+        st = mpcl__ckpt_check_values(L->ctx, MPCL_ERR_FORMAT, what, &e[i], t->data, e[i].count);
     }
-    return MPCL_OK;
+    return st;
 }
 
 /* Everything the file says, checked on its own, into c. `b` and

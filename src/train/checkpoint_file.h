@@ -9,23 +9,24 @@
 
 #define MPCL__CKPT_FORMAT "mpcl-checkpoint"
 #define MPCL__CKPT_FORMAT_VERSION "1"
-/* Every parameter, in each optimizer slot. */
-#define MPCL__CKPT_MAX_TENSORS (MPCL__MAX_PARAMS * MPCL_OPTIM_SLOT_COUNT)
+/* Every parameter, in each optimizer slot, and every buffer. */
+#define MPCL__CKPT_MAX_TENSORS (MPCL__MAX_PARAMS * (MPCL_OPTIM_SLOT_COUNT + 1))
 #define MPCL__CKPT_MAX_WIDTHS (MPCL_MAX_HIDDEN + 2)
 
 struct mpcl_checkpoint {
     char *path;
     mpcl_safetensors *file;
     bool owns_file; /* false for a file the caller holds (the fuzz harness) */
-    size_t widths[MPCL__CKPT_MAX_WIDTHS], width_count; /* inputs, each layer's units */
     mpcl_model_params params;
     mpcl_checkpoint_position pos;
 };
 
-/* One tensor a model keeps: parameter `param`, optimizer slot `slot`. */
+/* One tensor a model keeps: parameter `param` in optimizer slot `slot`, or
+ * (buffer) buffer `param`. */
 typedef struct mpcl__ckpt_expected {
     char name[64];
     size_t param;
+    bool buffer;
     mpcl_optim_slot slot;
     size_t ndim, shape[MPCL_MAX_RANK], count;
 } mpcl__ckpt_expected;
@@ -38,14 +39,15 @@ typedef struct mpcl__ckpt_loader {
 } mpcl__ckpt_loader;
 
 const char *mpcl__ckpt_optim_name(mpcl_optim_kind k);
-/* Walks m's parameter table: every row in every slot the optimizer keeps,
- * named and shaped as the file stores it; returns the count. */
-size_t mpcl__ckpt_expected_tensors(mpcl_model *m, mpcl__ckpt_expected *e);
+/* Every tensor a model of these params keeps, named and shaped as the file
+ * stores it: each parameter in each slot its optimizer keeps, then each
+ * buffer. From the layers' own declarations, without a device. */
+mpcl_status mpcl__ckpt_expected_tensors(mpcl_context *ctx, const mpcl_model_params *p,
+                                        mpcl__ckpt_expected *e, size_t *n);
 /* The first tensor of st that is not in e[0..n), or NULL. */
 const char *mpcl__ckpt_unexpected_tensor(const mpcl_safetensors *st, const mpcl__ckpt_expected *e,
                                          size_t n);
-/* "784,128,10" and "[784, 128]". */
-void mpcl__ckpt_widths_str(char *buf, size_t size, const size_t *w, size_t n);
+/* "[784, 128]". */
 void mpcl__ckpt_shape_str(char *buf, size_t size, size_t ndim, const size_t *shape);
 /* Values no run produces (a non-finite weight or moment, a negative second
  * moment) as `status`, with `what` saying whose values they are. */
