@@ -21,6 +21,11 @@ bool mpcl_layer_kind_known(const char *kind) {
     return mpcl__layer_kind_find(kind) != NULL;
 }
 
+size_t mpcl_layer_kind_input_rank(const char *kind) {
+    const mpcl__layer_kind *k = mpcl__layer_kind_find(kind);
+    return k ? k->input_rank : 0;
+}
+
 size_t mpcl_layer_kind_count(void) {
     return KIND_COUNT;
 }
