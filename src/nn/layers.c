@@ -1,12 +1,20 @@
-/* The registered layer kinds. A new kind is one file plus one line here. */
+/* The registered layer kinds. A new kind is one file plus its two lines
+ * here: its declaration and its place in KINDS. */
 #include <stdio.h>
 #include <string.h>
 
 #include "nn/nn.h"
 
+extern const mpcl__layer_kind mpcl__dense_layer;
+extern const mpcl__layer_kind mpcl__flatten_layer;
+extern const mpcl__layer_kind mpcl__conv2d_layer;
+extern const mpcl__layer_kind mpcl__max_pooling2d_layer;
+
 static const mpcl__layer_kind *const KINDS[] = {
     &mpcl__dense_layer,
     &mpcl__flatten_layer,
+    &mpcl__conv2d_layer,
+    &mpcl__max_pooling2d_layer,
 };
 
 #define KIND_COUNT (sizeof KINDS / sizeof KINDS[0])

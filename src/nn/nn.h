@@ -82,7 +82,7 @@ typedef struct mpcl__attr {
 } mpcl__attr;
 
 /* One layer kind. Adding a kind is one file that defines one of these plus
- * its line in layers.c. */
+ * its lines in layers.c. */
 typedef struct mpcl__layer_kind {
     const char *name;       /* the spec's kind: "dense" */
     const char *keras_name; /* Keras' class name: "Dense" */
@@ -168,9 +168,6 @@ mpcl_status mpcl__bias_act_forward(mpcl__bias_act *e, mpcl_context *ctx, mpcl_te
 mpcl_status mpcl__bias_act_backward(mpcl__bias_act *e, mpcl_context *ctx, mpcl_tensor *d_h,
                                     const mpcl_tensor *h);
 void mpcl__bias_act_destroy(mpcl__bias_act *e);
-
-extern const mpcl__layer_kind mpcl__dense_layer;
-extern const mpcl__layer_kind mpcl__flatten_layer;
 
 /* ---- the model ---- */
 
