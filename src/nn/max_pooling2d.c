@@ -26,10 +26,6 @@ static mpcl_status pool_declare(mpcl__layer *L, mpcl__tables *t) {
     if (!p) return MPCL_ERROR(ctx, MPCL_ERR_OUT_OF_MEMORY, "allocating a max_pooling2d layer");
     L->state = p;
     mpcl_layer_spec *s = &L->spec;
-    /* Each zero stride is the pool size along its axis, kept in the spec so
-     * that the model's layers show what runs. */
-    for (int d = 0; d < 2; d++)
-        if (s->strides[d] == 0) s->strides[d] = s->pool_size[d];
     p->shape = (mpcl_pool2d_shape){.batch = L->env->max_batch ? L->env->max_batch : 1,
                                    .height = L->in_shape[0],
                                    .width = L->in_shape[1],
@@ -108,12 +104,19 @@ static void pool_destroy(mpcl__layer *L) {
     L->state = NULL;
 }
 
+/* Each zero stride is the pool size along its axis, as Keras' None. */
+static void pool_resolve(mpcl_layer_spec *s) {
+    for (int d = 0; d < 2; d++)
+        if (s->strides[d] == 0) s->strides[d] = s->pool_size[d];
+}
+
 const mpcl__layer_kind mpcl__max_pooling2d_layer = {
     .name = "max_pooling2d",
     .keras_name = "MaxPooling2D",
     .attrs = POOL_ATTRS,
     .attr_count = sizeof POOL_ATTRS / sizeof POOL_ATTRS[0],
     .input_rank = 3,
+    .resolve = pool_resolve,
     .declare = pool_declare,
     .activation_bytes = pool_activation_bytes,
     .create = pool_create,

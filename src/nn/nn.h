@@ -95,6 +95,10 @@ typedef struct mpcl__layer_kind {
      * no forward, backward, create or activations, and the model passes
      * tensors through it. */
     bool passthrough;
+    /* Optional: fills attributes whose default depends on others (pooling
+     * strides 0 mean the pool size), so that a model's text shows what
+     * runs and two ways of writing one model read the same. */
+    void (*resolve)(mpcl_layer_spec *spec);
     /* Checks the spec against the input shape, sets the output shape and
      * adds the layer's rows to the tables (no device work). */
     mpcl_status (*declare)(mpcl__layer *L, mpcl__tables *t);
