@@ -542,7 +542,7 @@ const mpcl__json_value *mpcl__json_root(const mpcl__json *doc) {
 }
 
 mpcl__json_type mpcl__json_type_of(const mpcl__json_value *v) {
-    return (mpcl__json_type)v->type;
+    return v ? (mpcl__json_type)v->type : MPCL__JSON_NULL;
 }
 
 const char *mpcl__json_type_name(mpcl__json_type t) {
@@ -552,19 +552,19 @@ const char *mpcl__json_type_name(mpcl__json_type t) {
 }
 
 unsigned mpcl__json_line(const mpcl__json_value *v) {
-    return v->line;
+    return v ? v->line : 0;
 }
 
 unsigned mpcl__json_column(const mpcl__json_value *v) {
-    return v->column;
+    return v ? v->column : 0;
 }
 
 static bool is_container(const mpcl__json_value *v) {
-    return v->type == MPCL__JSON_ARRAY || v->type == MPCL__JSON_OBJECT;
+    return v && (v->type == MPCL__JSON_ARRAY || v->type == MPCL__JSON_OBJECT);
 }
 
 const mpcl__json_value *mpcl__json_member(const mpcl__json_value *v, const char *key) {
-    if (v->type != MPCL__JSON_OBJECT) return NULL;
+    if (!v || v->type != MPCL__JSON_OBJECT) return NULL;
     for (size_t k = 0; k < v->n; k++)
         if (strcmp(v->u.kids[k].key, key) == 0) return &v->u.kids[k];
     return NULL;
@@ -579,26 +579,26 @@ const mpcl__json_value *mpcl__json_at(const mpcl__json_value *v, size_t i) {
 }
 
 const char *mpcl__json_key_at(const mpcl__json_value *v, size_t i) {
-    return v->type == MPCL__JSON_OBJECT && i < v->n ? v->u.kids[i].key : NULL;
+    return v && v->type == MPCL__JSON_OBJECT && i < v->n ? v->u.kids[i].key : NULL;
 }
 
 const char *mpcl__json_number_text(const mpcl__json_value *v) {
-    return v->type == MPCL__JSON_NUMBER ? v->u.text : NULL;
+    return v && v->type == MPCL__JSON_NUMBER ? v->u.text : NULL;
 }
 
 double mpcl__json_number(const mpcl__json_value *v) {
     double num = 0.0;
     /* Checked when parsed: this cannot fail. */
-    if (v->type == MPCL__JSON_NUMBER) mpcl_parse_real(v->u.text, &num);
+    if (v && v->type == MPCL__JSON_NUMBER) mpcl_parse_real(v->u.text, &num);
     return num;
 }
 
 const char *mpcl__json_string(const mpcl__json_value *v, size_t *len) {
-    if (v->type != MPCL__JSON_STRING) return NULL;
+    if (!v || v->type != MPCL__JSON_STRING) return NULL;
     if (len) *len = v->n;
     return v->u.text;
 }
 
 bool mpcl__json_bool(const mpcl__json_value *v) {
-    return v->type == MPCL__JSON_BOOL && v->n;
+    return v && v->type == MPCL__JSON_BOOL && v->n;
 }

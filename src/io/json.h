@@ -49,6 +49,8 @@ mpcl_status mpcl__json_read_file(const char *path, size_t max_bytes, mpcl__json 
 void mpcl__json_free(mpcl__json *doc);
 
 const mpcl__json_value *mpcl__json_root(const mpcl__json *doc);
+/* Every accessor below takes NULL (an absent member or element) as a null
+ * value: no elements, no text, line 0. */
 mpcl__json_type mpcl__json_type_of(const mpcl__json_value *v);
 /* "null", "a boolean", "a number", "a string", "an array", "an object": for
  * messages such as "'layers' is a string, not an array". */
