@@ -142,6 +142,11 @@
 #define MPCL_ABI_OPTIM_NORM_WG 64
 #define MPCL_ABI_OPTIM_NORM_GROUPS 64
 
+/* Batch normalization (cl/batchnorm.cl, src/compute/batchnorm.c): one
+ * work-group of BATCHNORM_WG items (its reqd_work_group_size; a power of
+ * two) per channel, reducing over the rows in local memory. */
+#define MPCL_ABI_BATCHNORM_WG 64
+
 /* Every constant above, for the echo kernel and its test: X(name) each. */
 #define MPCL_ABI_LIST(X)              \
     X(MPCL_ABI_LOSS_STAT_LOSS)        \
@@ -194,6 +199,7 @@
     X(MPCL_ABI_OPTIM_CLIP_FACTOR)     \
     X(MPCL_ABI_OPTIM_CLIP_WORDS)      \
     X(MPCL_ABI_OPTIM_NORM_WG)         \
-    X(MPCL_ABI_OPTIM_NORM_GROUPS)
+    X(MPCL_ABI_OPTIM_NORM_GROUPS)     \
+    X(MPCL_ABI_BATCHNORM_WG)
 
 #endif

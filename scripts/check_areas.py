@@ -13,7 +13,8 @@ ORDER = ["runtime", "compute", "nn", "io", "parallel", "train", "tools"]
 PUBLIC = {
     "runtime": ["status", "number", "files", "device", "plan", "context", "half", "rng", "version",
                 "cl_interop"],
-    "compute": ["tensor", "ops", "losses", "conv", "gemm", "loss_scale", "optim", "quickbench"],
+    "compute": ["tensor", "ops", "losses", "conv", "dropout", "batchnorm", "gemm", "loss_scale",
+                "optim", "quickbench"],
     "nn": ["model", "layer_spec"],
     "io": ["data", "npy", "safetensors", "batch", "model_file"],
     "parallel": ["dist"],

@@ -290,3 +290,84 @@ void ref_maxpool2d_backward(double *d_in, const double *d_out, const double *in,
                     d_in[at] += d_out[((b * oh_n + oh) * ow_n + ow) * C + c];
                 }
 }
+
+/* ---- dropout ---- */
+
+static uint64_t ref_mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+    return z ^ (z >> 31);
+}
+
+uint64_t ref_dropout_hash(uint64_t seed, uint64_t counter, uint64_t index) {
+    uint64_t key = ref_mix64(seed ^ ref_mix64(counter));
+    return ref_mix64(key + 0x9e3779b97f4a7c15u * (index + 1));
+}
+
+int ref_dropout_keep(uint64_t seed, uint64_t counter, uint64_t index, float rate) {
+    double u = (double)(ref_dropout_hash(seed, counter, index) >> 40) / 16777216.0;
+    return u >= (double)rate;
+}
+
+void ref_dropout(double *out, const double *in, size_t n, float rate, uint64_t seed,
+                 uint64_t counter) {
+    for (size_t i = 0; i < n; i++)
+        out[i] = ref_dropout_keep(seed, counter, i, rate) ? in[i] / (1 - (double)rate) : 0;
+}
+
+/* ---- batch normalization ---- */
+
+void ref_batchnorm_stats(double *mean, double *var, const double *x, size_t rows, size_t cols) {
+    for (size_t c = 0; c < cols; c++) {
+        double s = 0, q = 0;
+        for (size_t r = 0; r < rows; r++) s += x[r * cols + c];
+        mean[c] = s / (double)rows;
+        for (size_t r = 0; r < rows; r++) {
+            double d = x[r * cols + c] - mean[c];
+            q += d * d;
+        }
+        var[c] = q / (double)rows;
+    }
+}
+
+void ref_batchnorm_apply(double *y, const double *x, const double *gamma, const double *beta,
+                         const double *mean, const double *var, double epsilon, size_t rows,
+                         size_t cols) {
+    for (size_t r = 0; r < rows; r++) {
+        for (size_t c = 0; c < cols; c++) {
+            size_t i = r * cols + c;
+            y[i] = gamma[c] * (x[i] - mean[c]) / sqrt(var[c] + epsilon) + beta[c];
+        }
+    }
+}
+
+/* With xhat = (x - m) s, s = (v + eps)^-1/2 and y = gamma xhat + beta:
+ * dL/dxhat = dy gamma; through m and v, dx = s (dxhat - mean(dxhat) - xhat
+ * mean(dxhat xhat)), the textbook result, which the library's form (gamma
+ * s / N (N dy - d_beta - xhat d_gamma)) equals. */
+void ref_batchnorm_backward(double *dx, double *d_gamma, double *d_beta, const double *dy,
+                            const double *x, const double *gamma, double epsilon, size_t rows,
+                            size_t cols) {
+    for (size_t c = 0; c < cols; c++) {
+        double m = 0, v = 0;
+        for (size_t r = 0; r < rows; r++) m += x[r * cols + c];
+        m /= (double)rows;
+        for (size_t r = 0; r < rows; r++) v += (x[r * cols + c] - m) * (x[r * cols + c] - m);
+        v /= (double)rows;
+        double s = 1 / sqrt(v + epsilon), mean_g = 0, mean_gx = 0;
+        for (size_t r = 0; r < rows; r++) {
+            size_t i = r * cols + c;
+            double g = dy[i] * gamma[c], xhat = (x[i] - m) * s;
+            mean_g += g / (double)rows;
+            mean_gx += g * xhat / (double)rows;
+        }
+        d_beta[c] = d_gamma[c] = 0;
+        for (size_t r = 0; r < rows; r++) {
+            size_t i = r * cols + c;
+            double g = dy[i] * gamma[c], xhat = (x[i] - m) * s;
+            d_beta[c] += dy[i];
+            d_gamma[c] += dy[i] * xhat;
+            dx[i] = s * (g - mean_g - xhat * mean_gx);
+        }
+    }
+}

@@ -89,4 +89,35 @@ void ref_maxpool2d_forward(double *out, int32_t *argmax, const double *in,
 void ref_maxpool2d_backward(double *d_in, const double *d_out, const double *in,
                             const mpcl_pool2d_shape *s);
 
+/* ---- dropout ---- */
+
+/* The keep rule of include/mpcl/dropout.h, written from its text:
+ * splitmix64's output function mix64, key = mix64(seed ^ mix64(counter)),
+ * h = mix64(key + 0x9e3779b97f4a7c15 (index + 1)); kept when the top 24
+ * bits of h over 2^24 reach rate. ref_dropout_hash returns h. */
+uint64_t ref_dropout_hash(uint64_t seed, uint64_t counter, uint64_t index);
+int ref_dropout_keep(uint64_t seed, uint64_t counter, uint64_t index, float rate);
+
+/* out[i] = in[i] / (1 - rate) where element i is kept, else 0. out, in: [n]. */
+void ref_dropout(double *out, const double *in, size_t n, float rate, uint64_t seed,
+                 uint64_t counter);
+
+/* ---- batch normalization over the columns of [rows, cols] ---- */
+
+/* The biased batch statistics of each column: mean[c], var[c]. */
+void ref_batchnorm_stats(double *mean, double *var, const double *x, size_t rows, size_t cols);
+
+/* y = gamma (x - mean) / sqrt(var + epsilon) + beta, per column c with
+ * mean[c], var[c] (the batch's or the moving ones). */
+void ref_batchnorm_apply(double *y, const double *x, const double *gamma, const double *beta,
+                         const double *mean, const double *var, double epsilon, size_t rows,
+                         size_t cols);
+
+/* The gradients of sum(dy * y) for y the training forward (the batch's own
+ * statistics, recomputed from x): d_beta[c] = sum dy, d_gamma[c] = sum dy
+ * xhat, and dx, the derivative through the mean and the variance too. */
+void ref_batchnorm_backward(double *dx, double *d_gamma, double *d_beta, const double *dy,
+                            const double *x, const double *gamma, double epsilon, size_t rows,
+                            size_t cols);
+
 #endif

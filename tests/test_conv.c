@@ -149,14 +149,6 @@ static void test_windows(void **state) {
 
 /* ---- error paths ---- */
 
-static void expect_status(mpcl_status got, mpcl_status want, const char *needle) {
-    if (got != want)
-        fail_msg("expected %s, got %s: %s", mpcl_status_name(want), mpcl_status_name(got),
-                 mpcl_errmsg());
-    if (!strstr(mpcl_errmsg(), needle))
-        fail_msg("message \"%s\" does not name \"%s\"", mpcl_errmsg(), needle);
-}
-
 static void test_window_errors(void **state) {
     (void)state;
     mpcl_window2d w;
@@ -172,42 +164,44 @@ static void test_window_errors(void **state) {
         *sizes[f] = 0;
         char needle[32];
         snprintf(needle, sizeof needle, "%s is 0", fields[f]);
-        expect_status(mpcl_conv2d_window(NULL, &s, &w), MPCL_ERR_SHAPE, needle);
+        tu_expect_error(mpcl_conv2d_window(NULL, &s, &w), MPCL_ERR_SHAPE, needle);
     }
     mpcl_conv2d_shape s = good;
     s.padding = MPCL_PADDING_VALID;
     s.kernel_w = 6;
-    expect_status(mpcl_conv2d_window(NULL, &s, &w), MPCL_ERR_SHAPE,
-                  "kernel_w 6 is larger than the width 5");
+    tu_expect_error(mpcl_conv2d_window(NULL, &s, &w), MPCL_ERR_SHAPE,
+                    "kernel_w 6 is larger than the width 5");
     s = good;
     s.padding = MPCL_PADDING_COUNT;
-    expect_status(mpcl_conv2d_window(NULL, &s, &w), MPCL_ERR_INVALID_ARG, "unknown padding");
+    tu_expect_error(mpcl_conv2d_window(NULL, &s, &w), MPCL_ERR_INVALID_ARG, "unknown padding");
     /* Past the kernels' uint indices: the input, then the columns. */
     s = (mpcl_conv2d_shape){1u << 20, 64, 64, 3, 3, 3, 8, 1, 1, MPCL_PADDING_SAME};
-    expect_status(mpcl_conv2d_window(NULL, &s, &w), MPCL_ERR_SHAPE, "the input");
+    tu_expect_error(mpcl_conv2d_window(NULL, &s, &w), MPCL_ERR_SHAPE, "the input");
     s = (mpcl_conv2d_shape){1, 1024, 1024, 512, 3, 3, 1, 1, 1, MPCL_PADDING_SAME};
-    expect_status(mpcl_conv2d_window(NULL, &s, &w), MPCL_ERR_SHAPE, "the columns");
+    tu_expect_error(mpcl_conv2d_window(NULL, &s, &w), MPCL_ERR_SHAPE, "the columns");
     s = (mpcl_conv2d_shape){1, 4, 4, 65536, 256, 256, 1, 1, 1, MPCL_PADDING_SAME};
-    expect_status(mpcl_conv2d_window(NULL, &s, &w), MPCL_ERR_SHAPE, "the weights");
+    tu_expect_error(mpcl_conv2d_window(NULL, &s, &w), MPCL_ERR_SHAPE, "the weights");
     s = (mpcl_conv2d_shape){SIZE_MAX / 2, 2, 2, 2, 1, 1, 1, 1, 1, MPCL_PADDING_VALID};
-    expect_status(mpcl_conv2d_window(NULL, &s, &w), MPCL_ERR_SHAPE, "the input");
-    expect_status(mpcl_conv2d_window(NULL, NULL, &w), MPCL_ERR_INVALID_ARG, "shape is NULL");
+    tu_expect_error(mpcl_conv2d_window(NULL, &s, &w), MPCL_ERR_SHAPE, "the input");
+    tu_expect_error(mpcl_conv2d_window(NULL, NULL, &w), MPCL_ERR_INVALID_ARG, "shape is NULL");
 
     mpcl_pool2d_shape p = {1, 7, 5, 1, 8, 2, 2, 2, MPCL_PADDING_VALID};
-    expect_status(mpcl_pool2d_window(NULL, &p, &w), MPCL_ERR_SHAPE,
-                  "pool_h 8 is larger than the height 7");
+    tu_expect_error(mpcl_pool2d_window(NULL, &p, &w), MPCL_ERR_SHAPE,
+                    "pool_h 8 is larger than the height 7");
     p = (mpcl_pool2d_shape){1, 7, 5, 1, 2, 2, 0, 2, MPCL_PADDING_VALID};
-    expect_status(mpcl_pool2d_window(NULL, &p, &w), MPCL_ERR_SHAPE, "stride_h is 0");
+    tu_expect_error(mpcl_pool2d_window(NULL, &p, &w), MPCL_ERR_SHAPE, "stride_h is 0");
     /* The kernels' uint window, stride and padded positions. */
     p = (mpcl_pool2d_shape){1, 7, 5, 1, 2, 2, (size_t)1 << 33, 2, MPCL_PADDING_SAME};
-    expect_status(mpcl_pool2d_window(NULL, &p, &w), MPCL_ERR_SHAPE, "stride_h 8589934592");
+    tu_expect_error(mpcl_pool2d_window(NULL, &p, &w), MPCL_ERR_SHAPE, "stride_h 8589934592");
     p = (mpcl_pool2d_shape){1, 7, 5, 1, 2, SIZE_MAX, 1, 1, MPCL_PADDING_SAME};
-    expect_status(mpcl_pool2d_window(NULL, &p, &w), MPCL_ERR_SHAPE, "pool_w 18446744073709551615");
+    tu_expect_error(mpcl_pool2d_window(NULL, &p, &w), MPCL_ERR_SHAPE,
+                    "pool_w 18446744073709551615");
     p = (mpcl_pool2d_shape){1, 7, 5, 1, 2, 0xffffffff, 1, 1, MPCL_PADDING_SAME};
-    expect_status(mpcl_pool2d_window(NULL, &p, &w), MPCL_ERR_SHAPE, "the width padded for pool_w");
+    tu_expect_error(mpcl_pool2d_window(NULL, &p, &w), MPCL_ERR_SHAPE,
+                    "the width padded for pool_w");
     /* argmax is an i32 position in the image. */
     p = (mpcl_pool2d_shape){1, 65536, 32769, 1, 2, 2, 2, 2, MPCL_PADDING_VALID};
-    expect_status(mpcl_pool2d_window(NULL, &p, &w), MPCL_ERR_SHAPE, "argmax");
+    tu_expect_error(mpcl_pool2d_window(NULL, &p, &w), MPCL_ERR_SHAPE, "argmax");
 }
 
 /* Wrong tensors: each refused with its name, and the outputs keep their
@@ -228,48 +222,49 @@ static void test_tensor_errors(void **state) {
     mpcl_tensor *outputs[] = {out, cols, d_in, d_w};
     for (size_t i = 0; i < 4; i++) tu_poison(outputs[i]);
 
-    expect_status(mpcl_conv2d_forward(ctx, path, &s, out, bad_rows, w, cols), MPCL_ERR_SHAPE,
-                  "in is 3x60, want 2x60");
-    expect_status(mpcl_conv2d_forward(ctx, path, &s, out, in, w, wrong_cols), MPCL_ERR_SHAPE,
-                  "columns is 40x17, want 40x18");
-    expect_status(mpcl_conv2d_forward(ctx, path, &s, out, half_in, w, cols), MPCL_ERR_DTYPE,
-                  "weights is f32, want f16");
-    expect_status(mpcl_conv2d_forward(ctx, path, &s, ints, in, w, cols), MPCL_ERR_DTYPE,
-                  "out is i32");
-    expect_status(mpcl_conv2d_forward(ctx, path, &s, out, in, NULL, cols), MPCL_ERR_INVALID_ARG,
-                  "weights is NULL");
+    tu_expect_error(mpcl_conv2d_forward(ctx, path, &s, out, bad_rows, w, cols), MPCL_ERR_SHAPE,
+                    "in is 3x60, want 2x60");
+    tu_expect_error(mpcl_conv2d_forward(ctx, path, &s, out, in, w, wrong_cols), MPCL_ERR_SHAPE,
+                    "columns is 40x17, want 40x18");
+    tu_expect_error(mpcl_conv2d_forward(ctx, path, &s, out, half_in, w, cols), MPCL_ERR_DTYPE,
+                    "weights is f32, want f16");
+    tu_expect_error(mpcl_conv2d_forward(ctx, path, &s, ints, in, w, cols), MPCL_ERR_DTYPE,
+                    "out is i32");
+    tu_expect_error(mpcl_conv2d_forward(ctx, path, &s, out, in, NULL, cols), MPCL_ERR_INVALID_ARG,
+                    "weights is NULL");
     /* A GEMM path that cannot take f32: refused before im2col writes. */
-    expect_status(mpcl_conv2d_forward(ctx, MPCL_GEMM_MPCL_MIXED, &s, out, in, w, cols),
-                  MPCL_ERR_DTYPE, "mpcl-mixed");
-    expect_status(mpcl_conv2d_backward(ctx, path, &s, d_in, d_w, ints, in, w, cols), MPCL_ERR_DTYPE,
-                  "d_out is i32");
-    expect_status(mpcl_conv2d_backward(ctx, path, &s, bad_rows, d_w, out, in, w, cols),
-                  MPCL_ERR_SHAPE, "d_in is 3x60");
-    expect_status(mpcl_conv2d_backward(ctx, MPCL_GEMM_MPCL_MIXED, &s, d_in, d_w, out, in, w, cols),
-                  MPCL_ERR_DTYPE, "mpcl-mixed");
-    expect_status(mpcl_im2col(ctx, &s, wrong_cols, in), MPCL_ERR_SHAPE, "columns is 40x17");
-    expect_status(mpcl_col2im(ctx, &s, half_in, cols), MPCL_ERR_DTYPE,
-                  "d_columns is f32, want f16");
+    tu_expect_error(mpcl_conv2d_forward(ctx, MPCL_GEMM_MPCL_MIXED, &s, out, in, w, cols),
+                    MPCL_ERR_DTYPE, "mpcl-mixed");
+    tu_expect_error(mpcl_conv2d_backward(ctx, path, &s, d_in, d_w, ints, in, w, cols),
+                    MPCL_ERR_DTYPE, "d_out is i32");
+    tu_expect_error(mpcl_conv2d_backward(ctx, path, &s, bad_rows, d_w, out, in, w, cols),
+                    MPCL_ERR_SHAPE, "d_in is 3x60");
+    tu_expect_error(
+        mpcl_conv2d_backward(ctx, MPCL_GEMM_MPCL_MIXED, &s, d_in, d_w, out, in, w, cols),
+        MPCL_ERR_DTYPE, "mpcl-mixed");
+    tu_expect_error(mpcl_im2col(ctx, &s, wrong_cols, in), MPCL_ERR_SHAPE, "columns is 40x17");
+    tu_expect_error(mpcl_col2im(ctx, &s, half_in, cols), MPCL_ERR_DTYPE,
+                    "d_columns is f32, want f16");
     mpcl_conv2d_shape zero = s;
     zero.filters = 0;
-    expect_status(mpcl_conv2d_forward(ctx, path, &zero, out, in, w, cols), MPCL_ERR_SHAPE,
-                  "mpcl_conv2d_forward: filters is 0");
+    tu_expect_error(mpcl_conv2d_forward(ctx, path, &zero, out, in, w, cols), MPCL_ERR_SHAPE,
+                    "mpcl_conv2d_forward: filters is 0");
 
     const mpcl_pool2d_shape ps = {2, 5, 4, 3, 2, 2, 2, 2, MPCL_PADDING_VALID};
     mpcl_tensor *p_out = tu_tensor(ctx, dt, 2, 2 * 2 * 3),
                 *arg = tu_tensor(ctx, MPCL_DTYPE_I32, 2, 12);
     mpcl_tensor *arg_f = tu_tensor(ctx, dt, 2, 12);
     tu_poison(p_out);
-    expect_status(mpcl_maxpool2d_forward(ctx, &ps, p_out, arg_f, in), MPCL_ERR_DTYPE,
-                  "argmax is f32, want i32");
-    expect_status(mpcl_maxpool2d_forward(ctx, &ps, p_out, arg, bad_rows), MPCL_ERR_SHAPE,
-                  "in is 3x60");
-    expect_status(mpcl_maxpool2d_forward(ctx, &ps, out, arg, in), MPCL_ERR_SHAPE,
-                  "out is 2x80, want 2x12");
-    expect_status(mpcl_maxpool2d_backward(ctx, &ps, d_in, p_out, NULL), MPCL_ERR_INVALID_ARG,
-                  "argmax is NULL");
-    expect_status(mpcl_maxpool2d_backward(ctx, &ps, half_in, p_out, arg), MPCL_ERR_DTYPE,
-                  "d_in is f16, want f32");
+    tu_expect_error(mpcl_maxpool2d_forward(ctx, &ps, p_out, arg_f, in), MPCL_ERR_DTYPE,
+                    "argmax is f32, want i32");
+    tu_expect_error(mpcl_maxpool2d_forward(ctx, &ps, p_out, arg, bad_rows), MPCL_ERR_SHAPE,
+                    "in is 3x60");
+    tu_expect_error(mpcl_maxpool2d_forward(ctx, &ps, out, arg, in), MPCL_ERR_SHAPE,
+                    "out is 2x80, want 2x12");
+    tu_expect_error(mpcl_maxpool2d_backward(ctx, &ps, d_in, p_out, NULL), MPCL_ERR_INVALID_ARG,
+                    "argmax is NULL");
+    tu_expect_error(mpcl_maxpool2d_backward(ctx, &ps, half_in, p_out, arg), MPCL_ERR_DTYPE,
+                    "d_in is f16, want f32");
 
     mpcl_tensor *poisoned[] = {out, cols, d_in, d_w, p_out};
     for (size_t i = 0; i < 5; i++) {

@@ -269,3 +269,11 @@ unsigned char *tu_slurp(const char *path, size_t *n) {
     fclose(f);
     return b;
 }
+
+void tu_expect_error(mpcl_status got, mpcl_status want, const char *needle) {
+    if (got != want)
+        fail_msg("expected %s, got %s: %s", mpcl_status_name(want), mpcl_status_name(got),
+                 got == MPCL_OK ? "" : mpcl_errmsg());
+    if (!strstr(mpcl_errmsg(), needle))
+        fail_msg("message \"%s\" does not name \"%s\"", mpcl_errmsg(), needle);
+}

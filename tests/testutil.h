@@ -108,6 +108,10 @@ unsigned char *tu_slurp(const char *path, size_t *n);
  * unlimited in the child, and *limited is set to false. */
 int tu_run_memory_limited(size_t extra, int (*fn)(void *), void *arg, bool *limited);
 
+/* Fails the test unless `got` is `want` and the error detail contains
+ * `needle`, printing both statuses and the detail. */
+void tu_expect_error(mpcl_status got, mpcl_status want, const char *needle);
+
 /* Fails the test unless `call` returns the status `want`, naming the call,
  * the two statuses and the error detail. */
 #define TU_EXPECT_STATUS(want, call)                                                \

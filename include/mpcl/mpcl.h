@@ -14,6 +14,8 @@
 #include "mpcl/losses.h"
 #include "mpcl/gemm.h"
 #include "mpcl/conv.h"
+#include "mpcl/dropout.h"
+#include "mpcl/batchnorm.h"
 #include "mpcl/loss_scale.h"
 #include "mpcl/optim.h"
 #include "mpcl/rng.h"
