@@ -53,11 +53,23 @@ static void random_batch(mpcl_model *m, uint64_t seed, size_t B, double *x_host,
     free(labels);
 }
 
-/* The mean loss of an evaluation forward. */
-static double eval_loss(mpcl_model *m, const mpcl_tensor *x, const mpcl_tensor *y) {
+/* The dropout masks of the training forwards below: each starts the
+ * counter here, so every forward draws the same masks. */
+#define FD_COUNTER 41
+
+/* The mean loss of a forward: an evaluation, or a training forward (batch
+ * statistics, dropout masks of FD_COUNTER + 1) that is not applied. */
+static double forward_loss(mpcl_model *m, const mpcl_tensor *x, const mpcl_tensor *y,
+                           bool training) {
     mpcl_loss_stats s;
-    TU_ASSERT_OK(mpcl_model_eval_step(m, x, y));
-    TU_ASSERT_OK(mpcl_model_read_eval_stats(m, &s, true));
+    if (training) {
+        mpcl_model_set_rng_counter(m, FD_COUNTER);
+        TU_ASSERT_OK(mpcl_model_forward(m, x, y));
+        TU_ASSERT_OK(mpcl_model_read_train_stats(m, &s, true));
+    } else {
+        TU_ASSERT_OK(mpcl_model_eval_step(m, x, y));
+        TU_ASSERT_OK(mpcl_model_read_eval_stats(m, &s, true));
+    }
     assert_true(s.terms > 0);
     return s.loss_sum / (double)s.terms;
 }
@@ -82,16 +94,10 @@ static float *param_grads(mpcl_model *m, size_t index) {
  * ~1e-4 of noise; the truncation error is O(h^2) away from the ReLU's and
  * the pooling's kinks (the seed is fixed, so no element sits on one by
  * chance in one run and not the next). */
-static void gradients_match_finite_differences(void **state) {
-    (void)state;
+static size_t check_gradients(mpcl_context *ctx, const char *text, size_t classes, bool training) {
     enum { B = 3 };
     const double h = 5e-3;
-    mpcl_context *ctx = tu_context();
-    mpcl_model_params p = cnn_params(
-        "input_shape=6,5,2; conv2d filters=3 kernel_size=3 padding=same "
-        "activation=relu; max_pooling2d; conv2d filters=2 kernel_size=2 "
-        "activation=tanh; flatten; dense units=4",
-        4, B, MPCL_POLICY_FLOAT32);
+    mpcl_model_params p = cnn_params(text, classes, B, MPCL_POLICY_FLOAT32);
     mpcl_model *m = cnn_model(ctx, &p);
     mpcl_tensor *x, *y;
     random_batch(m, 7, B, NULL, &x, &y);
@@ -106,8 +112,12 @@ static void gradients_match_finite_differences(void **state) {
         TU_ASSERT_OK(mpcl_model_write_param(m, i, MPCL_OPTIM_SLOT_MASTER, b, r->count));
         free(b);
     }
+    mpcl_model_set_rng_counter(m, FD_COUNTER);
     TU_ASSERT_OK(mpcl_model_forward(m, x, y));
     TU_ASSERT_OK(mpcl_model_backward(m));
+    /* The differences' training forwards read statistics of their own. */
+    mpcl_loss_stats s;
+    TU_ASSERT_OK(mpcl_model_read_train_stats(m, &s, true));
     size_t checked = 0;
     for (size_t i = 0; i < mpcl_model_param_count(m); i++) {
         const mpcl_param_info *r = mpcl_model_param(m, i);
@@ -120,10 +130,10 @@ static void gradients_match_finite_differences(void **state) {
             float w0 = w[j], up = (float)((double)w0 + h), down = (float)((double)w0 - h);
             w[j] = up;
             TU_ASSERT_OK(mpcl_model_write_param(m, i, MPCL_OPTIM_SLOT_MASTER, w, r->count));
-            double l_up = eval_loss(m, x, y);
+            double l_up = forward_loss(m, x, y, training);
             w[j] = down;
             TU_ASSERT_OK(mpcl_model_write_param(m, i, MPCL_OPTIM_SLOT_MASTER, w, r->count));
-            double l_down = eval_loss(m, x, y);
+            double l_down = forward_loss(m, x, y, training);
             w[j] = w0;
             fd[j] = (l_up - l_down) / ((double)up - (double)down);
         }
@@ -135,12 +145,35 @@ static void gradients_match_finite_differences(void **state) {
         free(w);
         free(fd);
     }
-    /* kernel and bias of conv2d_0, conv2d_1 and dense_0 */
-    assert_int_equal(mpcl_model_param_count(m), 6);
+    size_t params = mpcl_model_param_count(m);
     assert_true(checked > 0);
     mpcl_tensor_destroy(x);
     mpcl_tensor_destroy(y);
     mpcl_model_destroy(m);
+    return params;
+}
+
+static void gradients_match_finite_differences(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    /* kernel and bias of conv2d_0, conv2d_1 and dense_0 */
+    assert_int_equal(check_gradients(ctx,
+                                     "input_shape=6,5,2; conv2d filters=3 kernel_size=3 "
+                                     "padding=same activation=relu; max_pooling2d; conv2d "
+                                     "filters=2 kernel_size=2 activation=tanh; flatten; dense "
+                                     "units=4",
+                                     4, false),
+                     6);
+    /* Batch norm (batch statistics) and dropout (a fixed mask) in training,
+     * after a convolution and after a dense layer: gamma and beta too. */
+    assert_int_equal(check_gradients(ctx,
+                                     "input_shape=4,3,2; conv2d filters=3 kernel_size=2 "
+                                     "activation=tanh; batch_normalization; dropout rate=0.3; "
+                                     "flatten; dense units=5 activation=sigmoid; "
+                                     "batch_normalization momentum=0.5; dropout rate=0.5; dense "
+                                     "units=3",
+                                     3, true),
+                     10);
     mpcl_context_destroy(ctx);
 }
 
