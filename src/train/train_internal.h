@@ -91,4 +91,26 @@ mpcl_status mpcl__train_sync_replicas(mpcl_trainer *tr);
 mpcl_status mpcl__checkpoint_check(mpcl_trainer *tr, const mpcl_safetensors *file,
                                    const char *path);
 
+/* train_data.c: the IDX files of the trainer, loaded and checked. */
+/* The training split (limited, its labels checked against num_classes or,
+ * without it, every class needing an example), then the test split against
+ * its class count; *available: training samples before the limit. */
+mpcl_status mpcl__train_load_files(mpcl_context *ctx, const char *dir, int num_classes,
+                                   size_t train_limit, size_t test_limit, mpcl_dataset **train,
+                                   mpcl_dataset **test, size_t *available);
+/* Whether params->data_load loads what params name, and is still unused. */
+mpcl_status mpcl__train_data_load_check(mpcl_context *ctx, const mpcl_train_params *params);
+/* The shape a data load read ahead of the pixels; false when there is none. */
+bool mpcl__train_data_load_shape(mpcl_train_data_load *L, size_t *count, size_t *features,
+                                 int *classes);
+/* The datasets of params->data_load, once it is done, with its status and
+ * message as they were. */
+mpcl_status mpcl__train_take_loaded(mpcl_context *ctx, const mpcl_train_params *params,
+                                    mpcl_dataset **train, mpcl_dataset **test, size_t *available);
+/* The test set, when there is one, must fit the training set's model. */
+mpcl_status mpcl__train_check_test_data(mpcl_context *ctx, const mpcl_dataset *train,
+                                        const mpcl_dataset *test);
+/* The training examples of each class, kept for mpcl_trainer_data_info. */
+void mpcl__train_count_classes(mpcl_trainer *tr, const mpcl_dataset *train, bool inferred);
+
 #endif
