@@ -143,6 +143,17 @@ static size_t run_batch(size_t batch, size_t train_count) {
     return train_count && train_count < batch ? train_count : batch;
 }
 
+/* The data params names, loaded here (without a data_load). */
+static mpcl_status load_files(mpcl_context *ctx, const mpcl_train_params *params,
+                              mpcl_dataset **train, mpcl_dataset **test, size_t *available) {
+    mpcl__train_source src;
+    mpcl_status st = mpcl__train_source_init(&src, params);
+    if (st != MPCL_OK) return mpcl__train_adopt_error(ctx, st);
+    st = mpcl__train_load_files(ctx, &src, train, test, available);
+    mpcl__train_source_free(&src);
+    return st;
+}
+
 /* While a data_load decodes the pixels, the model is made from the shape it
  * read ahead of them (mpcl__idx_peek), so that the model's programs load
  * beside the inflate. Not under dist, and not where `auto` would measure (a
@@ -207,7 +218,8 @@ mpcl_status mpcl_trainer_create(mpcl_context *ctx, const mpcl_train_params *para
         }
     }
     tr->params.save_path = tr->save_path;
-    tr->params.data_load = NULL; /* borrowed for this call only */
+    tr->params.data_load = NULL; /* borrowed for this call only, as are the NPY names */
+    tr->params.train_x = tr->params.train_y = tr->params.val_x = tr->params.val_y = NULL;
     if (params->num_classes < 0 || params->num_classes > 256) {
         st = MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "num_classes %d outside [0, 256]",
                         params->num_classes);
@@ -223,9 +235,7 @@ mpcl_status mpcl_trainer_create(mpcl_context *ctx, const mpcl_train_params *para
         early = params->data_load && early_model(tr, params, &early_mp, &early_st, &early_msg);
         st = params->data_load
                  ? mpcl__train_take_loaded(ctx, params, &train, &test, &tr->train_available)
-                 : mpcl__train_load_files(ctx, tr->data_dir, params->num_classes,
-                                          params->train_limit, params->test_limit, &train, &test,
-                                          &tr->train_available);
+                 : load_files(ctx, params, &train, &test, &tr->train_available);
         if (st != MPCL_OK) goto cleanup;
         train_ds = train;
         test_ds = test;
@@ -246,7 +256,8 @@ mpcl_status mpcl_trainer_create(mpcl_context *ctx, const mpcl_train_params *para
 
     mpcl_model_params mp = params->model;
     mp.inputs = mpcl_dataset_features(train_ds);
-    mp.classes = (size_t)mpcl_dataset_num_classes(train_ds);
+    mp.classes = mpcl_dataset_labels(train_ds) ? (size_t)mpcl_dataset_num_classes(train_ds)
+                                               : mpcl_dataset_target_cols(train_ds);
     mp.max_batch = batch;
     mp.seed = params->seed;
     tr->params.model = mp;
@@ -264,6 +275,9 @@ mpcl_status mpcl_trainer_create(mpcl_context *ctx, const mpcl_train_params *para
     }
     if (!early && (st = create_models(tr, &mp)) != MPCL_OK) goto cleanup;
     mpcl_dtype storage = mpcl_model_plan(tr->model)->storage;
+    /* y: i32 labels, or f32 target columns. */
+    mpcl_dtype ytype = tr->float_targets ? MPCL_DTYPE_F32 : MPCL_DTYPE_I32;
+    size_t ycols = tr->float_targets ? mp.classes : 1;
 
     tr->host_order = malloc(tr->train_count * sizeof *tr->host_order);
     int32_t *iota = malloc((tr->test_count ? tr->test_count : 1) * sizeof *iota);
@@ -281,7 +295,7 @@ mpcl_status mpcl_trainer_create(mpcl_context *ctx, const mpcl_train_params *para
               MPCL_OK ||
           (st = mpcl_tensor_upload_i32(tr->test_order, iota, tr->test_count)) != MPCL_OK)) ||
         (st = mpcl_tensor_create(ctx, storage, batch, mp.inputs, &tr->x)) != MPCL_OK ||
-        (st = mpcl_tensor_create(ctx, MPCL_DTYPE_I32, batch, 1, &tr->labels)) != MPCL_OK) {
+        (st = mpcl_tensor_create(ctx, ytype, batch, ycols, &tr->labels)) != MPCL_OK) {
         free(iota);
         goto cleanup;
     }
@@ -299,7 +313,7 @@ mpcl_status mpcl_trainer_create(mpcl_context *ctx, const mpcl_train_params *para
             (st = mpcl_tensor_create(R->ctx, MPCL_DTYPE_I32, tr->train_count, 1, &R->order)) !=
                 MPCL_OK ||
             (st = mpcl_tensor_create(R->ctx, storage, batch, mp.inputs, &R->x)) != MPCL_OK ||
-            (st = mpcl_tensor_create(R->ctx, MPCL_DTYPE_I32, batch, 1, &R->labels)) != MPCL_OK)
+            (st = mpcl_tensor_create(R->ctx, ytype, batch, ycols, &R->labels)) != MPCL_OK)
             goto cleanup;
     }
 

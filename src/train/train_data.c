@@ -12,22 +12,26 @@
 #include "runtime/runtime.h"
 #include "train/train_internal.h"
 
+/* The first `limit` rows of *ds (0, or more than it has: all of them); *ds
+ * is NULL after a failure. */
+static mpcl_status apply_limit(mpcl_dataset **ds, size_t limit) {
+    if (limit == 0 || limit >= mpcl_dataset_count(*ds)) return MPCL_OK;
+    mpcl_dataset *sub = NULL;
+    mpcl_status st = mpcl_dataset_subset(*ds, limit, &sub);
+    mpcl_dataset_destroy(*ds);
+    *ds = sub;
+    return st;
+}
+
 static mpcl_status load_split(mpcl_context *ctx, const char *dir, const char *prefix,
                               int num_classes, size_t limit, mpcl_dataset **out,
                               size_t *available) {
     mpcl_idx_params ip = mpcl_idx_default_params();
     ip.num_classes = num_classes;
-    mpcl_dataset *all = NULL;
-    mpcl_status st = mpcl_idx_load_ex(dir, prefix, &ip, &all);
+    mpcl_status st = mpcl_idx_load_ex(dir, prefix, &ip, out);
     if (st != MPCL_OK) return mpcl__train_adopt_error(ctx, st);
-    if (available) *available = mpcl_dataset_count(all);
-    if (limit == 0 || limit >= mpcl_dataset_count(all)) {
-        *out = all;
-        return MPCL_OK;
-    }
-    st = mpcl_dataset_subset(all, limit, out);
-    mpcl_dataset_destroy(all);
-    return st;
+    if (available) *available = mpcl_dataset_count(*out);
+    return apply_limit(out, limit);
 }
 
 /* With an inferred class count (the largest label + 1), every class must have
@@ -70,8 +74,11 @@ static mpcl_status check_inferred_classes(mpcl_context *ctx, const mpcl_dataset 
 void mpcl__train_count_classes(mpcl_trainer *tr, const mpcl_dataset *train, bool inferred) {
     const uint8_t *labels = mpcl_dataset_labels(train);
     memset(tr->class_examples, 0, sizeof tr->class_examples);
-    for (size_t i = 0; i < mpcl_dataset_count(train); i++) tr->class_examples[labels[i]]++;
-    tr->classes_inferred = inferred;
+    for (size_t i = 0; labels && i < mpcl_dataset_count(train); i++)
+        tr->class_examples[labels[i]]++;
+    tr->classes_inferred = inferred && labels;
+    tr->float_targets = !labels;
+    tr->input_rank = mpcl_dataset_shape(train, tr->input_shape);
 }
 
 /* A class with almost no training example: fewer than 1% of the mean per
@@ -89,7 +96,10 @@ void mpcl_trainer_data_info(const mpcl_trainer *tr, mpcl_train_data_info *out) {
     out->classes = (int)tr->params.model.classes;
     out->classes_inferred = tr->classes_inferred;
     memcpy(out->class_examples, tr->class_examples, sizeof out->class_examples);
-    for (int c = 0; c < out->classes; c++)
+    memcpy(out->input_shape, tr->input_shape, sizeof out->input_shape);
+    out->input_rank = tr->input_rank;
+    out->float_targets = tr->float_targets;
+    for (int c = 0; c < out->classes && !tr->float_targets; c++)
         if (rare_class(tr->class_examples[c], (size_t)out->classes, tr->train_count))
             out->rare[out->rare_count++] = c;
 }
@@ -108,11 +118,11 @@ static mpcl_status load_train(mpcl_context *ctx, const char *dir, int num_classe
     return st;
 }
 
-/* The files' data: the training split, then the test split, checked
+/* The IDX folder's data: the training split, then the test split, checked
  * against the training split's class count. */
-mpcl_status mpcl__train_load_files(mpcl_context *ctx, const char *dir, int num_classes,
-                                   size_t train_limit, size_t test_limit, mpcl_dataset **train,
-                                   mpcl_dataset **test, size_t *available) {
+static mpcl_status load_idx_files(mpcl_context *ctx, const char *dir, int num_classes,
+                                  size_t train_limit, size_t test_limit, mpcl_dataset **train,
+                                  mpcl_dataset **test, size_t *available) {
     *test = NULL;
     mpcl_status st = load_train(ctx, dir, num_classes, train_limit, train, available);
     if (st == MPCL_OK && (st = load_split(ctx, dir, "t10k", mpcl_dataset_num_classes(*train),
@@ -123,12 +133,145 @@ mpcl_status mpcl__train_load_files(mpcl_context *ctx, const char *dir, int num_c
     return st;
 }
 
+/* A copy of s, or NULL for NULL; false when out of memory. */
+static bool copy_name(char **out, const char *s) {
+    *out = s ? strdup(s) : NULL;
+    return !s || *out;
+}
+
+static bool same_name(const char *a, const char *b) {
+    return (!a && !b) || (a && b && strcmp(a, b) == 0);
+}
+
+mpcl_status mpcl__train_source_init(mpcl__train_source *src, const mpcl_train_params *p) {
+    memset(src, 0, sizeof *src);
+    if (!p->train_x != !p->train_y || !p->val_x != !p->val_y)
+        return MPCL_ERROR(NULL, MPCL_ERR_INVALID_ARG,
+                          "NPY data come in pairs: %s is set without %s",
+                          !p->train_x != !p->train_y ? (p->train_x ? "train_x" : "train_y")
+                                                     : (p->val_x ? "val_x" : "val_y"),
+                          !p->train_x != !p->train_y ? (p->train_x ? "train_y" : "train_x")
+                                                     : (p->val_x ? "val_y" : "val_x"));
+    if (!(p->validation_split >= 0.0 && p->validation_split < 1.0))
+        return MPCL_ERROR(NULL, MPCL_ERR_INVALID_ARG,
+                          "validation_split %g is outside [0, 1) (0: no split)",
+                          p->validation_split);
+    if (p->model.loss != MPCL_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY && !p->train_x)
+        return MPCL_ERROR(NULL, MPCL_ERR_INVALID_ARG,
+                          "loss %s takes f32 targets, and the IDX files hold class labels: give "
+                          "the data as NPY files (train_x, train_y)",
+                          mpcl_loss_name(p->model.loss));
+    if (p->validation_split > 0.0 && p->val_x)
+        return MPCL_ERROR(NULL, MPCL_ERR_INVALID_ARG,
+                          "validation_split and val_x/val_y both name the test data: choose one");
+    src->num_classes = p->num_classes;
+    src->train_limit = p->train_limit;
+    src->test_limit = p->test_limit;
+    src->validation_split = p->validation_split;
+    src->float_targets = p->model.loss != MPCL_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY;
+    if (copy_name(&src->dir, p->train_x ? NULL : p->data_dir) &&
+        copy_name(&src->train_x, p->train_x) && copy_name(&src->train_y, p->train_y) &&
+        copy_name(&src->val_x, p->val_x) && copy_name(&src->val_y, p->val_y))
+        return MPCL_OK;
+    mpcl__train_source_free(src);
+    return MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "copying the data file names");
+}
+
+void mpcl__train_source_free(mpcl__train_source *src) {
+    free(src->dir);
+    free(src->train_x);
+    free(src->train_y);
+    free(src->val_x);
+    free(src->val_y);
+    memset(src, 0, sizeof *src);
+}
+
+bool mpcl__train_source_same(const mpcl__train_source *a, const mpcl__train_source *b) {
+    return same_name(a->dir, b->dir) && same_name(a->train_x, b->train_x) &&
+           same_name(a->train_y, b->train_y) && same_name(a->val_x, b->val_x) &&
+           same_name(a->val_y, b->val_y) && a->num_classes == b->num_classes &&
+           a->train_limit == b->train_limit && a->test_limit == b->test_limit &&
+           a->validation_split == b->validation_split && a->float_targets == b->float_targets;
+}
+
+/* The IDX folder's two splits as they were before NPY files and splits. */
+static bool plain_idx(const mpcl__train_source *src) {
+    return !src->train_x && !src->val_x && src->validation_split == 0.0;
+}
+
+/* A data set of NPY files, labels checked against num_classes (0: none). */
+static mpcl_status load_npy(mpcl_context *ctx, const char *x, const char *y, int num_classes,
+                            bool float_targets, mpcl_dataset **out) {
+    mpcl_npy_data_params p = mpcl_npy_data_default_params();
+    p.num_classes = num_classes;
+    p.float_targets = float_targets;
+    return mpcl__train_adopt_error(ctx, mpcl_dataset_from_npy(x, y, &p, out));
+}
+
+/* The training rows, whole: the NPY files, or the IDX folder's "train". */
+static mpcl_status load_training_rows(mpcl_context *ctx, const mpcl__train_source *src,
+                                      mpcl_dataset **out) {
+    if (src->train_x)
+        return load_npy(ctx, src->train_x, src->train_y, src->num_classes, src->float_targets, out);
+    return load_split(ctx, src->dir, "train", src->num_classes, 0, out, NULL);
+}
+
+/* The test data without a split: the val files (their labels checked
+ * against the training labels' class count), else the IDX folder's t10k,
+ * or none beside NPY training files; limited. */
+static mpcl_status load_test(mpcl_context *ctx, const mpcl__train_source *src,
+                             const mpcl_dataset *train, mpcl_dataset **test) {
+    int classes = mpcl_dataset_num_classes(train);
+    if (!src->val_x)
+        return src->train_x
+                   ? MPCL_OK
+                   : load_split(ctx, src->dir, "t10k", classes, src->test_limit, test, NULL);
+    mpcl_status st = load_npy(ctx, src->val_x, src->val_y, classes, src->float_targets, test);
+    return st == MPCL_OK ? apply_limit(test, src->test_limit) : st;
+}
+
+/* The training rows, split (validation_split) or with their test data from
+ * the t10k split or the val files, each limited; the class checks of the
+ * IDX files apply alike. */
+static mpcl_status load_general(mpcl_context *ctx, const mpcl__train_source *src,
+                                mpcl_dataset **train, mpcl_dataset **test, size_t *available) {
+    mpcl_dataset *all = NULL;
+    mpcl_status st = load_training_rows(ctx, src, &all);
+    if (st == MPCL_OK && src->validation_split > 0.0) {
+        st = mpcl__train_adopt_error(ctx,
+                                     mpcl_dataset_split(all, src->validation_split, train, test));
+        mpcl_dataset_destroy(all);
+    } else {
+        *train = all;
+    }
+    if (st == MPCL_OK) *available = mpcl_dataset_count(*train);
+    if (st == MPCL_OK) st = apply_limit(train, src->train_limit);
+    if (st == MPCL_OK && *test) st = apply_limit(test, src->test_limit);
+    if (st == MPCL_OK && src->num_classes == 0 && mpcl_dataset_labels(*train))
+        st = check_inferred_classes(ctx, *train);
+    if (st == MPCL_OK && src->validation_split == 0.0) st = load_test(ctx, src, *train, test);
+    return st;
+}
+
+mpcl_status mpcl__train_load_files(mpcl_context *ctx, const mpcl__train_source *src,
+                                   mpcl_dataset **train, mpcl_dataset **test, size_t *available) {
+    *train = *test = NULL;
+    if (plain_idx(src))
+        return load_idx_files(ctx, src->dir, src->num_classes, src->train_limit, src->test_limit,
+                              train, test, available);
+    mpcl_status st = load_general(ctx, src, train, test, available);
+    if (st != MPCL_OK) {
+        mpcl_dataset_destroy(*train);
+        mpcl_dataset_destroy(*test);
+        *train = *test = NULL;
+    }
+    return st;
+}
+
 /* load_files on a thread of its own (and the test split on a second one);
  * the result waits here for the trainer. */
 struct mpcl_train_data_load {
-    char *dir; /* owned; NULL for the default folder */
-    int num_classes;
-    size_t train_limit, test_limit;
+    mpcl__train_source src;
     pthread_t thread;
     bool threaded; /* thread runs data_load_main; otherwise wait runs the load */
     bool done;     /* the result below is final */
@@ -156,7 +299,8 @@ struct mpcl_train_data_load {
 
 static void *test_main(void *arg) {
     mpcl_train_data_load *L = arg;
-    L->test_st = load_split(NULL, L->dir, "t10k", L->classes, L->test_limit, &L->test_early, NULL);
+    L->test_st =
+        load_split(NULL, L->src.dir, "t10k", L->classes, L->src.test_limit, &L->test_early, NULL);
     if (L->test_st != MPCL_OK) L->test_msg = strdup(mpcl_errmsg());
     return NULL;
 }
@@ -165,8 +309,13 @@ static void *test_main(void *arg) {
  * (test_started) against the class count the training split has: the
  * status and message are the ones load_files gives, in its order. */
 static void data_load_run(mpcl_train_data_load *L, bool test_started) {
-    mpcl_status st =
-        load_train(NULL, L->dir, L->num_classes, L->train_limit, &L->train, &L->available);
+    if (!plain_idx(&L->src)) {
+        L->st = mpcl__train_load_files(NULL, &L->src, &L->train, &L->test, &L->available);
+        if (L->st != MPCL_OK) L->msg = strdup(mpcl_errmsg());
+        return;
+    }
+    mpcl_status st = load_train(NULL, L->src.dir, L->src.num_classes, L->src.train_limit, &L->train,
+                                &L->available);
     if (test_started) pthread_join(L->test_thread, NULL);
     if (st != MPCL_OK) {
         L->msg = strdup(mpcl_errmsg());
@@ -176,8 +325,8 @@ static void data_load_run(mpcl_train_data_load *L, bool test_started) {
         L->msg = L->test_msg;
         L->test_early = NULL;
         L->test_msg = NULL;
-    } else if ((st = load_split(NULL, L->dir, "t10k", mpcl_dataset_num_classes(L->train),
-                                L->test_limit, &L->test, NULL)) != MPCL_OK) {
+    } else if ((st = load_split(NULL, L->src.dir, "t10k", mpcl_dataset_num_classes(L->train),
+                                L->src.test_limit, &L->test, NULL)) != MPCL_OK) {
         L->msg = strdup(mpcl_errmsg());
     }
     if (st != MPCL_OK) {
@@ -191,12 +340,13 @@ static void *data_load_main(void *arg) {
     mpcl_train_data_load *L = arg;
     size_t count = 0, features = 0;
     int classes = 0;
-    bool ok =
-        mpcl__idx_peek(L->dir, "train", L->num_classes, &count, &features, &classes) == MPCL_OK;
+    /* The shape is read ahead from the IDX folder's two splits only. */
+    bool ok = plain_idx(&L->src) && mpcl__idx_peek(L->src.dir, "train", L->src.num_classes, &count,
+                                                   &features, &classes) == MPCL_OK;
     pthread_mutex_lock(&L->mu);
     L->shape_known = true;
     L->shape_ok = ok;
-    L->count = L->train_limit && L->train_limit < count ? L->train_limit : count;
+    L->count = L->src.train_limit && L->src.train_limit < count ? L->src.train_limit : count;
     L->features = features;
     L->classes = classes;
     pthread_cond_signal(&L->cv);
@@ -237,14 +387,12 @@ mpcl_status mpcl_train_data_load_start(const mpcl_train_params *params,
     if (!params)
         return MPCL_ERROR(NULL, MPCL_ERR_INVALID_ARG, "mpcl_train_data_load_start: params is NULL");
     mpcl_train_data_load *L = calloc(1, sizeof *L);
-    if (L && params->data_dir && !(L->dir = strdup(params->data_dir))) {
-        free(L);
-        L = NULL;
-    }
     if (!L) return MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "mpcl_train_data_load_start");
-    L->num_classes = params->num_classes;
-    L->train_limit = params->train_limit;
-    L->test_limit = params->test_limit;
+    mpcl_status st = mpcl__train_source_init(&L->src, params);
+    if (st != MPCL_OK) {
+        free(L);
+        return st;
+    }
     pthread_mutex_init(&L->mu, NULL);
     pthread_cond_init(&L->cv, NULL);
     /* SIGINT and SIGTERM stay with the threads that were there: a tool's
@@ -268,7 +416,7 @@ void mpcl_train_data_load_destroy(mpcl_train_data_load *L) {
     mpcl_dataset_destroy(L->test_early);
     free(L->msg);
     free(L->test_msg);
-    free(L->dir);
+    mpcl__train_source_free(&L->src);
     pthread_cond_destroy(&L->cv);
     pthread_mutex_destroy(&L->mu);
     free(L);
@@ -277,13 +425,15 @@ void mpcl_train_data_load_destroy(mpcl_train_data_load *L) {
 /* Whether params->data_load loads what params name, and is still unused. */
 mpcl_status mpcl__train_data_load_check(mpcl_context *ctx, const mpcl_train_params *params) {
     const mpcl_train_data_load *L = params->data_load;
-    bool same_dir = (!L->dir && !params->data_dir) ||
-                    (L->dir && params->data_dir && strcmp(L->dir, params->data_dir) == 0);
-    if (!same_dir || L->num_classes != params->num_classes ||
-        L->train_limit != params->train_limit || L->test_limit != params->test_limit)
+    mpcl__train_source src;
+    mpcl_status st = mpcl__train_source_init(&src, params);
+    if (st != MPCL_OK) return mpcl__train_adopt_error(ctx, st);
+    bool same = mpcl__train_source_same(&L->src, &src);
+    mpcl__train_source_free(&src);
+    if (!same)
         return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG,
-                          "data_load was started with other data params (data_dir, limits or "
-                          "num_classes) than the trainer's");
+                          "data_load was started with other data params (data_dir, NPY files, "
+                          "validation_split, limits, num_classes or loss) than the trainer's");
     if (L->taken)
         return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "data_load was already used by a trainer");
     return MPCL_OK;
@@ -324,6 +474,13 @@ mpcl_status mpcl__train_check_test_data(mpcl_context *ctx, const mpcl_dataset *t
                           mpcl_dataset_cols(train), QUOTED_PATH(mpcl__dataset_path(test, false)),
                           mpcl_dataset_features(test), mpcl_dataset_rows(test),
                           mpcl_dataset_cols(test));
+    if (test && mpcl_dataset_target_cols(test) != mpcl_dataset_target_cols(train))
+        return MPCL_ERROR(
+            ctx, MPCL_ERR_FORMAT,
+            "the training data%s%s%s have %zu target columns, the test data%s%s%s "
+            "%zu (0: class labels): not one data set",
+            QUOTED_PATH(mpcl__dataset_path(train, true)), mpcl_dataset_target_cols(train),
+            QUOTED_PATH(mpcl__dataset_path(test, true)), mpcl_dataset_target_cols(test));
     if (test && mpcl_dataset_num_classes(test) > mpcl_dataset_num_classes(train))
         return MPCL_ERROR(ctx, MPCL_ERR_LABEL,
                           "the test data have %d classes, the training data %d",
