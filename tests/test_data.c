@@ -121,21 +121,27 @@ static void check_sample(const mpcl_dataset *ds, const sample *s) {
     assert_memory_equal(mpcl_dataset_labels(ds), s->labels, N);
 }
 
+/* A load that gave st and ds must have failed with `status`, left ds NULL,
+ * and said every one of the NULL-terminated fragments in ap. */
+static void check_failure(mpcl_status st, const mpcl_dataset *ds, mpcl_status status, va_list ap) {
+    if (st != status)
+        fail_msg("expected %s, got %s: %s", mpcl_status_name(status), mpcl_status_name(st),
+                 st == MPCL_OK ? "" : mpcl_errmsg());
+    assert_null(ds);
+    const char *frag;
+    while ((frag = va_arg(ap, const char *)) != NULL)
+        if (!strstr(mpcl_errmsg(), frag)) fail_msg("'%s' not in: %s", frag, mpcl_errmsg());
+}
+
 /* The load must fail with `status`, and the message must hold every one of
  * the NULL-terminated fragments. */
 static void expect_fail(const char *dir, const char *prefix, const mpcl_idx_params *params,
                         mpcl_status status, ...) {
     mpcl_dataset *ds = (mpcl_dataset *)&ds; /* must be reset to NULL */
     mpcl_status st = mpcl_idx_load_ex(dir, prefix, params, &ds);
-    if (st != status)
-        fail_msg("expected %s, got %s: %s", mpcl_status_name(status), mpcl_status_name(st),
-                 mpcl_errmsg());
-    assert_null(ds);
     va_list ap;
     va_start(ap, status);
-    const char *frag;
-    while ((frag = va_arg(ap, const char *)) != NULL)
-        if (!strstr(mpcl_errmsg(), frag)) fail_msg("'%s' not in: %s", frag, mpcl_errmsg());
+    check_failure(st, ds, status, ap);
     va_end(ap);
 }
 
@@ -935,15 +941,9 @@ static void expect_npy_fail(const tmpdir *d, const mpcl_npy_data_params *p, mpcl
     npy_path(yp, sizeof yp, d, "y.npy");
     mpcl_dataset *ds = (mpcl_dataset *)&ds;
     mpcl_status st = mpcl_dataset_from_npy(xp, yp, p, &ds);
-    if (st != status)
-        fail_msg("expected %s, got %s: %s", mpcl_status_name(status), mpcl_status_name(st),
-                 st == MPCL_OK ? "" : mpcl_errmsg());
-    assert_null(ds);
     va_list ap;
     va_start(ap, status);
-    const char *frag;
-    while ((frag = va_arg(ap, const char *)) != NULL)
-        if (!strstr(mpcl_errmsg(), frag)) fail_msg("'%s' not in: %s", frag, mpcl_errmsg());
+    check_failure(st, ds, status, ap);
     va_end(ap);
 }
 
