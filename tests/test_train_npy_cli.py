@@ -73,6 +73,20 @@ def test_data_refusals():
             check(rc == 1 and out == "" and all(w in err for w in wants),
                   f"{os.path.basename(xp)}, {os.path.basename(yp)}: exit 1 saying {wants} "
                   f"({rc}: {err!r})")
+        # Targets of other widths for training and validation: not one data set.
+        y2 = save(d, "y2.npy", np.zeros((20, 2), np.float32))
+        y3 = save(d, "y3.npy", np.zeros((20, 3), np.float32))
+        rc, out, err = run(["--train-x", x, "--train-y", y2, "--val-x", x, "--val-y", y3,
+                            "--loss", "mse"] + SMALL)
+        check(rc == 1 and "y2.npy' have 2 target columns" in err and "y3.npy' 3" in err,
+              f"2 training and 3 validation target columns: refused naming both ({rc}: {err!r})")
+        # A split that leaves no training row.
+        x1 = save(d, "x1.npy", np.ones((1, 3), np.float32))
+        y1 = save(d, "y1.npy", np.zeros(1, np.int64))
+        rc, out, err = run(["--train-x", x1, "--train-y", y1, "--validation-split", "0.5"]
+                           + SMALL)
+        check(rc == 1 and "validation split 0.5 of 1 rows leaves 0 for training and 1" in err,
+              f"--validation-split 0.5 of one row: refused with the counts ({rc}: {err!r})")
 
 
 def test_train_one_epoch():

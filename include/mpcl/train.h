@@ -121,14 +121,19 @@ typedef struct mpcl_train_params {
 mpcl_train_params mpcl_train_default_params(void);
 
 /* The training and test files of params (data_dir or the NPY files,
- * validation_split, train_limit, test_limit, num_classes, model.loss), loaded and checked as
- * mpcl_trainer_create would, on a thread of its own from the moment this returns, so that decoding
- * them (most of a warm start-up: zlib's inflate of Fashion-MNIST is about 0.25 s of CPU) overlaps
- * other work such as creating the OpenCL context. Hand it to the trainer in params.data_load;
- * mpcl_trainer_create then returns the load's status and message word for word, at the point where
- * it would have loaded, so the order of its checks is unchanged. Where no thread can be started,
- * the load runs there instead. MPCL_ERR_OUT_OF_MEMORY, or MPCL_ERR_INVALID_ARG for a NULL argument;
- * *out is NULL after a failure. */
+ * validation_split, train_limit, test_limit, num_classes, model.loss),
+ * loaded and checked as mpcl_trainer_create would, on a thread of its own
+ * from the moment this returns, so that decoding them (most of a warm
+ * start-up: zlib's inflate of Fashion-MNIST is about 0.25 s of CPU)
+ * overlaps other work such as creating the OpenCL context. Hand it to the
+ * trainer in params.data_load; mpcl_trainer_create then returns the load's
+ * status and message word for word, at the point where it would have
+ * loaded, so the order of its checks is unchanged. Where no thread can be
+ * started, the load runs there instead. MPCL_ERR_OUT_OF_MEMORY, or
+ * MPCL_ERR_INVALID_ARG for a NULL argument or data params that contradict
+ * each other (an NPY file without its pair, a validation_split outside
+ * [0, 1) or beside val_x, a dense loss on the IDX files' labels); *out is
+ * NULL after a failure. */
 typedef struct mpcl_train_data_load mpcl_train_data_load;
 mpcl_status mpcl_train_data_load_start(const mpcl_train_params *params, mpcl_train_data_load **out);
 /* Waits for the load's thread and frees what it loaded (NULL is fine). */
