@@ -5,9 +5,11 @@
  * 11 features (a block of eight and a tail), into poisoned batches. The u8
  * gather is tested in test_train. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "io/io.h"
 #include "mpcl/batch.h"
 #include "mpcl/half.h"
 #include "testutil.h"
@@ -104,9 +106,36 @@ static void gather_f32_f16_labels_and_targets(void **state) {
     mpcl_context_destroy(ctx);
 }
 
+/* Data larger than the device's largest allocation are refused with the
+ * figures before anything is read or allocated: the data set here only
+ * claims its size (its buffers are one byte each). */
+static void data_beyond_the_device_refused(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    uint64_t max_alloc = mpcl_context_device(ctx)->max_alloc_bytes;
+    static mpcl_dataset ds; /* 8 KiB of paths: not on the stack */
+    uint8_t byte = 0;
+    size_t shape[1] = {1024};
+    mpcl__dataset_set_shape(&ds, (size_t)(max_alloc / 4096 + 1), MPCL_NPY_F4, 1, shape);
+    ds.x = &byte;
+    ds.labels = &byte;
+    ds.num_classes = 1;
+    mpcl_device_dataset *dd = (mpcl_device_dataset *)&dd;
+    size_t before = mpcl_context_bytes_peak(ctx);
+    TU_EXPECT_STATUS(MPCL_ERR_OUT_OF_MEMORY, mpcl_device_dataset_create(ctx, &ds, &dd));
+    assert_null(dd);
+    assert_int_equal(mpcl_context_bytes_peak(ctx), before);
+    char want[64];
+    snprintf(want, sizeof want, "largest allocation is %llu bytes", (unsigned long long)max_alloc);
+    if (!strstr(mpcl_errmsg(), want) || !strstr(mpcl_errmsg(), "f4 features"))
+        fail_msg("the message gives the sizes: %s", mpcl_errmsg());
+    mpcl_context_destroy(ctx);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(gather_f32_f16_labels_and_targets),
+        cmocka_unit_test(data_beyond_the_device_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
