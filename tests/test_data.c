@@ -3,6 +3,8 @@
  * files, batches, and the portable shuffle against independent values. */
 #define _POSIX_C_SOURCE 200809L
 #include <dirent.h>
+#include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +13,7 @@
 #include <zlib.h>
 
 #include "io/io.h"
+#include "mpcl/half.h"
 #include "testutil.h"
 
 /* ---- writing IDX files ---- */
@@ -118,21 +121,27 @@ static void check_sample(const mpcl_dataset *ds, const sample *s) {
     assert_memory_equal(mpcl_dataset_labels(ds), s->labels, N);
 }
 
+/* A load that gave st and ds must have failed with `status`, left ds NULL,
+ * and said every one of the NULL-terminated fragments in ap. */
+static void check_failure(mpcl_status st, const mpcl_dataset *ds, mpcl_status status, va_list ap) {
+    if (st != status)
+        fail_msg("expected %s, got %s: %s", mpcl_status_name(status), mpcl_status_name(st),
+                 st == MPCL_OK ? "" : mpcl_errmsg());
+    assert_null(ds);
+    const char *frag;
+    while ((frag = va_arg(ap, const char *)) != NULL)
+        if (!strstr(mpcl_errmsg(), frag)) fail_msg("'%s' not in: %s", frag, mpcl_errmsg());
+}
+
 /* The load must fail with `status`, and the message must hold every one of
  * the NULL-terminated fragments. */
 static void expect_fail(const char *dir, const char *prefix, const mpcl_idx_params *params,
                         mpcl_status status, ...) {
     mpcl_dataset *ds = (mpcl_dataset *)&ds; /* must be reset to NULL */
     mpcl_status st = mpcl_idx_load_ex(dir, prefix, params, &ds);
-    if (st != status)
-        fail_msg("expected %s, got %s: %s", mpcl_status_name(status), mpcl_status_name(st),
-                 mpcl_errmsg());
-    assert_null(ds);
     va_list ap;
     va_start(ap, status);
-    const char *frag;
-    while ((frag = va_arg(ap, const char *)) != NULL)
-        if (!strstr(mpcl_errmsg(), frag)) fail_msg("'%s' not in: %s", frag, mpcl_errmsg());
+    check_failure(st, ds, status, ap);
     va_end(ap);
 }
 
@@ -892,6 +901,268 @@ static void test_from_memory(void **state) {
     assert_null(ds);
 }
 
+/* ---- NPY data sets ---- */
+
+/* Writes <d>/<name> as an NPY 1.0 file of ndim sizes of dtype descr (e.g.
+ * "<f4") holding `bytes` bytes of data. */
+static void write_npy(const tmpdir *d, const char *name, const char *descr, size_t ndim,
+                      const size_t *shape, const void *data, size_t bytes) {
+    char dims[128] = "", hdr[256];
+    size_t k = 0;
+    for (size_t i = 0; i < ndim; i++)
+        k += (size_t)snprintf(dims + k, sizeof dims - k, "%zu,%s", shape[i],
+                              i + 1 < ndim ? " " : "");
+    int n = snprintf(hdr, sizeof hdr, "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }",
+                     descr, dims);
+    size_t len = (size_t)n + 1, total = (10 + len + 63) / 64 * 64; /* 64-byte aligned data */
+    unsigned char *buf = calloc(1, total + bytes);
+    assert_non_null(buf);
+    memcpy(buf, "\x93NUMPY\x01\x00", 8);
+    buf[8] = (unsigned char)((total - 10) & 0xff);
+    buf[9] = (unsigned char)((total - 10) >> 8);
+    memset(buf + 10, ' ', total - 10);
+    memcpy(buf + 10, hdr, (size_t)n);
+    buf[total - 1] = '\n';
+    memcpy(buf + total, data, bytes);
+    write_bytes(d, name, buf, total + bytes, 0);
+    free(buf);
+}
+
+static void npy_path(char *out, size_t cap, const tmpdir *d, const char *name) {
+    snprintf(out, cap, "%s/%s", d->path, name);
+}
+
+/* mpcl_dataset_from_npy of <d>/x.npy and <d>/y.npy fails with `status` and
+ * a message holding every fragment (NULL-terminated). */
+static void expect_npy_fail(const tmpdir *d, const mpcl_npy_data_params *p, mpcl_status status,
+                            ...) {
+    char xp[256], yp[256];
+    npy_path(xp, sizeof xp, d, "x.npy");
+    npy_path(yp, sizeof yp, d, "y.npy");
+    mpcl_dataset *ds = (mpcl_dataset *)&ds;
+    mpcl_status st = mpcl_dataset_from_npy(xp, yp, p, &ds);
+    va_list ap;
+    va_start(ap, status);
+    check_failure(st, ds, status, ap);
+    va_end(ap);
+}
+
+static mpcl_dataset *npy_load(const tmpdir *d, const mpcl_npy_data_params *p) {
+    char xp[256], yp[256];
+    npy_path(xp, sizeof xp, d, "x.npy");
+    npy_path(yp, sizeof yp, d, "y.npy");
+    mpcl_dataset *ds = NULL;
+    TU_ASSERT_OK(mpcl_dataset_from_npy(xp, yp, p, &ds));
+    return ds;
+}
+
+/* f4 x of shape (4, 2, 3) with i8 labels: kept as f32 with its shape, the
+ * class count inferred, batches as they are; f2 kept as f16; u1 kept as
+ * bytes and scaled as IDX pixels; f8 and i2 converted to f32. */
+static void test_npy_dataset_dtypes(void **state) {
+    (void)state;
+    tmpdir d;
+    tmp_make(&d);
+    float x[24];
+    for (int i = 0; i < 24; i++) x[i] = (float)i * 0.5f - 3.0f;
+    int64_t y[4] = {2, 0, 1, 2};
+    write_npy(&d, "x.npy", "<f4", 3, (size_t[]){4, 2, 3}, x, sizeof x);
+    write_npy(&d, "y.npy", "<i8", 1, (size_t[]){4}, y, sizeof y);
+    mpcl_dataset *ds = npy_load(&d, NULL);
+    size_t shape[3];
+    assert_int_equal(mpcl_dataset_shape(ds, shape), 2);
+    assert_int_equal(shape[0], 2);
+    assert_int_equal(shape[1], 3);
+    assert_int_equal(mpcl_dataset_count(ds), 4);
+    assert_int_equal(mpcl_dataset_features(ds), 6);
+    assert_int_equal(mpcl_dataset_x_dtype(ds), MPCL_NPY_F4);
+    assert_int_equal(mpcl_dataset_num_classes(ds), 3);
+    assert_null(mpcl_dataset_pixels(ds));
+    assert_null(mpcl_dataset_targets(ds));
+    assert_int_equal(mpcl_dataset_target_cols(ds), 0);
+    int32_t idx[2] = {3, 1}, lab[2];
+    float got[12];
+    TU_ASSERT_OK(mpcl_dataset_batch(ds, idx, 2, got, lab));
+    assert_memory_equal(got, x + 18, 6 * sizeof(float));
+    assert_memory_equal(got + 6, x + 6, 6 * sizeof(float));
+    assert_int_equal(lab[0], 2);
+    assert_int_equal(lab[1], 0);
+    assert_string_equal(mpcl__dataset_path(ds, true) + strlen(d.path), "/y.npy");
+    mpcl_dataset_destroy(ds);
+
+    uint16_t h[24];
+    for (int i = 0; i < 24; i++) h[i] = mpcl_f32_to_f16(x[i]);
+    write_npy(&d, "x.npy", "<f2", 2, (size_t[]){4, 6}, h, sizeof h);
+    ds = npy_load(&d, NULL);
+    assert_int_equal(mpcl_dataset_x_dtype(ds), MPCL_NPY_F2);
+    assert_int_equal(mpcl_dataset_shape(ds, shape), 1);
+    assert_int_equal(shape[0], 6);
+    TU_ASSERT_OK(mpcl_dataset_batch(ds, idx, 1, got, NULL));
+    assert_memory_equal(got, x + 18, 6 * sizeof(float)); /* halves of 0.5 steps are exact */
+    mpcl_dataset_destroy(ds);
+
+    uint8_t b[24];
+    for (int i = 0; i < 24; i++) b[i] = (uint8_t)(i * 10);
+    write_npy(&d, "x.npy", "|u1", 2, (size_t[]){4, 6}, b, sizeof b);
+    ds = npy_load(&d, NULL);
+    assert_int_equal(mpcl_dataset_x_dtype(ds), MPCL_NPY_U1);
+    assert_int_equal(mpcl_dataset_pixels(ds)[23], 230);
+    TU_ASSERT_OK(mpcl_dataset_batch(ds, idx, 1, got, NULL));
+    assert_true(got[5] == 230.0f / 255.0f);
+    mpcl_dataset_destroy(ds);
+
+    double f8[24];
+    int16_t i2[24];
+    for (int i = 0; i < 24; i++) {
+        f8[i] = x[i];
+        i2[i] = (int16_t)(i - 12);
+    }
+    write_npy(&d, "x.npy", "<f8", 2, (size_t[]){4, 6}, f8, sizeof f8);
+    ds = npy_load(&d, NULL);
+    assert_int_equal(mpcl_dataset_x_dtype(ds), MPCL_NPY_F4);
+    assert_memory_equal(mpcl_dataset_x(ds), x, sizeof x);
+    mpcl_dataset_destroy(ds);
+    write_npy(&d, "x.npy", "<i2", 2, (size_t[]){4, 6}, i2, sizeof i2);
+    ds = npy_load(&d, NULL);
+    assert_int_equal(mpcl_dataset_x_dtype(ds), MPCL_NPY_F4);
+    assert_true(((const float *)mpcl_dataset_x(ds))[0] == -12.0f);
+    mpcl_dataset_destroy(ds);
+    tmp_remove(&d);
+}
+
+/* Each bad input refused with its status and a message naming the file and
+ * what is wrong where. */
+static void test_npy_dataset_refusals(void **state) {
+    (void)state;
+    tmpdir d;
+    tmp_make(&d);
+    float x[6] = {0, 1, 2, 3, 4, 5};
+    uint8_t y3[3] = {0, 1, 5};
+    write_npy(&d, "y.npy", "|u1", 1, (size_t[]){3}, y3, sizeof y3);
+    write_npy(&d, "x.npy", "<f4", 2, (size_t[]){3, 2}, x, sizeof x);
+    mpcl_npy_data_params p = mpcl_npy_data_default_params();
+    p.num_classes = 3;
+    expect_npy_fail(&d, &p, MPCL_ERR_LABEL, "y.npy", "label 5 at row 2", "class count 3", NULL);
+
+    x[3] = NAN;
+    write_npy(&d, "x.npy", "<f4", 2, (size_t[]){3, 2}, x, sizeof x);
+    expect_npy_fail(&d, NULL, MPCL_ERR_FORMAT, "x.npy", "row 1, column 1 is NaN", NULL);
+    x[3] = 3;
+
+    write_npy(&d, "x.npy", "<f4", 2, (size_t[]){2, 3}, x, sizeof x);
+    expect_npy_fail(&d, NULL, MPCL_ERR_FORMAT, "x.npy' has 2 rows but '", "y.npy' has 3", NULL);
+
+    write_npy(&d, "x.npy", "<f4", 1, (size_t[]){6}, x, sizeof x);
+    expect_npy_fail(&d, NULL, MPCL_ERR_FORMAT, "x.npy", "x has 1 dimension", "(N, 1)", NULL);
+
+    write_npy(&d, "x.npy", "<f4", 2, (size_t[]){0, 2}, x, 0);
+    expect_npy_fail(&d, NULL, MPCL_ERR_FORMAT, "x.npy", "zero rows", NULL);
+
+    int32_t big[6] = {0, 1, 2, 16777217, 4, 5};
+    write_npy(&d, "x.npy", "<i4", 2, (size_t[]){3, 2}, big, sizeof big);
+    expect_npy_fail(&d, NULL, MPCL_ERR_FORMAT, "x.npy", "row 1, column 1 is 16777217", "2^24",
+                    NULL);
+    double huge[6] = {0, 1, 2, 3, 1e300, 5};
+    write_npy(&d, "x.npy", "<f8", 2, (size_t[]){3, 2}, huge, sizeof huge);
+    expect_npy_fail(&d, NULL, MPCL_ERR_FORMAT, "x.npy", "row 2, column 0", "f32 range", NULL);
+
+    write_npy(&d, "x.npy", "<f4", 2, (size_t[]){3, 2}, x, sizeof x);
+    float fy[3] = {0, 1, 1};
+    write_npy(&d, "y.npy", "<f4", 1, (size_t[]){3}, fy, sizeof fy);
+    expect_npy_fail(&d, NULL, MPCL_ERR_FORMAT, "y.npy",
+                    "float targets need --loss binary_crossentropy or mse", NULL);
+    uint8_t onehot[6] = {1, 0, 0, 1, 1, 0};
+    write_npy(&d, "y.npy", "|u1", 2, (size_t[]){3, 2}, onehot, sizeof onehot);
+    expect_npy_fail(&d, NULL, MPCL_ERR_FORMAT, "y.npy", "y has 2 columns", NULL);
+    int8_t neg[3] = {0, -1, 1};
+    write_npy(&d, "y.npy", "|i1", 1, (size_t[]){3}, neg, sizeof neg);
+    expect_npy_fail(&d, NULL, MPCL_ERR_FORMAT, "y.npy", "label -1 at row 1 is negative", NULL);
+    int16_t wide[3] = {0, 256, 1};
+    write_npy(&d, "y.npy", "<i2", 1, (size_t[]){3}, wide, sizeof wide);
+    expect_npy_fail(&d, NULL, MPCL_ERR_LABEL, "label 256 at row 1", "class count 256", NULL);
+    fy[1] = INFINITY;
+    write_npy(&d, "y.npy", "<f4", 2, (size_t[]){3, 1}, fy, sizeof fy);
+    p.float_targets = true;
+    expect_npy_fail(&d, &p, MPCL_ERR_FORMAT, "y.npy", "row 1, column 0 is inf", NULL);
+    tmp_remove(&d);
+}
+
+/* Float targets: f4 columns kept, integers converted; the batch of targets
+ * is the rows asked for. From memory: the same data set, named x and y. */
+static void test_npy_targets_and_arrays(void **state) {
+    (void)state;
+    tmpdir d;
+    tmp_make(&d);
+    float x[6] = {0, 1, 2, 3, 4, 5}, ty[6] = {0.25f, 1, 0, 0.5f, -2, 3};
+    write_npy(&d, "x.npy", "<f4", 2, (size_t[]){3, 2}, x, sizeof x);
+    write_npy(&d, "y.npy", "<f4", 2, (size_t[]){3, 2}, ty, sizeof ty);
+    mpcl_npy_data_params p = mpcl_npy_data_default_params();
+    p.float_targets = true;
+    mpcl_dataset *ds = npy_load(&d, &p);
+    assert_int_equal(mpcl_dataset_target_cols(ds), 2);
+    assert_int_equal(mpcl_dataset_num_classes(ds), 0);
+    assert_null(mpcl_dataset_labels(ds));
+    int32_t idx[2] = {2, 0}, lab;
+    float got[4];
+    TU_ASSERT_OK(mpcl_dataset_batch_targets(ds, idx, 2, got));
+    assert_true(got[0] == -2 && got[1] == 3 && got[2] == 0.25f && got[3] == 1);
+    TU_EXPECT_STATUS(MPCL_ERR_INVALID_ARG, mpcl_dataset_batch(ds, idx, 1, NULL, &lab));
+    mpcl_dataset_destroy(ds);
+    uint8_t by[3] = {1, 0, 1};
+    write_npy(&d, "y.npy", "|u1", 1, (size_t[]){3}, by, sizeof by);
+    ds = npy_load(&d, &p);
+    assert_int_equal(mpcl_dataset_target_cols(ds), 1);
+    assert_true(mpcl_dataset_targets(ds)[2] == 1.0f);
+    mpcl_dataset_destroy(ds);
+    tmp_remove(&d);
+
+    size_t xs[2] = {3, 2}, ys[1] = {3};
+    mpcl_array_view xv = {x, MPCL_NPY_F4, 2, xs}, yv = {by, MPCL_NPY_U1, 1, ys};
+    TU_ASSERT_OK(mpcl_dataset_from_arrays(&xv, &yv, NULL, &ds));
+    assert_int_equal(mpcl_dataset_num_classes(ds), 2);
+    assert_memory_equal(mpcl_dataset_x(ds), x, sizeof x);
+    assert_string_equal(mpcl__dataset_path(ds, false), "");
+    mpcl_dataset_destroy(ds);
+    x[1] = NAN;
+    ds = (mpcl_dataset *)&ds;
+    TU_EXPECT_STATUS(MPCL_ERR_FORMAT, mpcl_dataset_from_arrays(&xv, &yv, NULL, &ds));
+    assert_null(ds);
+    assert_non_null(strstr(mpcl_errmsg(), "'x': row 0, column 1 is NaN"));
+}
+
+/* Keras' validation_split: the last rows, floor(n * (1 - f)) kept for
+ * training; fractions outside (0, 1) and empty sides refused. */
+static void test_dataset_split(void **state) {
+    (void)state;
+    uint8_t px[10 * 2], lab[10];
+    for (int i = 0; i < 20; i++) px[i] = (uint8_t)i;
+    for (int i = 0; i < 10; i++) lab[i] = (uint8_t)(i % 3);
+    mpcl_dataset *all = NULL, *tr = NULL, *va = NULL;
+    TU_ASSERT_OK(mpcl_dataset_from_memory(px, lab, 10, 1, 2, 3, &all));
+    TU_ASSERT_OK(mpcl_dataset_split(all, 0.25, &tr, &va)); /* floor(7.5) = 7 */
+    assert_int_equal(mpcl_dataset_count(tr), 7);
+    assert_int_equal(mpcl_dataset_count(va), 3);
+    assert_int_equal(mpcl_dataset_pixels(va)[0], 14);
+    assert_int_equal(mpcl_dataset_labels(va)[2], 0);
+    assert_int_equal(mpcl_dataset_pixels(tr)[13], 13);
+    assert_int_equal(mpcl_dataset_num_classes(va), 3);
+    mpcl_dataset_destroy(tr);
+    mpcl_dataset_destroy(va);
+    const double bad[] = {0.0, 1.0, -0.5, 1.5, NAN};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        tr = va = (mpcl_dataset *)&tr;
+        TU_EXPECT_STATUS(MPCL_ERR_INVALID_ARG, mpcl_dataset_split(all, bad[i], &tr, &va));
+        assert_null(tr);
+        assert_null(va);
+        assert_non_null(strstr(mpcl_errmsg(), "outside (0, 1)"));
+    }
+    TU_EXPECT_STATUS(MPCL_ERR_INVALID_ARG, mpcl_dataset_split(all, 0.95, &tr, &va));
+    assert_non_null(strstr(mpcl_errmsg(), "leaves 0 for training and 10 for validation"));
+    TU_EXPECT_STATUS(MPCL_ERR_INVALID_ARG, mpcl_dataset_split(all, 1e-17, &tr, &va));
+    assert_non_null(strstr(mpcl_errmsg(), "leaves 10 for training and 0 for validation"));
+    mpcl_dataset_destroy(all);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_raw_round_trip),
@@ -911,6 +1182,10 @@ int main(void) {
         cmocka_unit_test(test_count_mismatch_names),
         cmocka_unit_test(test_subset_and_batch),
         cmocka_unit_test(test_from_memory),
+        cmocka_unit_test(test_npy_dataset_dtypes),
+        cmocka_unit_test(test_npy_dataset_refusals),
+        cmocka_unit_test(test_npy_targets_and_arrays),
+        cmocka_unit_test(test_dataset_split),
         cmocka_unit_test(test_rng_and_shuffle_golden),
         cmocka_unit_test(test_shuffle_uniform),
         cmocka_unit_test(test_real_fashion_mnist),

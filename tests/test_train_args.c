@@ -480,6 +480,36 @@ static void special_paths(void **state) {
     assert_int_equal(rmdir(dir), 0);
 }
 
+/* The data flags reach the params: NPY files, the split, the loss. */
+static void data_flags(void **state) {
+    (void)state;
+    train_args a;
+    char err[512];
+    assert_true(parse(&a, err, sizeof err, NULL));
+    mpcl_train_params p = train_args_to_params(&a);
+    assert_null(p.train_x);
+    assert_true(p.validation_split == 0.0);
+    assert_int_equal(p.model.loss, MPCL_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY);
+    assert_true(parse(&a, err, sizeof err, "--train-x", "x.npy", "--train-y=y.npy", "--val-x",
+                      "vx.npy", "--val-y", "vy.npy", "--loss", "mse", NULL));
+    p = train_args_to_params(&a);
+    assert_string_equal(p.train_x, "x.npy");
+    assert_string_equal(p.train_y, "y.npy");
+    assert_string_equal(p.val_x, "vx.npy");
+    assert_string_equal(p.val_y, "vy.npy");
+    assert_int_equal(p.model.loss, MPCL_LOSS_MSE);
+    assert_true(parse(&a, err, sizeof err, "--validation-split", "0.2", NULL));
+    assert_true(train_args_to_params(&a).validation_split == 0.2);
+    assert_false(parse(&a, err, sizeof err, "--validation-split", "nan", NULL));
+    assert_non_null(strstr(err, "--validation-split: 'nan'"));
+    assert_false(parse(&a, err, sizeof err, "--validation-split", "-0.1", NULL));
+    assert_non_null(strstr(err, "must be between 0 and 1"));
+    assert_false(parse(&a, err, sizeof err, "--val-y", "y.npy", NULL));
+    assert_non_null(strstr(err, "--val-y needs --val-x"));
+    assert_false(parse(&a, err, sizeof err, "--train-x", "", NULL));
+    assert_non_null(strstr(err, "--train-x: empty value"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(defaults),
@@ -490,6 +520,7 @@ int main(void) {
         cmocka_unit_test(output_paths),
         cmocka_unit_test(hardening_flags),
         cmocka_unit_test(special_paths),
+        cmocka_unit_test(data_flags),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -99,22 +99,41 @@ typedef struct mpcl_train_params {
      * waits for that load instead of loading the files itself. NULL: the
      * trainer loads them. Ignored with train_data. */
     struct mpcl_train_data_load *data_load;
+    /* NPY files instead of the IDX folder (mpcl_dataset_from_npy; borrowed
+     * for mpcl_trainer_create and mpcl_train_data_load_start only): both
+     * train_x and train_y, or neither (data_dir then names the IDX folder,
+     * and is ignored with them). y holds sparse labels for
+     * model.loss sparse categorical cross-entropy, f32 target columns for
+     * the dense losses. val_x and val_y (both or neither): the test data
+     * instead of t10k; with train_x and neither of them nor a split, there
+     * is no test data. validation_split in (0, 1) (0: none): the test data
+     * are the last fraction of the training rows instead (Keras'
+     * validation_split, mpcl_dataset_split), IDX or NPY, before the limits
+     * (train_limit then applies to the rest, test_limit to that fraction);
+     * refused with val_x. Ignored with train_data. */
+    const char *train_x, *train_y;
+    const char *val_x, *val_y;
+    double validation_split;
 } mpcl_train_params;
 
 #define MPCL_TRAIN_QUEUE_AHEAD 2
 
 mpcl_train_params mpcl_train_default_params(void);
 
-/* The training and test files of params (data_dir, train_limit, test_limit,
- * num_classes), loaded and checked as mpcl_trainer_create would, on a thread
- * of its own from the moment this returns, so that decoding them (most of a
- * warm start-up: zlib's inflate of Fashion-MNIST is about 0.25 s of CPU)
+/* The training and test files of params (data_dir or the NPY files,
+ * validation_split, train_limit, test_limit, num_classes, model.loss),
+ * loaded and checked as mpcl_trainer_create would, on a thread of its own
+ * from the moment this returns, so that decoding them (most of a warm
+ * start-up: zlib's inflate of Fashion-MNIST is about 0.25 s of CPU)
  * overlaps other work such as creating the OpenCL context. Hand it to the
  * trainer in params.data_load; mpcl_trainer_create then returns the load's
  * status and message word for word, at the point where it would have
  * loaded, so the order of its checks is unchanged. Where no thread can be
  * started, the load runs there instead. MPCL_ERR_OUT_OF_MEMORY, or
- * MPCL_ERR_INVALID_ARG for a NULL argument; *out is NULL after a failure. */
+ * MPCL_ERR_INVALID_ARG for a NULL argument or data params that contradict
+ * each other (an NPY file without its pair, a validation_split outside
+ * [0, 1) or beside val_x, a dense loss on the IDX files' labels); *out is
+ * NULL after a failure. */
 typedef struct mpcl_train_data_load mpcl_train_data_load;
 mpcl_status mpcl_train_data_load_start(const mpcl_train_params *params, mpcl_train_data_load **out);
 /* Waits for the load's thread and frees what it loaded (NULL is fine). */
@@ -177,7 +196,7 @@ typedef struct mpcl_train_data_info {
      * resume matches with either flag. */
     size_t batch;
     size_t batch_requested; /* params.batch */
-    int classes;
+    int classes;            /* the model's outputs: classes, or target columns */
     /* From the files with params.num_classes 0: classes is the largest
      * training label + 1. */
     bool classes_inferred;
@@ -187,6 +206,13 @@ typedef struct mpcl_train_data_info {
      * stray label makes one such class. */
     size_t rare_count;
     int rare[256];
+    /* One sample's shape (rank 1 to 3; its product is the model's inputs):
+     * rows x cols for IDX images, shape[1:] of an NPY x. */
+    size_t input_shape[3];
+    size_t input_rank;
+    /* The training data hold f32 target columns (classes of them) rather
+     * than sparse labels; class_examples and rare are then empty. */
+    bool float_targets;
 } mpcl_train_data_info;
 
 void mpcl_trainer_data_info(const mpcl_trainer *tr, mpcl_train_data_info *out);

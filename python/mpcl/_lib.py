@@ -96,7 +96,18 @@ class TrainParams(Structure):
                 ("save_every_steps", c_uint64), ("save_every_epochs", c_uint32),
                 ("resume_keeps_scale", c_bool), ("train_data", c_void_p),
                 ("test_data", c_void_p), ("dist", c_void_p), ("replica_ctx", c_void_p),
-                ("data_load", c_void_p)]
+                ("data_load", c_void_p), ("train_x", c_char_p), ("train_y", c_char_p),
+                ("val_x", c_char_p), ("val_y", c_char_p), ("validation_split", c_double)]
+
+
+class ArrayView(Structure):
+    """mpcl_array_view: an array in memory, C order (data.h)."""
+    _fields_ = [("data", c_void_p), ("dtype", c_int), ("ndim", c_size_t),
+                ("shape", POINTER(c_size_t))]
+
+
+class NpyDataParams(Structure):
+    _fields_ = [("float_targets", c_bool), ("num_classes", c_int)]
 
 
 class TrainSummary(Structure):
@@ -233,6 +244,9 @@ _PROTOTYPES = {
     "mpcl_idx_load": (_S, [c_char_p, c_char_p, POINTER(P)]),
     "mpcl_dataset_from_memory": (_S, [c_void_p, c_void_p, c_size_t, c_size_t, c_size_t, c_int,
                                       POINTER(P)]),
+    "mpcl_dataset_from_arrays": (_S, [POINTER(ArrayView), POINTER(ArrayView),
+                                      POINTER(NpyDataParams), POINTER(P)]),
+    "mpcl_dataset_split": (_S, [P, c_double, POINTER(P), POINTER(P)]),
     "mpcl_dataset_destroy": (None, [P]),
     "mpcl_dataset_count": (c_size_t, [P]),
     "mpcl_dataset_rows": (c_size_t, [P]),

@@ -17,23 +17,14 @@
 #include "runtime/fileio.h"
 #include "io/io.h"
 #include "mpcl/data.h"
+#include "mpcl/half.h"
 
 #define IDX_MAGIC_IMAGES 0x00000803u /* u8, 3 dimensions */
 #define IDX_MAGIC_LABELS 0x00000801u /* u8, 1 dimension */
-#define PATH_BYTES 4096
+#define PATH_BYTES MPCL__DATA_PATH_BYTES
 #define READ_CHUNK (1u << 26) /* avail_out is an unsigned int */
 #define PACKAGE_HINT \
     "Debian's dataset-fashion-mnist package provides the default folder " MPCL_DATA_DEFAULT_DIR
-
-struct mpcl_dataset {
-    size_t count, rows, cols;
-    int num_classes;
-    uint8_t *pixels; /* count x rows*cols */
-    uint8_t *labels; /* count */
-    /* The files read, for messages about their data ("" from memory). */
-    char images_path[PATH_BYTES];
-    char labels_path[PATH_BYTES];
-};
 
 mpcl_idx_params mpcl_idx_default_params(void) {
     mpcl_idx_params p = {10};
@@ -447,11 +438,9 @@ static mpcl_status read_images(mpcl_dataset *ds, idx_file *f) {
     mpcl_status st = idx_header(f, IDX_MAGIC_IMAGES, d, 3);
     if (st == MPCL_OK) st = check_image_dims(f, d);
     if (st != MPCL_OK) return st;
-    ds->count = d[0];
-    ds->rows = d[1];
-    ds->cols = d[2];
+    mpcl__dataset_set_shape(ds, d[0], MPCL_NPY_U1, 2, (size_t[]){d[1], d[2]});
     snprintf(ds->images_path, sizeof ds->images_path, "%s", f->path);
-    return idx_body(f, &ds->pixels, (uint64_t)d[0] * d[1] * d[2], 16, "pixel data");
+    return idx_body(f, &ds->x, (uint64_t)d[0] * d[1] * d[2], 16, "pixel data");
 }
 
 /* Reads and checks an open labels file into ds, whose images are read. */
@@ -609,28 +598,14 @@ mpcl_status mpcl_dataset_subset(const mpcl_dataset *src, size_t n, mpcl_dataset 
         return MPCL_ERROR(NULL, MPCL_ERR_INVALID_ARG,
                           "mpcl_dataset_subset: %zu samples asked of a dataset of %zu", n,
                           src ? src->count : 0);
-    mpcl_dataset *ds = calloc(1, sizeof *ds);
-    size_t features = src->rows * src->cols;
-    if (ds) {
-        *ds = *src;
-        ds->count = n;
-        ds->pixels = malloc(n * features);
-        ds->labels = malloc(n);
-    }
-    if (!ds || !ds->pixels || !ds->labels) {
-        mpcl_dataset_destroy(ds);
-        return MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "mpcl_dataset_subset: %zu samples", n);
-    }
-    memcpy(ds->pixels, src->pixels, n * features);
-    memcpy(ds->labels, src->labels, n);
-    *out = ds;
-    return MPCL_OK;
+    return mpcl__dataset_slice(src, 0, n, out);
 }
 
 void mpcl_dataset_destroy(mpcl_dataset *ds) {
     if (!ds) return;
-    free(ds->pixels);
+    free(ds->x);
     free(ds->labels);
+    free(ds->targets);
     free(ds);
 }
 
@@ -650,33 +625,82 @@ size_t mpcl_dataset_cols(const mpcl_dataset *ds) {
 size_t mpcl_dataset_features(const mpcl_dataset *ds) {
     return ds->rows * ds->cols;
 }
+size_t mpcl_dataset_shape(const mpcl_dataset *ds, size_t shape[3]) {
+    for (size_t i = 0; i < ds->rank; i++) shape[i] = ds->shape[i];
+    return ds->rank;
+}
+mpcl_npy_dtype mpcl_dataset_x_dtype(const mpcl_dataset *ds) {
+    return ds->x_dtype;
+}
+const void *mpcl_dataset_x(const mpcl_dataset *ds) {
+    return ds->x;
+}
+size_t mpcl_dataset_target_cols(const mpcl_dataset *ds) {
+    return ds->target_cols;
+}
+const float *mpcl_dataset_targets(const mpcl_dataset *ds) {
+    return ds->targets;
+}
 int mpcl_dataset_num_classes(const mpcl_dataset *ds) {
     return ds->num_classes;
 }
 const uint8_t *mpcl_dataset_pixels(const mpcl_dataset *ds) {
-    return ds->pixels;
+    return ds->x_dtype == MPCL_NPY_U1 ? ds->x : NULL;
 }
 const uint8_t *mpcl_dataset_labels(const mpcl_dataset *ds) {
     return ds->labels;
 }
 
-mpcl_status mpcl_dataset_batch(const mpcl_dataset *ds, const int32_t *idx, size_t n, float *pixels,
-                               int32_t *labels) {
+/* All indices first, so that a bad one leaves the outputs untouched. */
+static mpcl_status check_indices(const mpcl_dataset *ds, const int32_t *idx, size_t n,
+                                 const char *fn) {
     if (!ds || (n > 0 && !idx))
-        return MPCL_ERROR(NULL, MPCL_ERR_INVALID_ARG, "mpcl_dataset_batch: NULL dataset or idx");
-    /* All indices first, so that a bad one leaves the outputs untouched. */
+        return MPCL_ERROR(NULL, MPCL_ERR_INVALID_ARG, "%s: NULL dataset or idx", fn);
     for (size_t i = 0; i < n; i++)
         if (idx[i] < 0 || (size_t)idx[i] >= ds->count)
-            return MPCL_ERROR(NULL, MPCL_ERR_INVALID_ARG,
-                              "mpcl_dataset_batch: idx[%zu] = %d outside [0, %zu)", i, (int)idx[i],
-                              ds->count);
+            return MPCL_ERROR(NULL, MPCL_ERR_INVALID_ARG, "%s: idx[%zu] = %d outside [0, %zu)", fn,
+                              i, (int)idx[i], ds->count);
+    return MPCL_OK;
+}
+
+/* Feature j of sample i as the batch takes it: u8 / 255, f32 and f16 as they are. */
+static float feature(const mpcl_dataset *ds, size_t i, size_t j) {
+    size_t k = i * ds->rows * ds->cols + j;
+    switch (ds->x_dtype) {
+    case MPCL_NPY_F4: return ((const float *)(const void *)ds->x)[k];
+    case MPCL_NPY_F2: return mpcl_f16_to_f32(((const uint16_t *)(const void *)ds->x)[k]);
+    default: return ds->x[k] / 255.0f;
+    }
+}
+
+mpcl_status mpcl_dataset_batch(const mpcl_dataset *ds, const int32_t *idx, size_t n, float *pixels,
+                               int32_t *labels) {
+    mpcl_status st = check_indices(ds, idx, n, "mpcl_dataset_batch");
+    if (st != MPCL_OK) return st;
+    if (labels && !ds->labels)
+        return MPCL_ERROR(NULL, MPCL_ERR_INVALID_ARG,
+                          "mpcl_dataset_batch: the data set has f32 targets, not labels "
+                          "(mpcl_dataset_batch_targets)");
     size_t features = ds->rows * ds->cols;
     for (size_t i = 0; i < n; i++) {
-        const uint8_t *src = ds->pixels + (size_t)idx[i] * features;
         if (pixels)
-            for (size_t j = 0; j < features; j++) pixels[i * features + j] = src[j] / 255.0f;
+            for (size_t j = 0; j < features; j++)
+                pixels[i * features + j] = feature(ds, (size_t)idx[i], j);
         if (labels) labels[i] = ds->labels[idx[i]];
     }
+    return MPCL_OK;
+}
+
+mpcl_status mpcl_dataset_batch_targets(const mpcl_dataset *ds, const int32_t *idx, size_t n,
+                                       float *targets) {
+    mpcl_status st = check_indices(ds, idx, n, "mpcl_dataset_batch_targets");
+    if (st != MPCL_OK) return st;
+    if (!ds->targets || (n > 0 && !targets))
+        return MPCL_ERROR(NULL, MPCL_ERR_INVALID_ARG, "mpcl_dataset_batch_targets: %s",
+                          ds->targets ? "targets is NULL" : "the data set has sparse labels");
+    size_t T = ds->target_cols;
+    for (size_t i = 0; i < n; i++)
+        memcpy(targets + i * T, ds->targets + (size_t)idx[i] * T, T * sizeof *targets);
     return MPCL_OK;
 }
 
@@ -708,19 +732,17 @@ mpcl_status mpcl_dataset_from_memory(const uint8_t *pixels, const uint8_t *label
     size_t features = rows * cols;
     mpcl_dataset *ds = calloc(1, sizeof *ds);
     if (ds) {
-        ds->count = count;
-        ds->rows = rows;
-        ds->cols = cols;
+        mpcl__dataset_set_shape(ds, count, MPCL_NPY_U1, 2, (size_t[]){rows, cols});
         ds->num_classes = num_classes;
-        ds->pixels = malloc(count * features);
+        ds->x = malloc(count * features);
         ds->labels = malloc(count);
     }
-    if (!ds || !ds->pixels || !ds->labels) {
+    if (!ds || !ds->x || !ds->labels) {
         mpcl_dataset_destroy(ds);
         return MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "mpcl_dataset_from_memory: %zu samples",
                           count);
     }
-    memcpy(ds->pixels, pixels, count * features);
+    memcpy(ds->x, pixels, count * features);
     memcpy(ds->labels, labels, count);
     *out = ds;
     return MPCL_OK;

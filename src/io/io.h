@@ -4,12 +4,42 @@
 #define MPCL_IO_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "mpcl/batch.h"
 #include "mpcl/data.h"
 #include "mpcl/npy.h"
 #include "mpcl/safetensors.h"
 #include "compute/compute.h"
+
+#define MPCL__DATA_PATH_BYTES 4096
+
+/* A data set (data.h): count samples of rows * cols features of x_dtype
+ * (U1, F4 or F2) with a per-sample shape of rank 1..3, and either u8
+ * labels below num_classes or f32 targets of target_cols columns. */
+struct mpcl_dataset {
+    size_t count, rows, cols;
+    size_t shape[3], rank;
+    mpcl_npy_dtype x_dtype;
+    uint8_t *x;         /* count x rows*cols elements of x_dtype */
+    int num_classes;    /* 0 with targets */
+    uint8_t *labels;    /* count, or NULL */
+    float *targets;     /* count x target_cols, or NULL */
+    size_t target_cols; /* 0 with labels */
+    /* The files read, for messages about their data ("" from memory). */
+    char images_path[MPCL__DATA_PATH_BYTES];
+    char labels_path[MPCL__DATA_PATH_BYTES];
+};
+
+/* Sets count, x_dtype, the shape (rank 1..3 sizes) and rows x cols from it. */
+void mpcl__dataset_set_shape(mpcl_dataset *ds, size_t count, mpcl_npy_dtype x_dtype, size_t rank,
+                             const size_t *shape);
+/* Bytes of one x element of ds. */
+size_t mpcl__dataset_x_elem(const mpcl_dataset *ds);
+/* The n rows of src from `first` on, copied, with src's class count and
+ * paths (first + n <= count, n > 0: the caller checks). */
+mpcl_status mpcl__dataset_slice(const mpcl_dataset *src, size_t first, size_t n,
+                                mpcl_dataset **out);
 
 /* What a model of <dir>/<prefix>'s data needs, read without its pixels: the
  * sample count and features (rows x cols, from the images' header, checked
@@ -45,5 +75,9 @@ mpcl_status mpcl__safetensors_parse(const char *name, const void *bytes, size_t 
  * stands for the path in messages. For the fuzz harness and tests: the same
  * checks, the same statuses. */
 mpcl_status mpcl__npy_parse(const char *name, const void *bytes, size_t size, mpcl_npy **out);
+/* An array in memory as an mpcl_npy (the data copied), with the reader's
+ * shape checks; `name` stands for the path in messages. */
+mpcl_status mpcl__npy_from_memory(const char *name, const void *data, mpcl_npy_dtype dtype,
+                                  size_t ndim, const size_t *shape, mpcl_npy **out);
 
 #endif

@@ -343,6 +343,36 @@ static mpcl_status check_chars(hdr *h) {
     return MPCL_OK;
 }
 
+/* a's shape (ndim sizes of a->dtype's elements), its element count, row
+ * size and bytes, refused when a scalar or too large for size_t. */
+static mpcl_status set_shape(const char *path, mpcl_npy *a, size_t ndim, const size_t *shape) {
+    if (ndim == 0)
+        return FMT_FAIL("header 'shape' is () (a scalar); mpcl reads arrays of 1 to %d dimensions",
+                        MPCL_NPY_MAX_DIMS);
+    /* The product of the sizes that are not 0, so that neither the count
+     * nor the row size overflows whatever shape[0] is. */
+    size_t size = DTYPES[a->dtype].size, product = size, empty = 0;
+    a->ndim = ndim;
+    for (size_t i = 0; i < ndim; i++) {
+        a->shape[i] = shape[i];
+        if (shape[i] == 0) {
+            empty = 1;
+        } else if (product > SIZE_MAX / shape[i]) {
+            char text[256];
+            shape_text(text, sizeof text, shape, ndim, 1);
+            return FMT_FAIL("header 'shape' %s of %s holds more bytes than fit in %zu bits", text,
+                            DTYPES[a->dtype].name, sizeof(size_t) * 8);
+        } else {
+            product *= shape[i];
+        }
+    }
+    a->bytes = empty ? 0 : product;
+    a->count = a->bytes / size;
+    a->cols = 1;
+    for (size_t i = 1; i < a->ndim; i++) a->cols *= a->shape[i];
+    return MPCL_OK;
+}
+
 /* The three keys, each as mpcl reads it, into a: dtype, shape, count and
  * bytes (overflow-checked). */
 static mpcl_status check_fields(const char *path, const hdr_fields *f, mpcl_npy *a) {
@@ -354,31 +384,7 @@ static mpcl_status check_fields(const char *path, const hdr_fields *f, mpcl_npy 
         return FMT_FAIL(
             "header 'fortran_order' is True; mpcl reads C-order arrays only "
             "(save numpy.ascontiguousarray(a))");
-    if (f->ndim == 0)
-        return FMT_FAIL("header 'shape' is () (a scalar); mpcl reads arrays of 1 to %d dimensions",
-                        MPCL_NPY_MAX_DIMS);
-    /* The product of the sizes that are not 0, so that neither the count
-     * nor the row size overflows whatever shape[0] is. */
-    size_t size = DTYPES[a->dtype].size, product = size, empty = 0;
-    a->ndim = f->ndim;
-    for (size_t i = 0; i < f->ndim; i++) {
-        a->shape[i] = f->shape[i];
-        if (f->shape[i] == 0) {
-            empty = 1;
-        } else if (product > SIZE_MAX / f->shape[i]) {
-            char text[256];
-            shape_text(text, sizeof text, f->shape, f->ndim, 1);
-            return FMT_FAIL("header 'shape' %s of %s holds more bytes than fit in %zu bits", text,
-                            DTYPES[a->dtype].name, sizeof(size_t) * 8);
-        } else {
-            product *= f->shape[i];
-        }
-    }
-    a->bytes = empty ? 0 : product;
-    a->count = a->bytes / size;
-    a->cols = 1;
-    for (size_t i = 1; i < a->ndim; i++) a->cols *= a->shape[i];
-    return MPCL_OK;
+    return set_shape(path, a, f->ndim, f->shape);
 }
 
 /* Parses the header (len bytes at text, which starts at file byte start)
@@ -435,6 +441,28 @@ static mpcl_status alloc_data(mpcl_npy *a) {
         return MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "'%s': %zu bytes of data", a->path,
                           a->bytes);
     return MPCL_OK;
+}
+
+mpcl_status mpcl__npy_from_memory(const char *name, const void *data, mpcl_npy_dtype dtype,
+                                  size_t ndim, const size_t *shape, mpcl_npy **out) {
+    *out = NULL;
+    const char *path = name;
+    if (!data || !shape || (unsigned)dtype >= MPCL_NPY_DTYPE_COUNT || ndim > MPCL_NPY_MAX_DIMS)
+        return MPCL_ERROR(NULL, MPCL_ERR_INVALID_ARG,
+                          "'%s': %s, dtype %d, %zu dimensions (1 to %d)", path,
+                          !data || !shape ? "a NULL data or shape" : "an array of", (int)dtype,
+                          ndim, MPCL_NPY_MAX_DIMS);
+    mpcl_npy *a = NULL;
+    mpcl_status st = npy_new(path, &a);
+    if (st != MPCL_OK) return st;
+    a->dtype = dtype;
+    if ((st = set_shape(path, a, ndim, shape)) == MPCL_OK && (st = alloc_data(a)) == MPCL_OK) {
+        memcpy(a->data, data, a->bytes);
+        *out = a;
+        return MPCL_OK;
+    }
+    mpcl_npy_destroy(a);
+    return st;
 }
 
 static mpcl_status host_order(const char *path) {

@@ -24,14 +24,23 @@ enum { EXIT_OK = 0, EXIT_ERROR = 1, EXIT_NO_DEVICE = 2, EXIT_DIVERGED = 3 };
 static const char usage[] =
     "usage: mpcl-train [options]\n"
     "\n"
-    "Trains a multilayer perceptron on an IDX data set (Fashion-MNIST by default) on\n"
-    "one OpenCL device, in the precision the policy resolves to there, and reports\n"
-    "progress, test accuracy and throughput.\n"
+    "Trains a multilayer perceptron on an IDX data set (Fashion-MNIST by default) or\n"
+    "on NPY arrays, on one OpenCL device, in the precision the policy resolves to\n"
+    "there, and reports progress, test accuracy and throughput.\n"
     "\n"
     "Data and model:\n"
     "  --data DIR              folder with {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]\n"
     "                          (default " MPCL_DATA_DEFAULT_DIR
     ")\n"
+    "  --train-x F --train-y F NPY files instead of --data: x (samples, features...) of\n"
+    "                          u1 (scaled by 1/255), f2, f4, f8 or integers; y integer\n"
+    "                          class labels, or float targets for a dense --loss\n"
+    "  --val-x F --val-y F     NPY validation data, evaluated at each epoch's end (with\n"
+    "                          --train-x and neither these nor a split: no evaluation)\n"
+    "  --validation-split F    validate on the last fraction F of the training rows,\n"
+    "                          taken before shuffling (Keras' validation_split)\n"
+    "  --loss L                sparse_categorical_crossentropy (default; integer labels),\n"
+    "                          binary_crossentropy or mse (float targets, NPY data only)\n"
     "  --train-limit N         use only the first N training samples (default 0: all)\n"
     "  --test-limit N          use only the first N test samples (default 0: all)\n"
     "  --classes N             class count; labels >= N are refused (default: the largest\n"
@@ -40,7 +49,9 @@ static const char usage[] =
     "  --activation A          relu, gelu, tanh or sigmoid (default relu)\n"
     "  --model FILE.json       the model as Keras' model.to_json() writes it (Sequential:\n"
     "                          Dense, Conv2D, MaxPooling2D, Flatten, Dropout,\n"
-    "                          BatchNormalization), instead of --hidden/--activation\n"
+    "                          BatchNormalization), instead of --hidden/--activation\n";
+/* In two parts: C11 compilers need take no string literal over 4095 bytes. */
+static const char usage_rest[] =
     "Training:\n"
     "  --epochs N              epochs to train, in total when resuming (default 10)\n"
     "  --batch N               batch size (default 128; at most the training samples)\n"
@@ -287,6 +298,40 @@ static double monotonic_s(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+/* The NPY files given, each a readable regular file. */
+static bool check_data_paths(const train_args *a, char *err, size_t size) {
+    const char *flags[4] = {"--train-x", "--train-y", "--val-x", "--val-y"};
+    const char *paths[4] = {a->train_x, a->train_y, a->val_x, a->val_y};
+    for (int i = 0; i < 4; i++)
+        if (paths[i] && !train_args_check_input_path(flags[i], paths[i], err, size)) return false;
+    return true;
+}
+
+/* Where the validation data come from, in words. */
+static const char *validation_source(const train_args *a) {
+    return a->validation_split > 0 ? "split" : a->val_x ? "files" : a->train_x ? "none" : "t10k";
+}
+
+/* "data": the files the run read. */
+static void write_data_json(jsonw *w, const train_args *a) {
+    jsonw_key(w, "data");
+    jsonw_object_begin(w);
+    if (a->train_x) {
+        jsonw_kv_string(w, "train_x", a->train_x);
+        jsonw_kv_string(w, "train_y", a->train_y);
+    } else {
+        jsonw_kv_string(w, "dir", a->data_dir ? a->data_dir : MPCL_DATA_DEFAULT_DIR);
+    }
+    if (a->val_x) {
+        jsonw_kv_string(w, "val_x", a->val_x);
+        jsonw_kv_string(w, "val_y", a->val_y);
+    }
+    jsonw_kv_string(w, "validation", validation_source(a));
+    if (a->validation_split > 0) jsonw_kv_number(w, "validation_split", a->validation_split);
+    jsonw_kv_string(w, "loss", mpcl_loss_name(a->loss));
+    jsonw_object_end(w);
+}
+
 static void write_json(const train_args *a, const mpcl_device_info *dev, const mpcl_plan *plan,
                        const mpcl_train_data_info *di, const mpcl_train_summary *s,
                        const train_dist *td, const double *rates, double startup_s) {
@@ -306,6 +351,7 @@ static void write_json(const train_args *a, const mpcl_device_info *dev, const m
     jsonw_kv_bool(&w, "loss_scaling", scaling_on(a, plan));
     jsonw_kv_string(&w, "reason", plan->reason);
     jsonw_object_end(&w);
+    write_data_json(&w, a);
     train_data_json(&w, di);
     jsonw_kv_uint(&w, "epochs", s->epochs_done);
     jsonw_kv_uint(&w, "steps", s->steps);
@@ -348,7 +394,14 @@ static void write_json(const train_args *a, const mpcl_device_info *dev, const m
 static void print_start(FILE *h, const train_args *a, const mpcl_device_info *dev) {
     fprintf(h, "mpcl-train %s\n", mpcl_version());
     fprintf(h, "device    %s: %s (%s)\n", dev->id, dev->name, dev->platform);
-    fprintf(h, "data      %s\n", a->data_dir ? a->data_dir : MPCL_DATA_DEFAULT_DIR);
+    if (a->train_x)
+        fprintf(h, "data      train %s, %s; loss %s\n", a->train_x, a->train_y,
+                mpcl_loss_name(a->loss));
+    else
+        fprintf(h, "data      %s\n", a->data_dir ? a->data_dir : MPCL_DATA_DEFAULT_DIR);
+    if (a->val_x) fprintf(h, "          validation %s, %s\n", a->val_x, a->val_y);
+    if (a->validation_split > 0)
+        fprintf(h, "          validation: the last %g of the training rows\n", a->validation_split);
     fflush(h);
 }
 
@@ -434,6 +487,7 @@ int main(int argc, char **argv) {
     }
     if (a.help) {
         fputs(usage, stdout);
+        fputs(usage_rest, stdout);
         return EXIT_OK;
     }
     if (a.version) {
@@ -447,7 +501,7 @@ int main(int argc, char **argv) {
                                                     sizeof err)) ||
         (a.plot && !train_args_check_output_path("--plot", a.plot, false, err, sizeof err)) ||
         (a.resume && !train_args_check_input_path("--resume", a.resume, err, sizeof err)) ||
-        !train_args_check_aliases(&a, err, sizeof err)) {
+        !check_data_paths(&a, err, sizeof err) || !train_args_check_aliases(&a, err, sizeof err)) {
         fprintf(stderr, "mpcl-train: %s\n", err);
         return EXIT_ERROR;
     }

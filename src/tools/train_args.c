@@ -28,6 +28,7 @@ void train_args_defaults(train_args *a) {
     a->hidden[0] = 128;
     a->hidden_count = 1;
     a->activation = MPCL_ACT_RELU;
+    a->loss = MPCL_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY;
     a->optimizer = MPCL_OPTIM_ADAM;
     a->momentum = 0.9f;
     a->policy = MPCL_POLICY_AUTO;
@@ -96,6 +97,20 @@ static bool parse_positive_float(const char *flag, const char *s, bool zero_ok, 
     return true;
 }
 
+/* A fraction strictly between 0 and 1. */
+static bool parse_fraction(const char *flag, const char *s, double *out, char *err, size_t size) {
+    mpcl_number_error e = mpcl_parse_real(s, out);
+    if (e != MPCL_NUMBER_OK)
+        return fail(err, size, "%s: '%s' %s (expected a fraction between 0 and 1)", flag, s,
+                    mpcl_number_error_text(e));
+    if (!(*out > 0.0 && *out < 1.0))
+        return fail(err, size,
+                    "%s: '%s' must be between 0 and 1, both excluded (the fraction of the "
+                    "training rows kept for validation)",
+                    flag, s);
+    return true;
+}
+
 static bool parse_hidden(train_args *a, const char *flag, const char *s, char *err, size_t size) {
     if (!*s) return fail(err, size, "%s: empty value (expected widths like 128,64)", flag);
     size_t count = 0;
@@ -132,6 +147,12 @@ static const struct {
     flag_kind kind;
 } flags[] = {
     {"--data", FLAG_VALUE},
+    {"--train-x", FLAG_VALUE},
+    {"--train-y", FLAG_VALUE},
+    {"--val-x", FLAG_VALUE},
+    {"--val-y", FLAG_VALUE},
+    {"--validation-split", FLAG_VALUE},
+    {"--loss", FLAG_VALUE},
     {"--epochs", FLAG_VALUE},
     {"--batch", FLAG_VALUE},
     {"--lr", FLAG_VALUE},
@@ -272,6 +293,14 @@ static bool apply(train_args *a, const char *f, const char *v, char *err, size_t
                 return fail(err, size, "%s (expected 'dynamic', 'off' or a fixed scale > 0)", sub);
             a->loss_scale = MPCL_LOSS_SCALE_FIXED;
         }
+    } else if (strcmp(f, "--validation-split") == 0) {
+        return parse_fraction(f, v, &a->validation_split, err, size);
+    } else if (strcmp(f, "--loss") == 0) {
+        if (!mpcl_loss_parse(v, &a->loss))
+            return fail(err, size,
+                        "%s: unknown loss '%s' (sparse_categorical_crossentropy, "
+                        "binary_crossentropy, mse)",
+                        f, v);
     } else if (strcmp(f, "--initial-loss-scale") == 0) {
         if (!parse_positive_float(f, v, false, &a->initial_scale, err, size)) return false;
         a->initial_scale_set = true;
@@ -280,6 +309,14 @@ static bool apply(train_args *a, const char *f, const char *v, char *err, size_t
         if (!*v) return fail(err, size, "%s: empty value", f);
         if (strcmp(f, "--data") == 0)
             a->data_dir = v;
+        else if (strcmp(f, "--train-x") == 0)
+            a->train_x = v;
+        else if (strcmp(f, "--train-y") == 0)
+            a->train_y = v;
+        else if (strcmp(f, "--val-x") == 0)
+            a->val_x = v;
+        else if (strcmp(f, "--val-y") == 0)
+            a->val_y = v;
         else if (strcmp(f, "--device") == 0)
             a->device = v;
         else if (strcmp(f, "--devices") == 0)
@@ -293,6 +330,39 @@ static bool apply(train_args *a, const char *f, const char *v, char *err, size_t
         else if (strcmp(f, "--plot") == 0)
             a->plot = v;
     }
+    return true;
+}
+
+/* The data flags that contradict each other or go in pairs. */
+static bool check_data_flags(const train_args *a, char *err, size_t size) {
+    static const char *const pair_why[2] = {"the labels or targets of its rows",
+                                            "the rows those labels or targets belong to"};
+    if (!a->train_x != !a->train_y)
+        return fail(err, size, "%s needs %s (%s)", a->train_x ? "--train-x" : "--train-y",
+                    a->train_x ? "--train-y" : "--train-x", pair_why[a->train_x ? 0 : 1]);
+    if (!a->val_x != !a->val_y)
+        return fail(err, size, "%s needs %s (%s)", a->val_x ? "--val-x" : "--val-y",
+                    a->val_x ? "--val-y" : "--val-x", pair_why[a->val_x ? 0 : 1]);
+    if (a->data_dir && a->train_x)
+        return fail(err, size,
+                    "--data contradicts --train-x/--train-y: the training data come from the "
+                    "IDX folder or from NPY files, not both");
+    if (a->val_x && a->validation_split > 0.0)
+        return fail(err, size,
+                    "--val-x/--val-y contradict --validation-split: both name the validation "
+                    "data; give one");
+    bool dense = a->loss != MPCL_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY;
+    if (dense && !a->train_x)
+        return fail(err, size,
+                    "--loss %s takes float targets, and the IDX files hold class labels: give "
+                    "the data as --train-x FILE.npy --train-y FILE.npy",
+                    mpcl_loss_name(a->loss));
+    if (dense && a->classes)
+        return fail(err, size,
+                    "--classes applies to class labels (--loss "
+                    "sparse_categorical_crossentropy); with --loss %s the outputs are the "
+                    "target columns",
+                    mpcl_loss_name(a->loss));
     return true;
 }
 
@@ -336,7 +406,7 @@ bool train_args_parse(train_args *a, int argc, char **argv, char *err, size_t er
         return fail(err, err_size,
                     "%s shapes the MLP that --model %s replaces: give one or the other",
                     a->mlp_flag, a->model_file);
-    return true;
+    return check_data_flags(a, err, err_size);
 }
 
 /* "a FIFO", "a folder"... */
@@ -495,6 +565,11 @@ bool train_args_check_aliases(const train_args *a, char *err, size_t err_size) {
 mpcl_train_params train_args_to_params(const train_args *a) {
     mpcl_train_params p = mpcl_train_default_params();
     p.data_dir = a->data_dir;
+    p.train_x = a->train_x;
+    p.train_y = a->train_y;
+    p.val_x = a->val_x;
+    p.val_y = a->val_y;
+    p.validation_split = a->validation_split;
     p.train_limit = a->train_limit;
     p.test_limit = a->test_limit;
     p.epochs = a->epochs;
@@ -505,6 +580,7 @@ mpcl_train_params train_args_to_params(const train_args *a) {
     memcpy(m->hidden, a->hidden, sizeof m->hidden);
     m->hidden_count = a->hidden_count;
     m->activation = a->activation;
+    m->loss = a->loss;
     m->policy = a->policy;
     m->max_batch = a->batch;
     m->seed = a->seed;

@@ -18,9 +18,14 @@
 
 typedef struct train_args {
     const char *data_dir; /* NULL: MPCL_DATA_DEFAULT_DIR */
-    uint32_t epochs;      /* 10 */
-    size_t batch;         /* 128 */
-    float lr;             /* 0 until given: then the optimizer's default */
+    /* NPY data instead of the IDX folder (NULL: not given), and Keras'
+     * validation split (0: none). */
+    const char *train_x, *train_y, *val_x, *val_y;
+    double validation_split;
+    mpcl_loss loss;  /* sparse_categorical_crossentropy */
+    uint32_t epochs; /* 10 */
+    size_t batch;    /* 128 */
+    float lr;        /* 0 until given: then the optimizer's default */
     bool lr_set;
     size_t hidden[MPCL_MAX_HIDDEN]; /* {128} */
     size_t hidden_count;

@@ -2,7 +2,9 @@
 #include "train_data.h"
 
 void train_data_print(FILE *h, const mpcl_train_data_info *d) {
-    if (d->classes_inferred)
+    if (d->float_targets)
+        fprintf(h, "targets   %d float columns per sample\n", d->classes);
+    else if (d->classes_inferred)
         fprintf(h,
                 "classes   %d, inferred from the largest training label %d (use --classes N to "
                 "declare)\n",
@@ -50,10 +52,17 @@ void train_data_warn(const mpcl_train_data_info *d) {
 void train_data_json(jsonw *w, const mpcl_train_data_info *d) {
     jsonw_kv_uint(w, "batch", d->batch);
     jsonw_kv_uint(w, "batch_requested", d->batch_requested);
+    jsonw_key(w, "input_shape");
+    jsonw_array_begin(w);
+    for (size_t i = 0; i < d->input_rank; i++) jsonw_uint(w, d->input_shape[i]);
+    jsonw_array_end(w);
     jsonw_key(w, "classes");
     jsonw_object_begin(w);
     jsonw_kv_int(w, "count", d->classes);
-    jsonw_kv_string(w, "source", d->classes_inferred ? "largest training label" : "--classes");
+    jsonw_kv_string(w, "source",
+                    d->float_targets      ? "target columns"
+                    : d->classes_inferred ? "largest training label"
+                                          : "--classes");
     int largest = d->classes - 1;
     while (largest > 0 && d->class_examples[largest] == 0) largest--;
     jsonw_kv_int(w, "largest_label", largest);

@@ -32,7 +32,7 @@ struct mpcl_trainer {
     mpcl_tensor *order;       /* [train_count, 1] i32: the permutation of order_epoch */
     mpcl_tensor *test_order;  /* [test_count, 1] i32: the identity */
     mpcl_tensor *x;           /* [batch, inputs] storage dtype */
-    mpcl_tensor *labels;      /* [batch, 1] i32 */
+    mpcl_tensor *labels;      /* [batch, 1] i32, or [batch, classes] f32 targets */
     int32_t *host_order;      /* [train_count] */
     bool order_valid;         /* `order` holds the permutation of order_epoch */
     uint32_t order_epoch;
@@ -58,6 +58,8 @@ struct mpcl_trainer {
     size_t batch_requested;
     bool classes_inferred;
     size_t class_examples[256];
+    bool float_targets; /* y is f32 [count, classes] rather than i32 labels */
+    size_t input_shape[3], input_rank;
 
     /* Data parallel: the communicator (borrowed; NULL alone), this
      * process's replicas (rep[0] mirrors the fields above and owns nothing),
@@ -90,5 +92,43 @@ mpcl_status mpcl__train_sync_replicas(mpcl_trainer *tr);
  * metadata) before it changes anything; for the fuzz harness. */
 mpcl_status mpcl__checkpoint_check(mpcl_trainer *tr, const mpcl_safetensors *file,
                                    const char *path);
+
+/* train_data.c: the data files of the trainer, loaded and checked. */
+/* Where the data come from: the data fields of mpcl_train_params, copied
+ * (dir NULL with NPY files), and whether y holds f32 targets (the loss is
+ * not sparse categorical cross-entropy). */
+typedef struct mpcl__train_source {
+    char *dir, *train_x, *train_y, *val_x, *val_y; /* owned; NULL: not given */
+    int num_classes;
+    size_t train_limit, test_limit;
+    double validation_split;
+    bool float_targets;
+} mpcl__train_source;
+/* Copies p's data fields into *src, refusing (MPCL_ERR_INVALID_ARG, on the
+ * thread only) a file without its pair, a validation_split outside [0, 1)
+ * or beside val files, and a dense loss on the IDX files' labels. */
+mpcl_status mpcl__train_source_init(mpcl__train_source *src, const mpcl_train_params *p);
+void mpcl__train_source_free(mpcl__train_source *src);
+bool mpcl__train_source_same(const mpcl__train_source *a, const mpcl__train_source *b);
+/* The training data (limited, sparse labels checked against num_classes
+ * or, without it, every class needing an example), then the test data
+ * (t10k, the val files or the validation split) against its class count;
+ * *available: training samples before the limit. */
+mpcl_status mpcl__train_load_files(mpcl_context *ctx, const mpcl__train_source *src,
+                                   mpcl_dataset **train, mpcl_dataset **test, size_t *available);
+/* Whether params->data_load loads what params name, and is still unused. */
+mpcl_status mpcl__train_data_load_check(mpcl_context *ctx, const mpcl_train_params *params);
+/* The shape a data load read ahead of the pixels; false when there is none. */
+bool mpcl__train_data_load_shape(mpcl_train_data_load *L, size_t *count, size_t *features,
+                                 int *classes);
+/* The datasets of params->data_load, once it is done, with its status and
+ * message as they were. */
+mpcl_status mpcl__train_take_loaded(mpcl_context *ctx, const mpcl_train_params *params,
+                                    mpcl_dataset **train, mpcl_dataset **test, size_t *available);
+/* The test set, when there is one, must fit the training set's model. */
+mpcl_status mpcl__train_check_test_data(mpcl_context *ctx, const mpcl_dataset *train,
+                                        const mpcl_dataset *test);
+/* The training examples of each class, kept for mpcl_trainer_data_info. */
+void mpcl__train_count_classes(mpcl_trainer *tr, const mpcl_dataset *train, bool inferred);
 
 #endif
