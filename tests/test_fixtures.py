@@ -84,9 +84,17 @@ def test_fixture(policy):
         new, new_meta = header(saved)
         check(old == new, f"{policy}: tensors after resume differ from the fixture's: "
               f"{sorted(set(old.items()) ^ set(new.items()))}")
-        for key in ("format", "format_version", "model", "optimizer", "policy"):
+        for key in ("format", "format_version", "optimizer", "policy"):
             check(old_meta.get(key) == new_meta.get(key),
                   f"{policy}: metadata {key} {new_meta.get(key)!r}, fixture {old_meta.get(key)!r}")
+        # 0.1.0 wrote the MLP as widths and one activation; a save now
+        # writes the same model as its layer specs.
+        check(old_meta.get("model") == "784,8,10" and old_meta.get("activation") == "relu",
+              f"{policy}: the fixture's model {old_meta.get('model')!r}")
+        want_layers = ("input_shape=784; dense units=8 activation=relu use_bias=true; "
+                       "dense units=10 activation=linear use_bias=true")
+        check(new_meta.get("layers") == want_layers,
+              f"{policy}: metadata layers {new_meta.get('layers')!r}, want {want_layers!r}")
         check(int(new_meta["step"]) == 16, f"{policy}: saved at step {new_meta['step']}, not 16")
     check(open(fixture, "rb").read() == before, f"{policy}: the fixture was modified")
 
