@@ -311,9 +311,12 @@ class Sequential:
                              f"{_shape_text(last)}; the model's output must be (None, classes): "
                              "put a Flatten and a Dense layer at the end")
         mp.classes = last.out_shape[0]
-        for l, r in zip(self.layers, rows):
+        # The library's names ("dense_0") name the weights; a layer without
+        # a name of its own takes its library name.
+        self._lib_names = [r.name.decode() for r in rows[:n.value]]
+        for l, lib_name in zip(self.layers, self._lib_names):
             if l.name is None:
-                l.name = r.name.decode()
+                l.name = lib_name
         return mp, list(rows[:n.value])
 
     # ---- compile ----
@@ -632,10 +635,12 @@ class Sequential:
                 for i in range(lib.mpcl_model_param_count(m))]
         rows += [(lib.mpcl_model_buffer(m, i).contents, i, True)
                  for i in range(lib.mpcl_model_buffer_count(m))]
+        self._model_params()
         out = []
-        for l in self.layers:
-            prefix = l.name + "."
-            out += [(info.name.decode(), i, buf, tuple(info.shape[:info.rank]))
+        for l, lib_name in zip(self.layers, self._lib_names):
+            prefix = lib_name + "."
+            out += [(l.name + "." + info.name.decode()[len(prefix):], i, buf,
+                     tuple(info.shape[:info.rank]))
                     for info, i, buf in rows if info.name.decode().startswith(prefix)]
         return out
 

@@ -160,3 +160,11 @@ def test_set_weights_changes_predictions():
     x = np.array([[0, 51, 102, 255]], np.uint8)
     want = (x.astype(np.float32) / 255) @ kernel + bias
     np.testing.assert_allclose(m.predict(x), want, rtol=1e-6)
+
+
+def test_weights_of_layers_with_their_own_names():
+    m = mpcl.Sequential([L.Dense(4, input_shape=(3,), name="hidden"), L.Dense(2, name="head")])
+    m.compile(loss=mpcl.losses.SparseCategoricalCrossentropy(from_logits=True))
+    assert [a.shape for a in m.get_weights()] == [(3, 4), (4,), (4, 2), (2,)]
+    with pytest.raises(ValueError, match=r"head\.bias has shape \(2,\); got \(3,\)"):
+        m.set_weights([np.zeros((3, 4)), np.zeros(4), np.zeros((4, 2)), np.zeros(3)])
