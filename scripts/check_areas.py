@@ -15,7 +15,7 @@ PUBLIC = {
                 "cl_interop"],
     "compute": ["tensor", "ops", "losses", "conv", "gemm", "loss_scale", "optim", "quickbench"],
     "nn": ["model", "layer_spec"],
-    "io": ["data", "npy", "safetensors", "batch"],
+    "io": ["data", "npy", "safetensors", "batch", "model_file"],
     "parallel": ["dist"],
     "train": ["train", "plot", "checkpoint", "abi"],
     "tools": ["mpcl"],

@@ -70,6 +70,9 @@ const char *mpcl_layer_kind_keras_name(const char *kind);
 const char *mpcl_layer_kind_from_keras(const char *class_name);
 /* Whether kind is a registered layer kind. */
 bool mpcl_layer_kind_known(const char *kind);
+/* The input rank a kind takes: 1 (features), 3 (height, width, channels),
+ * 0 for any or an unknown kind. */
+size_t mpcl_layer_kind_input_rank(const char *kind);
 
 /* A kind's attributes, in declaration order; 0 / NULL for an unknown kind
  * or an index past the end. A NULL default means the attribute is required

@@ -14,6 +14,7 @@
 
 #include "runtime/fileio.h"
 #include "io/io.h"
+#include "io/json.h"
 #include "mpcl/safetensors.h"
 
 typedef unsigned long long ull;
@@ -55,34 +56,10 @@ static uint64_t shape_bytes(const uint64_t *shape, size_t ndim, size_t size, int
     return n;
 }
 
-/* Length of the valid UTF-8 sequence at s (at most n bytes), 0 if invalid:
- * no overlong forms, no surrogates, nothing above U+10FFFF. */
-static size_t utf8_seq(const unsigned char *s, size_t n) {
-    if (s[0] < 0x80) return 1;
-    size_t len;
-    uint32_t cp, min;
-    if ((s[0] & 0xe0) == 0xc0) {
-        len = 2, cp = s[0] & 0x1fu, min = 0x80;
-    } else if ((s[0] & 0xf0) == 0xe0) {
-        len = 3, cp = s[0] & 0x0fu, min = 0x800;
-    } else if ((s[0] & 0xf8) == 0xf0) {
-        len = 4, cp = s[0] & 0x07u, min = 0x10000;
-    } else {
-        return 0;
-    }
-    if (len > n) return 0;
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xc0) != 0x80) return 0;
-        cp = (cp << 6) | (s[i] & 0x3fu);
-    }
-    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
-    return len;
-}
-
 static int utf8_valid(const char *s) {
     size_t n = strlen(s);
     for (size_t i = 0; i < n;) {
-        size_t k = utf8_seq((const unsigned char *)s + i, n - i);
+        size_t k = mpcl__utf8_seq((const unsigned char *)s + i, n - i);
         if (!k) return 0;
         i += k;
     }
@@ -220,44 +197,6 @@ static const char *at_end(const jparser *p) {
     return p->i >= p->n ? "unexpected end of header, " : "";
 }
 
-static int hex4(const char *s, uint32_t *out) {
-    uint32_t v = 0;
-    for (int k = 0; k < 4; k++) {
-        char c = s[k];
-        int d = c >= '0' && c <= '9'   ? c - '0'
-                : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                       : -1;
-        if (d < 0) return 0;
-        v = v * 16 + (uint32_t)d;
-    }
-    *out = v;
-    return 1;
-}
-
-static size_t put_utf8(char *o, uint32_t cp) {
-    if (cp < 0x80) {
-        o[0] = (char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        o[0] = (char)(0xc0 | (cp >> 6));
-        o[1] = (char)(0x80 | (cp & 0x3f));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        o[0] = (char)(0xe0 | (cp >> 12));
-        o[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
-        o[2] = (char)(0x80 | (cp & 0x3f));
-        return 3;
-    }
-    o[0] = (char)(0xf0 | (cp >> 18));
-    o[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
-    o[2] = (char)(0x80 | ((cp >> 6) & 0x3f));
-    o[3] = (char)(0x80 | (cp & 0x3f));
-    return 4;
-}
-
 /* At the opening quote. Decodes in place: the output starts at the opening
  * quote and never overtakes the input (an escape of 2, 6 or 12 source bytes
  * writes 1 to 4), and the NUL goes at most where the closing quote was. */
@@ -272,7 +211,7 @@ static mpcl_status parse_string(jparser *p, const char **out) {
         size_t at = p->i;
         if (c < 0x20) return JSON_FAIL(p, at, "raw control character 0x%02x in a string", c);
         if (c >= 0x80) {
-            size_t len = utf8_seq((const unsigned char *)p->s + at, end - at);
+            size_t len = mpcl__utf8_seq((const unsigned char *)p->s + at, end - at);
             if (!len) return JSON_FAIL(p, at, "invalid UTF-8 in a string");
             memmove(o + k, p->s + at, len);
             k += len;
@@ -297,13 +236,13 @@ static mpcl_status parse_string(jparser *p, const char **out) {
         case 'r': o[k++] = '\r'; break;
         case 't': o[k++] = '\t'; break;
         case 'u':
-            if (end - p->i < 4 || !hex4(p->s + p->i, &cp))
+            if (!mpcl__hex4(p->s + p->i, end - p->i, &cp))
                 return JSON_FAIL(p, at, "\\u not followed by four hex digits");
             p->i += 4;
             if (cp >= 0xd800 && cp <= 0xdbff) {
                 uint32_t lo;
                 if (end - p->i < 6 || p->s[p->i] != '\\' || p->s[p->i + 1] != 'u' ||
-                    !hex4(p->s + p->i + 2, &lo) || lo < 0xdc00 || lo > 0xdfff)
+                    !mpcl__hex4(p->s + p->i + 2, 4, &lo) || lo < 0xdc00 || lo > 0xdfff)
                     return JSON_FAIL(p, at, "high surrogate \\u%04x without its low half",
                                      (unsigned)cp);
                 p->i += 6;
@@ -313,7 +252,7 @@ static mpcl_status parse_string(jparser *p, const char **out) {
             } else if (cp == 0) {
                 return JSON_FAIL(p, at, "\\u0000 is not allowed in names or metadata");
             }
-            k += put_utf8(o + k, cp);
+            k += mpcl__utf8_put(o + k, cp);
             break;
         default: return JSON_FAIL(p, at, "unknown escape '\\%c'", e >= 0x20 && e < 0x7f ? e : '?');
         }

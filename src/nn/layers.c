@@ -1,12 +1,20 @@
-/* The registered layer kinds. A new kind is one file plus one line here. */
+/* The registered layer kinds. A new kind is one file plus its two lines
+ * here: its declaration and its place in KINDS. */
 #include <stdio.h>
 #include <string.h>
 
 #include "nn/nn.h"
 
+extern const mpcl__layer_kind mpcl__dense_layer;
+extern const mpcl__layer_kind mpcl__flatten_layer;
+extern const mpcl__layer_kind mpcl__conv2d_layer;
+extern const mpcl__layer_kind mpcl__max_pooling2d_layer;
+
 static const mpcl__layer_kind *const KINDS[] = {
     &mpcl__dense_layer,
     &mpcl__flatten_layer,
+    &mpcl__conv2d_layer,
+    &mpcl__max_pooling2d_layer,
 };
 
 #define KIND_COUNT (sizeof KINDS / sizeof KINDS[0])
@@ -19,6 +27,11 @@ const mpcl__layer_kind *mpcl__layer_kind_find(const char *name) {
 
 bool mpcl_layer_kind_known(const char *kind) {
     return mpcl__layer_kind_find(kind) != NULL;
+}
+
+size_t mpcl_layer_kind_input_rank(const char *kind) {
+    const mpcl__layer_kind *k = mpcl__layer_kind_find(kind);
+    return k ? k->input_rank : 0;
 }
 
 size_t mpcl_layer_kind_count(void) {

@@ -71,6 +71,8 @@ mpcl_status mpcl_model_params_layers(mpcl_context *ctx, const mpcl_model_params 
                 return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "layer %zu: %s", i, why);
             }
             out[i] = p->layers[i];
+            const mpcl__layer_kind *k = mpcl__spec_kind(&out[i]);
+            if (k->resolve) k->resolve(&out[i]);
         }
         *count = p->layer_count;
         return MPCL_OK;

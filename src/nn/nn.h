@@ -82,7 +82,7 @@ typedef struct mpcl__attr {
 } mpcl__attr;
 
 /* One layer kind. Adding a kind is one file that defines one of these plus
- * its line in layers.c. */
+ * its lines in layers.c. */
 typedef struct mpcl__layer_kind {
     const char *name;       /* the spec's kind: "dense" */
     const char *keras_name; /* Keras' class name: "Dense" */
@@ -95,6 +95,10 @@ typedef struct mpcl__layer_kind {
      * no forward, backward, create or activations, and the model passes
      * tensors through it. */
     bool passthrough;
+    /* Optional: fills attributes whose default depends on others (pooling
+     * strides 0 mean the pool size), so that a model's text shows what
+     * runs and two ways of writing one model read the same. */
+    void (*resolve)(mpcl_layer_spec *spec);
     /* Checks the spec against the input shape, sets the output shape and
      * adds the layer's rows to the tables (no device work). */
     mpcl_status (*declare)(mpcl__layer *L, mpcl__tables *t);
@@ -168,9 +172,6 @@ mpcl_status mpcl__bias_act_forward(mpcl__bias_act *e, mpcl_context *ctx, mpcl_te
 mpcl_status mpcl__bias_act_backward(mpcl__bias_act *e, mpcl_context *ctx, mpcl_tensor *d_h,
                                     const mpcl_tensor *h);
 void mpcl__bias_act_destroy(mpcl__bias_act *e);
-
-extern const mpcl__layer_kind mpcl__dense_layer;
-extern const mpcl__layer_kind mpcl__flatten_layer;
 
 /* ---- the model ---- */
 

@@ -38,6 +38,9 @@ static const char usage[] =
     "                          training label + 1, refused if a class has no example)\n"
     "  --hidden W[,W...]       hidden layer widths, at most 7 layers (default 128)\n"
     "  --activation A          relu, gelu, tanh or sigmoid (default relu)\n"
+    "  --model FILE.json       the model as Keras' model.to_json() writes it (Sequential:\n"
+    "                          Dense, Conv2D, MaxPooling2D, Flatten, Dropout,\n"
+    "                          BatchNormalization), instead of --hidden/--activation\n"
     "Training:\n"
     "  --epochs N              epochs to train, in total when resuming (default 10)\n"
     "  --batch N               batch size (default 128; at most the training samples)\n"
@@ -360,13 +363,42 @@ static void print_plan(FILE *h, const train_args *a, const mpcl_plan *plan) {
     fprintf(h, "          %s\n", plan->reason);
 }
 
+/* "(784,)", "(28, 28, 1)": Python's tuples, as Keras prints shapes. */
+static void print_shape(FILE *h, size_t rank, const size_t *shape) {
+    fprintf(h, "(");
+    for (size_t d = 0; d < rank; d++) fprintf(h, "%s%zu", d ? ", " : "", shape[d]);
+    fprintf(h, "%s)", rank == 1 ? "," : "");
+}
+
+/* A layer list: each layer's output shape, and the parameter count. */
+static void print_layers(FILE *h, const mpcl_model_params *m) {
+    mpcl_layer_summary s[MPCL_MAX_LAYERS];
+    size_t n = 0, params = 0;
+    if (mpcl_model_summary(NULL, m, s, &n) != MPCL_OK) n = 0;
+    size_t shape[MPCL_MAX_INPUT_RANK], rank;
+    mpcl_model_params_input_shape(m, shape, &rank);
+    fprintf(h, "model     ");
+    print_shape(h, rank, shape);
+    for (size_t l = 0; l < n; l++) {
+        fprintf(h, " -> %s ", s[l].name);
+        print_shape(h, s[l].out_rank, s[l].out_shape);
+        params += s[l].params;
+    }
+    fprintf(h, "; %zu parameters", params);
+}
+
 /* After the data are loaded: the real input and class counts. */
 static void print_model(FILE *h, const train_args *a, const mpcl_model_params *m) {
-    fprintf(h, "model     %zu", m->inputs);
-    for (size_t i = 0; i < m->hidden_count; i++) fprintf(h, "-%zu", m->hidden[i]);
-    fprintf(h, "-%zu %s; %s lr %g; batch %zu, %u epochs, seed %llu\n", m->classes,
-            mpcl_activation_name(m->activation), mpcl_optim_kind_name(m->optim.kind),
-            (double)m->optim.lr, m->max_batch, a->epochs, (unsigned long long)a->seed);
+    if (m->layer_count == 0) {
+        fprintf(h, "model     %zu", m->inputs);
+        for (size_t i = 0; i < m->hidden_count; i++) fprintf(h, "-%zu", m->hidden[i]);
+        fprintf(h, "-%zu %s", m->classes, mpcl_activation_name(m->activation));
+    } else {
+        print_layers(h, m);
+    }
+    fprintf(h, "; %s, %s lr %g; batch %zu, %u epochs, seed %llu\n", mpcl_loss_name(m->loss),
+            mpcl_optim_kind_name(m->optim.kind), (double)m->optim.lr, m->max_batch, a->epochs,
+            (unsigned long long)a->seed);
     if (a->resume) fprintf(h, "resume    %s\n", a->resume);
     fflush(h);
 }
@@ -427,6 +459,10 @@ int main(int argc, char **argv) {
      * opened; the trainer reports the load's outcome where it did before.
      * Should the start fail, the trainer loads them itself. */
     mpcl_train_params p = train_args_to_params(&a);
+    if (a.model_file && mpcl_model_file_read(a.model_file, &p.model) != MPCL_OK) {
+        fprintf(stderr, "mpcl-train: %s\n", mpcl_errmsg());
+        return EXIT_ERROR;
+    }
     mpcl_train_data_load *load = NULL;
     if (mpcl_train_data_load_start(&p, &load) != MPCL_OK) load = NULL;
 

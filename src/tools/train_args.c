@@ -137,6 +137,7 @@ static const struct {
     {"--lr", FLAG_VALUE},
     {"--hidden", FLAG_VALUE},
     {"--activation", FLAG_VALUE},
+    {"--model", FLAG_VALUE},
     {"--optimizer", FLAG_VALUE},
     {"--precision", FLAG_VALUE},
     {"--loss-scale", FLAG_VALUE},
@@ -218,13 +219,18 @@ static bool apply(train_args *a, const char *f, const char *v, char *err, size_t
         if (!parse_positive_float(f, v, true, &a->lr, err, size)) return false;
         a->lr_set = true;
     } else if (strcmp(f, "--hidden") == 0) {
+        a->mlp_flag = f;
         return parse_hidden(a, f, v, err, size);
+    } else if (strcmp(f, "--model") == 0) {
+        if (!*v) return fail(err, size, "%s: empty path", f);
+        a->model_file = v;
     } else if (strcmp(f, "--activation") == 0) {
         mpcl_activation act;
         /* Identity hidden layers would collapse the MLP into one linear map. */
         if (!mpcl_activation_parse(v, &act) || act == MPCL_ACT_IDENTITY)
             return fail(err, size, "%s: unknown activation '%s' (relu, gelu, tanh, sigmoid)", f, v);
         a->activation = act;
+        a->mlp_flag = f;
     } else if (strcmp(f, "--nesterov") == 0) {
         a->nesterov = true;
     } else if (strcmp(f, "--optimizer") == 0) {
@@ -326,6 +332,10 @@ bool train_args_parse(train_args *a, int argc, char **argv, char *err, size_t er
         return fail(err, err_size, "--momentum and --nesterov apply to --optimizer sgd only");
     if ((a->save_every || a->save_every_epochs) && !a->save)
         return fail(err, err_size, "--save-every needs --save PATH (where to write)");
+    if (a->model_file && a->mlp_flag)
+        return fail(err, err_size,
+                    "%s shapes the MLP that --model %s replaces: give one or the other",
+                    a->mlp_flag, a->model_file);
     return true;
 }
 

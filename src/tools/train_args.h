@@ -25,6 +25,8 @@ typedef struct train_args {
     size_t hidden[MPCL_MAX_HIDDEN]; /* {128} */
     size_t hidden_count;
     mpcl_activation activation; /* relu */
+    const char *mlp_flag;       /* --hidden or --activation, when given */
+    const char *model_file;     /* --model FILE.json: Keras model JSON */
     mpcl_optim_kind optimizer;  /* adam */
     float clip_norm;            /* 0: no clipping */
     float momentum;             /* SGD: 0.9 */

@@ -471,11 +471,22 @@ static size_t run_batch(size_t batch, size_t train_count) {
  * whether the model was tried; its status goes to *st and its message to
  * *msg (a copy: a failure is reported, as before, only once the data are
  * known to be good). */
+/* Images are (rows, cols, 1) to a model whose first layer takes images and
+ * that names no input shape of its own; flat features to any other. */
+static bool wants_image(const mpcl_model_params *mp) {
+    for (size_t l = 0; l < mp->layer_count; l++) {
+        size_t rank = mpcl_layer_kind_input_rank(mp->layers[l].kind);
+        if (rank) return mp->input_rank == 0 && rank == 3;
+    }
+    return false;
+}
+
 static bool early_model(mpcl_trainer *tr, const mpcl_train_params *params, mpcl_model_params *mp,
                         mpcl_status *st, char **msg) {
     size_t count, features;
     int classes;
-    if (params->dist || data_load_check(tr->ctx, params) != MPCL_OK ||
+    if (params->dist || wants_image(&params->model) ||
+        data_load_check(tr->ctx, params) != MPCL_OK ||
         !data_load_shape(params->data_load, &count, &features, &classes))
         return false;
     *mp = params->model;
@@ -567,6 +578,11 @@ mpcl_status mpcl_trainer_create(mpcl_context *ctx, const mpcl_train_params *para
     mpcl_model_params mp = params->model;
     mp.inputs = mpcl_dataset_features(train_ds);
     mp.classes = (size_t)mpcl_dataset_num_classes(train_ds);
+    if (wants_image(&mp)) {
+        size_t image[3] = {mpcl_dataset_rows(train_ds), mpcl_dataset_cols(train_ds), 1};
+        memcpy(mp.input_shape, image, sizeof image);
+        mp.input_rank = 3;
+    }
     mp.max_batch = batch;
     mp.seed = params->seed;
     tr->params.model = mp;

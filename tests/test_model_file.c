@@ -1,0 +1,200 @@
+/* Keras model files (mpcl/model_file.h): a Keras 3 and a Keras 2
+ * Sequential CNN written here by hand as model.to_json() writes them, read
+ * into the specs a model is built from; every refusal the header promises,
+ * with the message naming the file, line, layer and key; and a file that
+ * fails leaves the params as they were. No device. */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "testutil.h"
+#include "mpcl/model_file.h"
+
+static char dir[64];
+
+static int setup(void **state) {
+    (void)state;
+    snprintf(dir, sizeof dir, "/tmp/mpcl-test-model-file-XXXXXX");
+    return mkdtemp(dir) ? 0 : -1;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static const char *write_file(const char *name, const char *text) {
+    static char path[128];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+    return path;
+}
+
+/* Keras 3.x: an InputLayer with batch_shape, module and registered_name
+ * keys, initializers as objects, a dtype policy object. */
+static const char KERAS3[] =
+    "{\"module\": \"keras\", \"class_name\": \"Sequential\", \"config\": {\"name\": \"cnn\",\n"
+    " \"trainable\": true, \"dtype\": {\"module\": \"keras\", \"class_name\": \"DTypePolicy\",\n"
+    " \"config\": {\"name\": \"float32\"}}, \"layers\": [\n"
+    " {\"module\": \"keras.layers\", \"class_name\": \"InputLayer\", \"config\": "
+    "{\"batch_shape\":\n"
+    "  [null, 28, 28, 1], \"dtype\": \"float32\", \"sparse\": false, \"name\": \"input_layer\"},\n"
+    "  \"registered_name\": null},\n"
+    " {\"module\": \"keras.layers\", \"class_name\": \"Conv2D\", \"config\": {\"name\": "
+    "\"conv2d\",\n"
+    "  \"trainable\": true, \"filters\": 32, \"kernel_size\": [3, 3], \"strides\": [1, 1],\n"
+    "  \"padding\": \"valid\", \"data_format\": \"channels_last\", \"dilation_rate\": [1, 1],\n"
+    "  \"groups\": 1, \"activation\": \"relu\", \"use_bias\": true, \"kernel_initializer\":\n"
+    "  {\"module\": \"keras.initializers\", \"class_name\": \"GlorotUniform\", \"config\":\n"
+    "  {\"seed\": null}}, \"bias_initializer\": {\"class_name\": \"Zeros\", \"config\": {}},\n"
+    "  \"kernel_regularizer\": null, \"bias_regularizer\": null, \"activity_regularizer\": null,\n"
+    "  \"kernel_constraint\": null, \"bias_constraint\": null}, \"registered_name\": null,\n"
+    "  \"build_config\": {\"input_shape\": [null, 28, 28, 1]}},\n"
+    " {\"class_name\": \"MaxPooling2D\", \"config\": {\"name\": \"pool\", \"pool_size\": [2, 2],\n"
+    "  \"padding\": \"valid\", \"strides\": [2, 2], \"data_format\": \"channels_last\"}},\n"
+    " {\"class_name\": \"Conv2D\", \"config\": {\"filters\": 64, \"kernel_size\": [3, 3],\n"
+    "  \"padding\": \"same\", \"activation\": \"linear\", \"use_bias\": false}},\n"
+    " {\"class_name\": \"Flatten\", \"config\": {\"name\": \"flatten\", \"data_format\":\n"
+    "  \"channels_last\"}},\n"
+    " {\"class_name\": \"Dense\", \"config\": {\"units\": 128, \"activation\": \"tanh\",\n"
+    "  \"lora_rank\": null}},\n"
+    " {\"class_name\": \"Dense\", \"config\": {\"units\": 10, \"activation\": \"softmax\"}}\n"
+    "]}, \"keras_version\": \"3.3.3\", \"backend\": \"tensorflow\"}\n";
+
+/* Keras 2.x: no InputLayer, the shape as the first layer's
+ * batch_input_shape. */
+static const char KERAS2[] =
+    "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"mlp\", \"layers\": [\n"
+    " {\"class_name\": \"Flatten\", \"config\": {\"name\": \"flatten\", \"trainable\": true,\n"
+    "  \"batch_input_shape\": [null, 28, 28], \"dtype\": \"float32\", \"data_format\":\n"
+    "  \"channels_last\"}},\n"
+    " {\"class_name\": \"Dense\", \"config\": {\"name\": \"dense\", \"units\": 64,\n"
+    "  \"activation\": \"relu\", \"use_bias\": true}},\n"
+    " {\"class_name\": \"Dense\", \"config\": {\"name\": \"dense_1\", \"units\": 10,\n"
+    "  \"activation\": \"linear\"}}]}, \"keras_version\": \"2.13.1\", \"backend\": "
+    "\"tensorflow\"}\n";
+
+static void reads_keras3(void **state) {
+    (void)state;
+    mpcl_model_params p = mpcl_model_default_params();
+    TU_ASSERT_OK(mpcl_model_file_read(write_file("k3.json", KERAS3), &p));
+    assert_int_equal(p.input_rank, 3);
+    assert_int_equal(p.input_shape[0], 28);
+    assert_int_equal(p.input_shape[2], 1);
+    assert_int_equal(p.inputs, 784);
+    assert_int_equal(p.layer_count, 6);
+    const char *kinds[] = {"conv2d", "max_pooling2d", "conv2d", "flatten", "dense", "dense"};
+    for (size_t i = 0; i < 6; i++) assert_string_equal(p.layers[i].kind, kinds[i]);
+    assert_int_equal(p.layers[0].filters, 32);
+    assert_int_equal(p.layers[0].kernel_size[1], 3);
+    assert_int_equal(p.layers[0].activation, MPCL_ACT_RELU);
+    assert_int_equal(p.layers[1].strides[0], 2);
+    assert_int_equal(p.layers[2].padding, MPCL_PADDING_SAME);
+    assert_false(p.layers[2].use_bias);
+    assert_int_equal(p.layers[2].activation, MPCL_ACT_IDENTITY);
+    assert_int_equal(p.layers[4].activation, MPCL_ACT_TANH);
+    /* The last softmax is the cross-entropy's: the layer gives logits. */
+    assert_int_equal(p.layers[5].activation, MPCL_ACT_IDENTITY);
+    assert_int_equal(p.layers[5].units, 10);
+    /* The model the file describes has Keras' shapes and counts. */
+    p.classes = 10;
+    mpcl_layer_summary s[MPCL_MAX_LAYERS];
+    size_t n = 0;
+    TU_ASSERT_OK(mpcl_model_summary(NULL, &p, s, &n));
+    assert_int_equal(n, 6);
+    assert_int_equal(s[2].out_shape[0], 13);
+    assert_int_equal(s[2].out_shape[2], 64);
+    assert_int_equal(s[0].params, 3 * 3 * 32 + 32);
+    assert_int_equal(s[2].params, 3 * 3 * 32 * 64);
+    assert_int_equal(s[3].out_shape[0], 13 * 13 * 64);
+}
+
+static void reads_keras2(void **state) {
+    (void)state;
+    mpcl_model_params p = mpcl_model_default_params();
+    TU_ASSERT_OK(mpcl_model_file_read(write_file("k2.json", KERAS2), &p));
+    assert_int_equal(p.input_rank, 2);
+    assert_int_equal(p.inputs, 784);
+    assert_int_equal(p.layer_count, 3);
+    assert_string_equal(p.layers[0].kind, "flatten");
+    assert_int_equal(p.layers[1].units, 64);
+}
+
+/* KERAS3 with the first `from` replaced by `to`. */
+static char *edited(const char *from, const char *to) {
+    const char *at = strstr(KERAS3, from);
+    assert_non_null(at);
+    size_t head = (size_t)(at - KERAS3);
+    char *s = malloc(sizeof KERAS3 + strlen(to));
+    memcpy(s, KERAS3, head);
+    strcpy(s + head, to);
+    strcat(s, at + strlen(from));
+    return s;
+}
+
+static void refuses_with_reason(void **state) {
+    (void)state;
+    static const char *const cases[][3] = {
+        {"\"Conv2D\", \"config\": {\"name\": \"conv2d\"",
+         "\"Conv3D\", \"config\": {\"name\": \"c\"", "layer 1 is Conv3D, which mpcl does not have"},
+        {"\"filters\": 32", "\"filterz\": 32", "layer 1 (Conv2D): unknown attribute \"filterz\""},
+        {"\"filters\": 32", "\"filters\": -32", "filters=\"-32\""},
+        {"\"filters\": 32", "\"filters\": 2.5", "filters=\"2.5\""},
+        {"\"filters\": 32", "\"filters\": \"many\"", "filters=\"many\""},
+        {"\"dilation_rate\": [1, 1]", "\"dilation_rate\": [2, 2]",
+         "dilation_rate is [2,2]; mpcl supports only 1"},
+        {"\"data_format\": \"channels_last\", \"dil", "\"data_format\": \"channels_first\", \"dil",
+         "data_format is channels_first"},
+        {"\"activation\": \"relu\"", "\"activation\": \"swish\"", "activation=\"swish\""},
+        {"\"activation\": \"relu\"", "\"activation\": {\"f\": 1}", "activation is an object"},
+        {"\"padding\": \"valid\", \"data", "\"padding\": \"causal\", \"data", "padding=\"causal\""},
+        {"\"class_name\": \"Sequential\"", "\"class_name\": \"Functional\"",
+         "mpcl reads Sequential models"},
+        {"\"layers\": [", "\"layerz\": [", "has no layers list"},
+        {"[null, 28, 28, 1], \"dtype\"", "[28, 28, 1], \"dtype\"", "an input shape is [null"},
+        {"\"units\": 128", "\"units\": 0", "units=\"0\""},
+        {"\"kernel_size\": [3, 3], \"strides\"", "\"kernel_size\": [3, 3, 3], \"strides\"",
+         "kernel_size=\"3,3,3\""},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *text = edited(cases[i][0], cases[i][1]);
+        const char *path = write_file("bad.json", text);
+        mpcl_model_params p = mpcl_model_default_params(), before = p;
+        mpcl_status st = mpcl_model_file_read(path, &p);
+        if (st != MPCL_ERR_FORMAT)
+            fail_msg("case %zu: %s, want a format error", i, mpcl_status_name(st));
+        if (!strstr(mpcl_errmsg(), cases[i][2]) || !strstr(mpcl_errmsg(), "bad.json") ||
+            !strstr(mpcl_errmsg(), "line "))
+            fail_msg("case %zu: wanted '%s', the file and a line in: %s", i, cases[i][2],
+                     mpcl_errmsg());
+        assert_memory_equal(&p, &before, sizeof p);
+        free(text);
+    }
+    /* Not JSON, not there, and a folder. */
+    mpcl_model_params p = mpcl_model_default_params();
+    assert_int_equal(mpcl_model_file_read(write_file("trunc.json", "{\"class_name\": "), &p),
+                     MPCL_ERR_FORMAT);
+    assert_non_null(strstr(mpcl_errmsg(), "trunc.json"));
+    char missing[128];
+    snprintf(missing, sizeof missing, "%s/none.json", dir);
+    assert_int_equal(mpcl_model_file_read(missing, &p), MPCL_ERR_IO);
+    assert_non_null(strstr(mpcl_errmsg(), "none.json"));
+    assert_int_equal(mpcl_model_file_read(dir, &p), MPCL_ERR_IO);
+    assert_int_equal(mpcl_model_file_read(NULL, &p), MPCL_ERR_INVALID_ARG);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(reads_keras3),
+        cmocka_unit_test(reads_keras2),
+        cmocka_unit_test(refuses_with_reason),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
