@@ -98,10 +98,22 @@ class Layer:
         _spec_call(lib.mpcl_layer_spec_set, ctypes.byref(self.spec), attr.encode(),
                    _as_text(value).encode())
 
+    def _resolved(self):
+        """The spec as a model runs it: the library fills attributes that
+        default from others (pooling strides 0 are the pool size) when it
+        lists a model's layers."""
+        mp = lib.mpcl_model_default_params()
+        mp.layers[0], mp.layer_count = self.spec, 1
+        out = (_lib.LayerSpec * _lib.MAX_LAYERS)()
+        n = ctypes.c_size_t()
+        _spec_call(lib.mpcl_model_params_layers, ctypes.byref(mp), out, ctypes.byref(n))
+        return out[0]
+
     def get(self, attr):
-        """One attribute's value as the library writes it ("3,3")."""
+        """One attribute's value as the library writes it ("3,3"), as the
+        model runs it."""
         buf = ctypes.create_string_buffer(256)
-        _spec_call(lib.mpcl_layer_spec_get, ctypes.byref(self.spec), attr.encode(), buf,
+        _spec_call(lib.mpcl_layer_spec_get, ctypes.byref(self._resolved()), attr.encode(), buf,
                    len(buf))
         return buf.value.decode()
 

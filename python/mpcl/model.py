@@ -690,14 +690,16 @@ class Sequential:
         _, rows = self._model_params()
         trainable = sum(r.params for r in rows)
         frozen = sum(r.buffers for r in rows)
+        names = [f"{l.name} ({type(l).__name__})" for l in self.layers]
+        w = max([30] + [len(n) + 2 for n in names])  # a long name keeps its column
+        line = w + 35
         print_fn(f'Model: "{self.name}"')
-        print_fn("_" * 65)
-        print_fn(f"{'Layer (type)':<30}{'Output Shape':<22}{'Param #':>13}")
-        print_fn("=" * 65)
-        for l, r in zip(self.layers, rows):
-            name = f"{l.name} ({type(l).__name__})"
-            print_fn(f"{name:<30}{_shape_text(r):<22}{r.params + r.buffers:>13,}")
-        print_fn("=" * 65)
+        print_fn("_" * line)
+        print_fn(f"{'Layer (type)':<{w}}{'Output Shape':<22}{'Param #':>13}")
+        print_fn("=" * line)
+        for name, r in zip(names, rows):
+            print_fn(f"{name:<{w}}{_shape_text(r):<22}{r.params + r.buffers:>13,}")
+        print_fn("=" * line)
         print_fn(f"Total params: {trainable + frozen:,}")
         print_fn(f"Trainable params: {trainable:,} (f32 master weights: {4 * trainable:,} bytes)")
         print_fn(f"Non-trainable params: {frozen:,}")
@@ -713,7 +715,7 @@ class Sequential:
                  f"storage {_lib.text(lib.mpcl_dtype_name(plan.storage))}, GEMM "
                  f"{_lib.text(lib.mpcl_gemm_path_name(plan.gemm))}, loss scaling "
                  f"{'on' if scaling else 'off'} ({_lib.text(plan.reason)})")
-        print_fn("_" * 65)
+        print_fn("_" * line)
 
     def get_config(self):
         """Keras 3's Sequential config: an InputLayer of the input shape, then

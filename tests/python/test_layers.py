@@ -97,6 +97,10 @@ def test_summary_of_a_cnn(capsys):
                          L.MaxPooling2D(), L.Flatten(), L.Dense(10)])
     m.summary()
     out = capsys.readouterr().out
+    rows = [l.split() for l in out.splitlines() if "(None," in l]
+    assert [r[:2] for r in rows] == [["conv2d_0", "(Conv2D)"],
+                                     ["max_pooling2d_0", "(MaxPooling2D)"],
+                                     ["flatten_0", "(Flatten)"], ["dense_0", "(Dense)"]]
     assert "(None, 26, 26, 8)" in out and "(None, 13, 13, 8)" in out
     assert "(None, 1352)" in out
     assert f"{3 * 3 * 1 * 8 + 8:,}" in out and f"{1352 * 10 + 10:,}" in out
@@ -127,6 +131,33 @@ def test_to_json_pairs_are_lists():
         pytest.skip("this libmpcl has no conv2d layer kind yet")
     c = L.Conv2D(4, 3, strides=2, padding="same", input_shape=(8, 8, 1)).get_config()
     assert c["kernel_size"] == [3, 3] and c["strides"] == [2, 2] and c["padding"] == "same"
+    # Pooling strides default to the pool size, as Keras writes them.
+    assert L.MaxPooling2D(3).get_config()["strides"] == [3, 3]
+    assert L.MaxPooling2D((2, 3), strides=1).get_config()["strides"] == [1, 1]
+
+
+def test_a_cnn_trains_saves_and_loads(data, tmp_path):
+    if not (has_kind("conv2d") and has_kind("max_pooling2d")):
+        pytest.skip("this libmpcl has no conv2d / max_pooling2d layer kind yet")
+    x, y, xt, yt = data
+    x, xt = x.reshape(-1, 28, 28, 1)[:512], xt.reshape(-1, 28, 28, 1)[:128]
+    m = mpcl.Sequential([L.Conv2D(4, 3, activation="relu", input_shape=(28, 28, 1)),
+                         L.MaxPooling2D(), L.Flatten(), L.Dense(10)])
+    m.compile(loss=mpcl.losses.SparseCategoricalCrossentropy(from_logits=True),
+              metrics=["accuracy"])
+    assert [a.shape for a in m.get_weights()] == [(3, 3, 1, 4), (4,), (13 * 13 * 4, 10), (10,)]
+    with pytest.raises(ValueError, match=r"\(None, 28, 28, 1\)"):
+        m.fit(x.reshape(-1, 784), y[:512], epochs=1)
+    h = m.fit(x, y[:512], epochs=2, batch_size=128, validation_data=(xt, yt[:128]), verbose=0)
+    assert h.history["loss"][1] < h.history["loss"][0]
+    m.save(tmp_path / "cnn.safetensors")
+    loaded = mpcl.models.load_model(tmp_path / "cnn.safetensors")
+    assert [type(l).__name__ for l in loaded.layers] == ["Conv2D", "MaxPooling2D", "Flatten",
+                                                        "Dense"]
+    assert loaded.layers[0].input_shape == (28, 28, 1)
+    assert json.loads(loaded.to_json())["config"]["layers"][1:] == \
+        json.loads(m.to_json())["config"]["layers"][1:]
+    np.testing.assert_array_equal(loaded.predict(xt), m.predict(xt))
 
 
 def test_weights_round_trip_in_keras_order():
