@@ -71,8 +71,8 @@ def _monitored(logs, monitor, who):
 
 class EarlyStopping(Callback):
     """Stops when monitor has not improved by more than min_delta for
-    `patience` epochs; restore_best_weights puts back the weights of the best
-    epoch at the end."""
+    `patience` epochs (never after the first epoch), as Keras 3 does;
+    restore_best_weights puts back the weights of the best epoch at the end."""
 
     def __init__(self, monitor="val_loss", patience=0, min_delta=0, mode="auto",
                  restore_best_weights=False):
@@ -101,7 +101,7 @@ class EarlyStopping(Callback):
                 self.best_weights = self.model.get_weights()
             return
         self.wait += 1
-        if self.wait > self.patience:
+        if self.wait >= self.patience and epoch > 0:  # Keras 3's rule
             self.stopped_epoch = epoch
             self.model.stop_training = True
 

@@ -190,6 +190,8 @@ def _as_bytes(x, what):
     u = np.rint(np.nan_to_num(x, nan=-1.0) * np.float32(255))
     ok = (u >= 0) & (u <= 255)
     b = np.where(ok, u, 0).astype(np.uint8)
+    # TODO: other float data need the trainer's data sets from float arrays
+    # (mpcl_dataset from arrays), which libmpcl does not have yet.
     if not ok.all() or not np.array_equal(b.astype(np.float32) / np.float32(255), x):
         raise ValueError(f"{what}: fit() takes float32 only as byte / 255 values "
                          "(x.astype('float32') / 255), because the trainer keeps data sets as "

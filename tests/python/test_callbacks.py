@@ -57,13 +57,13 @@ def test_early_stopping_stops_and_restores(data):
     model = seed_model(hidden=16)
     seen = []
     # An impossible min_delta: no epoch after the first improves.
-    es = cb.EarlyStopping(monitor="val_loss", patience=1, min_delta=1e9,
+    es = cb.EarlyStopping(monitor="val_loss", patience=2, min_delta=1e9,
                           restore_best_weights=True)
     keep = cb.LambdaCallback(on_epoch_end=lambda e, logs=None: seen.append(model.get_weights()))
     h = model.fit(x[:512], y[:512], epochs=10, batch_size=128, validation_data=(xt, yt),
                   verbose=0, callbacks=[keep, es])
-    # Epoch 0 sets the best; epochs 1 and 2 do not improve; patience 1
-    # stops after epoch 2.
+    # Epoch 0 sets the best; epochs 1 and 2 do not improve: Keras' rule
+    # (wait >= patience) stops after epoch 2 with patience 2.
     assert len(h.history["val_loss"]) == 3 and es.stopped_epoch == 2 and h.stopped
     for a, b in zip(model.get_weights(), seen[0]):
         np.testing.assert_array_equal(a, b)
