@@ -18,7 +18,7 @@ PUBLIC = {
     "nn": ["model", "layer_spec"],
     "io": ["data", "npy", "safetensors", "batch", "model_file"],
     "parallel": ["dist"],
-    "train": ["train", "plot", "checkpoint"],
+    "train": ["train", "plot", "checkpoint", "abi"],
     "tools": ["mpcl"],
 }
 AREA_OF_PUBLIC = {h: a for a, hs in PUBLIC.items() for h in hs}

@@ -29,6 +29,7 @@
 #include "mpcl/dist.h"
 #include "mpcl/train.h"
 #include "mpcl/checkpoint.h"
+#include "mpcl/abi.h"
 #include "mpcl/plot.h"
 #include "mpcl/files.h"
 #include "mpcl/version.h"

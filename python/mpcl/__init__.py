@@ -15,14 +15,14 @@ next to this source tree."""
 
 import ctypes
 
-from . import datasets, layers, losses, mixed_precision, models, optimizers
+from . import callbacks, datasets, layers, losses, mixed_precision, models, optimizers
 from ._lib import MpclError, library_path
 from ._lib import lib as _clib
 from ._lib import text as _text
 from .model import History, Sequential
 
 __all__ = ["MpclError", "Sequential", "History", "devices", "layers", "losses", "optimizers",
-           "mixed_precision", "models", "datasets", "library_path", "__version__"]
+           "mixed_precision", "models", "datasets", "callbacks", "library_path", "__version__"]
 
 __version__ = _text(_clib.mpcl_version())
 

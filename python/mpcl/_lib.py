@@ -1,6 +1,7 @@
 """libmpcl through ctypes: finding the library, the C structs the package
-uses (mirrors of include/mpcl/*.h, kept in the headers' field order), the
-function prototypes, and the one exception type."""
+uses (mirrors of include/mpcl/*.h, checked at import against the layout the
+library reports through mpcl/abi.h), the function prototypes, the enum names
+as the library gives them, and the one exception type."""
 
 import ctypes
 import ctypes.util
@@ -12,22 +13,23 @@ import threading
 from ctypes import (CFUNCTYPE, POINTER, Structure, c_bool, c_char, c_char_p, c_double, c_float,
                     c_int, c_size_t, c_uint, c_uint32, c_uint64, c_void_p)
 
+# Array bounds of the headers; a wrong one shows as a size or offset
+# mismatch at import (_check_layouts).
 MAX_HIDDEN = 7
-MAX_LAYERS = MAX_HIDDEN + 1
+MAX_LAYERS = 32
+MAX_INPUT_RANK = 3
+LAYER_KIND_MAX = 24
 MAX_RANK = 4
 INFO_STR = 256
 EXTENSIONS_STR = 16384
 ST_MAX_DIMS = 8
+MODEL_SPEC_MAX = 8192
 
-# Enums (include/mpcl/*.h): values fixed by the order there.
-ACTIVATIONS = ["identity", "relu", "gelu", "sigmoid", "tanh"]
-POLICIES = ["auto", "mixed_float16", "float32", "mixed_bfloat16"]
-DTYPES = ["f32", "f16", "i32", "u8", "bf16"]
-OPTIM_SGD, OPTIM_ADAM, OPTIM_ADAMW = 0, 1, 2
+# Enums whose names the library has no call for (include/mpcl/*.h order).
 SLOT_MASTER, SLOT_M, SLOT_V = 0, 1, 2
 LOSS_SCALING_PLAN, LOSS_SCALING_ON, LOSS_SCALING_OFF = 0, 1, 2
 LOSS_SCALE_DYNAMIC, LOSS_SCALE_FIXED = 0, 1
-
+ATTR_COUNT, ATTR_PAIR, ATTR_REAL, ATTR_BOOL, ATTR_ACTIVATION, ATTR_PADDING = range(6)
 
 
 class MpclError(RuntimeError):
@@ -41,7 +43,10 @@ class MpclError(RuntimeError):
 
 
 class LayerSpec(Structure):
-    _fields_ = [("kind", c_char * 16), ("units", c_size_t), ("activation", c_int)]
+    _fields_ = [("kind", c_char * LAYER_KIND_MAX), ("activation", c_int), ("units", c_size_t),
+                ("filters", c_size_t), ("kernel_size", c_size_t * 2), ("pool_size", c_size_t * 2),
+                ("strides", c_size_t * 2), ("padding", c_int), ("use_bias", c_bool),
+                ("rate", c_double), ("momentum", c_double), ("epsilon", c_double)]
 
 
 class OptimParams(Structure):
@@ -62,7 +67,8 @@ class LossScaleState(Structure):
 
 
 class ModelParams(Structure):
-    _fields_ = [("inputs", c_size_t), ("layers", LayerSpec * MAX_LAYERS),
+    _fields_ = [("inputs", c_size_t), ("input_shape", c_size_t * MAX_INPUT_RANK),
+                ("input_rank", c_size_t), ("layers", LayerSpec * MAX_LAYERS),
                 ("layer_count", c_size_t), ("hidden", c_size_t * MAX_HIDDEN),
                 ("hidden_count", c_size_t), ("classes", c_size_t), ("activation", c_int), ("loss", c_int),
                 ("policy", c_int), ("max_batch", c_size_t), ("seed", c_uint64),
@@ -73,7 +79,7 @@ class CheckpointPosition(Structure):
     _fields_ = [("step", c_uint64), ("epoch", c_uint32), ("epoch_step", c_uint64),
                 ("optimizer_step", c_uint32), ("seed", c_uint64), ("batch", c_size_t),
                 ("train_samples", c_size_t), ("scaled", c_bool),
-                ("loss_scale", LossScaleState)]
+                ("loss_scale", LossScaleState), ("rng_counter", c_uint64)]
 
 
 class TrainReport(Structure):
@@ -121,10 +127,17 @@ class TrainSummary(Structure):
                 ("allreduce_seconds", c_double)]
 
 
-class XentStats(Structure):
-    _fields_ = [("loss_sum", c_double), ("correct", c_uint64), ("samples", c_uint64),
-                ("calls", c_uint64), ("bad", c_uint64), ("bad_call", ctypes.c_int64),
-                ("bad_row", ctypes.c_int64), ("bad_label", ctypes.c_int64)]
+class LossStats(Structure):
+    _fields_ = [("loss", c_int), ("loss_sum", c_double), ("metric_sum", c_double),
+                ("terms", c_uint64), ("samples", c_uint64), ("calls", c_uint64), ("bad", c_uint64),
+                ("bad_call", ctypes.c_int64), ("bad_row", ctypes.c_int64),
+                ("bad_col", ctypes.c_int64), ("bad_target", c_double)]
+
+
+class LayerSummary(Structure):
+    _fields_ = [("name", c_char * 32), ("out_rank", c_size_t),
+                ("out_shape", c_size_t * MAX_INPUT_RANK), ("params", c_size_t),
+                ("buffers", c_size_t)]
 
 
 class Plan(Structure):
@@ -184,6 +197,40 @@ _S = c_int  # mpcl_status
 # name: (restype, argtypes). A restype of _S is checked by call().
 _PROTOTYPES = {
     "mpcl_version": (c_char_p, []),
+    "mpcl_abi_sizeof": (c_size_t, [c_char_p]),
+    "mpcl_abi_offsetof": (c_size_t, [c_char_p, c_char_p]),
+    "mpcl_loss_name": (c_char_p, [c_int]),
+    "mpcl_loss_parse": (c_bool, [c_char_p, POINTER(c_int)]),
+    "mpcl_loss_metric_name": (c_char_p, [c_int]),
+    "mpcl_loss_sparse_targets": (c_bool, [c_int]),
+    "mpcl_padding_name": (c_char_p, [c_int]),
+    "mpcl_layer_kind_count": (c_size_t, []),
+    "mpcl_layer_kind_name": (c_char_p, [c_size_t]),
+    "mpcl_layer_kind_keras_name": (c_char_p, [c_char_p]),
+    "mpcl_layer_kind_from_keras": (c_char_p, [c_char_p]),
+    "mpcl_layer_kind_known": (c_bool, [c_char_p]),
+    "mpcl_layer_attr_count": (c_size_t, [c_char_p]),
+    "mpcl_layer_attr_name": (c_char_p, [c_char_p, c_size_t]),
+    "mpcl_layer_attr_type": (c_int, [c_char_p, c_size_t]),
+    "mpcl_layer_attr_default": (c_char_p, [c_char_p, c_size_t]),
+    "mpcl_layer_spec_init": (_S, [P, c_char_p, POINTER(LayerSpec)]),
+    "mpcl_layer_spec_set": (_S, [P, POINTER(LayerSpec), c_char_p, c_char_p]),
+    "mpcl_layer_spec_get": (_S, [P, POINTER(LayerSpec), c_char_p, c_char_p, c_size_t]),
+    "mpcl_layer_spec_check": (_S, [P, POINTER(LayerSpec)]),
+    "mpcl_layer_spec_format": (_S, [P, POINTER(LayerSpec), c_char_p, c_size_t]),
+    "mpcl_model_spec_format": (_S, [P, POINTER(ModelParams), c_char_p, c_size_t]),
+    "mpcl_model_params_layers": (_S, [P, POINTER(ModelParams), POINTER(LayerSpec),
+                                      POINTER(c_size_t)]),
+    "mpcl_model_params_input_shape": (None, [POINTER(ModelParams), POINTER(c_size_t),
+                                             POINTER(c_size_t)]),
+    "mpcl_model_summary": (_S, [P, POINTER(ModelParams), POINTER(LayerSummary),
+                                POINTER(c_size_t)]),
+    "mpcl_model_buffer_count": (c_size_t, [P]),
+    "mpcl_model_buffer": (POINTER(ParamInfo), [P, c_size_t]),
+    "mpcl_model_read_buffer": (_S, [P, c_size_t, c_void_p, c_size_t]),
+    "mpcl_model_write_buffer": (_S, [P, c_size_t, c_void_p, c_size_t]),
+    "mpcl_model_rng_counter": (c_uint64, [P]),
+    "mpcl_model_set_rng_counter": (None, [P, c_uint64]),
     "mpcl_status_name": (c_char_p, [c_int]),
     "mpcl_status_str": (c_char_p, [c_int]),
     "mpcl_errmsg": (c_char_p, []),
@@ -226,7 +273,7 @@ _PROTOTYPES = {
     "mpcl_model_params_of": (POINTER(ModelParams), [P]),
     "mpcl_model_loss_scale": (P, [P]),
     "mpcl_model_eval_step": (_S, [P, P, P]),
-    "mpcl_model_read_eval_stats": (_S, [P, POINTER(XentStats), c_bool]),
+    "mpcl_model_read_eval_stats": (_S, [P, POINTER(LossStats), c_bool]),
     "mpcl_model_read_logits": (_S, [P, c_void_p, c_size_t]),
     "mpcl_model_param_count": (c_size_t, [P]),
     "mpcl_model_param": (POINTER(ParamInfo), [P, c_size_t]),
@@ -329,6 +376,63 @@ def _load():
 
 
 lib, library_path = _load()
+
+# Each mirror and the C struct it restates.
+_MIRRORS = {
+    LayerSpec: "mpcl_layer_spec", OptimParams: "mpcl_optim_params",
+    LossScaleParams: "mpcl_loss_scale_params", LossScaleState: "mpcl_loss_scale_state",
+    ModelParams: "mpcl_model_params", LayerSummary: "mpcl_layer_summary",
+    ParamInfo: "mpcl_param_info", CheckpointPosition: "mpcl_checkpoint_position",
+    TrainReport: "mpcl_train_report", TrainParams: "mpcl_train_params",
+    TrainSummary: "mpcl_train_summary", LossStats: "mpcl_loss_stats", Plan: "mpcl_plan",
+    PlanOverrides: "mpcl_plan_overrides", ContextParams: "mpcl_context_params",
+    FpConfig: "mpcl_fp_config", DeviceInfo: "mpcl_device_info",
+    SkippedPlatform: "mpcl_skipped_platform", StTensor: "mpcl_st_tensor",
+}
+_SIZE_MAX = ctypes.c_size_t(-1).value
+
+
+def _check_layout(cls, c_name):
+    """ImportError unless the ctypes Structure cls has the size of the C
+    struct c_name and every field at the library's offset (the library is
+    the truth: it was compiled from the headers). Names the struct and field."""
+    size = lib.mpcl_abi_sizeof(c_name.encode())
+    if size == _SIZE_MAX:
+        raise ImportError(f"{c_name}: libmpcl ({library_path}) does not describe this struct")
+    for field, _ in cls._fields_:
+        have = getattr(cls, field).offset
+        want = lib.mpcl_abi_offsetof(c_name.encode(), field.encode())
+        if want == _SIZE_MAX:
+            raise ImportError(f"{c_name}.{field}: no such field in libmpcl ({library_path})")
+        if have != want:
+            raise ImportError(f"{c_name}.{field}: offset {have} in Python, {want} in libmpcl")
+    if ctypes.sizeof(cls) != size:
+        raise ImportError(f"{c_name}: size {ctypes.sizeof(cls)} in Python, {size} in libmpcl")
+
+
+for _cls, _c_name in _MIRRORS.items():
+    _check_layout(_cls, _c_name)
+
+
+def _names(fn):
+    """An enum's names as the library gives them, in value order: fn(0),
+    fn(1), ... until "unknown" or NULL."""
+    out = []
+    while True:
+        name = fn(len(out))
+        if name is None or name == b"unknown":
+            return out
+        out.append(name.decode())
+
+
+ACTIVATIONS = _names(lib.mpcl_activation_name)
+POLICIES = _names(lib.mpcl_policy_name)
+DTYPES = _names(lib.mpcl_dtype_name)
+LOSSES = _names(lib.mpcl_loss_name)
+OPTIMIZERS = _names(lib.mpcl_optim_kind_name)
+PADDINGS = _names(lib.mpcl_padding_name)
+OPTIM_SGD, OPTIM_ADAM, OPTIM_ADAMW = (OPTIMIZERS.index(k) for k in ("sgd", "adam", "adamw"))
+LAYER_KINDS = [lib.mpcl_layer_kind_name(i).decode() for i in range(lib.mpcl_layer_kind_count())]
 
 
 def text(b):

@@ -1,19 +1,214 @@
-"""Layers: Dense, as in Keras."""
+"""Layers as in Keras, each one an mpcl_layer_spec built by the library.
+
+A layer's attributes, their types, defaults and checks are the library's
+declarations (mpcl/layer_spec.h): a layer sets each argument through
+mpcl_layer_spec_set as text, so a bad value is refused with the library's
+message (ValueError), and get_config() reads the values back through
+mpcl_layer_spec_get. A kind this libmpcl does not register is refused when
+the layer is built."""
+
+import ctypes
+
+from . import _lib
+from ._lib import lib
+
+# Output activations the library does not run: the model keeps logits on the
+# device and the loss says how to read them (see Sequential.compile).
+OUTPUT_ACTIVATIONS = ("softmax",)
+_ACTIVATION_ALIASES = {None: "linear", "identity": "linear"}
 
 
-class Dense:
-    """Dense(units, activation=None, input_shape=None). activation: None or
-    "linear" (identity), "relu", "gelu", "tanh", "sigmoid"; on the last
-    layer also "softmax" (with a loss that is not from_logits)."""
+def _spec_call(fn, *args):
+    """A layer_spec call whose failure is the caller's bad argument:
+    ValueError with the library's message."""
+    try:
+        _lib.call(fn, None, *args)
+    except _lib.MpclError as e:
+        raise ValueError(e.message) from None
 
-    def __init__(self, units, activation=None, input_shape=None, name=None):
-        if not isinstance(units, int) or isinstance(units, bool) or units < 1:
-            raise ValueError(f"Dense: units must be a positive integer, not {units!r}")
-        if input_shape is not None:
-            input_shape = tuple(input_shape)
-            if len(input_shape) != 1 or not isinstance(input_shape[0], int) or input_shape[0] < 1:
-                raise ValueError(f"Dense: input_shape must be (features,), not {input_shape!r}")
-        self.units = units
-        self.activation = "linear" if activation in (None, "linear", "identity") else activation
-        self.input_shape = input_shape
+
+def _as_text(value):
+    """An argument as the library's attribute text: pairs "3,3", booleans
+    "true"/"false", numbers as Python writes them (the library refuses a
+    float where it takes a count)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (tuple, list)):
+        return ",".join(_as_text(v) for v in value)
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def _from_text(kind_type, text):
+    """An attribute's text as Keras' JSON value: lists for pairs."""
+    if kind_type == _lib.ATTR_COUNT:
+        return int(text)
+    if kind_type == _lib.ATTR_PAIR:
+        return [int(v) for v in text.split(",")]
+    if kind_type == _lib.ATTR_REAL:
+        return float(text)
+    if kind_type == _lib.ATTR_BOOL:
+        return text == "true"
+    return text
+
+
+def attributes(kind):
+    """[(name, type), ...] the library declares for kind, in order."""
+    k = kind.encode()
+    return [(lib.mpcl_layer_attr_name(k, i).decode(), lib.mpcl_layer_attr_type(k, i))
+            for i in range(lib.mpcl_layer_attr_count(k))]
+
+
+def keras_class(kind):
+    name = lib.mpcl_layer_kind_keras_name(kind.encode())
+    return name.decode() if name else None
+
+
+class Layer:
+    """A layer of one library kind; subclasses give `kind` and pass their
+    arguments under the library's attribute names (Keras' names)."""
+
+    kind = None
+
+    def __init__(self, name=None, input_shape=None, **attrs):
+        if not lib.mpcl_layer_kind_known(self.kind.encode()):
+            raise NotImplementedError(
+                f"this libmpcl has no layer kind {self.kind} ({type(self).__name__}); it has "
+                f"{', '.join(_lib.LAYER_KINDS)}")
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"{type(self).__name__}: name must be a string, not {name!r}")
         self.name = name
+        self.input_shape = _input_shape(type(self).__name__, input_shape)
+        self.output_activation = None
+        act = attrs.get("activation")
+        act = _ACTIVATION_ALIASES.get(act, act) if act is None or isinstance(act, str) else act
+        if act in OUTPUT_ACTIVATIONS:
+            self.output_activation, act = act, "linear"
+        if "activation" in attrs:
+            attrs["activation"] = act
+        self.spec = _lib.LayerSpec()
+        _spec_call(lib.mpcl_layer_spec_init, self.kind.encode(), ctypes.byref(self.spec))
+        for attr, value in attrs.items():
+            if value is not None:
+                self._set(attr, value)
+        _spec_call(lib.mpcl_layer_spec_check, ctypes.byref(self.spec))
+
+    def _set(self, attr, value):
+        _spec_call(lib.mpcl_layer_spec_set, ctypes.byref(self.spec), attr.encode(),
+                   _as_text(value).encode())
+
+    def _resolved(self):
+        """The spec as a model runs it: the library fills attributes that
+        default from others (pooling strides 0 are the pool size) when it
+        lists a model's layers."""
+        mp = lib.mpcl_model_default_params()
+        mp.layers[0], mp.layer_count = self.spec, 1
+        out = (_lib.LayerSpec * _lib.MAX_LAYERS)()
+        n = ctypes.c_size_t()
+        _spec_call(lib.mpcl_model_params_layers, ctypes.byref(mp), out, ctypes.byref(n))
+        return out[0]
+
+    def get(self, attr):
+        """One attribute's value as the library writes it ("3,3"), as the
+        model runs it."""
+        buf = ctypes.create_string_buffer(256)
+        _spec_call(lib.mpcl_layer_spec_get, ctypes.byref(self._resolved()), attr.encode(), buf,
+                   len(buf))
+        return buf.value.decode()
+
+    def device_spec(self):
+        """The spec the device runs (an output activation is applied on the
+        host, so the device gives logits)."""
+        return _lib.LayerSpec.from_buffer_copy(self.spec)
+
+    def get_config(self):
+        """Keras' config: the name, then every declared attribute with its
+        JSON type (lists for pairs, strings, numbers, booleans)."""
+        cfg = {"name": self.name, "trainable": True, "dtype": "float32"}
+        for attr, kind_type in attributes(self.kind):
+            cfg[attr] = _from_text(kind_type, self.get(attr))
+        if self.output_activation:
+            cfg["activation"] = self.output_activation
+        return cfg
+
+    def __repr__(self):
+        return f"<{type(self).__name__} {self.name or self.kind}>"
+
+
+def _input_shape(who, shape):
+    """None, or a tuple of 1 to MAX_INPUT_RANK positive integers."""
+    if shape is None:
+        return None
+    shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
+    ok = 1 <= len(shape) <= _lib.MAX_INPUT_RANK and all(
+        isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in shape)
+    if not ok:
+        raise ValueError(f"{who}: input_shape must be (features,) or (height, width, channels) "
+                         f"of positive integers, not {shape!r}")
+    return shape
+
+
+class Dense(Layer):
+    kind = "dense"
+
+    def __init__(self, units, activation=None, use_bias=True, input_shape=None, name=None):
+        if units is None:
+            raise ValueError("Dense: units is required")
+        super().__init__(name, input_shape, units=units, activation=activation,
+                         use_bias=use_bias)
+
+
+class Conv2D(Layer):
+    kind = "conv2d"
+
+    def __init__(self, filters, kernel_size, strides=(1, 1), padding="valid", activation=None,
+                 use_bias=True, input_shape=None, name=None):
+        super().__init__(name, input_shape, filters=filters, kernel_size=kernel_size,
+                         strides=strides, padding=padding, activation=activation,
+                         use_bias=use_bias)
+
+
+class MaxPooling2D(Layer):
+    kind = "max_pooling2d"
+
+    def __init__(self, pool_size=(2, 2), strides=None, padding="valid", input_shape=None,
+                 name=None):
+        super().__init__(name, input_shape, pool_size=pool_size, strides=strides,
+                         padding=padding)
+
+
+class Flatten(Layer):
+    kind = "flatten"
+
+    def __init__(self, input_shape=None, name=None):
+        super().__init__(name, input_shape)
+
+
+class Dropout(Layer):
+    kind = "dropout"
+
+    def __init__(self, rate, input_shape=None, name=None):
+        super().__init__(name, input_shape, rate=rate)
+
+
+class BatchNormalization(Layer):
+    kind = "batch_normalization"
+
+    def __init__(self, momentum=0.99, epsilon=0.001, input_shape=None, name=None):
+        super().__init__(name, input_shape, momentum=momentum, epsilon=epsilon)
+
+
+def from_spec(spec, name=None, input_shape=None):
+    """The layer of a library spec (a checkpoint's), of the class of its
+    kind."""
+    kind = spec.kind.decode()
+    cls = next((c for c in (Dense, Conv2D, MaxPooling2D, Flatten, Dropout, BatchNormalization)
+                if c.kind == kind), None)
+    if cls is None:
+        raise ValueError(f"layer kind {kind!r} has no class in this mpcl package")
+    layer = cls.__new__(cls)
+    layer.name, layer.output_activation = name, None
+    layer.input_shape = input_shape
+    layer.spec = _lib.LayerSpec.from_buffer_copy(spec)
+    return layer

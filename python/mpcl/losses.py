@@ -1,7 +1,61 @@
-"""Losses: sparse categorical cross-entropy (softmax cross-entropy in f32 on
-the device, as in every policy)."""
+"""Losses as in Keras, each one a loss of the library (mpcl/losses.h), in f32
+on the device in every policy. `name` is the library's name of the loss
+(mpcl_loss_parse); `output_activation` is the activation a model's last
+layer may carry when the loss is not from_logits: the device then keeps
+logits, which the loss reads as such, and predict() applies it."""
+
+from . import _lib
 
 
-class SparseCategoricalCrossentropy:
+class Loss:
+    name = None
+    output_activation = None
+
     def __init__(self, from_logits=False):
         self.from_logits = bool(from_logits)
+
+    def get_config(self):
+        return {"name": self.name, "from_logits": self.from_logits}
+
+
+class SparseCategoricalCrossentropy(Loss):
+    name = "sparse_categorical_crossentropy"
+    output_activation = "softmax"
+
+
+class BinaryCrossentropy(Loss):
+    name = "binary_crossentropy"
+    output_activation = "sigmoid"
+
+
+class MeanSquaredError(Loss):
+    """The mean of (y - t)^2; the last layer's output is the prediction."""
+
+    name = "mse"
+
+    def __init__(self):
+        super().__init__(from_logits=True)
+
+    def get_config(self):
+        return {"name": "mean_squared_error"}
+
+
+# Keras' string names.
+_BY_NAME = {"sparse_categorical_crossentropy": SparseCategoricalCrossentropy,
+            "binary_crossentropy": BinaryCrossentropy, "mse": MeanSquaredError,
+            "mean_squared_error": MeanSquaredError}
+
+
+def get(loss):
+    """A Loss from a Loss or one of Keras' names; ValueError otherwise."""
+    if isinstance(loss, Loss):
+        return loss
+    if isinstance(loss, str) and loss in _BY_NAME:
+        return _BY_NAME[loss]()
+    raise ValueError(f"unknown loss {loss!r}; mpcl trains with {', '.join(_BY_NAME)} "
+                     "(or their classes)")
+
+
+def enum_of(loss):
+    """The library's enum value of a Loss."""
+    return _lib.parse_enum(_lib.lib.mpcl_loss_parse, loss.name, "loss", _lib.LOSSES)

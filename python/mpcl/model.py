@@ -1,11 +1,14 @@
-"""Sequential, History and load_model: the Keras flow over libmpcl.
+"""Sequential and History: the Keras flow over libmpcl.
 
 fit() runs the library's trainer (mpcl_trainer_fit, the loop mpcl-train
-runs) on data sets built from the numpy arrays; evaluate() and predict() run
-the model's forward pass batch by batch; save() and load_model() use the
-CLI's safetensors checkpoints."""
+runs) on data sets built from the numpy arrays, one epoch per call so that
+callbacks run between epochs; evaluate() and predict() run the model's
+forward pass batch by batch; save() and load_model() use the CLI's
+safetensors checkpoints."""
 
 import ctypes
+import json
+import math
 import os
 import sys
 import threading
@@ -13,11 +16,21 @@ import time
 
 import numpy as np
 
-from . import _lib, losses, mixed_precision, optimizers
+from . import _lib, callbacks as callbacks_module, layers as layers_module, losses
+from . import mixed_precision, optimizers
 from ._lib import call, lib
 
-_HIDDEN_ACTIVATIONS = ("linear", "relu", "gelu", "tanh", "sigmoid")
-_ACCURACY = ("accuracy", "acc", "sparse_categorical_accuracy")
+# The names compile() takes for the metric of each loss (the library's
+# mpcl_loss_metric_name), Keras' aliases first.
+_METRIC_NAMES = {"accuracy": ("accuracy", "acc", "sparse_categorical_accuracy"),
+                 "binary_accuracy": ("accuracy", "acc", "binary_accuracy"),
+                 "mae": ("mae", "mean_absolute_error")}
+# How predict() applies an output activation the device leaves to the host.
+_HOST_ACTIVATIONS = {
+    "softmax": lambda z: (lambda e: e / e.sum(axis=1, keepdims=True))(
+        np.exp(z - z.max(axis=1, keepdims=True))),
+    "sigmoid": lambda z: 1 / (1 + np.exp(-z)),
+}
 
 
 class History:
@@ -51,7 +64,7 @@ class _Progress:
     """Turns the trainer's reports into per-epoch means (weighted by the
     samples of each report) and a Keras-like progress bar."""
 
-    def __init__(self, n, batch, epochs, verbose, metrics, scaled, history):
+    def __init__(self, n, batch, epochs, verbose, metrics, scaled, history, on_batch):
         self.n, self.batch, self.epochs = n, batch, epochs
         self.verbose, self.metrics, self.scaled, self.h = verbose, metrics, scaled, history
         self.live = verbose == 1 and sys.stdout.isatty()
@@ -59,10 +72,13 @@ class _Progress:
         self.line_open = False
         self.live_len = 0
         self.t_last = 0.0  # elapsed_s of the last report
+        self.on_batch = on_batch  # (batch, logs) at every report
+        self.logs = None  # the last epoch's logs, set at its end
 
     def _start(self, r):
         self.epoch, self.prev, self.samples, self.loss_sum, self.correct = r.epoch, 0, 0, 0.0, 0.0
-        self.t0 = self.t_last
+        self.t0 = 0.0  # each trainer call runs one epoch: its clock starts there
+        self.logs = None
         if self.verbose:
             print(f"Epoch {r.epoch + 1}/{self.epochs}", flush=True)
 
@@ -82,18 +98,19 @@ class _Progress:
         parts = [f"loss: {loss:.4f}"] + [f"{m}: {acc:.4f}" for m in self.metrics]
         if self.scaled:
             parts.append(f"loss_scale: {r.loss_scale:g}")
+        self.on_batch(r.epoch_step - 1, {"loss": loss, **{m: acc for m in self.metrics}})
         if r.epoch_end:
-            h = self.h.history
-            h.setdefault("loss", []).append(loss)
-            for m in self.metrics:
-                h.setdefault(m, []).append(acc)
+            logs = {"loss": loss, **{m: acc for m in self.metrics}}
             if np.isfinite(r.test_loss):
-                h.setdefault("val_loss", []).append(r.test_loss)
+                logs["val_loss"] = r.test_loss
                 parts.append(f"val_loss: {r.test_loss:.4f}")
                 for m in self.metrics:
-                    h.setdefault("val_" + m, []).append(r.test_accuracy)
+                    logs["val_" + m] = r.test_accuracy
                     parts.append(f"val_{m}: {r.test_accuracy:.4f}")
+            for k, v in logs.items():
+                self.h.history.setdefault(k, []).append(v)
             self.h.epoch.append(r.epoch)
+            self.logs = logs
         if not self.verbose:
             return
         total = r.epoch_steps
@@ -127,20 +144,20 @@ def _batch_size(batch_size):
     return 32 if batch_size is None else _lib.check_int("batch_size", batch_size, 1, 2 ** 31 - 1)
 
 
-def _check_x(x, features, what):
-    """x as the model takes it: a 2-D uint8 or float32 array of `features`
-    columns. Refused here, before anything reaches the device."""
+def _check_x(x, shape, what):
+    """x as the model takes it: a uint8 or float32 array (n, *shape), as
+    (n, features) rows. Refused here, before anything reaches the device."""
     if not isinstance(x, np.ndarray):
         raise TypeError(f"{what} must be a numpy array, not {type(x).__name__}")
     if x.dtype not in (np.uint8, np.float32):
         raise TypeError(f"{what} has dtype {x.dtype}; mpcl takes uint8 (pixels, scaled by 1/255 "
                         "on the device) or float32")
-    if x.ndim != 2 or x.shape[1] != features:
+    if x.shape[1:] != tuple(shape):
         raise ValueError(f"{what} has shape {x.shape}; the model's input shape is "
-                         f"(None, {features})")
+                         f"{(None,) + tuple(shape)}")
     if x.shape[0] == 0:
         raise ValueError(f"{what} holds no samples")
-    return np.ascontiguousarray(x)
+    return np.ascontiguousarray(x.reshape(x.shape[0], -1))
 
 
 def _check_y(y, n, classes, what):
@@ -173,6 +190,8 @@ def _as_bytes(x, what):
     u = np.rint(np.nan_to_num(x, nan=-1.0) * np.float32(255))
     ok = (u >= 0) & (u <= 255)
     b = np.where(ok, u, 0).astype(np.uint8)
+    # TODO: other float data need the trainer's data sets from float arrays
+    # (mpcl_dataset from arrays), which libmpcl does not have yet.
     if not ok.all() or not np.array_equal(b.astype(np.float32) / np.float32(255), x):
         raise ValueError(f"{what}: fit() takes float32 only as byte / 255 values "
                          "(x.astype('float32') / 255), because the trainer keeps data sets as "
@@ -195,13 +214,38 @@ class _Dataset:
             lib.mpcl_dataset_destroy(self.h)
 
 
+def _check_dense_targets(y, n, columns, what):
+    """Float targets of a dense loss: (n, columns), or (n,) for one column."""
+    if not isinstance(y, np.ndarray):
+        raise TypeError(f"{what} must be a numpy array, not {type(y).__name__}")
+    if y.ndim == 1 and columns == 1:
+        y = y[:, None]
+    if y.shape != (n, columns):
+        raise ValueError(f"{what} has shape {y.shape}; expected ({n}, {columns}), one target "
+                         "per output")
+    return np.ascontiguousarray(y, dtype=np.float32)
+
+
+class _Compiled:
+    """What compile() decided: the model's params, the metric names, the
+    loss, and the output activation predict() applies on the host."""
+
+    def __init__(self, params, metrics, loss, host_activation):
+        self.params, self.metrics, self.loss = params, metrics, loss
+        self.host_activation = host_activation
+
+    @property
+    def sparse(self):
+        return lib.mpcl_loss_sparse_targets(self.params.loss)
+
+
 class Sequential:
-    """Sequential([Dense(w, activation=a, input_shape=(f,)), ..., Dense(classes)]):
-    an MLP whose hidden layers share one activation (as mpcl-train's
-    --hidden/--activation, so checkpoints stay the CLI's), 1 to 7 of them,
-    and an output layer that is linear (loss from_logits=True) or softmax
-    (from_logits=False; predict() then applies the softmax on the host). The
-    policy is the global one when the model is created."""
+    """Sequential([layer, ...]): the layers of mpcl.layers in order, the
+    first with input_shape=. The last layer may end in the activation its
+    loss reads (softmax with SparseCategoricalCrossentropy, sigmoid with
+    BinaryCrossentropy, both from_logits=False): the device then keeps logits
+    and predict() applies it. The policy is the global one when the model
+    is created."""
 
     def __init__(self, layers=None, name=None, seed=42):
         self.layers = list(layers or [])
@@ -209,10 +253,11 @@ class Sequential:
         self.seed = _lib.check_int("seed", seed, 0, 2 ** 64 - 1)
         self.policy = mixed_precision.global_policy()
         self.history = None
+        self.stop_training = False
         self._compiled = None
         self._trainer = None
         self._model = None  # the trainer's model, or one of our own
-        self._io = {}  # batch rows -> (x tensor, labels tensor)
+        self._io = {}  # batch rows -> (x tensor, targets tensor)
         self._checkpoint = None  # the checkpoint this model was loaded from, until it trains
 
     def add(self, layer):
@@ -220,64 +265,110 @@ class Sequential:
 
     # ---- the model's shape ----
 
-    def _shape(self):
+    def _input_shape(self):
         ls = self.layers
-        if not ls or ls[0].input_shape is None:
-            raise ValueError("the first layer needs input_shape=(features,)")
+        if not ls:
+            raise ValueError(f"{self.name} has no layers")
+        for l in ls:
+            if not isinstance(l, layers_module.Layer):
+                raise TypeError(f"{l!r} is not an mpcl.layers layer")
+        if ls[0].input_shape is None:
+            raise ValueError("the first layer needs input_shape=(features,) or "
+                             "(height, width, channels)")
         if any(l.input_shape is not None for l in ls[1:]):
             raise ValueError("only the first layer takes input_shape")
-        hidden, out = ls[:-1], ls[-1]
-        if not 1 <= len(hidden) <= _lib.MAX_HIDDEN:
-            raise ValueError(f"mpcl trains 1 to {_lib.MAX_HIDDEN} hidden Dense layers before "
-                             f"the output layer; this model has {len(hidden)}")
-        acts = {l.activation for l in hidden}
-        if len(acts) != 1 or next(iter(acts)) not in _HIDDEN_ACTIVATIONS:
-            raise ValueError(f"hidden layers must share one activation of "
-                             f"{', '.join(_HIDDEN_ACTIVATIONS)}; got {sorted(acts)}")
-        if out.activation not in ("linear", "softmax"):
-            raise ValueError(f"the output layer's activation must be None (logits) or softmax, "
-                             f"not {out.activation!r}")
-        return ls[0].input_shape[0], [l.units for l in hidden], acts.pop(), out.units
+        for l in ls[:-1]:
+            if l.output_activation:
+                raise ValueError(f"{l.output_activation} is an output activation: only the last "
+                                 f"layer may take it, not {l.name or type(l).__name__}")
+        return ls[0].input_shape
+
+    def _model_params(self, device_output=None):
+        """mpcl_model_params of the layers (classes from the last layer's
+        width) and the library's summary rows; device_output: the spec the
+        device runs for the last layer, when compile() changed it."""
+        shape = self._input_shape()
+        mp = lib.mpcl_model_default_params()
+        mp.input_rank = len(shape)
+        for d, n in enumerate(shape):
+            mp.input_shape[d] = n
+        mp.inputs = math.prod(shape)
+        if len(self.layers) > _lib.MAX_LAYERS:
+            raise ValueError(f"{len(self.layers)} layers; mpcl takes at most {_lib.MAX_LAYERS}")
+        for i, l in enumerate(self.layers):
+            mp.layers[i] = l.device_spec()
+        if device_output is not None:
+            mp.layers[len(self.layers) - 1] = device_output
+        mp.layer_count = len(self.layers)
+        mp.classes = 0  # any width: the summary gives it
+        rows = (_lib.LayerSummary * _lib.MAX_LAYERS)()
+        n = ctypes.c_size_t()
+        try:
+            call(lib.mpcl_model_summary, None, ctypes.byref(mp), rows, ctypes.byref(n))
+        except _lib.MpclError as e:
+            raise ValueError(e.message) from None
+        last = rows[n.value - 1]
+        if last.out_rank != 1:
+            raise ValueError(f"the last layer, {last.name.decode()}, gives "
+                             f"{_shape_text(last)}; the model's output must be (None, classes): "
+                             "put a Flatten and a Dense layer at the end")
+        mp.classes = last.out_shape[0]
+        # The library's names ("dense_0") name the weights; a layer without
+        # a name of its own takes its library name.
+        self._lib_names = [r.name.decode() for r in rows[:n.value]]
+        for l, lib_name in zip(self.layers, self._lib_names):
+            if l.name is None:
+                l.name = lib_name
+        return mp, list(rows[:n.value])
 
     # ---- compile ----
 
     def compile(self, optimizer="adam", loss=None, metrics=None):
-        features, hidden, act, classes = self._shape()
-        if isinstance(loss, str) and loss == "sparse_categorical_crossentropy":
-            loss = losses.SparseCategoricalCrossentropy()
-        if not isinstance(loss, losses.SparseCategoricalCrossentropy):
-            raise ValueError("mpcl trains with SparseCategoricalCrossentropy only")
-        softmax = self.layers[-1].activation == "softmax"
-        if loss.from_logits == softmax:
-            raise ValueError("the output layer and the loss disagree: use Dense(classes) with "
-                             "from_logits=True, or Dense(classes, activation='softmax') with "
-                             "from_logits=False")
+        loss = losses.get("sparse_categorical_crossentropy" if loss is None else loss)
+        last = self.layers[-1] if self.layers else None
+        act = last and (last.output_activation or (
+            last.get("activation") if any(a == "activation" for a, _ in
+                                         layers_module.attributes(last.kind)) else None))
+        device_output, host_activation = None, None
+        if loss.output_activation and act == loss.output_activation:
+            if loss.from_logits:
+                raise ValueError(f"the output layer and the loss disagree: the output layer "
+                                 f"applies {act} and the loss takes logits (from_logits=True)")
+            device_output = last.device_spec()
+            call(lib.mpcl_layer_spec_set, None, ctypes.byref(device_output), b"activation",
+                 b"linear")
+            host_activation = act
+        elif loss.output_activation and not loss.from_logits:
+            raise ValueError(f"the output layer and the loss disagree: use a linear output with "
+                             f"from_logits=True, or activation='{loss.output_activation}' on the "
+                             f"output layer with from_logits=False")
+        elif last is not None and last.output_activation:
+            raise ValueError(f"{loss.name} does not read a {last.output_activation} output; "
+                             "leave the last layer linear")
+        mp, _ = self._model_params(device_output)
+        mp.loss = losses.enum_of(loss)
+        metric = _lib.text(lib.mpcl_loss_metric_name(mp.loss))
         names = []
         for m in metrics or []:
-            if m not in _ACCURACY:
-                raise ValueError(f"unknown metric {m!r}; mpcl reports {_ACCURACY[0]!r}")
+            if m not in _METRIC_NAMES[metric]:
+                raise ValueError(f"unknown metric {m!r} for {loss.name}; mpcl reports "
+                                 f"{', '.join(map(repr, _METRIC_NAMES[metric]))}")
             names.append(m)
         opt = optimizers.get(optimizer)
-        mp = lib.mpcl_model_default_params()
         if isinstance(opt, mixed_precision.LossScaleOptimizer):
             mp.loss_scaling = _lib.LOSS_SCALING_ON
             mp.loss_scale = opt._loss_scale_params()
             opt = optimizers.get(opt.inner_optimizer)
         mp.optim = opt._params()
         call(lib.mpcl_optim_params_check, None, ctypes.byref(mp.optim))
-        mp.inputs, mp.classes = features, classes
-        mp.hidden_count = len(hidden)
-        for i, w in enumerate(hidden):
-            mp.hidden[i] = w
-        mp.activation = _lib.ACTIVATIONS.index("identity" if act == "linear" else act)
         mp.policy = _lib.parse_enum(lib.mpcl_policy_parse, self.policy, "policy", _lib.POLICIES)
         mp.seed = self.seed
-        self._compiled = (mp, names)
+        self._compiled = _Compiled(mp, names, loss, host_activation)
 
     def _params(self, batch):
         if not self._compiled:
             raise RuntimeError("compile() the model first")
-        mp = _lib.ModelParams.from_buffer_copy(self._compiled[0])
+        mp = _lib.ModelParams.from_buffer_copy(self._compiled.params)
         mp.max_batch = batch
         return mp
 
@@ -307,7 +398,7 @@ class Sequential:
         except Exception:  # at interpreter exit the library may be gone
             pass
 
-    def _device_model(self, batch):
+    def _device_model(self, batch=32):
         if not self._model:
             ctx = _lib.context()
             h = _lib.P()
@@ -320,67 +411,106 @@ class Sequential:
         return lib.mpcl_model_params_of(self._model).contents.max_batch
 
     def _forward(self, x, y, batch_size):
-        """Yields (rows, logits) for each batch of x through eval_step, the
-        evaluation statistics accumulating on the device. Batches hold
+        """Yields (rows, outputs) for each batch of x through eval_step, the
+        evaluation statistics accumulating on the device. y: i32 labels (n,)
+        or f32 targets (n, classes), as the loss takes. Batches hold
         batch_size rows (Keras' 32 when None), at most the model's max_batch;
         the I/O tensors are kept per row count."""
         ctx = _lib.context()
         m = self._model
         storage = lib.mpcl_model_plan(m).contents.storage
-        classes = self._compiled[0].classes
+        classes = self._compiled.params.classes
+        sparse = self._compiled.sparse
         B = min(_batch_size(batch_size), self._max_batch())
         for first in range(0, x.shape[0], B):
             xb = np.ascontiguousarray(_as_float(x[first:first + B]))
-            yb = np.ascontiguousarray(y[first:first + B], dtype=np.int32)
+            yb = np.ascontiguousarray(y[first:first + B],
+                                      dtype=np.int32 if sparse else np.float32)
             n = xb.shape[0]
             if n not in self._io:
                 xt, yt = _lib.P(), _lib.P()
                 call(lib.mpcl_tensor_create, ctx, storage, n, xb.shape[1], ctypes.byref(xt),
                      ctx=ctx)
-                call(lib.mpcl_tensor_create, ctx, 2, n, 1, ctypes.byref(yt), ctx=ctx)
+                call(lib.mpcl_tensor_create, ctx, _lib.DTYPES.index("i32" if sparse else "f32"),
+                     n, 1 if sparse else classes, ctypes.byref(yt), ctx=ctx)
                 self._io[n] = (xt.value, yt.value)
             xt, yt = self._io[n]
             call(lib.mpcl_tensor_upload_f32, xt, xb.ctypes.data, xb.size, ctx=ctx)
-            call(lib.mpcl_tensor_upload_i32, yt, yb.ctypes.data, yb.size, ctx=ctx)
+            upload = lib.mpcl_tensor_upload_i32 if sparse else lib.mpcl_tensor_upload_f32
+            call(upload, yt, yb.ctypes.data, yb.size, ctx=ctx)
             call(lib.mpcl_model_eval_step, m, xt, yt, ctx=ctx)
             out = np.empty((n, classes), np.float32)
             call(lib.mpcl_model_read_logits, m, out.ctypes.data, out.size, ctx=ctx)
             yield n, out
 
     def _read_eval(self):
-        s = _lib.XentStats()
+        s = _lib.LossStats()
         call(lib.mpcl_model_read_eval_stats, self._model, ctypes.byref(s), True,
              ctx=_lib.context())
         return s
 
+    def _check_targets(self, y, n, what):
+        c = self._compiled
+        if c.sparse:
+            return _check_y(y, n, c.params.classes, what)
+        return _check_dense_targets(y, n, c.params.classes, what)
+
     # ---- fit / evaluate / predict ----
 
-    def fit(self, x, y, epochs=1, batch_size=None, validation_data=None, verbose="auto",
-            report_every=50):
+    def fit(self, x, y, epochs=1, batch_size=None, validation_split=0.0, validation_data=None,
+            shuffle=True, callbacks=None, verbose="auto", report_every=50):
         """Trains with the library's trainer, the loop mpcl-train runs: the data
         go to the device once as bytes (uint8, or float32 holding byte/255),
-        every epoch is a seeded shuffle. Ctrl-C stops after the current step;
-        the model keeps what it learnt, self.history what was reported, and
+        every epoch is a seeded shuffle. validation_split takes the last
+        fraction of the rows as validation data (before any shuffle, as
+        Keras). callbacks (mpcl.callbacks) run between epochs: the trainer
+        runs one epoch per call. Ctrl-C stops after the current step; the
+        model keeps what it learnt, self.history what was reported, and
         KeyboardInterrupt is raised again."""
         mp = self._params(1)
-        features, classes = mp.inputs, mp.classes
+        shape = self._input_shape()
+        classes = mp.classes
         batch = _batch_size(batch_size)
         epochs = _lib.check_int("epochs", epochs, 1, _U32_MAX)
         report_every = _lib.check_int("report_every", report_every, 1, _U32_MAX)
         if verbose != "auto":
             verbose = _lib.check_int("verbose", verbose, 0, 2)
-        x = _as_bytes(_check_x(x, features, "x"), "x")
+        split = _lib.check_real("validation_split", validation_split, lo=0, hi=1, hi_open=True)
+        if shuffle is not True:
+            raise ValueError(f"shuffle={shuffle!r}: the trainer shuffles every epoch (seeded "
+                             "by the model's seed); only shuffle=True is available")
+        cbs = list(callbacks or [])
+        for cb in cbs:
+            if not isinstance(cb, callbacks_module.Callback):
+                raise TypeError(f"callbacks holds {cb!r}, not an mpcl.callbacks.Callback")
+        if not self._compiled.sparse:
+            # TODO: float targets need the trainer's data sets from float
+            # arrays (mpcl_dataset from arrays), which libmpcl does not have yet.
+            raise NotImplementedError(
+                f"fit() with {self._compiled.loss.name} needs float targets, which the "
+                "trainer's data sets cannot hold yet (they keep uint8 labels); evaluate() "
+                "and predict() take them")
+        x = _as_bytes(_check_x(x, shape, "x"), "x")
         y = _check_y(y, x.shape[0], classes, "y").astype(np.uint8)
-        test = None
-        if validation_data is not None:
+        if split and validation_data is not None:
+            raise ValueError("give validation_split or validation_data, not both")
+        vx = vy = None
+        if split:
+            at = int(math.floor(x.shape[0] * (1.0 - split)))
+            if at == 0 or at == x.shape[0]:
+                raise ValueError(f"validation_split={split} leaves {at} of {x.shape[0]} rows "
+                                 "for training")
+            x, y, vx, vy = x[:at], y[:at], x[at:], y[at:]
+        elif validation_data is not None:
             if not isinstance(validation_data, (tuple, list)) or len(validation_data) != 2:
                 raise ValueError("validation_data must be a tuple (x, y), not "
                                  f"{type(validation_data).__name__}")
             vx, vy = validation_data
-            vx = _as_bytes(_check_x(vx, features, "validation x"), "validation x")
+            vx = _as_bytes(_check_x(vx, shape, "validation x"), "validation x")
             vy = _check_y(vy, vx.shape[0], classes, "validation y").astype(np.uint8)
-            test = _Dataset(vx, np.ascontiguousarray(vy), classes)
-        train = _Dataset(x, np.ascontiguousarray(y), classes)
+        test = None if vx is None else _Dataset(np.ascontiguousarray(vx),
+                                                np.ascontiguousarray(vy), classes)
+        train = _Dataset(np.ascontiguousarray(x), np.ascontiguousarray(y), classes)
 
         ctx = _lib.context()
         p = lib.mpcl_train_default_params()
@@ -396,6 +526,8 @@ class Sequential:
             try:
                 call(lib.mpcl_run_record_add, hooks["record"], r)
                 hooks["progress"](r.contents)
+                if r.contents.epoch_end:
+                    stop.value = 1  # pause: the callbacks run before the next epoch
             except BaseException as e:  # never into C: stop, and raise it afterwards
                 failure.append(e)
                 stop.value = 1
@@ -416,65 +548,62 @@ class Sequential:
         self.history = history
         scaled = bool(lib.mpcl_model_loss_scale(self._model))
         verbose = 1 if verbose == "auto" else verbose
-        progress = _Progress(x.shape[0], batch, epochs, verbose, self._compiled[1], scaled,
-                             history)
+
+        def on_batch(b, logs):
+            for cb in cbs:
+                cb.on_batch_end(b, logs)
+
+        progress = _Progress(x.shape[0], batch, epochs, verbose, self._compiled.metrics, scaled,
+                             history, on_batch)
         hooks.update(record=rec, progress=progress)
-
-        done = threading.Event()
-
-        def run():
-            try:
-                call(lib.mpcl_trainer_fit, tr, ctx=ctx)
-            except BaseException as e:
-                failure.append(e)
-            finally:
-                done.set()
-
-        # fit runs in a thread (ctypes releases the GIL) so that the main
-        # thread takes Ctrl-C as KeyboardInterrupt and turns it into the stop
-        # flag the trainer checks between steps. The main thread polls with
-        # sleep: a KeyboardInterrupt inside Thread.join can leave is_alive()
-        # False while the thread still runs (CPython bpo-45274).
-        t = threading.Thread(target=run, name="mpcl-fit", daemon=True)
-        interrupted = False
-        t.start()
-        while not done.is_set():
-            try:
-                time.sleep(0.02)
-            except KeyboardInterrupt:
-                # Once is enough: the trainer stops within a step, and raising
-                # here would leave it training in the background.
-                if not interrupted:
-                    print("\nmpcl: stopping after the current step", file=sys.stderr,
-                          flush=True)
-                interrupted = True
-                stop.value = 1
-        if progress.live and progress.line_open:
-            print(flush=True)
-        s = _lib.TrainSummary()
-        lib.mpcl_trainer_summary(tr, ctypes.byref(s))
-        history.stopped = bool(s.stopped)
-        if failure:
-            raise failure[0]
-        if interrupted:
-            raise KeyboardInterrupt
+        for cb in cbs:
+            cb.set_model(self)
+            cb.set_params({"epochs": epochs, "verbose": verbose,
+                           "steps": -(-x.shape[0] // batch)})
+        self.stop_training = False
+        history.stopped = True
+        for cb in cbs:
+            cb.on_train_begin()
+        for epoch in range(epochs):
+            for cb in cbs:
+                cb.on_epoch_begin(epoch)
+            stop.value = 0
+            progress.logs = None
+            interrupted = _run_trainer(tr, stop, ctx, failure)
+            if progress.live and progress.line_open:
+                print(flush=True)
+            if failure:
+                raise failure[0]
+            if interrupted:
+                raise KeyboardInterrupt
+            if progress.logs is None:  # the trainer stopped itself (a diverged loss)
+                break
+            for cb in cbs:
+                cb.on_epoch_end(epoch, dict(progress.logs))
+            s = _lib.TrainSummary()
+            lib.mpcl_trainer_summary(tr, ctypes.byref(s))
+            if self.stop_training or (s.diverged and epoch + 1 < epochs):
+                break
+        else:
+            history.stopped = False
+        for cb in cbs:
+            cb.on_train_end()
         return history
 
     def evaluate(self, x, y, batch_size=None, verbose=0, return_dict=False):
-        """Mean loss (and accuracy) over x, y in batches of batch_size (Keras'
-        32 by default; the model's largest batch at most)."""
+        """Mean loss (and the loss's metric) over x, y in batches of
+        batch_size (Keras' 32 by default; the model's largest batch at most)."""
         if not self._compiled:
             raise RuntimeError("compile() the model first")
-        mp = self._compiled[0]
-        x = _check_x(x, mp.inputs, "x")
-        y = _check_y(y, x.shape[0], mp.classes, "y")
+        x = _check_x(x, self._input_shape(), "x")
+        y = self._check_targets(y, x.shape[0], "y")
         self._device_model(_batch_size(batch_size))
         self._read_eval()  # start from zero
         for _ in self._forward(x, y, batch_size):
             pass
         s = self._read_eval()
-        loss, acc = s.loss_sum / s.samples, s.correct / s.samples
-        names = self._compiled[1]
+        loss, acc = s.loss_sum / s.terms, s.metric_sum / s.terms
+        names = self._compiled.metrics
         if return_dict:
             return {"loss": loss, **{m: acc for m in names}}
         if verbose:
@@ -482,51 +611,135 @@ class Sequential:
         return [loss] + [acc] * len(names) if names else loss
 
     def predict(self, x, batch_size=None, verbose=0):
-        """float32 outputs, (n, classes): logits, or probabilities when the
-        output layer is softmax."""
+        """float32 outputs, (n, classes): the last layer's, with its output
+        activation (softmax, sigmoid) applied on the host."""
         if not self._compiled:
             raise RuntimeError("compile() the model first")
-        x = _check_x(x, self._compiled[0].inputs, "x")
+        x = _check_x(x, self._input_shape(), "x")
         self._device_model(_batch_size(batch_size))
-        zeros = np.zeros(x.shape[0], np.int32)
+        c = self._compiled
+        zeros = np.zeros(x.shape[0] if c.sparse else (x.shape[0], c.params.classes),
+                         np.int32 if c.sparse else np.float32)
         out = np.concatenate([o for _, o in self._forward(x, zeros, batch_size)])
         self._read_eval()  # leave no statistics behind
-        if self.layers[-1].activation == "softmax":
-            e = np.exp(out - out.max(axis=1, keepdims=True))
-            out = (e / e.sum(axis=1, keepdims=True)).astype(np.float32)
+        if c.host_activation:
+            out = _HOST_ACTIVATIONS[c.host_activation](out).astype(np.float32)
         return out
 
-    # ---- summary, save ----
+    # ---- weights ----
+
+    def _weight_rows(self):
+        """Per layer, in Keras' order, (name, index, is_buffer, shape) of its
+        weights: the parameters (kernel, bias; gamma, beta), then the
+        buffers (moving_mean, moving_variance)."""
+        m = self._device_model()
+        rows = [(lib.mpcl_model_param(m, i).contents, i, False)
+                for i in range(lib.mpcl_model_param_count(m))]
+        rows += [(lib.mpcl_model_buffer(m, i).contents, i, True)
+                 for i in range(lib.mpcl_model_buffer_count(m))]
+        self._model_params()
+        out = []
+        for l, lib_name in zip(self.layers, self._lib_names):
+            prefix = lib_name + "."
+            out += [(l.name + "." + info.name.decode()[len(prefix):], i, buf,
+                     tuple(info.shape[:info.rank]))
+                    for info, i, buf in rows if info.name.decode().startswith(prefix)]
+        return out
+
+    def get_weights(self):
+        """The weights as float32 numpy arrays, layer by layer in Keras'
+        order (Dense: kernel, bias; BatchNormalization: gamma, beta,
+        moving_mean, moving_variance). Needs compile()."""
+        if not self._compiled:
+            raise RuntimeError("compile() the model first")
+        ctx, m, out = _lib.context(), self._device_model(), []
+        for _, i, buf, shape in self._weight_rows():
+            a = np.empty(shape, np.float32)
+            read = lib.mpcl_model_read_buffer if buf else lib.mpcl_model_read_param
+            args = (m, i) if buf else (m, i, _lib.SLOT_MASTER)
+            call(read, *args, a.ctypes.data, a.size, ctx=ctx)
+            out.append(a)
+        return out
+
+    def set_weights(self, weights):
+        """Writes what get_weights() gives: every array checked for its
+        shape (ValueError naming the weight and both shapes) before any is
+        written."""
+        if not self._compiled:
+            raise RuntimeError("compile() the model first")
+        rows = self._weight_rows()
+        weights = list(weights)
+        if len(weights) != len(rows):
+            raise ValueError(f"set_weights: the model has {len(rows)} weights "
+                             f"({', '.join(r[0] for r in rows)}); got {len(weights)}")
+        arrays = []
+        for (name, _, _, shape), w in zip(rows, weights):
+            a = np.ascontiguousarray(w, dtype=np.float32)
+            if a.shape != shape:
+                raise ValueError(f"set_weights: {name} has shape {shape}; got {a.shape}")
+            arrays.append(a)
+        ctx, m = _lib.context(), self._device_model()
+        for (_, i, buf, _), a in zip(rows, arrays):
+            write = lib.mpcl_model_write_buffer if buf else lib.mpcl_model_write_param
+            args = (m, i) if buf else (m, i, _lib.SLOT_MASTER)
+            call(write, *args, a.ctypes.data, a.size, ctx=ctx)
+
+    # ---- summary, JSON, save ----
 
     def summary(self, print_fn=print):
-        features, hidden, act, classes = self._shape()
-        rows, inputs, total = [], features, 0
-        for i, l in enumerate(self.layers):
-            n = inputs * l.units + l.units
-            rows.append((l.name or f"dense_{i} (Dense)", f"(None, {l.units})", n))
-            total += n
-            inputs = l.units
+        """Keras' table: each layer's name (class), output shape and
+        parameters as the library counts them, then the totals."""
+        _, rows = self._model_params()
+        trainable = sum(r.params for r in rows)
+        frozen = sum(r.buffers for r in rows)
+        names = [f"{l.name} ({type(l).__name__})" for l in self.layers]
+        w = max([30] + [len(n) + 2 for n in names])  # a long name keeps its column
+        line = w + 35
         print_fn(f'Model: "{self.name}"')
-        print_fn("_" * 65)
-        print_fn(f"{'Layer (type)':<30}{'Output Shape':<22}{'Param #':>13}")
-        print_fn("=" * 65)
-        for name, shape, n in rows:
-            print_fn(f"{name:<30}{shape:<22}{n:>13,}")
-        print_fn("=" * 65)
-        print_fn(f"Total params: {total:,} (f32 master weights: {4 * total:,} bytes)")
+        print_fn("_" * line)
+        print_fn(f"{'Layer (type)':<{w}}{'Output Shape':<22}{'Param #':>13}")
+        print_fn("=" * line)
+        for name, r in zip(names, rows):
+            print_fn(f"{name:<{w}}{_shape_text(r):<22}{r.params + r.buffers:>13,}")
+        print_fn("=" * line)
+        print_fn(f"Total params: {trainable + frozen:,}")
+        print_fn(f"Trainable params: {trainable:,} (f32 master weights: {4 * trainable:,} bytes)")
+        print_fn(f"Non-trainable params: {frozen:,}")
         ctx = _lib.context()
         pol = _lib.parse_enum(lib.mpcl_policy_parse, self.policy, "policy", _lib.POLICIES)
         plan = lib.mpcl_context_plan(ctx, pol)
         scaling = plan.loss_scaling
-        if self._compiled and self._compiled[0].loss_scaling != _lib.LOSS_SCALING_PLAN:
-            scaling = self._compiled[0].loss_scaling == _lib.LOSS_SCALING_ON
+        if self._compiled and self._compiled.params.loss_scaling != _lib.LOSS_SCALING_PLAN:
+            scaling = self._compiled.params.loss_scaling == _lib.LOSS_SCALING_ON
         dev = lib.mpcl_context_device(ctx).contents
         print_fn(f"Device: {_lib.text(dev.name)}")
         print_fn(f"Policy: {self.policy} -> {_lib.text(lib.mpcl_policy_name(plan.resolved))}: "
                  f"storage {_lib.text(lib.mpcl_dtype_name(plan.storage))}, GEMM "
                  f"{_lib.text(lib.mpcl_gemm_path_name(plan.gemm))}, loss scaling "
                  f"{'on' if scaling else 'off'} ({_lib.text(plan.reason)})")
-        print_fn("_" * 65)
+        print_fn("_" * line)
+
+    def get_config(self):
+        """Keras 3's Sequential config: an InputLayer of the input shape, then
+        each layer's class and config (its declared attributes)."""
+        self._model_params()  # checks the layers and names them
+        shape = [None] + list(self._input_shape())
+        entries = [{"module": "keras.layers", "class_name": "InputLayer",
+                    "config": {"batch_shape": shape, "dtype": "float32", "sparse": False,
+                               "name": "input_layer"},
+                    "registered_name": None}]
+        for l in self.layers:
+            entries.append({"module": "keras.layers",
+                            "class_name": layers_module.keras_class(l.kind),
+                            "config": l.get_config(), "registered_name": None})
+        return {"name": self.name, "trainable": True, "dtype": "float32", "layers": entries,
+                "build_input_shape": shape}
+
+    def to_json(self, **kwargs):
+        """The model as Keras 3 writes it (model.to_json()); kwargs go to
+        json.dumps."""
+        return json.dumps({"module": "keras", "class_name": "Sequential",
+                           "config": self.get_config(), "registered_name": None}, **kwargs)
 
     def save(self, path):
         """A safetensors checkpoint, the same file mpcl-train --save writes,
@@ -545,10 +758,49 @@ class Sequential:
                              "record the training run")
 
 
+def _shape_text(row):
+    """(None, 26, 26, 32) from a summary row."""
+    return str((None,) + tuple(row.out_shape[:row.out_rank]))
+
+
+def _run_trainer(tr, stop, ctx, failure):
+    """One mpcl_trainer_fit call (to the end of the epoch, where the report
+    hook sets the stop flag) in a thread, so that the main thread takes
+    Ctrl-C as KeyboardInterrupt and turns it into the stop flag the trainer
+    checks between steps. Returns whether Ctrl-C came. The main thread polls
+    with sleep: a KeyboardInterrupt inside Thread.join can leave is_alive()
+    False while the thread still runs (CPython bpo-45274)."""
+    done = threading.Event()
+
+    def run():
+        try:
+            call(lib.mpcl_trainer_fit, tr, ctx=ctx)
+        except BaseException as e:
+            failure.append(e)
+        finally:
+            done.set()
+
+    t = threading.Thread(target=run, name="mpcl-fit", daemon=True)
+    interrupted = False
+    t.start()
+    while not done.is_set():
+        try:
+            time.sleep(0.02)
+        except KeyboardInterrupt:
+            # Once is enough: the trainer stops within a step, and raising
+            # here would leave it training in the background.
+            if not interrupted:
+                print("\nmpcl: stopping after the current step", file=sys.stderr, flush=True)
+            interrupted = True
+            stop.value = 1
+    return interrupted
+
+
 def _copy_state(src, dst):
-    """The master weights, and with the same optimizer kind its slots and step
-    counter, and the loss scaler's state when both scale, from src to dst
-    (same shapes: the same compiled model)."""
+    """The master weights, the buffers and the dropout counter, and with the
+    same optimizer kind its slots and step counter, and the loss scaler's
+    state when both scale, from src to dst (same shapes: the same compiled
+    model)."""
     ctx = _lib.context()
     same_optim = (lib.mpcl_model_params_of(src).contents.optim.kind ==
                   lib.mpcl_model_params_of(dst).contents.optim.kind)
@@ -563,6 +815,12 @@ def _copy_state(src, dst):
         step = ctypes.c_uint32()
         call(lib.mpcl_model_read_step, src, ctypes.byref(step), ctx=ctx)
         call(lib.mpcl_model_write_step, dst, step.value, ctx=ctx)
+    for i in range(lib.mpcl_model_buffer_count(src)):
+        count = lib.mpcl_model_buffer(src, i).contents.count
+        buf = np.empty(count, np.float32)
+        call(lib.mpcl_model_read_buffer, src, i, buf.ctypes.data, count, ctx=ctx)
+        call(lib.mpcl_model_write_buffer, dst, i, buf.ctypes.data, count, ctx=ctx)
+    lib.mpcl_model_set_rng_counter(dst, lib.mpcl_model_rng_counter(src))
     a, b = lib.mpcl_model_loss_scale(src), lib.mpcl_model_loss_scale(dst)
     if a and b:
         st = _lib.LossScaleState()

@@ -47,6 +47,19 @@ def _optimizer(mp):
     return opt
 
 
+def _layers(mp):
+    """The layers of a checkpoint's params: its explicit layers, or those of
+    the MLP its widths describe (a 0.1.0 file), as the library lists them."""
+    specs = (_lib.LayerSpec * _lib.MAX_LAYERS)()
+    n = ctypes.c_size_t()
+    call(lib.mpcl_model_params_layers, None, ctypes.byref(mp), specs, ctypes.byref(n))
+    shape = (ctypes.c_size_t * _lib.MAX_INPUT_RANK)()
+    rank = ctypes.c_size_t()
+    lib.mpcl_model_params_input_shape(ctypes.byref(mp), shape, ctypes.byref(rank))
+    return [layers.from_spec(specs[i], input_shape=tuple(shape[:rank.value]) if i == 0 else None)
+            for i in range(n.value)]
+
+
 def load_model(path):
     """The model a checkpoint holds, compiled as it was trained (optimizer,
     its state and step, loss scaling and its state, policy), ready for
@@ -57,26 +70,22 @@ def load_model(path):
     path = os.fspath(path)
     ck = _Checkpoint(path)
     mp = ck.params
-    if mp.hidden_count == 0:
-        raise ValueError(f"checkpoint {path} holds a model without a hidden layer; Sequential "
-                         f"trains 1 to {_lib.MAX_HIDDEN} of them")
-    widths = [mp.inputs] + list(mp.hidden[:mp.hidden_count]) + [mp.classes]
-    act = _lib.ACTIVATIONS[mp.activation]
-    act = "linear" if act == "identity" else act
-    ls = [layers.Dense(widths[1], activation=act, input_shape=(widths[0],))]
-    ls += [layers.Dense(w, activation=act) for w in widths[2:-1]] + [layers.Dense(widths[-1])]
+    ls = _layers(mp)
     saved = mixed_precision.global_policy()
     mixed_precision.set_global_policy(_lib.text(lib.mpcl_policy_name(mp.policy)))
     try:
         model = Sequential(ls, seed=mp.seed)
     finally:
         mixed_precision.set_global_policy(saved)
-    model.compile(optimizer=_optimizer(mp),
-                  loss=losses.SparseCategoricalCrossentropy(from_logits=True),
-                  metrics=["accuracy"])
+    loss = losses.get(_lib.LOSSES[mp.loss])
+    if loss.output_activation:
+        loss.from_logits = True  # the device's last layer gives logits
+    model.compile(optimizer=_optimizer(mp), loss=loss,
+                  metrics=[_lib.text(lib.mpcl_loss_metric_name(mp.loss))])
     # The model is the checkpoint's: its params as the reader gives them
-    # (loss scaling off for a file without a scaler, whatever the policy).
-    model._compiled = (mp, model._compiled[1])
+    # (loss scaling off for a file without a scaler, whatever the policy;
+    # an MLP of 0.1.0 as its widths).
+    model._compiled.params = mp
     m = model._device_model(ck.position.batch)
     call(lib.mpcl_checkpoint_apply, ck.h, m, ctx=_lib.context())
     model._checkpoint = ck

@@ -223,21 +223,31 @@ def test_optimizers_check_at_construction(make, kind, name):
         make()
 
 
-def test_load_model_of_a_model_without_hidden_layers(ck, tmp_path):
-    """The library reads such a checkpoint (a C-API model); Sequential cannot
-    build it, and says so instead of building another model."""
-    _, meta = read_safetensors(ck)
-    meta["model"] = "784,10"
-    shapes = {"dense_0.kernel": [784, 10], "dense_0.bias": [10]}
-    head, offset = {"__metadata__": meta}, 0
-    for name, shape in shapes.items():
-        for suffix in ("", ".m", ".v"):
-            size = 4 * int(np.prod(shape))
-            head[name + suffix] = {"dtype": "F32", "shape": shape,
-                                   "data_offsets": [offset, offset + size]}
-            offset += size
-    text = json.dumps(head).encode()
-    path = tmp_path / "flat.safetensors"
-    path.write_bytes(struct.pack("<Q", len(text)) + text + bytes(offset))
-    with pytest.raises(ValueError, match="without a hidden layer"):
-        mpcl.models.load_model(path)
+def test_load_model_of_a_model_without_hidden_layers(data, tmp_path):
+    """Layers are explicit now: one Dense layer is a model like any other,
+    saved and loaded as it was trained."""
+    x, y, xt, yt = data
+    model = mpcl.Sequential([mpcl.layers.Dense(10, input_shape=(784,))])
+    model.compile(loss=mpcl.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.fit(x[:256], y[:256], epochs=1, batch_size=128, verbose=0)
+    model.save(tmp_path / "flat.safetensors")
+    loaded = mpcl.models.load_model(tmp_path / "flat.safetensors")
+    assert [type(l).__name__ for l in loaded.layers] == ["Dense"]
+    np.testing.assert_array_equal(loaded.predict(xt[:32]), model.predict(xt[:32]))
+
+
+@pytest.mark.parametrize("policy", ["float32", "mixed_float16"])
+def test_v0_1_0_checkpoint_loads(policy, data):
+    """A 0.1.0 file (an MLP as widths, tests/fixtures) loads as its Dense
+    layers and evaluates."""
+    path = os.path.join(os.path.dirname(__file__), "..", "fixtures",
+                        f"v0.1.0-{policy}.safetensors")
+    model = mpcl.models.load_model(path)
+    assert [(type(l).__name__, l.get_config()["units"], l.get_config()["activation"])
+            for l in model.layers] == [("Dense", 8, "relu"), ("Dense", 10, "linear")]
+    assert model.layers[0].input_shape == (784,)
+    weights, _ = read_safetensors(path)
+    np.testing.assert_array_equal(model.get_weights()[0], weights["dense_0.kernel"])
+    x, y, xt, yt = data
+    loss, acc = model.evaluate(xt, yt)
+    assert np.isfinite(loss) and 0 <= acc <= 1

@@ -24,7 +24,7 @@ def test_same_run_same_weights(data, train_exe, tmp_path):
     assert sorted(a) == sorted(b)
     for name in a:
         assert np.array_equal(a[name], b[name]), name
-    for key in ("model", "step", "optimizer_step", "epoch", "batch", "seed", "train_samples",
+    for key in ("layers", "loss", "rng_counter", "step", "optimizer_step", "epoch", "batch", "seed", "train_samples",
                 "policy_resolved", "loss_scale_mode"):
         assert ma[key] == mb[key], key
     # The CLI prints 6 significant digits.

@@ -32,7 +32,9 @@ def test_checkpoint_of_another_model_is_refused(data, tmp_path):
     # The same file with its model metadata claiming other widths.
     n = int.from_bytes(raw[:8], "little")
     head = json.loads(raw[8:8 + n])
-    head["__metadata__"]["model"] = "784,32,10"
+    assert "dense units=16 " in head["__metadata__"]["layers"]
+    head["__metadata__"]["layers"] = head["__metadata__"]["layers"].replace("units=16 ",
+                                                                            "units=32 ")
     text = json.dumps(head, separators=(",", ":")).encode()
     text += b" " * (n - len(text))
     assert len(text) == n
@@ -119,9 +121,15 @@ def test_model_definition_errors():
         mpcl.mixed_precision.set_global_policy("mixed_float8")
     with pytest.raises(ValueError, match="disagree"):
         seed_model().compile(loss=mpcl.losses.SparseCategoricalCrossentropy(from_logits=False))
+    # Layers are explicit: hidden layers need not share an activation.
     m = mpcl.Sequential([mpcl.layers.Dense(8, activation="relu", input_shape=(4,)),
                          mpcl.layers.Dense(8, activation="tanh"), mpcl.layers.Dense(2)])
-    with pytest.raises(ValueError, match="share one activation"):
-        m.compile(loss=mpcl.losses.SparseCategoricalCrossentropy(from_logits=True))
+    m.compile(loss=mpcl.losses.SparseCategoricalCrossentropy(from_logits=True))
+    assert [l.get_config()["activation"] for l in m.layers] == ["relu", "tanh", "linear"]
+    m = mpcl.Sequential([mpcl.layers.Dense(2, activation="softmax", input_shape=(4,))])
+    with pytest.raises(ValueError, match="mse does not read a softmax output"):
+        m.compile(loss="mse")
+    with pytest.raises(ValueError, match="unknown loss 'hinge'"):
+        m.compile(loss="hinge")
     with pytest.raises(ValueError, match="save"):
         seed_model().save("/tmp/never-written.safetensors")

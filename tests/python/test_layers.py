@@ -1,0 +1,201 @@
+"""Layers built from the library's declarations, Sequential's explicit
+layers, summary(), to_json() and the weights in Keras' order."""
+import json
+
+import numpy as np
+import pytest
+
+import mpcl
+from mpcl import _lib
+
+L = mpcl.layers
+
+
+def has_kind(kind):
+    return kind in _lib.LAYER_KINDS
+
+
+def test_dense_config_is_the_declared_attributes():
+    d = L.Dense(7, activation="tanh", use_bias=False, name="head")
+    # Every attribute the library declares for dense, nothing else besides
+    # Keras' name/trainable/dtype.
+    declared = [_lib.lib.mpcl_layer_attr_name(b"dense", i).decode()
+                for i in range(_lib.lib.mpcl_layer_attr_count(b"dense"))]
+    cfg = d.get_config()
+    assert set(cfg) == {"name", "trainable", "dtype"} | set(declared)
+    assert (cfg["name"], cfg["units"], cfg["activation"], cfg["use_bias"]) == \
+        ("head", 7, "tanh", False)
+    assert L.Dense(3).get_config()["activation"] == "linear"
+
+
+@pytest.mark.parametrize("kwargs,attr,text", [
+    ({"units": 0}, "units", "0"),
+    ({"units": 2.5}, "units", "2.5"),
+    ({"units": True}, "units", "true"),
+    ({"units": 4, "activation": "swish"}, "activation", "swish"),
+])
+def test_dense_refusals_are_the_librarys(kwargs, attr, text):
+    # The message is the library's check of the declaration: ask it directly.
+    spec = _lib.LayerSpec()
+    _lib.call(_lib.lib.mpcl_layer_spec_init, None, b"dense", spec)
+    assert _lib.lib.mpcl_layer_spec_set(None, spec, attr.encode(), text.encode()) != 0
+    lib_message = _lib.text(_lib.lib.mpcl_errmsg())
+    with pytest.raises(ValueError) as e:
+        L.Dense(**kwargs)
+    assert f'{attr}="{text}"' in str(e.value) and str(e.value) == lib_message
+
+
+def test_a_kind_the_library_lacks_is_refused_at_construction():
+    missing = [(cls, kind) for cls, kind in ((L.Conv2D, "conv2d"), (L.MaxPooling2D, "max_pooling2d"),
+                                            (L.Dropout, "dropout"),
+                                            (L.BatchNormalization, "batch_normalization"))
+               if not has_kind(kind)]
+    if not missing:
+        pytest.skip("this libmpcl has every layer kind the package has a class for")
+    for cls, kind in missing:
+        args = {"conv2d": (4, 3), "dropout": (0.5,)}.get(kind, ())
+        with pytest.raises(NotImplementedError, match=f"no layer kind {kind}"):
+            cls(*args)
+
+
+def test_input_shape_and_output_activation_placement():
+    with pytest.raises(ValueError, match="input_shape"):
+        L.Dense(4, input_shape=(1, 2, 3, 4))
+    m = mpcl.Sequential([L.Dense(4, activation="softmax", input_shape=(3,)), L.Dense(2)])
+    with pytest.raises(ValueError, match="only the last layer"):
+        m.summary()
+    m = mpcl.Sequential([L.Dense(4, input_shape=(3,)), L.Dense(2, input_shape=(4,))])
+    with pytest.raises(ValueError, match="only the first layer"):
+        m.summary()
+
+
+def mlp():
+    return mpcl.Sequential([L.Flatten(input_shape=(28, 28)), L.Dense(32, activation="relu"),
+                            L.Dense(16, activation="gelu"), L.Dense(10, activation="softmax")],
+                           name="mlp")
+
+
+def test_summary_of_an_mlp(capsys):
+    mlp().summary()
+    out = capsys.readouterr().out
+    rows = [l.split() for l in out.splitlines() if "(None," in l]
+    assert [(r[0], r[1]) for r in rows] == [("flatten_0", "(Flatten)"), ("dense_0", "(Dense)"),
+                                            ("dense_1", "(Dense)"), ("dense_2", "(Dense)")]
+    shapes = [l[l.index("(None"):l.index(")", l.index("(None")) + 1] for l in out.splitlines()
+              if "(None," in l]
+    assert shapes == ["(None, 784)", "(None, 32)", "(None, 16)", "(None, 10)"]
+    counts = [784 * 32 + 32, 32 * 16 + 16, 16 * 10 + 10]
+    assert [r[-1] for r in rows] == ["0"] + [f"{c:,}" for c in counts]
+    assert f"Total params: {sum(counts):,}" in out
+    assert f"Trainable params: {sum(counts):,}" in out and "Non-trainable params: 0" in out
+
+
+def test_summary_of_a_cnn(capsys):
+    if not (has_kind("conv2d") and has_kind("max_pooling2d")):
+        pytest.skip("this libmpcl has no conv2d / max_pooling2d layer kind yet")
+    m = mpcl.Sequential([L.Conv2D(8, 3, activation="relu", input_shape=(28, 28, 1)),
+                         L.MaxPooling2D(), L.Flatten(), L.Dense(10)])
+    m.summary()
+    out = capsys.readouterr().out
+    rows = [l.split() for l in out.splitlines() if "(None," in l]
+    assert [r[:2] for r in rows] == [["conv2d_0", "(Conv2D)"],
+                                     ["max_pooling2d_0", "(MaxPooling2D)"],
+                                     ["flatten_0", "(Flatten)"], ["dense_0", "(Dense)"]]
+    assert "(None, 26, 26, 8)" in out and "(None, 13, 13, 8)" in out
+    assert "(None, 1352)" in out
+    assert f"{3 * 3 * 1 * 8 + 8:,}" in out and f"{1352 * 10 + 10:,}" in out
+
+
+def test_to_json_is_keras_model_json():
+    m = mlp()
+    doc = json.loads(m.to_json())
+    assert (doc["module"], doc["class_name"]) == ("keras", "Sequential")
+    cfg = doc["config"]
+    assert cfg["name"] == "mlp"
+    first = cfg["layers"][0]
+    assert first["class_name"] == "InputLayer" and first["config"]["batch_shape"] == [None, 28, 28]
+    assert [l["class_name"] for l in cfg["layers"][1:]] == ["Flatten", "Dense", "Dense", "Dense"]
+    assert all(l["module"] == "keras.layers" for l in cfg["layers"])
+    dense = cfg["layers"][2]["config"]
+    assert dense["units"] == 32 and dense["activation"] == "relu" and dense["use_bias"] is True
+    assert cfg["layers"][4]["config"]["activation"] == "softmax"
+    # The round trip: the JSON text describes the same layers again.
+    again = mpcl.Sequential([L.Flatten(input_shape=(28, 28))] + [
+        L.Dense(c["config"]["units"], activation=c["config"]["activation"],
+                use_bias=c["config"]["use_bias"]) for c in cfg["layers"][2:]], name="mlp")
+    assert json.loads(again.to_json()) == doc
+
+
+def test_to_json_pairs_are_lists():
+    if not has_kind("conv2d"):
+        pytest.skip("this libmpcl has no conv2d layer kind yet")
+    c = L.Conv2D(4, 3, strides=2, padding="same", input_shape=(8, 8, 1)).get_config()
+    assert c["kernel_size"] == [3, 3] and c["strides"] == [2, 2] and c["padding"] == "same"
+    # Pooling strides default to the pool size, as Keras writes them.
+    assert L.MaxPooling2D(3).get_config()["strides"] == [3, 3]
+    assert L.MaxPooling2D((2, 3), strides=1).get_config()["strides"] == [1, 1]
+
+
+def test_a_cnn_trains_saves_and_loads(data, tmp_path):
+    if not (has_kind("conv2d") and has_kind("max_pooling2d")):
+        pytest.skip("this libmpcl has no conv2d / max_pooling2d layer kind yet")
+    x, y, xt, yt = data
+    x, xt = x.reshape(-1, 28, 28, 1)[:512], xt.reshape(-1, 28, 28, 1)[:128]
+    m = mpcl.Sequential([L.Conv2D(4, 3, activation="relu", input_shape=(28, 28, 1)),
+                         L.MaxPooling2D(), L.Flatten(), L.Dense(10)])
+    m.compile(loss=mpcl.losses.SparseCategoricalCrossentropy(from_logits=True),
+              metrics=["accuracy"])
+    assert [a.shape for a in m.get_weights()] == [(3, 3, 1, 4), (4,), (13 * 13 * 4, 10), (10,)]
+    with pytest.raises(ValueError, match=r"\(None, 28, 28, 1\)"):
+        m.fit(x.reshape(-1, 784), y[:512], epochs=1)
+    h = m.fit(x, y[:512], epochs=2, batch_size=128, validation_data=(xt, yt[:128]), verbose=0)
+    assert h.history["loss"][1] < h.history["loss"][0]
+    m.save(tmp_path / "cnn.safetensors")
+    loaded = mpcl.models.load_model(tmp_path / "cnn.safetensors")
+    assert [type(l).__name__ for l in loaded.layers] == ["Conv2D", "MaxPooling2D", "Flatten",
+                                                        "Dense"]
+    assert loaded.layers[0].input_shape == (28, 28, 1)
+    assert json.loads(loaded.to_json())["config"]["layers"][1:] == \
+        json.loads(m.to_json())["config"]["layers"][1:]
+    np.testing.assert_array_equal(loaded.predict(xt), m.predict(xt))
+
+
+def test_weights_round_trip_in_keras_order():
+    m = mlp()
+    m.compile(loss="sparse_categorical_crossentropy")
+    w = m.get_weights()
+    assert [a.shape for a in w] == [(784, 32), (32,), (32, 16), (16,), (16, 10), (10,)]
+    assert all(a.dtype == np.float32 for a in w)
+    rng = np.random.default_rng(1)
+    new = [rng.standard_normal(a.shape).astype(np.float32) for a in w]
+    m.set_weights(new)
+    for a, b in zip(m.get_weights(), new):
+        np.testing.assert_array_equal(a, b)
+    bad = list(new)
+    bad[2] = np.zeros((16, 32), np.float32)
+    with pytest.raises(ValueError, match=r"dense_1\.kernel has shape \(32, 16\); got \(16, 32\)"):
+        m.set_weights(bad)
+    with pytest.raises(ValueError, match="has 6 weights"):
+        m.set_weights(new[:5])
+    # A refused set_weights wrote nothing.
+    for a, b in zip(m.get_weights(), new):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_set_weights_changes_predictions():
+    m = mpcl.Sequential([L.Dense(3, input_shape=(4,))])
+    m.compile(loss=mpcl.losses.SparseCategoricalCrossentropy(from_logits=True))
+    kernel = np.arange(12, dtype=np.float32).reshape(4, 3) / 10
+    bias = np.array([1, -1, 0.5], np.float32)
+    m.set_weights([kernel, bias])
+    x = np.array([[0, 51, 102, 255]], np.uint8)
+    want = (x.astype(np.float32) / 255) @ kernel + bias
+    np.testing.assert_allclose(m.predict(x), want, rtol=1e-6)
+
+
+def test_weights_of_layers_with_their_own_names():
+    m = mpcl.Sequential([L.Dense(4, input_shape=(3,), name="hidden"), L.Dense(2, name="head")])
+    m.compile(loss=mpcl.losses.SparseCategoricalCrossentropy(from_logits=True))
+    assert [a.shape for a in m.get_weights()] == [(3, 4), (4,), (4, 2), (2,)]
+    with pytest.raises(ValueError, match=r"head\.bias has shape \(2,\); got \(3,\)"):
+        m.set_weights([np.zeros((3, 4)), np.zeros(4), np.zeros((4, 2)), np.zeros(3)])
