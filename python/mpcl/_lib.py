@@ -388,6 +388,7 @@ _MIRRORS = {
     PlanOverrides: "mpcl_plan_overrides", ContextParams: "mpcl_context_params",
     FpConfig: "mpcl_fp_config", DeviceInfo: "mpcl_device_info",
     SkippedPlatform: "mpcl_skipped_platform", StTensor: "mpcl_st_tensor",
+    ArrayView: "mpcl_array_view", NpyDataParams: "mpcl_npy_data_params",
 }
 _SIZE_MAX = ctypes.c_size_t(-1).value
 

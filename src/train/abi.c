@@ -8,6 +8,7 @@
 
 #include "mpcl/checkpoint.h"
 #include "mpcl/context.h"
+#include "mpcl/data.h"
 #include "mpcl/device.h"
 #include "mpcl/layer_spec.h"
 #include "mpcl/loss_scale.h"
@@ -155,6 +156,21 @@ static const abi_row rows[] = {
     FIELD(mpcl_train_params, dist),
     FIELD(mpcl_train_params, replica_ctx),
     FIELD(mpcl_train_params, data_load),
+    FIELD(mpcl_train_params, train_x),
+    FIELD(mpcl_train_params, train_y),
+    FIELD(mpcl_train_params, val_x),
+    FIELD(mpcl_train_params, val_y),
+    FIELD(mpcl_train_params, validation_split),
+
+    SIZE(mpcl_npy_data_params),
+    FIELD(mpcl_npy_data_params, float_targets),
+    FIELD(mpcl_npy_data_params, num_classes),
+
+    SIZE(mpcl_array_view),
+    FIELD(mpcl_array_view, data),
+    FIELD(mpcl_array_view, dtype),
+    FIELD(mpcl_array_view, ndim),
+    FIELD(mpcl_array_view, shape),
 
     SIZE(mpcl_train_summary),
     FIELD(mpcl_train_summary, steps),
