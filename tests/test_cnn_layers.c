@@ -7,8 +7,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "mpcl/model.h"
+#include "mpcl/train.h"
 #include "ref_ops.h"
 #include "testutil.h"
 
@@ -600,6 +602,194 @@ static void text_form_round_trips(void **state) {
     mpcl_context_destroy(ctx);
 }
 
+/* ---- dropout and batch normalization ---- */
+
+/* The logits of the last step, [B, classes] as floats. */
+static float *logits_of(mpcl_model *m, size_t B) {
+    size_t n = B * mpcl_model_params_of(m)->classes;
+    float *out = malloc(n * sizeof *out);
+    assert_non_null(out);
+    TU_ASSERT_OK(mpcl_model_read_logits(m, out, n));
+    return out;
+}
+
+/* Dropout is the identity in evaluation (a model with it gives, bit for
+ * bit, the logits of the same model without it: no parameters, so the same
+ * initial weights); in training its masks repeat for the same seed and
+ * counter, in another model of the same seed too, and change with the
+ * counter. */
+static void dropout_masks_repeat_and_evaluation_is_identity(void **state) {
+    (void)state;
+    enum { B = 4, C = 3 };
+    mpcl_context *ctx = tu_context();
+    mpcl_model_params pd = cnn_params("input_shape=4,3,2; dropout rate=0.5; flatten; dense units=3",
+                                      C, B, MPCL_POLICY_FLOAT32);
+    mpcl_model_params pn =
+        cnn_params("input_shape=4,3,2; flatten; dense units=3", C, B, MPCL_POLICY_FLOAT32);
+    mpcl_model *md = cnn_model(ctx, &pd), *md2 = cnn_model(ctx, &pd), *mn = cnn_model(ctx, &pn);
+    mpcl_tensor *x, *y;
+    random_batch(md, 5, B, NULL, &x, &y);
+    size_t n = B * C;
+    TU_ASSERT_OK(mpcl_model_eval_step(md, x, y));
+    TU_ASSERT_OK(mpcl_model_eval_step(mn, x, y));
+    float *eval_d = logits_of(md, B), *eval_n = logits_of(mn, B);
+    assert_memory_equal(eval_d, eval_n, n * sizeof *eval_d);
+
+    float *train[4];
+    mpcl_model *order[4] = {md, md, md2, md};
+    uint64_t counter[4] = {7, 7, 7, 8};
+    for (int i = 0; i < 4; i++) {
+        mpcl_model_set_rng_counter(order[i], counter[i]);
+        TU_ASSERT_OK(mpcl_model_forward(order[i], x, y));
+        assert_int_equal(mpcl_model_rng_counter(order[i]), counter[i] + 1);
+        train[i] = logits_of(order[i], B);
+    }
+    assert_memory_equal(train[0], train[1], n * sizeof *train[0]); /* same counter */
+    assert_memory_equal(train[0], train[2], n * sizeof *train[0]); /* same seed */
+    assert_memory_not_equal(train[0], train[3], n * sizeof *train[0]);
+    assert_memory_not_equal(train[0], eval_d, n * sizeof *train[0]);
+    for (int i = 0; i < 4; i++) free(train[i]);
+    free(eval_d);
+    free(eval_n);
+    mpcl_tensor_destroy(x);
+    mpcl_tensor_destroy(y);
+    mpcl_model_destroy(md);
+    mpcl_model_destroy(md2);
+    mpcl_model_destroy(mn);
+    mpcl_context_destroy(ctx);
+}
+
+/* A batch norm alone (its output is the logits): after each training
+ * forward its output is the batch normalized by the batch's mean and biased
+ * variance, and its moving averages follow Keras' update; evaluation
+ * normalizes by the moving averages. Against a double reference, gamma 1
+ * and beta 0 as initialized (nothing is applied). */
+static void batchnorm_moving_averages_follow_the_reference(void **state) {
+    (void)state;
+    enum { B = 5, C = 4, STEPS = 3 };
+    const double momentum = 0.8, eps = 0.01;
+    mpcl_context *ctx = tu_context();
+    mpcl_model_params p = cnn_params(
+        "input_shape=4; batch_normalization momentum=0.8 "
+        "epsilon=0.01",
+        C, B, MPCL_POLICY_FLOAT32);
+    mpcl_model *m = cnn_model(ctx, &p);
+    assert_int_equal(mpcl_model_buffer_count(m), 2);
+    assert_string_equal(mpcl_model_buffer(m, 0)->name, "batch_normalization_0.moving_mean");
+    assert_string_equal(mpcl_model_buffer(m, 1)->name, "batch_normalization_0.moving_variance");
+    double mm[C] = {0, 0, 0, 0}, mv[C] = {1, 1, 1, 1}, x_host[B * C];
+    for (int step = 0; step < STEPS; step++) {
+        mpcl_tensor *x, *y;
+        random_batch(m, 100 + (uint64_t)step, B, x_host, &x, &y);
+        TU_ASSERT_OK(mpcl_model_forward(m, x, y));
+        float *out = logits_of(m, B);
+        for (int c = 0; c < C; c++) {
+            double mean = 0, var = 0;
+            for (int b = 0; b < B; b++) mean += x_host[b * C + c] / B;
+            for (int b = 0; b < B; b++) var += pow(x_host[b * C + c] - mean, 2) / B;
+            for (int b = 0; b < B; b++) {
+                double want = (x_host[b * C + c] - mean) / sqrt(var + eps);
+                if (fabs((double)out[b * C + c] - want) > 1e-5)
+                    fail_msg("step %d, row %d, channel %d: %g, want %g", step, b, c,
+                             (double)out[b * C + c], want);
+            }
+            mm[c] = momentum * mm[c] + (1 - momentum) * mean;
+            mv[c] = momentum * mv[c] + (1 - momentum) * var;
+        }
+        free(out);
+        float got_mean[C], got_var[C];
+        TU_ASSERT_OK(mpcl_model_read_buffer(m, 0, got_mean, C));
+        TU_ASSERT_OK(mpcl_model_read_buffer(m, 1, got_var, C));
+        for (int c = 0; c < C; c++)
+            if (fabs((double)got_mean[c] - mm[c]) > 1e-6 || fabs((double)got_var[c] - mv[c]) > 1e-6)
+                fail_msg("step %d channel %d: moving %g %g, want %g %g", step, c,
+                         (double)got_mean[c], (double)got_var[c], mm[c], mv[c]);
+        /* Evaluation: the moving averages, not the batch's statistics. */
+        TU_ASSERT_OK(mpcl_model_eval_step(m, x, y));
+        out = logits_of(m, B);
+        for (int i = 0; i < B * C; i++) {
+            double want = (x_host[i] - mm[i % C]) / sqrt(mv[i % C] + eps);
+            if (fabs((double)out[i] - want) > 1e-5)
+                fail_msg("eval step %d element %d: %g, want %g", step, i, (double)out[i], want);
+        }
+        free(out);
+        mpcl_tensor_destroy(x);
+        mpcl_tensor_destroy(y);
+    }
+    mpcl_model_destroy(m);
+    mpcl_context_destroy(ctx);
+}
+
+/* ---- checkpoints ---- */
+
+/* A trainer of every layer kind on `ds` (8x8 images of 3 classes). */
+static mpcl_trainer *kinds_trainer(mpcl_context *ctx, const mpcl_dataset *ds, uint32_t epochs,
+                                   mpcl_policy policy) {
+    mpcl_train_params p = mpcl_train_default_params();
+    TU_ASSERT_OK(mpcl_model_spec_parse(
+        NULL,
+        "input_shape=8,8,1; conv2d filters=4 kernel_size=3 activation=relu; "
+        "batch_normalization; max_pooling2d; dropout rate=0.25; flatten; dense units=8 "
+        "activation=tanh; batch_normalization momentum=0.9; dense units=3",
+        &p.model));
+    p.model.policy = policy;
+    p.train_data = ds;
+    p.epochs = epochs;
+    p.batch = 16;
+    p.report_every = 0;
+    mpcl_trainer *tr = NULL;
+    TU_ASSERT_OK(mpcl_trainer_create(ctx, &p, &tr));
+    return tr;
+}
+
+/* Two epochs straight, against one epoch, a checkpoint, a new trainer that
+ * loads it and the second epoch: the same weights, optimizer state, moving
+ * averages and dropout counter, bit for bit, in float32 and mixed_float16. */
+static void every_kind_resumes_bit_for_bit(void **state) {
+    (void)state;
+    enum { N = 40, SIDE = 8 };
+    mpcl_context *ctx = tu_context();
+    uint8_t pixels[N * SIDE * SIDE], labels[N];
+    tu_rng rng = tu_rng_make(3);
+    for (size_t i = 0; i < sizeof pixels; i++) pixels[i] = (uint8_t)tu_uniform(&rng, 0, 256);
+    for (int i = 0; i < N; i++) labels[i] = (uint8_t)(i % 3);
+    mpcl_dataset *ds = NULL;
+    TU_ASSERT_OK(mpcl_dataset_from_memory(pixels, labels, N, SIDE, SIDE, 3, &ds));
+    char path[] = "/tmp/mpcl-test-kinds-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    mpcl_policy policies[] = {MPCL_POLICY_FLOAT32, MPCL_POLICY_MIXED_FLOAT16};
+    for (size_t k = 0; k < 2; k++) {
+        mpcl_trainer *straight = kinds_trainer(ctx, ds, 2, policies[k]);
+        TU_ASSERT_OK(mpcl_trainer_fit(straight));
+        mpcl_trainer *first = kinds_trainer(ctx, ds, 1, policies[k]);
+        TU_ASSERT_OK(mpcl_trainer_fit(first));
+        TU_ASSERT_OK(mpcl_trainer_save(first, path));
+        mpcl_trainer *resumed = kinds_trainer(ctx, ds, 2, policies[k]);
+        TU_ASSERT_OK(mpcl_trainer_load(resumed, path));
+        TU_ASSERT_OK(mpcl_trainer_fit(resumed));
+        size_t na, nb;
+        mpcl_model *ma = mpcl_trainer_model(straight), *mb = mpcl_trainer_model(resumed);
+        float *a = tu_model_state(ma, &na), *b = tu_model_state(mb, &nb);
+        assert_int_equal(na, nb);
+        assert_int_equal(mpcl_model_buffer_count(ma), 4);
+        if (memcmp(a, b, na * sizeof *a) != 0)
+            fail_msg("%s: the resumed run differs from the straight one",
+                     mpcl_policy_name(policies[k]));
+        assert_int_equal(mpcl_model_rng_counter(ma), mpcl_model_rng_counter(mb));
+        assert_true(mpcl_model_rng_counter(ma) > 0);
+        free(a);
+        free(b);
+        mpcl_trainer_destroy(straight);
+        mpcl_trainer_destroy(first);
+        mpcl_trainer_destroy(resumed);
+    }
+    unlink(path);
+    mpcl_dataset_destroy(ds);
+    mpcl_context_destroy(ctx);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(gradients_match_finite_differences),
@@ -607,6 +797,9 @@ int main(void) {
         cmocka_unit_test(every_policy_trains_a_tiny_cnn),
         cmocka_unit_test(bad_specs_are_refused_by_name),
         cmocka_unit_test(text_form_round_trips),
+        cmocka_unit_test(dropout_masks_repeat_and_evaluation_is_identity),
+        cmocka_unit_test(batchnorm_moving_averages_follow_the_reference),
+        cmocka_unit_test(every_kind_resumes_bit_for_bit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

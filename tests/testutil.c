@@ -186,9 +186,10 @@ bool tu_still_poisoned(const mpcl_tensor *t) {
 }
 
 float *tu_model_state(mpcl_model *m, size_t *n_out) {
-    size_t n = 0, np = mpcl_model_param_count(m);
+    size_t n = 0, np = mpcl_model_param_count(m), nb = mpcl_model_buffer_count(m);
     for (size_t i = 0; i < np; i++) n += MPCL_OPTIM_SLOT_COUNT * mpcl_model_param(m, i)->count;
-    float *buf = calloc(n, sizeof *buf), *p = buf;
+    for (size_t i = 0; i < nb; i++) n += mpcl_model_buffer(m, i)->count;
+    float *buf = calloc(n ? n : 1, sizeof *buf), *p = buf;
     assert_non_null(buf);
     for (int slot = 0; slot < MPCL_OPTIM_SLOT_COUNT; slot++)
         for (size_t i = 0; i < np; i++) {
@@ -197,6 +198,11 @@ float *tu_model_state(mpcl_model *m, size_t *n_out) {
                 TU_ASSERT_OK(mpcl_model_read_param(m, i, (mpcl_optim_slot)slot, p, count));
             p += count;
         }
+    for (size_t i = 0; i < nb; i++) {
+        size_t count = mpcl_model_buffer(m, i)->count;
+        TU_ASSERT_OK(mpcl_model_read_buffer(m, i, p, count));
+        p += count;
+    }
     *n_out = n;
     return buf;
 }

@@ -82,8 +82,9 @@ double *tu_to_double(const float *x, size_t n);
 bool tu_still_poisoned(const mpcl_tensor *t);
 
 /* Every parameter's master weights and optimizer state (slots the optimizer
- * lacks are zeros), concatenated slot by slot, malloc'ed; for bitwise
- * comparisons of whole model states. */
+ * lacks are zeros), concatenated slot by slot, then every buffer (a batch
+ * norm's moving averages), malloc'ed; for bitwise comparisons of whole
+ * model states. */
 float *tu_model_state(mpcl_model *m, size_t *n_out);
 #define TU_POISON_F16 ((uint16_t)0x7e55)
 /* bf16: a signaling NaN, which no bf16 store produces (NaN stores as 0x7fc0). */
