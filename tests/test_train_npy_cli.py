@@ -127,11 +127,73 @@ def test_train_one_epoch():
                   f"f4 x alone: nothing evaluated: {doc.get('data')!r}")
 
 
+def read_checkpoint_tensor(path, name):
+    """One F32 tensor of a safetensors file, read here by its layout (8-byte
+    header length, JSON header, data), not by mpcl."""
+    with open(path, "rb") as f:
+        blob = f.read()
+    n = int.from_bytes(blob[:8], "little")
+    t = json.loads(blob[8:8 + n])[name]
+    a, b = t["data_offsets"]
+    return np.frombuffer(blob[8 + n + a:8 + n + b], np.float32).reshape(t["shape"])
+
+
+def linear_model(d, inputs, activation):
+    """A Keras 3 model file: Dense(1) on `inputs` features."""
+    doc = {"module": "keras", "class_name": "Sequential", "config": {"name": "linear", "layers": [
+        {"class_name": "InputLayer", "config": {"batch_shape": [None, inputs]}},
+        {"class_name": "Dense", "config": {"units": 1, "activation": activation}}]}}
+    path = os.path.join(d, f"linear-{activation}.json")
+    with open(path, "w") as f:
+        json.dump(doc, f)
+    return path
+
+
+def test_regression_and_binary():
+    """MSE on y = x w + b recovers w and b (the saved kernel and bias); binary
+    cross-entropy on a separable set learns it; the metric is reported by
+    its own name."""
+    rng = np.random.default_rng(5)
+    w, b = np.array([1.5, -2.0, 0.5, 3.0], np.float32), np.float32(0.7)
+    x = rng.standard_normal((2000, 4)).astype(np.float32)
+    with tempfile.TemporaryDirectory() as d:
+        xp = save(d, "x.npy", x)
+        yp = save(d, "y.npy", (x @ w + b).astype(np.float32))
+        ck = os.path.join(d, "linear.safetensors")
+        rc, out, err = run(["--train-x", xp, "--train-y", yp, "--loss", "mse",
+                            "--model", linear_model(d, 4, "linear"), "--epochs", "20",
+                            "--batch", "32", "--lr", "0.02", "--precision", "float32",
+                            "--validation-split", "0.1", "--save", ck, "--json"])
+        if check(rc == 0, f"mse regression: exit 0 ({rc}: {err[-500:]!r})"):
+            doc = json.loads(out)
+            kernel = read_checkpoint_tensor(ck, "dense_0.kernel").ravel()
+            bias = read_checkpoint_tensor(ck, "dense_0.bias")
+            check(np.allclose(kernel, w, atol=0.02) and abs(bias[0] - b) < 0.02,
+                  f"mse regression recovers w {w} b {b}: got {kernel} {bias}")
+            check(doc.get("test_mae") is not None and doc["test_mae"] < 0.05
+                  and "test_accuracy" not in doc,
+                  f"mse: --json reports test_mae: {doc.get('test_mae')!r}")
+            check("mae " in err and "acc " not in err, f"mse: the epoch lines say mae: {err!r}"[:500])
+        yb = save(d, "yb.npy", (x @ w > 0).astype(np.float32))
+        rc, out, err = run(["--train-x", xp, "--train-y", yb, "--loss", "binary_crossentropy",
+                            "--model", linear_model(d, 4, "linear"), "--epochs", "8",
+                            "--lr", "0.05", "--validation-split", "0.2", "--precision", "float32",
+                            "--json"])
+        if check(rc == 0, f"binary: exit 0 ({rc}: {err[-500:]!r})"):
+            doc = json.loads(out)
+            check((doc.get("test_binary_accuracy") or 0) > 0.95,
+                  f"binary: separable set learnt: {doc.get('test_binary_accuracy')!r}")
+        # Float targets with the sparse loss are refused, naming the file.
+        rc, out, err = run(["--train-x", xp, "--train-y", yp, "--hidden", "4", "--epochs", "1"])
+        check(rc == 1 and "y.npy" in err, f"float targets, sparse loss: refused ({rc}: {err!r})")
+
+
 def main():
     t0 = time.time()
     test_flag_refusals()
     test_data_refusals()
     test_train_one_epoch()
+    test_regression_and_binary()
     return finish("mpcl-train NPY", t0)
 
 

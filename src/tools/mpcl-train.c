@@ -149,7 +149,27 @@ typedef struct ui {
     size_t batch;
     mpcl_run_record *plot; /* NULL without --plot */
     bool plot_failed;
+    mpcl_loss loss; /* its metric is what "acc" reports */
 } ui;
+
+/* The metric's short label and value as printed: accuracies in percent. */
+static const char *metric_label(mpcl_loss loss) {
+    switch (loss) {
+    case MPCL_LOSS_BINARY_CROSSENTROPY: return "bin acc";
+    case MPCL_LOSS_MSE: return "mae";
+    default: return "acc";
+    }
+}
+
+/* "acc 84.58%" in the epoch lines, "accuracy 84.58%" (Keras' name) at the
+ * end. */
+static void format_metric(char *buf, size_t size, mpcl_loss loss, double v, bool keras_name) {
+    const char *name = keras_name ? mpcl_loss_metric_name(loss) : metric_label(loss);
+    if (loss == MPCL_LOSS_MSE)
+        snprintf(buf, size, "%s %.4f", name, v);
+    else
+        snprintf(buf, size, "%s %.2f%%", name, 100 * v);
+}
 
 static void format_eta(char *buf, size_t size, double seconds) {
     if (!isfinite(seconds) || seconds < 0) {
@@ -190,12 +210,14 @@ static void on_report(void *user, const mpcl_train_report *r) {
     if (!u->human) return;
     if (r->epoch_end) {
         if (u->line_open) fputs("\r", u->human);
+        char train[32], test[32];
+        format_metric(train, sizeof train, u->loss, r->accuracy, false);
+        format_metric(test, sizeof test, u->loss, r->test_accuracy, false);
         fprintf(u->human,
-                "epoch %u/%u  loss %.4f  acc %.2f%%  test loss %.4f  test acc %.2f%%  "
+                "epoch %u/%u  loss %.4f  %s  test loss %.4f  test %s  "
                 "scale %g  skipped %u  %.0f samples/s  %.1f s%s\n",
-                r->epoch + 1, u->epochs, r->loss, 100 * r->accuracy, r->test_loss,
-                100 * r->test_accuracy, (double)r->loss_scale, r->skipped, r->samples_per_s,
-                r->elapsed_s, u->live ? "          " : "");
+                r->epoch + 1, u->epochs, r->loss, train, r->test_loss, test, (double)r->loss_scale,
+                r->skipped, r->samples_per_s, r->elapsed_s, u->live ? "          " : "");
         u->line_open = false;
         fflush(u->human);
     } else if (u->live) {
@@ -203,12 +225,14 @@ static void on_report(void *user, const mpcl_train_report *r) {
                         (r->epoch_steps - r->epoch_step);
         char eta[32];
         format_eta(eta, sizeof eta, (double)left * (double)u->batch / r->samples_per_s);
+        char train[32];
+        format_metric(train, sizeof train, u->loss, r->accuracy, false);
         fprintf(u->human,
-                "\repoch %u/%u  step %llu/%llu  loss %.4f  acc %.2f%%  scale %g  "
+                "\repoch %u/%u  step %llu/%llu  loss %.4f  %s  scale %g  "
                 "%.0f samples/s  ETA %s   ",
                 r->epoch + 1, u->epochs, (unsigned long long)r->epoch_step,
-                (unsigned long long)r->epoch_steps, r->loss, 100 * r->accuracy,
-                (double)r->loss_scale, r->samples_per_s, eta);
+                (unsigned long long)r->epoch_steps, r->loss, train, (double)r->loss_scale,
+                r->samples_per_s, eta);
         u->line_open = true;
         fflush(u->human);
     }
@@ -275,8 +299,8 @@ static bool trim_metrics(FILE *f, const char *path, unsigned long long keep, cha
 }
 
 /* A new CSV with its header; or, resuming, the existing one continued. */
-static FILE *open_metrics(const char *path, bool resume, unsigned long long step, char *err,
-                          size_t size) {
+static FILE *open_metrics(const char *path, mpcl_loss loss, bool resume, unsigned long long step,
+                          char *err, size_t size) {
     struct stat sb;
     bool append = resume && stat(path, &sb) == 0 && sb.st_size > 0;
     FILE *f = open_regular(path, append ? O_RDWR | O_APPEND : O_WRONLY | O_CREAT | O_TRUNC,
@@ -286,7 +310,10 @@ static FILE *open_metrics(const char *path, bool resume, unsigned long long step
         fclose(f);
         return NULL;
     }
-    if (!append) fputs("step,epoch,loss,accuracy,loss_scale,skipped,samples_per_s,grad_norm\n", f);
+    /* The second column is the loss's metric, by its Keras name. */
+    if (!append)
+        fprintf(f, "step,epoch,loss,%s,loss_scale,skipped,samples_per_s,grad_norm\n",
+                mpcl_loss_metric_name(loss));
     fflush(f);
     return f;
 }
@@ -359,7 +386,9 @@ static void write_json(const train_args *a, const mpcl_device_info *dev, const m
     jsonw_kv_bool(&w, "diverged", s->diverged);
     /* null means "not evaluated"; an evaluation that gave a non-finite
      * number says so as a string. */
-    const char *names[2] = {"test_accuracy", "test_loss"};
+    char metric[48];
+    snprintf(metric, sizeof metric, "test_%s", mpcl_loss_metric_name(a->loss));
+    const char *names[2] = {metric, "test_loss"};
     double values[2] = {s->test_accuracy, s->test_loss};
     for (int i = 0; i < 2; i++) {
         if (s->evaluated && !isfinite(values[i]))
@@ -461,8 +490,10 @@ static void print_end(FILE *h, const train_args *a, const mpcl_plan *plan,
     if (s->stopped)
         fprintf(h, "stopped   after step %llu (epoch %u of %u done)\n",
                 (unsigned long long)s->steps, s->epochs_done, a->epochs);
+    char metric[32];
+    format_metric(metric, sizeof metric, a->loss, s->test_accuracy, true);
     if (isfinite(s->test_accuracy))
-        fprintf(h, "test      accuracy %.2f%%, loss %.4f\n", 100 * s->test_accuracy, s->test_loss);
+        fprintf(h, "test      %s, loss %.4f\n", metric, s->test_loss);
     else
         fprintf(h, "test      not evaluated\n");
     fprintf(h, "time      %.1f s, %.0f samples/s, %llu steps\n", s->seconds, s->train_samples_per_s,
@@ -545,7 +576,8 @@ int main(int argc, char **argv) {
     ui u = {.human = human,
             .live = human && isatty(fileno(human)),
             .epochs = a.epochs,
-            .batch = a.batch};
+            .batch = a.batch,
+            .loss = a.loss};
     p.on_report = on_report;
     p.user = &u;
     p.stop = &stop_flag;
@@ -588,8 +620,8 @@ int main(int argc, char **argv) {
     mpcl_train_summary s;
     mpcl_trainer_summary(tr, &s);
     if (a.metrics) {
-        u.metrics =
-            open_metrics(a.metrics, a.resume != NULL, (unsigned long long)s.steps, err, sizeof err);
+        u.metrics = open_metrics(a.metrics, a.loss, a.resume != NULL, (unsigned long long)s.steps,
+                                 err, sizeof err);
         if (!u.metrics) {
             fprintf(stderr, "mpcl-train: %s\n", err);
             goto done;
