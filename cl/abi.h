@@ -83,16 +83,6 @@
  * the optimizer's end-of-step kernel sets its own from this index on. */
 #define MPCL_ABI_LS_UPDATE_ARGS 8
 
-/* Activation codes: the values of the public enum mpcl_activation
- * (include/mpcl/ops.h, asserted in ops.c), which cl/activation.cl uses to
- * specialize one kernel per activation. */
-#define MPCL_ABI_ACT_IDENTITY 0
-#define MPCL_ABI_ACT_RELU 1
-#define MPCL_ABI_ACT_GELU 2
-#define MPCL_ABI_ACT_SIGMOID 3
-#define MPCL_ABI_ACT_TANH 4
-#define MPCL_ABI_ACT_COUNT 5
-
 /* mpcl's GEMM tiles: the rows and columns of C in one tile of cl/gemm.cl:
  * 16x16 (mpcl_gemm_w16*), 4x16 (mpcl_gemm_r4w16*) and 8x8 (mpcl_gemm_w8*).
  * src/compute/gemm.c picks one and launches ceil(N / columns) x
@@ -176,12 +166,6 @@
     X(MPCL_ABI_LS_STATE_WORDS)        \
     X(MPCL_ABI_LS_CHECK_TENSORS)      \
     X(MPCL_ABI_LS_UPDATE_ARGS)        \
-    X(MPCL_ABI_ACT_IDENTITY)          \
-    X(MPCL_ABI_ACT_RELU)              \
-    X(MPCL_ABI_ACT_GELU)              \
-    X(MPCL_ABI_ACT_SIGMOID)           \
-    X(MPCL_ABI_ACT_TANH)              \
-    X(MPCL_ABI_ACT_COUNT)             \
     X(MPCL_ABI_GEMM_TILE_WIDE)        \
     X(MPCL_ABI_GEMM_TILE_NARROW)      \
     X(MPCL_ABI_GEMM_TILE_FLAT_ROWS)   \

@@ -4,13 +4,11 @@
 // the bias is always f32 (the master copy is read directly); the bias
 // gradient is in the storage dtype, like every gradient.
 
-// The activation codes: cl/abi.h, whose values enum mpcl_activation in
-// include/mpcl/ops.h has (ops.c asserts it).
-#define ACTIVATION_IDENTITY MPCL_ABI_ACT_IDENTITY
-#define ACTIVATION_RELU MPCL_ABI_ACT_RELU
-#define ACTIVATION_GELU MPCL_ABI_ACT_GELU
-#define ACTIVATION_SIGMOID MPCL_ABI_ACT_SIGMOID
-#define ACTIVATION_TANH MPCL_ABI_ACT_TANH
+// The activation codes: the rows of MPCL_ACTIVATION_LIST
+// (include/mpcl/activations.h, joined to the program before this file), in
+// order, as enum mpcl_activation numbers them.
+#define ACTIVATION_CODE_ROW(NAME, name, saved) ACTIVATION_##NAME,
+enum activation_code { MPCL_ACTIVATION_LIST(ACTIVATION_CODE_ROW) };
 
 // tanh(u) = 1 - 2 / (1 + exp(2u)): exp vectorizes where the builtin tanh is
 // a slow scalar call (PoCL: 20x), and the absolute error (an ulp of 1) is
@@ -135,19 +133,18 @@ static float8 activation_grad(int act, float8 s) {
 // Names: mpcl_bias_act_forward_<act>, mpcl_bias_act_forward_z_<act>,
 // mpcl_bias_act_backward_<act>, <act> as mpcl_activation_name() spells it,
 // and each of them with _v8 appended.
-#define ACTIVATION_KERNELS(NAME, ACT)                                     \
-    ACTIVATION_FORWARD(mpcl_bias_act_forward_##NAME, ACT, 0, 1)           \
-    ACTIVATION_FORWARD(mpcl_bias_act_forward_z_##NAME, ACT, 1, 1)         \
-    ACTIVATION_BACKWARD(mpcl_bias_act_backward_##NAME, ACT, 1)            \
-    ACTIVATION_FORWARD(mpcl_bias_act_forward_##NAME##_v8, ACT, 0, 0)      \
-    ACTIVATION_FORWARD(mpcl_bias_act_forward_z_##NAME##_v8, ACT, 1, 0)    \
-    ACTIVATION_BACKWARD(mpcl_bias_act_backward_##NAME##_v8, ACT, 0)
+// SUFFIX is "_<act>", pasted from the row's name before any macro can
+// expand it: OpenCL C may define `tanh` as a macro.
+#define ACTIVATION_KERNELS(SUFFIX, ACT)                                     \
+    ACTIVATION_FORWARD(mpcl_bias_act_forward##SUFFIX, ACT, 0, 1)            \
+    ACTIVATION_FORWARD(mpcl_bias_act_forward_z##SUFFIX, ACT, 1, 1)          \
+    ACTIVATION_BACKWARD(mpcl_bias_act_backward##SUFFIX, ACT, 1)             \
+    ACTIVATION_FORWARD(mpcl_bias_act_forward##SUFFIX##_v8, ACT, 0, 0)       \
+    ACTIVATION_FORWARD(mpcl_bias_act_forward_z##SUFFIX##_v8, ACT, 1, 0)     \
+    ACTIVATION_BACKWARD(mpcl_bias_act_backward##SUFFIX##_v8, ACT, 0)
 
-ACTIVATION_KERNELS(identity, ACTIVATION_IDENTITY)
-ACTIVATION_KERNELS(relu, ACTIVATION_RELU)
-ACTIVATION_KERNELS(gelu, ACTIVATION_GELU)
-ACTIVATION_KERNELS(sigmoid, ACTIVATION_SIGMOID)
-ACTIVATION_KERNELS(tanh, ACTIVATION_TANH)
+#define ACTIVATION_KERNELS_ROW(NAME, name, saved) ACTIVATION_KERNELS(_##name, ACTIVATION_##NAME)
+MPCL_ACTIVATION_LIST(ACTIVATION_KERNELS_ROW)
 
 // The bias gradient's shape; src/compute/ops.c launches with the same values.
 // Each item sums 32 columns (four float8 accumulators, named: an array of
@@ -259,11 +256,9 @@ BIAS_GRAD_KERNEL(mpcl_bias_grad_f32_v8, float, STORE_FLOAT8, STORE_FLOAT, 0, -1)
 
 // mpcl_bias_act_backward_grad_<act>[_v8]: the bias gradient in the storage
 // dtype with the activation's backward fused in.
-#define BIAS_ACT_GRAD_KERNELS(NAME, ACT)                                                         \
-    BIAS_GRAD_KERNEL(mpcl_bias_act_backward_grad_##NAME, storage_t, STORE8, STORE, 1, ACT)      \
-    BIAS_GRAD_KERNEL(mpcl_bias_act_backward_grad_##NAME##_v8, storage_t, STORE8, STORE, 0, ACT)
-BIAS_ACT_GRAD_KERNELS(identity, ACTIVATION_IDENTITY)
-BIAS_ACT_GRAD_KERNELS(relu, ACTIVATION_RELU)
-BIAS_ACT_GRAD_KERNELS(gelu, ACTIVATION_GELU)
-BIAS_ACT_GRAD_KERNELS(sigmoid, ACTIVATION_SIGMOID)
-BIAS_ACT_GRAD_KERNELS(tanh, ACTIVATION_TANH)
+#define BIAS_ACT_GRAD_KERNELS(SUFFIX, ACT)                                                       \
+    BIAS_GRAD_KERNEL(mpcl_bias_act_backward_grad##SUFFIX, storage_t, STORE8, STORE, 1, ACT)     \
+    BIAS_GRAD_KERNEL(mpcl_bias_act_backward_grad##SUFFIX##_v8, storage_t, STORE8, STORE, 0, ACT)
+#define BIAS_ACT_GRAD_KERNELS_ROW(NAME, name, saved) \
+    BIAS_ACT_GRAD_KERNELS(_##name, ACTIVATION_##NAME)
+MPCL_ACTIVATION_LIST(BIAS_ACT_GRAD_KERNELS_ROW)

@@ -13,7 +13,7 @@ ORDER = ["runtime", "compute", "nn", "io", "parallel", "train", "tools"]
 PUBLIC = {
     "runtime": ["status", "number", "files", "device", "plan", "context", "half", "rng", "version",
                 "cl_interop"],
-    "compute": ["tensor", "ops", "losses", "conv", "dropout", "batchnorm", "gemm", "loss_scale",
+    "compute": ["tensor", "ops", "activations", "losses", "conv", "dropout", "batchnorm", "gemm", "loss_scale",
                 "optim", "quickbench"],
     "nn": ["model", "layer_spec"],
     "io": ["data", "npy", "safetensors", "batch", "model_file"],

@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "mpcl/activations.h"
 #include "mpcl/context.h"
 #include "mpcl/losses.h"
 #include "mpcl/tensor.h"
@@ -24,19 +25,20 @@ extern "C" {
 /* Exported from libmpcl, which hides every other symbol. */
 #pragma GCC visibility push(default)
 
+/* MPCL_ACT_IDENTITY, MPCL_ACT_RELU, MPCL_ACT_GELU, MPCL_ACT_SIGMOID,
+ * MPCL_ACT_TANH: the rows of mpcl/activations.h, in order. */
+#define MPCL_ACTIVATION_ENUM_(NAME, name, saved) MPCL_ACT_##NAME,
 typedef enum mpcl_activation {
-    MPCL_ACT_IDENTITY,
-    MPCL_ACT_RELU,
-    MPCL_ACT_GELU, /* tanh form: 0.5 z (1 + tanh(sqrt(2/pi) (z + 0.044715 z^3))) */
-    MPCL_ACT_SIGMOID,
-    MPCL_ACT_TANH,
-    MPCL_ACT_COUNT,
+    MPCL_ACTIVATION_LIST(MPCL_ACTIVATION_ENUM_) MPCL_ACT_COUNT
 } mpcl_activation;
+#undef MPCL_ACTIVATION_ENUM_
 
 /* "identity", "relu", "gelu", "sigmoid", "tanh"; "unknown" outside the enum. */
 const char *mpcl_activation_name(mpcl_activation act);
 /* Name to value; false for an unknown name. */
 bool mpcl_activation_parse(const char *name, mpcl_activation *out);
+/* Every name, for messages: "identity, relu, gelu, sigmoid, tanh". */
+const char *mpcl_activation_names(void);
 
 /* Which forward tensor the backward of an activation reads as `saved`.
  * Recomputing the derivative from the output costs no extra buffer, so relu

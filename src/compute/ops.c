@@ -14,10 +14,6 @@
 #define ELEMENTWISE_WG 64
 
 /* The activation codes are cl/abi.h's, which the public header repeats. */
-_Static_assert(MPCL_ACT_IDENTITY == MPCL_ABI_ACT_IDENTITY && MPCL_ACT_RELU == MPCL_ABI_ACT_RELU &&
-                   MPCL_ACT_GELU == MPCL_ABI_ACT_GELU && MPCL_ACT_SIGMOID == MPCL_ABI_ACT_SIGMOID &&
-                   MPCL_ACT_TANH == MPCL_ABI_ACT_TANH && MPCL_ACT_COUNT == MPCL_ABI_ACT_COUNT,
-               "enum mpcl_activation differs from the MPCL_ABI_ACT_* codes of cl/abi.h");
 /* Elements per work-item of the elementwise and cast kernels, and the bias
  * gradient's blocks: cl/abi.h (the kernels' float8 and their group shape). */
 #define ELEMENTWISE_VEC MPCL_ABI_ELEMENTWISE_VEC
@@ -28,10 +24,9 @@ static size_t ceil_div(size_t a, size_t b) {
     return (a + b - 1) / b;
 }
 
-static const char *const activation_names[MPCL_ACT_COUNT] = {
-    [MPCL_ACT_IDENTITY] = "identity", [MPCL_ACT_RELU] = "relu", [MPCL_ACT_GELU] = "gelu",
-    [MPCL_ACT_SIGMOID] = "sigmoid",   [MPCL_ACT_TANH] = "tanh",
-};
+#define NAME_ROW(NAME, name, saved) [MPCL_ACT_##NAME] = #name,
+static const char *const activation_names[MPCL_ACT_COUNT] = {MPCL_ACTIVATION_LIST(NAME_ROW)};
+#undef NAME_ROW
 
 const char *mpcl_activation_name(mpcl_activation act) {
     if ((int)act < 0 || act >= MPCL_ACT_COUNT) return "unknown";
@@ -50,13 +45,18 @@ bool mpcl_activation_parse(const char *name, mpcl_activation *out) {
 }
 
 mpcl_act_saved mpcl_activation_saved(mpcl_activation act) {
-    switch (act) {
-    case MPCL_ACT_RELU:
-    case MPCL_ACT_SIGMOID:
-    case MPCL_ACT_TANH: return MPCL_ACT_SAVED_OUTPUT;
-    case MPCL_ACT_GELU: return MPCL_ACT_SAVED_PREACT;
-    default: return MPCL_ACT_SAVED_NONE;
-    }
+#define SAVED_ROW(NAME, name, saved) [MPCL_ACT_##NAME] = MPCL_ACT_SAVED_##saved,
+    static const mpcl_act_saved saved[MPCL_ACT_COUNT] = {MPCL_ACTIVATION_LIST(SAVED_ROW)};
+#undef SAVED_ROW
+    return (unsigned)act < MPCL_ACT_COUNT ? saved[act] : MPCL_ACT_SAVED_NONE;
+}
+
+const char *mpcl_activation_names(void) {
+#define LIST_ROW(NAME, name, saved) ", " #name
+    /* ", identity, relu, ...": the list after its first two characters. */
+    static const char list[] = "" MPCL_ACTIVATION_LIST(LIST_ROW);
+#undef LIST_ROW
+    return list + 2;
 }
 
 /* ---- checks ---- */
@@ -129,19 +129,14 @@ mpcl_status mpcl_bias_act_forward_z(mpcl_context *ctx, mpcl_tensor *out, mpcl_te
 
     /* One kernel per activation, and _v8 when the rows are whole vectors
      * (cl/activation.cl says why). */
+#define FORWARD_ROW(NAME, name, saved) [MPCL_ACT_##NAME] = "mpcl_bias_act_forward_" #name,
+#define FORWARD_Z_ROW(NAME, name, saved) [MPCL_ACT_##NAME] = "mpcl_bias_act_forward_z_" #name,
+#define FORWARD_V8_ROW(NAME, name, saved) [MPCL_ACT_##NAME] = "mpcl_bias_act_forward_" #name "_v8",
+#define FORWARD_Z_V8_ROW(NAME, name, saved) \
+    [MPCL_ACT_##NAME] = "mpcl_bias_act_forward_z_" #name "_v8",
     static const char *const names[2][2][MPCL_ACT_COUNT] = {
-        {{"mpcl_bias_act_forward_identity", "mpcl_bias_act_forward_relu",
-          "mpcl_bias_act_forward_gelu", "mpcl_bias_act_forward_sigmoid",
-          "mpcl_bias_act_forward_tanh"},
-         {"mpcl_bias_act_forward_z_identity", "mpcl_bias_act_forward_z_relu",
-          "mpcl_bias_act_forward_z_gelu", "mpcl_bias_act_forward_z_sigmoid",
-          "mpcl_bias_act_forward_z_tanh"}},
-        {{"mpcl_bias_act_forward_identity_v8", "mpcl_bias_act_forward_relu_v8",
-          "mpcl_bias_act_forward_gelu_v8", "mpcl_bias_act_forward_sigmoid_v8",
-          "mpcl_bias_act_forward_tanh_v8"},
-         {"mpcl_bias_act_forward_z_identity_v8", "mpcl_bias_act_forward_z_relu_v8",
-          "mpcl_bias_act_forward_z_gelu_v8", "mpcl_bias_act_forward_z_sigmoid_v8",
-          "mpcl_bias_act_forward_z_tanh_v8"}},
+        {{MPCL_ACTIVATION_LIST(FORWARD_ROW)}, {MPCL_ACTIVATION_LIST(FORWARD_Z_ROW)}},
+        {{MPCL_ACTIVATION_LIST(FORWARD_V8_ROW)}, {MPCL_ACTIVATION_LIST(FORWARD_Z_V8_ROW)}},
     };
     const char *name = names[pre_in->cols % ELEMENTWISE_VEC == 0][z != NULL][act];
     cl_kernel k;
@@ -185,13 +180,12 @@ mpcl_status mpcl_bias_act_backward(mpcl_context *ctx, mpcl_tensor *d_pre, const 
     static const char op[] = "mpcl_bias_act_backward";
     TRY(check_backward_args(ctx, op, d_pre, d_out, saved, act));
 
+#define BACKWARD_ROW(NAME, name, saved) [MPCL_ACT_##NAME] = "mpcl_bias_act_backward_" #name,
+#define BACKWARD_V8_ROW(NAME, name, saved) \
+    [MPCL_ACT_##NAME] = "mpcl_bias_act_backward_" #name "_v8",
     static const char *const names[2][MPCL_ACT_COUNT] = {
-        {"mpcl_bias_act_backward_identity", "mpcl_bias_act_backward_relu",
-         "mpcl_bias_act_backward_gelu", "mpcl_bias_act_backward_sigmoid",
-         "mpcl_bias_act_backward_tanh"},
-        {"mpcl_bias_act_backward_identity_v8", "mpcl_bias_act_backward_relu_v8",
-         "mpcl_bias_act_backward_gelu_v8", "mpcl_bias_act_backward_sigmoid_v8",
-         "mpcl_bias_act_backward_tanh_v8"},
+        {MPCL_ACTIVATION_LIST(BACKWARD_ROW)},
+        {MPCL_ACTIVATION_LIST(BACKWARD_V8_ROW)},
     };
     const char *name = names[(d_out->rows * d_out->cols) % ELEMENTWISE_VEC == 0][act];
     cl_kernel k;
@@ -248,13 +242,12 @@ mpcl_status mpcl_bias_act_backward_grad(mpcl_context *ctx, mpcl_tensor *d_pre, m
     TRY(mpcl__check_present(ctx, d_bias, op, "d_bias"));
     TRY(mpcl__check_dtype(ctx, d_bias, d_out->dtype, op, "d_bias"));
     TRY(mpcl__check_shape(ctx, d_bias, 1, d_out->cols, op, "d_bias"));
+#define GRAD_ROW(NAME, name, saved) [MPCL_ACT_##NAME] = "mpcl_bias_act_backward_grad_" #name,
+#define GRAD_V8_ROW(NAME, name, saved) \
+    [MPCL_ACT_##NAME] = "mpcl_bias_act_backward_grad_" #name "_v8",
     static const char *const names[2][MPCL_ACT_COUNT] = {
-        {"mpcl_bias_act_backward_grad_identity", "mpcl_bias_act_backward_grad_relu",
-         "mpcl_bias_act_backward_grad_gelu", "mpcl_bias_act_backward_grad_sigmoid",
-         "mpcl_bias_act_backward_grad_tanh"},
-        {"mpcl_bias_act_backward_grad_identity_v8", "mpcl_bias_act_backward_grad_relu_v8",
-         "mpcl_bias_act_backward_grad_gelu_v8", "mpcl_bias_act_backward_grad_sigmoid_v8",
-         "mpcl_bias_act_backward_grad_tanh_v8"},
+        {MPCL_ACTIVATION_LIST(GRAD_ROW)},
+        {MPCL_ACTIVATION_LIST(GRAD_V8_ROW)},
     };
     const char *name = names[d_out->cols % ELEMENTWISE_VEC == 0][act];
     cl_kernel k;

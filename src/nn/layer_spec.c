@@ -129,7 +129,7 @@ static void expected_str(const mpcl__attr *a, char *buf, size_t size) {
     case MPCL_ATTR_REAL: snprintf(buf, size, "a number in %s", range); break;
     case MPCL_ATTR_BOOL: snprintf(buf, size, "true or false"); break;
     case MPCL_ATTR_ACTIVATION:
-        snprintf(buf, size, "an activation: linear, relu, gelu, sigmoid or tanh");
+        snprintf(buf, size, "an activation: linear (identity), %s", mpcl_activation_names());
         break;
     case MPCL_ATTR_PADDING: snprintf(buf, size, "valid or same"); break;
     }

@@ -46,7 +46,8 @@ static const char usage[] =
     "  --classes N             class count; labels >= N are refused (default: the largest\n"
     "                          training label + 1, refused if a class has no example)\n"
     "  --hidden W[,W...]       hidden layer widths, at most 7 layers (default 128)\n"
-    "  --activation A          relu, gelu, tanh or sigmoid (default relu)\n"
+    "  --activation A          the hidden layers' activation: relu (default), gelu, ...\n"
+    "                          (an unknown name lists them all)\n"
     "  --model FILE.json       the model as Keras' model.to_json() writes it (Sequential:\n"
     "                          Dense, Conv2D, MaxPooling2D, Flatten, Dropout,\n"
     "                          BatchNormalization), instead of --hidden/--activation\n";

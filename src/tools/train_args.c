@@ -249,7 +249,8 @@ static bool apply(train_args *a, const char *f, const char *v, char *err, size_t
         mpcl_activation act;
         /* Identity hidden layers would collapse the MLP into one linear map. */
         if (!mpcl_activation_parse(v, &act) || act == MPCL_ACT_IDENTITY)
-            return fail(err, size, "%s: unknown activation '%s' (relu, gelu, tanh, sigmoid)", f, v);
+            return fail(err, size, "%s: unknown activation '%s' (%s; not identity)", f, v,
+                        mpcl_activation_names());
         a->activation = act;
         a->mlp_flag = f;
     } else if (strcmp(f, "--nesterov") == 0) {
