@@ -114,6 +114,11 @@ typedef struct mpcl_train_params {
     const char *train_x, *train_y;
     const char *val_x, *val_y;
     double validation_split;
+    /* true (the default): every epoch takes its own seeded shuffle of the
+     * training rows (mpcl_shuffle_indices, a pure function of seed and
+     * epoch). false: every epoch takes the rows in order, 0 .. N-1 (Keras'
+     * shuffle=False). */
+    bool shuffle;
 } mpcl_train_params;
 
 #define MPCL_TRAIN_QUEUE_AHEAD 2

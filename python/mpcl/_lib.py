@@ -103,7 +103,8 @@ class TrainParams(Structure):
                 ("resume_keeps_scale", c_bool), ("train_data", c_void_p),
                 ("test_data", c_void_p), ("dist", c_void_p), ("replica_ctx", c_void_p),
                 ("data_load", c_void_p), ("train_x", c_char_p), ("train_y", c_char_p),
-                ("val_x", c_char_p), ("val_y", c_char_p), ("validation_split", c_double)]
+                ("val_x", c_char_p), ("val_y", c_char_p), ("validation_split", c_double),
+                ("shuffle", c_bool)]
 
 
 class ArrayView(Structure):
@@ -300,6 +301,11 @@ _PROTOTYPES = {
     "mpcl_dataset_cols": (c_size_t, [P]),
     "mpcl_dataset_pixels": (c_void_p, [P]),
     "mpcl_dataset_labels": (c_void_p, [P]),
+    "mpcl_dataset_features": (c_size_t, [P]),
+    "mpcl_dataset_target_cols": (c_size_t, [P]),
+    "mpcl_dataset_batch": (_S, [P, c_void_p, c_size_t, c_void_p, c_void_p]),
+    "mpcl_dataset_batch_targets": (_S, [P, c_void_p, c_size_t, c_void_p]),
+    "mpcl_npy_dtype_name": (c_char_p, [c_int]),
     "mpcl_train_default_params": (TrainParams, []),
     "mpcl_trainer_create": (_S, [P, POINTER(TrainParams), POINTER(P)]),
     "mpcl_trainer_destroy": (None, [P]),
@@ -430,6 +436,7 @@ ACTIVATIONS = _names(lib.mpcl_activation_name)
 POLICIES = _names(lib.mpcl_policy_name)
 DTYPES = _names(lib.mpcl_dtype_name)
 LOSSES = _names(lib.mpcl_loss_name)
+NPY_DTYPES = _names(lib.mpcl_npy_dtype_name)  # "u1", "f4", ...: NumPy's kind and size
 OPTIMIZERS = _names(lib.mpcl_optim_kind_name)
 PADDINGS = _names(lib.mpcl_padding_name)
 OPTIM_SGD, OPTIM_ADAM, OPTIM_ADAMW = (OPTIMIZERS.index(k) for k in ("sgd", "adam", "adamw"))

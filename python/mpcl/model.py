@@ -144,70 +144,111 @@ def _batch_size(batch_size):
     return 32 if batch_size is None else _lib.check_int("batch_size", batch_size, 1, 2 ** 31 - 1)
 
 
+# The x dtypes the model takes: uint8 (pixels, scaled by 1/255 as mpcl-train
+# does with IDX images; Keras does not scale) and floats (as they are).
+_X_DTYPES = ("uint8", "float16", "float32", "float64")
+
+
 def _check_x(x, shape, what):
-    """x as the model takes it: a uint8 or float32 array (n, *shape), as
-    (n, features) rows. Refused here, before anything reaches the device."""
+    """x as the model takes it: an array (n, *shape) of one of _X_DTYPES, in
+    native byte order and C order. Refused here, before anything reaches the
+    library; the values are checked by the library's data sets."""
     if not isinstance(x, np.ndarray):
         raise TypeError(f"{what} must be a numpy array, not {type(x).__name__}")
-    if x.dtype not in (np.uint8, np.float32):
+    if x.dtype.name not in _X_DTYPES:
         raise TypeError(f"{what} has dtype {x.dtype}; mpcl takes uint8 (pixels, scaled by 1/255 "
-                        "on the device) or float32")
+                        "on the device), float16, float32 or float64")
     if x.shape[1:] != tuple(shape):
         raise ValueError(f"{what} has shape {x.shape}; the model's input shape is "
                          f"{(None,) + tuple(shape)}")
     if x.shape[0] == 0:
         raise ValueError(f"{what} holds no samples")
-    return np.ascontiguousarray(x.reshape(x.shape[0], -1))
+    return _native(x)
 
 
-def _check_y(y, n, classes, what):
-    """Sparse labels: integers in [0, classes), one per sample, shape (n,) or
-    (n, 1)."""
-    if not isinstance(y, np.ndarray):
-        raise TypeError(f"{what} must be a numpy array, not {type(y).__name__}")
-    if y.dtype.kind not in "iu":
-        raise TypeError(f"{what} has dtype {y.dtype}; sparse categorical cross-entropy takes "
-                        "integer class indices")
-    if y.ndim == 2 and y.shape[1] == 1:
-        y = y[:, 0]
-    if y.ndim != 1 or y.shape[0] != n:
-        raise ValueError(f"{what} has shape {y.shape}; expected ({n},), one label per sample")
-    lo, hi = int(y.min()), int(y.max())
-    if lo < 0 or hi >= classes:
-        bad = lo if lo < 0 else hi
-        raise ValueError(f"{what} holds label {bad}; the model has {classes} outputs, so labels "
-                         f"must be in [0, {classes - 1}]")
-    return y
+def _native(a):
+    """a in C order and native byte order, as the library reads memory."""
+    return np.ascontiguousarray(a if a.dtype.isnative else a.astype(a.dtype.newbyteorder("=")))
 
 
-def _as_bytes(x, what):
-    """The u8 pixels the trainer holds on the device. float32 is taken when it
-    is exactly byte / 255 (what x.astype("float32") / 255 gives), which the
-    device's table reproduces bit for bit; anything else would be silently
-    changed, so it is refused."""
-    if x.dtype == np.uint8:
+def _byte_exact(x):
+    """float32 x that is exactly byte / 255 (x.astype("float32") / 255) as
+    the bytes: the device's byte table reproduces those values bit for bit,
+    and bytes take a quarter of the device memory. Any other x as it is."""
+    if x.dtype != np.float32:
         return x
-    u = np.rint(np.nan_to_num(x, nan=-1.0) * np.float32(255))
-    ok = (u >= 0) & (u <= 255)
-    b = np.where(ok, u, 0).astype(np.uint8)
-    # TODO: other float data need the trainer's data sets from float arrays
-    # (mpcl_dataset from arrays), which libmpcl does not have yet.
-    if not ok.all() or not np.array_equal(b.astype(np.float32) / np.float32(255), x):
-        raise ValueError(f"{what}: fit() takes float32 only as byte / 255 values "
-                         "(x.astype('float32') / 255), because the trainer keeps data sets as "
-                         "bytes on the device as mpcl-train does; pass the uint8 array instead")
-    return b
+    with np.errstate(invalid="ignore"):
+        u = np.rint(x * np.float32(255))
+        if not ((u >= 0) & (u <= 255)).all():
+            return x
+    b = u.astype(np.uint8)
+    return b if np.array_equal(b.astype(np.float32) / np.float32(255), x) else x
 
 
-def _as_float(x):
-    return x.astype(np.float32) / np.float32(255) if x.dtype == np.uint8 else x
+def _view(a, what):
+    """mpcl_array_view of a (native, C order) and the shape array it points
+    to, which the caller keeps alive with it."""
+    name = a.dtype.str[1:]  # "<f4" -> "f4"
+    if name not in _lib.NPY_DTYPES:
+        raise TypeError(f"{what} has dtype {a.dtype}; mpcl reads "
+                        f"{', '.join(_lib.NPY_DTYPES)} (NumPy's kind and size)")
+    shape = (ctypes.c_size_t * a.ndim)(*a.shape)
+    return _lib.ArrayView(a.ctypes.data, _lib.NPY_DTYPES.index(name), a.ndim, shape), shape
 
 
 class _Dataset:
-    def __init__(self, x, y, classes):
+    """A library data set (mpcl_dataset_from_arrays, which copies): x
+    checked by _check_x, y sparse labels below classes or float targets.
+    What the library refuses (a non-finite x naming its row and column, a
+    label out of range, float labels for sparse cross-entropy) is a
+    ValueError with its message, prefixed by `what` (validation data)."""
+
+    def __init__(self, x, y, float_targets, classes, what=""):
         self.h = _lib.P()
-        call(lib.mpcl_dataset_from_memory, x.ctypes.data, y.ctypes.data, x.shape[0], 1,
-             x.shape[1], classes, ctypes.byref(self.h))
+        if not isinstance(y, np.ndarray):
+            raise TypeError(f"{what or 'y'} must be a numpy array, not {type(y).__name__}")
+        x, y = _native(x), _native(y)
+        xv, xs = _view(x, "x")
+        yv, ys = _view(y, "y")
+        params = _lib.NpyDataParams(float_targets, 0 if float_targets else classes)
+        try:
+            call(lib.mpcl_dataset_from_arrays, ctypes.byref(xv), ctypes.byref(yv),
+                 ctypes.byref(params), ctypes.byref(self.h))
+        except _lib.MpclError as e:
+            raise ValueError(what + e.message) from None
+
+    @classmethod
+    def _adopt(cls, h):
+        ds = cls.__new__(cls)
+        ds.h = h
+        return ds
+
+    def split(self, fraction):
+        """Keras' validation_split (mpcl_dataset_split): (train, validation)."""
+        train, val = _lib.P(), _lib.P()
+        try:
+            call(lib.mpcl_dataset_split, self.h, fraction, ctypes.byref(train), ctypes.byref(val))
+        except _lib.MpclError as e:
+            raise ValueError(f"validation_split: {e.message}") from None
+        return self._adopt(train), self._adopt(val)
+
+    @property
+    def count(self):
+        return lib.mpcl_dataset_count(self.h)
+
+    def batch(self, first, n, targets):
+        """Rows first .. first+n as float32 (uint8 scaled by 1/255), and their
+        targets: i32 labels (targets "labels"), f32 columns ("columns"), or
+        None."""
+        idx = np.arange(first, first + n, dtype=np.int32)
+        x = np.empty((n, lib.mpcl_dataset_features(self.h)), np.float32)
+        y = np.empty(n, np.int32) if targets == "labels" else None
+        call(lib.mpcl_dataset_batch, self.h, idx.ctypes.data, n, x.ctypes.data,
+             None if y is None else y.ctypes.data)
+        if targets == "columns":
+            y = np.empty((n, lib.mpcl_dataset_target_cols(self.h)), np.float32)
+            call(lib.mpcl_dataset_batch_targets, self.h, idx.ctypes.data, n, y.ctypes.data)
+        return x, y
 
     def __del__(self):
         if getattr(self, "h", None) and self.h.value:
@@ -215,15 +256,15 @@ class _Dataset:
 
 
 def _check_dense_targets(y, n, columns, what):
-    """Float targets of a dense loss: (n, columns), or (n,) for one column."""
+    """The shape of a dense loss's targets: (n, columns), or (n,) for one
+    column (the model decides the columns, so this is checked here; the
+    values are the library's to check)."""
     if not isinstance(y, np.ndarray):
         raise TypeError(f"{what} must be a numpy array, not {type(y).__name__}")
-    if y.ndim == 1 and columns == 1:
-        y = y[:, None]
-    if y.shape != (n, columns):
+    if y.shape != (n, columns) and not (columns == 1 and y.shape == (n,)):
         raise ValueError(f"{what} has shape {y.shape}; expected ({n}, {columns}), one target "
-                         "per output")
-    return np.ascontiguousarray(y, dtype=np.float32)
+                         "per output" + (f", or ({n},)" if columns == 1 else ""))
+    return y
 
 
 class _Compiled:
@@ -410,10 +451,10 @@ class Sequential:
     def _max_batch(self):
         return lib.mpcl_model_params_of(self._model).contents.max_batch
 
-    def _forward(self, x, y, batch_size):
-        """Yields (rows, outputs) for each batch of x through eval_step, the
-        evaluation statistics accumulating on the device. y: i32 labels (n,)
-        or f32 targets (n, classes), as the loss takes. Batches hold
+    def _forward(self, ds, batch_size, with_targets=True):
+        """Yields (rows, outputs) for each batch of the data set ds through
+        eval_step, the evaluation statistics accumulating on the device;
+        with_targets=False feeds zero targets (predict). Batches hold
         batch_size rows (Keras' 32 when None), at most the model's max_batch;
         the I/O tensors are kept per row count."""
         ctx = _lib.context()
@@ -422,11 +463,12 @@ class Sequential:
         classes = self._compiled.params.classes
         sparse = self._compiled.sparse
         B = min(_batch_size(batch_size), self._max_batch())
-        for first in range(0, x.shape[0], B):
-            xb = np.ascontiguousarray(_as_float(x[first:first + B]))
-            yb = np.ascontiguousarray(y[first:first + B],
-                                      dtype=np.int32 if sparse else np.float32)
-            n = xb.shape[0]
+        for first in range(0, ds.count, B):
+            n = min(B, ds.count - first)
+            kind = ("labels" if sparse else "columns") if with_targets else None
+            xb, yb = ds.batch(first, n, kind)
+            if yb is None:
+                yb = np.zeros(n if sparse else (n, classes), np.int32 if sparse else np.float32)
             if n not in self._io:
                 xt, yt = _lib.P(), _lib.P()
                 call(lib.mpcl_tensor_create, ctx, storage, n, xb.shape[1], ctypes.byref(xt),
@@ -449,68 +491,56 @@ class Sequential:
              ctx=_lib.context())
         return s
 
-    def _check_targets(self, y, n, what):
+    def _dataset(self, x, y, what=""):
+        """The library's data set of x (checked against the input shape) and
+        y (the loss's targets); what prefixes the messages."""
+        x = _byte_exact(_check_x(x, self._input_shape(), what + "x"))
         c = self._compiled
-        if c.sparse:
-            return _check_y(y, n, c.params.classes, what)
-        return _check_dense_targets(y, n, c.params.classes, what)
+        if not c.sparse:
+            y = _check_dense_targets(y, x.shape[0], c.params.classes, what + "y")
+        return _Dataset(x, y, not c.sparse, c.params.classes, what)
 
     # ---- fit / evaluate / predict ----
 
     def fit(self, x, y, epochs=1, batch_size=None, validation_split=0.0, validation_data=None,
             shuffle=True, callbacks=None, verbose="auto", report_every=50):
         """Trains with the library's trainer, the loop mpcl-train runs: the data
-        go to the device once as bytes (uint8, or float32 holding byte/255),
-        every epoch is a seeded shuffle. validation_split takes the last
-        fraction of the rows as validation data (before any shuffle, as
-        Keras). callbacks (mpcl.callbacks) run between epochs: the trainer
-        runs one epoch per call. Ctrl-C stops after the current step; the
-        model keeps what it learnt, self.history what was reported, and
-        KeyboardInterrupt is raised again."""
-        mp = self._params(1)
-        shape = self._input_shape()
-        classes = mp.classes
+        go to the device once (uint8 as bytes scaled by 1/255, as float32
+        exactly byte/255 is; other floats as they are), checked by the
+        library's data sets. y: integer labels for sparse categorical
+        cross-entropy, float targets (n,) or (n, outputs) for binary
+        cross-entropy and MSE. Every epoch is a seeded shuffle
+        (shuffle=True) or the rows in order (shuffle=False).
+        validation_split takes the last fraction of the rows as validation
+        data (before any shuffle, as Keras). callbacks (mpcl.callbacks) run
+        between epochs: the trainer runs one epoch per call. Ctrl-C stops
+        after the current step; the model keeps what it learnt, self.history
+        what was reported, and KeyboardInterrupt is raised again."""
+        self._params(1)  # compiled
         batch = _batch_size(batch_size)
         epochs = _lib.check_int("epochs", epochs, 1, _U32_MAX)
         report_every = _lib.check_int("report_every", report_every, 1, _U32_MAX)
         if verbose != "auto":
             verbose = _lib.check_int("verbose", verbose, 0, 2)
         split = _lib.check_real("validation_split", validation_split, lo=0, hi=1, hi_open=True)
-        if shuffle is not True:
-            raise ValueError(f"shuffle={shuffle!r}: the trainer shuffles every epoch (seeded "
-                             "by the model's seed); only shuffle=True is available")
+        if not isinstance(shuffle, bool):
+            raise ValueError(f"shuffle={shuffle!r}: mpcl takes True (a seeded shuffle every "
+                             "epoch) or False (the rows in order)")
         cbs = list(callbacks or [])
         for cb in cbs:
             if not isinstance(cb, callbacks_module.Callback):
                 raise TypeError(f"callbacks holds {cb!r}, not an mpcl.callbacks.Callback")
-        if not self._compiled.sparse:
-            # TODO: float targets need the trainer's data sets from float
-            # arrays (mpcl_dataset from arrays), which libmpcl does not have yet.
-            raise NotImplementedError(
-                f"fit() with {self._compiled.loss.name} needs float targets, which the "
-                "trainer's data sets cannot hold yet (they keep uint8 labels); evaluate() "
-                "and predict() take them")
-        x = _as_bytes(_check_x(x, shape, "x"), "x")
-        y = _check_y(y, x.shape[0], classes, "y").astype(np.uint8)
         if split and validation_data is not None:
             raise ValueError("give validation_split or validation_data, not both")
-        vx = vy = None
+        if validation_data is not None and (not isinstance(validation_data, (tuple, list)) or
+                                            len(validation_data) != 2):
+            raise ValueError("validation_data must be a tuple (x, y), not "
+                             f"{type(validation_data).__name__}")
+        train, test = self._dataset(x, y), None
         if split:
-            at = int(math.floor(x.shape[0] * (1.0 - split)))
-            if at == 0 or at == x.shape[0]:
-                raise ValueError(f"validation_split={split} leaves {at} of {x.shape[0]} rows "
-                                 "for training")
-            x, y, vx, vy = x[:at], y[:at], x[at:], y[at:]
+            train, test = train.split(split)
         elif validation_data is not None:
-            if not isinstance(validation_data, (tuple, list)) or len(validation_data) != 2:
-                raise ValueError("validation_data must be a tuple (x, y), not "
-                                 f"{type(validation_data).__name__}")
-            vx, vy = validation_data
-            vx = _as_bytes(_check_x(vx, shape, "validation x"), "validation x")
-            vy = _check_y(vy, vx.shape[0], classes, "validation y").astype(np.uint8)
-        test = None if vx is None else _Dataset(np.ascontiguousarray(vx),
-                                                np.ascontiguousarray(vy), classes)
-        train = _Dataset(np.ascontiguousarray(x), np.ascontiguousarray(y), classes)
+            test = self._dataset(*validation_data, what="validation_data: ")
 
         ctx = _lib.context()
         p = lib.mpcl_train_default_params()
@@ -518,6 +548,7 @@ class Sequential:
         p.model = self._params(batch)
         p.train_data = train.h
         p.test_data = test.h if test else None
+        p.shuffle = shuffle
         stop = ctypes.c_int(0)
         p.stop = ctypes.pointer(stop)
         failure, hooks = [], {}
@@ -541,6 +572,7 @@ class Sequential:
             lib.mpcl_trainer_destroy(tr)
             raise
         self._checkpoint = None
+        train_rows = train.count
         del train, test  # on the device now
         rec = _lib.P()
         call(lib.mpcl_run_record_create, tr, ctypes.byref(rec), ctx=ctx)
@@ -553,13 +585,13 @@ class Sequential:
             for cb in cbs:
                 cb.on_batch_end(b, logs)
 
-        progress = _Progress(x.shape[0], batch, epochs, verbose, self._compiled.metrics, scaled,
+        progress = _Progress(train_rows, batch, epochs, verbose, self._compiled.metrics, scaled,
                              history, on_batch)
         hooks.update(record=rec, progress=progress)
         for cb in cbs:
             cb.set_model(self)
             cb.set_params({"epochs": epochs, "verbose": verbose,
-                           "steps": -(-x.shape[0] // batch)})
+                           "steps": -(-train_rows // batch)})
         self.stop_training = False
         history.stopped = True
         for cb in cbs:
@@ -595,11 +627,10 @@ class Sequential:
         batch_size (Keras' 32 by default; the model's largest batch at most)."""
         if not self._compiled:
             raise RuntimeError("compile() the model first")
-        x = _check_x(x, self._input_shape(), "x")
-        y = self._check_targets(y, x.shape[0], "y")
+        ds = self._dataset(x, y)
         self._device_model(_batch_size(batch_size))
         self._read_eval()  # start from zero
-        for _ in self._forward(x, y, batch_size):
+        for _ in self._forward(ds, batch_size):
             pass
         s = self._read_eval()
         loss, acc = s.loss_sum / s.terms, s.metric_sum / s.terms
@@ -615,12 +646,11 @@ class Sequential:
         activation (softmax, sigmoid) applied on the host."""
         if not self._compiled:
             raise RuntimeError("compile() the model first")
-        x = _check_x(x, self._input_shape(), "x")
+        x = _byte_exact(_check_x(x, self._input_shape(), "x"))
+        ds = _Dataset(x, np.zeros(x.shape[0], np.uint8), False, 1)  # x alone: no targets
         self._device_model(_batch_size(batch_size))
         c = self._compiled
-        zeros = np.zeros(x.shape[0] if c.sparse else (x.shape[0], c.params.classes),
-                         np.int32 if c.sparse else np.float32)
-        out = np.concatenate([o for _, o in self._forward(x, zeros, batch_size)])
+        out = np.concatenate([o for _, o in self._forward(ds, batch_size, with_targets=False)])
         self._read_eval()  # leave no statistics behind
         if c.host_activation:
             out = _HOST_ACTIVATIONS[c.host_activation](out).astype(np.float32)

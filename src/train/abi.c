@@ -161,6 +161,7 @@ static const abi_row rows[] = {
     FIELD(mpcl_train_params, val_x),
     FIELD(mpcl_train_params, val_y),
     FIELD(mpcl_train_params, validation_split),
+    FIELD(mpcl_train_params, shuffle),
 
     SIZE(mpcl_npy_data_params),
     FIELD(mpcl_npy_data_params, float_targets),

@@ -110,6 +110,7 @@ static void describe(const mpcl_trainer *tr, job *j) {
     add_count(j, "steps per epoch", tr->steps_per_epoch);
     add_count(j, "epochs", p->epochs);
     add_count(j, "seed", p->seed);
+    add_count(j, "shuffle", p->shuffle);
     add_count(j, "step", tr->step);
     add_count(j, "report every", p->report_every);
     add_count(j, "save every steps", p->save_path ? p->save_every_steps : 0);

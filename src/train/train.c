@@ -26,6 +26,7 @@ mpcl_train_params mpcl_train_default_params(void) {
     p.seed = 42;
     p.report_every = 50;
     p.model = mpcl_model_default_params();
+    p.shuffle = true;
     return p;
 }
 
@@ -582,7 +583,10 @@ mpcl_status mpcl_trainer_fit(mpcl_trainer *tr) {
     while (st == MPCL_OK && tr->epoch < tr->params.epochs && !tr->stopped) {
         if (!tr->order_valid || tr->order_epoch != tr->epoch) {
             tr->order_valid = false;
-            mpcl__train_epoch_order(tr->params.seed, tr->epoch, tr->host_order, n);
+            if (tr->params.shuffle)
+                mpcl__train_epoch_order(tr->params.seed, tr->epoch, tr->host_order, n);
+            else
+                mpcl_iota_indices(tr->host_order, n);
             for (size_t r = 0; r < tr->replicas && st == MPCL_OK; r++)
                 st = mpcl_tensor_upload_i32(tr->rep[r].order, tr->host_order, n);
             if (st != MPCL_OK) break;

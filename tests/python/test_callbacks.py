@@ -142,5 +142,3 @@ def test_binary_crossentropy_with_a_sigmoid_output_evaluates():
     loss, acc = m.evaluate(x, t)
     want = np.mean(np.maximum(z, 0) - z * t + np.log1p(np.exp(-np.abs(z))))
     assert loss == pytest.approx(want, rel=1e-6) and acc == 0.5
-    with pytest.raises(NotImplementedError, match="float targets"):
-        m.fit(x, t)

@@ -71,7 +71,7 @@ m.compile(optimizer="adam", loss=mpcl.losses.SparseCategoricalCrossentropy(from_
           metrics=["accuracy"])
 x = np.zeros((8, 784), np.uint8); y = np.zeros(8, np.uint8)
 cases = {
-  "x float64": lambda: m.fit(x.astype(np.float64), y),
+  "x nan": lambda: m.fit(np.where(np.arange(784) == 5, np.nan, x.astype(np.float64)), y),
   "x list": lambda: m.fit(x.tolist(), y),
   "x int32": lambda: m.predict(x.astype(np.int32)),
   "x 3-D": lambda: m.fit(x.reshape(8, 28, 28), y),
@@ -82,9 +82,10 @@ cases = {
   "y 2-D": lambda: m.fit(x, np.zeros((8, 2), np.int64)),
   "y label 10": lambda: m.fit(x, np.full(8, 10)),
   "y label -1": lambda: m.evaluate(x, np.full(8, -1)),
-  "x not byte/255": lambda: m.fit(np.full((8, 784), 0.3, np.float32), y),
+  "y bool": lambda: m.fit(x, y.astype(bool)),
   "val y label": lambda: m.fit(x, y, validation_data=(x, np.full(8, 12))),
-  "val x dtype": lambda: m.fit(x, y, validation_data=(x.astype(np.float16), y)),
+  "val x inf": lambda: m.fit(x, y, validation_data=(np.full((8, 784), np.inf, np.float16), y)),
+  "shuffle": lambda: m.fit(x, y, shuffle="batch"),
 }
 for name, f in cases.items():
     try:
@@ -101,19 +102,23 @@ def test_bad_arrays_refused_before_the_device():
     p = run_python(REFUSALS, env={"MPCL_DEVICE": "no-such-device-anywhere"})
     assert p.returncode == 0, p.stderr
     lines = dict(l.split(" | ", 1) for l in p.stdout.strip().splitlines() if " | " in l)
-    assert len(lines) == 14, p.stdout
-    expect = {"x float64": ("TypeError", "float64"), "x list": ("TypeError", "numpy array"),
+    assert len(lines) == 15, p.stdout
+    expect = {"x nan": ("ValueError", "row 0, column 5 is NaN"),
+              "x list": ("TypeError", "numpy array"),
               "x int32": ("TypeError", "int32"), "x 3-D": ("ValueError", "(8, 28, 28)"),
               "x width": ("ValueError", "(8, 783)"), "x empty": ("ValueError", "no samples"),
-              "y float": ("TypeError", "float32"), "y length": ("ValueError", "(7,)"),
-              "y 2-D": ("ValueError", "(8, 2)"), "y label 10": ("ValueError", "label 10"),
-              "y label -1": ("ValueError", "label -1"),
-              "x not byte/255": ("ValueError", "byte / 255"),
-              "val y label": ("ValueError", "label 12"),
-              "val x dtype": ("TypeError", "float16")}
+              "y float": ("ValueError", "float targets"), "y length": ("ValueError", "has 7"),
+              "y 2-D": ("ValueError", "2 columns"),
+              "y label 10": ("ValueError", "label 10 at row 0 is not below the class count 10"),
+              "y label -1": ("ValueError", "label -1 at row 0 is negative"),
+              "y bool": ("TypeError", "bool"),
+              "val y label": ("ValueError", "'y': label 12 at row 0"),
+              "val x inf": ("ValueError", "'x': row 0, column 0 is inf"),
+              "shuffle": ("ValueError", "shuffle='batch'")}
     for name, (kind, words) in expect.items():
         got_kind, msg = lines[name].split(" | ", 1)
         assert got_kind == kind and words in msg, (name, lines[name])
+        assert msg.startswith("validation_data: ") == name.startswith("val"), lines[name]
 
 
 def test_model_definition_errors():
