@@ -69,10 +69,12 @@ mpcl_status mpcl_device_dataset_gather(mpcl_context *ctx, const mpcl_device_data
                                        mpcl_tensor *y);
 /* The same batch from either placement: gathered on the device from order
  * when the data set is held there; when it is streamed, gathered on the host
- * from host_order (the same permutation, count entries, checked) and
- * uploaded into x and y with blocking writes, so that its staging is free
- * again when this returns (MPCL_ERR_INVALID_ARG for a NULL host_order).
- * mpcl_device_dataset_gather refuses a streamed data set the same way. */
+ * from host_order (the same permutation, count entries, checked) into one
+ * of a few staging buffers, used in turn, and its uploads into x and y
+ * enqueued without a wait (a buffer is refilled once its uploads are done),
+ * so the host gathers the next batch while the device runs the last step
+ * (MPCL_ERR_INVALID_ARG for a NULL host_order). mpcl_device_dataset_gather
+ * refuses a streamed data set the same way. */
 mpcl_status mpcl_device_dataset_batch(mpcl_context *ctx, mpcl_device_dataset *dd,
                                       const mpcl_tensor *order, const int32_t *host_order,
                                       size_t first, mpcl_tensor *x, mpcl_tensor *y);

@@ -8,18 +8,36 @@
 
 enum { GATHER_ROW_ITEMS = 4, GATHER_GROUP_ROWS = 8 };
 
+/* A streamed data set's staging of one batch: the rows gathered on the host
+ * (x as floats, then as x's 16-bit dtype when it has one; labels or
+ * targets), and the event of their uploads, which read them until it
+ * completes (NULL: free). */
+typedef struct stream_slot {
+    float *x, *targets;
+    uint16_t *x_bits;
+    int32_t *labels;
+    size_t rows; /* the largest batch the buffers take */
+    cl_event uploaded;
+} stream_slot;
+
+/* Slots in turn, so that a batch is gathered while the uploads of the
+ * batches before it are still queued behind their steps: a trainer keeps
+ * at most MPCL_TRAIN_QUEUE_AHEAD (2) steps in flight, and a slot is only
+ * refilled once its event has completed, so any count is safe and this one
+ * rarely waits. */
+enum { STREAM_SLOTS = 3 };
+
 struct mpcl_device_dataset {
     size_t count, features, target_cols; /* target_cols 0 with labels */
     /* Held on the device (all NULL when streamed): */
     mpcl_tensor *x;       /* [count, features] u8, f32 or f16 */
     mpcl_tensor *labels;  /* [count, 1] i32, or NULL with targets */
     mpcl_tensor *targets; /* [count, target_cols] f32, or NULL with labels */
-    /* Streamed (all NULL when held): the host copy and one batch's staging,
-     * grown to the largest batch asked for. */
+    /* Streamed (NULL when held): the host copy, and the staging slots,
+     * used in turn (next). */
     mpcl_dataset *host;
-    float *stage_x, *stage_targets; /* [rows, features], [rows, target_cols] */
-    int32_t *stage_labels;          /* [rows] */
-    size_t stage_rows;
+    stream_slot slot[STREAM_SLOTS];
+    size_t next;
 };
 
 /* The device dtype that holds ds's features as they are stored. */
@@ -135,9 +153,17 @@ void mpcl_device_dataset_destroy(mpcl_device_dataset *dd) {
     mpcl_tensor_destroy(dd->labels);
     mpcl_tensor_destroy(dd->targets);
     mpcl_dataset_destroy(dd->host);
-    free(dd->stage_x);
-    free(dd->stage_targets);
-    free(dd->stage_labels);
+    for (size_t i = 0; i < STREAM_SLOTS; i++) {
+        stream_slot *s = &dd->slot[i];
+        if (s->uploaded) { /* the uploads read the staging until then */
+            clWaitForEvents(1, &s->uploaded);
+            clReleaseEvent(s->uploaded);
+        }
+        free(s->x);
+        free(s->x_bits);
+        free(s->targets);
+        free(s->labels);
+    }
     free(dd);
 }
 
@@ -230,46 +256,74 @@ mpcl_status mpcl_device_dataset_gather(mpcl_context *ctx, const mpcl_device_data
     return st;
 }
 
-/* The staging of a streamed data set, for batches of B rows. */
-static mpcl_status grow_staging(mpcl_context *ctx, mpcl_device_dataset *dd, size_t B) {
-    if (B <= dd->stage_rows) return MPCL_OK;
-    size_t T = dd->target_cols;
-    float *x = realloc(dd->stage_x, B * dd->features * sizeof *x);
-    if (x) dd->stage_x = x;
-    float *t = T ? realloc(dd->stage_targets, B * T * sizeof *t) : NULL;
-    if (t) dd->stage_targets = t;
-    int32_t *l = T ? NULL : realloc(dd->stage_labels, B * sizeof *l);
-    if (l) dd->stage_labels = l;
-    if (!x || (T ? !t : !l))
-        return MPCL_ERROR(ctx, MPCL_ERR_OUT_OF_MEMORY, "staging a batch of %zu samples", B);
-    dd->stage_rows = B;
+/* realloc that keeps *p on failure. */
+static bool grow(void **p, size_t bytes) {
+    void *q = realloc(*p, bytes ? bytes : 1);
+    if (q) *p = q;
+    return q != NULL;
+}
+
+/* A slot's buffers for batches of B rows of dd. */
+static mpcl_status grow_slot(mpcl_context *ctx, const mpcl_device_dataset *dd, stream_slot *s,
+                             size_t B) {
+    if (B <= s->rows) return MPCL_OK;
+    size_t xn = B * dd->features, T = dd->target_cols;
+    bool ok = grow((void **)&s->x, xn * sizeof *s->x) &&
+              grow((void **)&s->x_bits, xn * sizeof *s->x_bits) &&
+              (T ? grow((void **)&s->targets, B * T * sizeof *s->targets)
+                 : grow((void **)&s->labels, B * sizeof *s->labels));
+    if (!ok) return MPCL_ERROR(ctx, MPCL_ERR_OUT_OF_MEMORY, "staging a batch of %zu samples", B);
+    s->rows = B;
     return MPCL_OK;
 }
 
-/* The batch gathered on the host (mpcl_dataset_batch: u8 / 255, f32 and
- * f16 as they are, the values the kernel computes) and uploaded, rounded to
- * x's dtype as the kernel's store rounds (mpcl_tensor_upload_f32). The
- * uploads block, so the staging may be refilled when this returns, however
- * many steps the caller keeps in flight. */
+/* Enqueues the write of bytes at src into t (from its start), not waiting
+ * for it; *done (unless done is NULL) completes when it has. */
+static mpcl_status write_async(mpcl_context *ctx, const mpcl_tensor *t, const void *src,
+                               size_t bytes, cl_event *done) {
+    mpcl_status st = MPCL_OK;
+    CHECK_CL(ctx, clEnqueueWriteBuffer(ctx->queue, t->mem, CL_FALSE, 0, bytes, src, 0, NULL, done));
+cleanup:
+    return st;
+}
+
+/* The rows of slot s as x's dtype stores them: f32 as gathered, f16 and bf16
+ * rounded as the gather kernel's stores round. */
+static const void *x_as_stored(const mpcl_tensor *x, stream_slot *s, size_t n) {
+    if (x->dtype == MPCL_DTYPE_F32) return s->x;
+    for (size_t i = 0; i < n; i++) s->x_bits[i] = mpcl__f32_to_bits(x->dtype, s->x[i]);
+    return s->x_bits;
+}
+
+/* The batch gathered on the host into the next slot (mpcl_dataset_batch:
+ * u8 / 255, f32 and f16 as they are, the values the kernel computes),
+ * converted to x's dtype and uploaded without a wait: the in-order queue
+ * runs the writes after the steps before them have read x and y. The slot
+ * is refilled only after its uploads have completed. */
 static mpcl_status stream_batch(mpcl_context *ctx, mpcl_device_dataset *dd,
                                 const int32_t *host_order, size_t first, mpcl_tensor *x,
                                 mpcl_tensor *y) {
-    size_t B = x->rows, T = dd->target_cols;
+    size_t B = x->rows, T = dd->target_cols, xn = B * dd->features;
     const int32_t *idx = host_order + first;
-    mpcl_status st = grow_staging(ctx, dd, B);
+    stream_slot *s = &dd->slot[dd->next];
+    dd->next = (dd->next + 1) % STREAM_SLOTS;
+    cl_event e = s->uploaded;
+    s->uploaded = NULL;
+    mpcl_status st = e ? mpcl__wait_event(ctx, e) : MPCL_OK;
+    if (st == MPCL_OK) st = grow_slot(ctx, dd, s, B);
     if (st != MPCL_OK) return st;
-    st = mpcl_dataset_batch(dd->host, idx, B, dd->stage_x, T ? NULL : dd->stage_labels);
-    if (st == MPCL_OK && T) st = mpcl_dataset_batch_targets(dd->host, idx, B, dd->stage_targets);
+    st = mpcl_dataset_batch(dd->host, idx, B, s->x, T ? NULL : s->labels);
+    if (st == MPCL_OK && T) st = mpcl_dataset_batch_targets(dd->host, idx, B, s->targets);
     if (st != MPCL_OK) {
         char why[512]; /* the host's message, recorded on the thread only */
         snprintf(why, sizeof why, "%s", mpcl_errmsg());
         return MPCL_ERROR(ctx, st, "streaming a batch: %s", why);
     }
-    st = mpcl_tensor_upload_f32(x, dd->stage_x, B * dd->features);
-    if (st == MPCL_OK)
-        st = T ? mpcl_tensor_upload_f32(y, dd->stage_targets, B * T)
-               : mpcl_tensor_upload_i32(y, dd->stage_labels, B);
-    return st;
+    /* No event for x: the queue is in order, so y's write completes after it. */
+    st = write_async(ctx, x, x_as_stored(x, s, xn), xn * mpcl_dtype_size(x->dtype), NULL);
+    if (st != MPCL_OK) return st;
+    return T ? write_async(ctx, y, s->targets, B * T * sizeof *s->targets, &s->uploaded)
+             : write_async(ctx, y, s->labels, B * sizeof *s->labels, &s->uploaded);
 }
 
 mpcl_status mpcl_device_dataset_batch(mpcl_context *ctx, mpcl_device_dataset *dd,
