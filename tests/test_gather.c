@@ -3,7 +3,8 @@
  * for bit, into every float storage dtype (the host value rounded as the
  * host conversion rounds), from a shuffled order at an offset, with rows of
  * 11 features (a block of eight and a tail), into poisoned batches. The u8
- * gather is tested in test_train. */
+ * gather is tested in test_train; here, against the streamed batch of the
+ * same u8 data, and the rule that decides which a data set gets. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -132,10 +133,86 @@ static void data_beyond_the_device_refused(void **state) {
     mpcl_context_destroy(ctx);
 }
 
+/* MPCL_DATA_AUTO's rule: each buffer within the largest allocation, both
+ * within the global memory less what the context holds, to the byte. */
+static void fit_rule(void **state) {
+    (void)state;
+    mpcl_device_info dev;
+    memset(&dev, 0, sizeof dev);
+    dev.max_alloc_bytes = 1000;
+    dev.global_mem_bytes = 3000;
+    assert_true(mpcl__data_fits(&dev, 0, 1000, 1000));
+    assert_false(mpcl__data_fits(&dev, 0, 1001, 10));
+    assert_false(mpcl__data_fits(&dev, 0, 10, 1001));
+    assert_true(mpcl__data_fits(&dev, 1000, 1000, 1000));
+    assert_false(mpcl__data_fits(&dev, 1001, 1000, 1000));
+    assert_false(mpcl__data_fits(&dev, 5000, 1, 1));
+}
+
+/* A small data set placed `auto` is held on the device; one placed
+ * `stream` gives the device's batch bit for bit through
+ * mpcl_device_dataset_batch, and mpcl_device_dataset_gather, which has no
+ * host order, refuses it. */
+static void streamed_batch_matches_device(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    uint8_t pixels[N * F], labels[N];
+    uint64_t rng = 5;
+    for (size_t i = 0; i < N * F; i++) pixels[i] = (uint8_t)(mpcl_rng_next(&rng) >> 56);
+    for (size_t i = 0; i < N; i++) labels[i] = (uint8_t)(i % 3);
+    mpcl_dataset *ds = NULL;
+    TU_ASSERT_OK(mpcl_dataset_from_memory(pixels, labels, N, 1, F, 3, &ds));
+    int32_t order[N];
+    mpcl_iota_indices(order, N);
+    mpcl_shuffle_indices(&rng, order, N);
+    mpcl_device_dataset *held = NULL, *streamed = NULL;
+    TU_ASSERT_OK(mpcl_device_dataset_place(ctx, ds, MPCL_DATA_AUTO, &held));
+    TU_ASSERT_OK(mpcl_device_dataset_place(ctx, ds, MPCL_DATA_STREAM, &streamed));
+    mpcl_dataset_destroy(ds); /* the streamed one keeps its own copy */
+    assert_false(mpcl_device_dataset_streamed(held));
+    assert_true(mpcl_device_dataset_streamed(streamed));
+    assert_int_equal(mpcl_device_dataset_count(streamed), N);
+    assert_int_equal(mpcl_device_dataset_features(streamed), F);
+    mpcl_tensor *ord = tu_tensor(ctx, MPCL_DTYPE_I32, N, 1);
+    TU_ASSERT_OK(mpcl_tensor_upload_i32(ord, order, N));
+    mpcl_tensor *y = tu_tensor(ctx, MPCL_DTYPE_I32, B, 1);
+    const mpcl_dtype dtypes[] = {MPCL_DTYPE_F32, MPCL_DTYPE_F16, MPCL_DTYPE_BF16};
+    for (int d = 0; d < 3; d++) {
+        mpcl_tensor *x = tu_tensor(ctx, dtypes[d], B, F);
+        uint16_t want[B * F * 2], got[B * F * 2];
+        int32_t want_l[B], got_l[B];
+        size_t bytes = mpcl_tensor_bytes(x);
+        TU_ASSERT_OK(mpcl_device_dataset_batch(ctx, held, ord, NULL, FIRST, x, y));
+        TU_ASSERT_OK(mpcl_tensor_download_raw(x, want, bytes));
+        TU_ASSERT_OK(mpcl_tensor_download_i32(y, want_l, B));
+        tu_poison(x);
+        tu_poison(y);
+        TU_ASSERT_OK(mpcl_device_dataset_batch(ctx, streamed, ord, order, FIRST, x, y));
+        TU_ASSERT_OK(mpcl_tensor_download_raw(x, got, bytes));
+        TU_ASSERT_OK(mpcl_tensor_download_i32(y, got_l, B));
+        assert_memory_equal(got, want, bytes);
+        assert_memory_equal(got_l, want_l, sizeof got_l);
+        TU_EXPECT_STATUS(MPCL_ERR_INVALID_ARG,
+                         mpcl_device_dataset_gather(ctx, streamed, ord, FIRST, x, y));
+        TU_EXPECT_STATUS(MPCL_ERR_INVALID_ARG,
+                         mpcl_device_dataset_batch(ctx, streamed, ord, NULL, FIRST, x, y));
+        TU_EXPECT_STATUS(MPCL_ERR_SHAPE,
+                         mpcl_device_dataset_batch(ctx, streamed, ord, order, N - B + 1, x, y));
+        mpcl_tensor_destroy(x);
+    }
+    mpcl_tensor_destroy(y);
+    mpcl_tensor_destroy(ord);
+    mpcl_device_dataset_destroy(held);
+    mpcl_device_dataset_destroy(streamed);
+    mpcl_context_destroy(ctx);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(gather_f32_f16_labels_and_targets),
         cmocka_unit_test(data_beyond_the_device_refused),
+        cmocka_unit_test(fit_rule),
+        cmocka_unit_test(streamed_batch_matches_device),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

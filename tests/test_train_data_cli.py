@@ -3,7 +3,10 @@
 is called out (stderr and --json) with the --classes that refuses it, and
 --classes then refuses it naming its index; --batch above the training
 samples takes them all in one batch, allocates for them alone, and its
-checkpoint resumes with --batch equal to the samples. Small synthetic sets
+checkpoint resumes with --batch equal to the samples; where the batches come
+from (MPCL_DATA) is in the banner and the JSON, a streamed run ends with the
+device-resident run's test loss, and a misspelt MPCL_DATA stops the run
+naming it. Small synthetic sets
 (4x4 images), so it runs in seconds on PoCL.
 
 usage: test_train_data_cli.py PATH/TO/mpcl-train"""
@@ -93,10 +96,34 @@ def test_batch_above_samples():
               f"resume with --batch 1000: continues to step 2 ({rc}: {err[-300:]!r})")
 
 
+def test_placement():
+    with tempfile.TemporaryDirectory() as d:
+        write_data(d, [i % 10 for i in range(500)])
+        docs = {}
+        for placement in ["device", "stream"]:
+            rc, out, err = run(["--data", d] + SMALL, env={"MPCL_DATA": placement})
+            if not check(rc == 0, f"MPCL_DATA={placement}: exit 0 ({rc}: {err[-300:]!r})"):
+                return
+            docs[placement] = json.loads(out)
+            got = docs[placement].get("data", {}).get("placement")
+            check(got == {"train": placement, "test": placement},
+                  f"MPCL_DATA={placement}: the JSON says so: {got!r}")
+            words = "streamed from the host" if placement == "stream" else "on the device"
+            line = f"batches   training set {words}, test set {words}"
+            check(line in err, f"MPCL_DATA={placement}: the banner says so: {err!r}")
+        check(docs["device"]["test_loss"] == docs["stream"]["test_loss"],
+              f"streamed and held: the same test loss: {docs['device']['test_loss']} vs "
+              f"{docs['stream']['test_loss']}")
+        rc, out, err = run(["--data", d] + SMALL, env={"MPCL_DATA": "disk"})
+        check(rc == 1 and "MPCL_DATA='disk'" in err and "auto, device, stream" in err,
+              f"MPCL_DATA=disk: exit 1 naming it and its values ({rc}: {err[-300:]!r})")
+
+
 def main():
     t0 = time.time()
     test_stray_label()
     test_batch_above_samples()
+    test_placement()
     return finish("mpcl-train data", t0)
 
 

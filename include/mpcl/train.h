@@ -218,6 +218,11 @@ typedef struct mpcl_train_data_info {
     /* The training data hold f32 target columns (classes of them) rather
      * than sparse labels; class_examples and rare are then empty. */
     bool float_targets;
+    /* Where each data set's batches come from (MPCL_DATA, batch.h's
+     * mpcl_data_placement): false, held on the device; true, streamed from
+     * the host (it does not fit the device, or MPCL_DATA=stream).
+     * test_streamed is false without test data. */
+    bool train_streamed, test_streamed;
 } mpcl_train_data_info;
 
 void mpcl_trainer_data_info(const mpcl_trainer *tr, mpcl_train_data_info *out);

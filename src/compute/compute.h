@@ -37,6 +37,10 @@ mpcl_status mpcl__tensor_view(mpcl_tensor *base, size_t offset, size_t rows, siz
  * origin. */
 size_t mpcl__sub_buffer_align(mpcl_context *ctx);
 
+/* x as a 16-bit float dtype (f16 or bf16) stores it: rounded to nearest
+ * even, as the device's stores and mpcl_tensor_upload_f32 round. */
+uint16_t mpcl__f32_to_bits(mpcl_dtype dtype, float x);
+
 /* The first B rows of t as a tensor value sharing t's memory: batches
  * smaller than the buffers allocated for max_batch. Never destroyed. */
 mpcl_tensor mpcl__tensor_rows(const mpcl_tensor *t, size_t B);

@@ -112,7 +112,7 @@ cleanup:
 
 /* Host conversions of the 16-bit float dtypes: f16 as vstore_half_rte
  * rounds, bf16 as common.cl's STORE does (both round to nearest even). */
-static uint16_t to_bits(mpcl_dtype dtype, float x) {
+uint16_t mpcl__f32_to_bits(mpcl_dtype dtype, float x) {
     return dtype == MPCL_DTYPE_BF16 ? mpcl_f32_to_bf16(x) : mpcl_f32_to_f16(x);
 }
 static float from_bits(mpcl_dtype dtype, uint16_t h) {
@@ -130,7 +130,7 @@ mpcl_status mpcl_tensor_upload_f32(mpcl_tensor *t, const float *src, size_t coun
     if (!bits)
         return MPCL_ERROR(t->ctx, MPCL_ERR_OUT_OF_MEMORY, "staging an %s upload",
                           mpcl_dtype_name(t->dtype));
-    for (size_t i = 0; i < count; i++) bits[i] = to_bits(t->dtype, src[i]);
+    for (size_t i = 0; i < count; i++) bits[i] = mpcl__f32_to_bits(t->dtype, src[i]);
     st = mpcl_tensor_upload_raw(t, bits, t->bytes);
     free(bits);
     return st;

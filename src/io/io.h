@@ -34,6 +34,10 @@ struct mpcl_dataset {
 /* Sets count, x_dtype, the shape (rank 1..3 sizes) and rows x cols from it. */
 void mpcl__dataset_set_shape(mpcl_dataset *ds, size_t count, mpcl_npy_dtype x_dtype, size_t rank,
                              const size_t *shape);
+/* Whether buffers of x_bytes and y_bytes fit dev beside the held bytes:
+ * each one allocation, both the global memory less held (batch.c; the rule
+ * of MPCL_DATA_AUTO). */
+bool mpcl__data_fits(const mpcl_device_info *dev, size_t held, double x_bytes, double y_bytes);
 /* Bytes of one x element of ds. */
 size_t mpcl__dataset_x_elem(const mpcl_dataset *ds);
 /* The n rows of src from `first` on, copied, with src's class count and

@@ -18,6 +18,7 @@ static const struct {
     [MPCL_ENV_GEMM] = {"MPCL_GEMM", mpcl__gemm_path_names},
     [MPCL_ENV_AUTO] = {"MPCL_AUTO", (const char *const[]){"capability", NULL}},
     [MPCL_ENV_CACHE] = {"MPCL_CACHE", (const char *const[]){"0", NULL}},
+    [MPCL_ENV_DATA] = {"MPCL_DATA", (const char *const[]){"auto", "device", "stream", NULL}},
 };
 
 /* The variable's value, NULL when unset or empty. */

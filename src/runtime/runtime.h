@@ -140,6 +140,7 @@ typedef enum mpcl__env_var {
     MPCL_ENV_GEMM,  /* a GEMM path's name */
     MPCL_ENV_AUTO,  /* capability */
     MPCL_ENV_CACHE, /* 0 */
+    MPCL_ENV_DATA,  /* auto, device, stream: where the trainer's data sets go */
     MPCL_ENV_COUNT
 } mpcl__env_var;
 /* Every variable checked: a value outside its set (empty counts as unset) is

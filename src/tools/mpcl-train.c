@@ -340,8 +340,8 @@ static const char *validation_source(const train_args *a) {
     return a->validation_split > 0 ? "split" : a->val_x ? "files" : a->train_x ? "none" : "t10k";
 }
 
-/* "data": the files the run read. */
-static void write_data_json(jsonw *w, const train_args *a) {
+/* "data": the files the run read, and where the batches came from. */
+static void write_data_json(jsonw *w, const train_args *a, const mpcl_train_data_info *di) {
     jsonw_key(w, "data");
     jsonw_object_begin(w);
     if (a->train_x) {
@@ -357,6 +357,7 @@ static void write_data_json(jsonw *w, const train_args *a) {
     jsonw_kv_string(w, "validation", validation_source(a));
     if (a->validation_split > 0) jsonw_kv_number(w, "validation_split", a->validation_split);
     jsonw_kv_string(w, "loss", mpcl_loss_name(a->loss));
+    train_data_placement_json(w, di);
     jsonw_object_end(w);
 }
 
@@ -379,7 +380,7 @@ static void write_json(const train_args *a, const mpcl_device_info *dev, const m
     jsonw_kv_bool(&w, "loss_scaling", scaling_on(a, plan));
     jsonw_kv_string(&w, "reason", plan->reason);
     jsonw_object_end(&w);
-    write_data_json(&w, a);
+    write_data_json(&w, a, di);
     train_data_json(&w, di);
     jsonw_kv_uint(&w, "epochs", s->epochs_done);
     jsonw_kv_uint(&w, "steps", s->steps);

@@ -1,6 +1,24 @@
 /* See train_data.h. */
 #include "train_data.h"
 
+/* Where a data set's batches come from, in the words of MPCL_DATA. */
+static const char *placement_name(bool streamed) {
+    return streamed ? "stream" : "device";
+}
+
+/* The same, in the banner's words. */
+static const char *placement_words(bool streamed) {
+    return streamed ? "streamed from the host" : "on the device";
+}
+
+void train_data_placement_json(jsonw *w, const mpcl_train_data_info *d) {
+    jsonw_key(w, "placement");
+    jsonw_object_begin(w);
+    jsonw_kv_string(w, "train", placement_name(d->train_streamed));
+    if (d->test_samples) jsonw_kv_string(w, "test", placement_name(d->test_streamed));
+    jsonw_object_end(w);
+}
+
 void train_data_print(FILE *h, const mpcl_train_data_info *d) {
     if (d->float_targets)
         fprintf(h, "targets   %d float columns per sample\n", d->classes);
@@ -11,6 +29,8 @@ void train_data_print(FILE *h, const mpcl_train_data_info *d) {
                 d->classes, d->classes - 1);
     else
         fprintf(h, "classes   %d, declared\n", d->classes);
+    fprintf(h, "batches   training set %s, test set %s\n", placement_words(d->train_streamed),
+            d->test_samples ? placement_words(d->test_streamed) : "none");
     if (d->batch < d->batch_requested)
         fprintf(h,
                 "batch     %zu: --batch %zu is more than the %zu training samples, so each epoch "

@@ -9,13 +9,16 @@
 #include "jsonw.h"
 #include "mpcl/train.h"
 
-/* The banner lines: the classes, and the batch when --batch was cut to the
- * training samples. */
+/* The banner lines: the classes, where the batches come from, and the
+ * batch when --batch was cut to the training samples. */
 void train_data_print(FILE *h, const mpcl_train_data_info *d);
 /* One warning line on stderr per class with almost no example, with what
  * --classes would do about it. */
 void train_data_warn(const mpcl_train_data_info *d);
 /* "batch", "batch_requested" and "classes" in the JSON summary. */
 void train_data_json(jsonw *w, const mpcl_train_data_info *d);
+/* "placement": {"train", "test" (with test data)}: "device" or "stream",
+ * inside the JSON summary's "data". */
+void train_data_placement_json(jsonw *w, const mpcl_train_data_info *d);
 
 #endif

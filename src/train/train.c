@@ -144,6 +144,15 @@ static size_t run_batch(size_t batch, size_t train_count) {
     return train_count && train_count < batch ? train_count : batch;
 }
 
+/* Where the data sets go: MPCL_DATA (checked when the context was made),
+ * auto when unset. */
+static mpcl_data_placement data_placement(void) {
+    const char *v = mpcl__env_value(MPCL_ENV_DATA);
+    if (v && strcmp(v, "device") == 0) return MPCL_DATA_DEVICE;
+    if (v && strcmp(v, "stream") == 0) return MPCL_DATA_STREAM;
+    return MPCL_DATA_AUTO;
+}
+
 /* The data params names, loaded here (without a data_load). */
 static mpcl_status load_files(mpcl_context *ctx, const mpcl_train_params *params,
                               mpcl_dataset **train, mpcl_dataset **test, size_t *available) {
@@ -309,19 +318,21 @@ mpcl_status mpcl_trainer_create(mpcl_context *ctx, const mpcl_train_params *para
         goto cleanup;
     }
     mpcl_iota_indices(iota, tr->test_count);
-    if ((st = mpcl_device_dataset_create(ctx, train_ds, &tr->train)) != MPCL_OK ||
-        (test_ds && (st = mpcl_device_dataset_create(ctx, test_ds, &tr->test)) != MPCL_OK) ||
+    tr->test_host_order = iota;
+    /* The batch buffers and orders first, so that the data sets are placed
+     * in what memory the rest of the run leaves. */
+    mpcl_data_placement placement = data_placement();
+    if ((st = mpcl_tensor_create(ctx, storage, batch, mp.inputs, &tr->x)) != MPCL_OK ||
+        (st = mpcl_tensor_create(ctx, ytype, batch, ycols, &tr->labels)) != MPCL_OK ||
         (st = mpcl_tensor_create(ctx, MPCL_DTYPE_I32, tr->train_count, 1, &tr->order)) != MPCL_OK ||
         (test_ds &&
          ((st = mpcl_tensor_create(ctx, MPCL_DTYPE_I32, tr->test_count, 1, &tr->test_order)) !=
               MPCL_OK ||
           (st = mpcl_tensor_upload_i32(tr->test_order, iota, tr->test_count)) != MPCL_OK)) ||
-        (st = mpcl_tensor_create(ctx, storage, batch, mp.inputs, &tr->x)) != MPCL_OK ||
-        (st = mpcl_tensor_create(ctx, ytype, batch, ycols, &tr->labels)) != MPCL_OK) {
-        free(iota);
+        (st = mpcl_device_dataset_place(ctx, train_ds, placement, &tr->train)) != MPCL_OK ||
+        (test_ds &&
+         (st = mpcl_device_dataset_place(ctx, test_ds, placement, &tr->test)) != MPCL_OK))
         goto cleanup;
-    }
-    free(iota);
     mpcl__replica *r0 = &tr->rep[0];
     r0->train = tr->train;
     r0->order = tr->order;
@@ -331,11 +342,11 @@ mpcl_status mpcl_trainer_create(mpcl_context *ctx, const mpcl_train_params *para
      * buffers for a slice (at most the whole batch). */
     for (size_t r = 1; r < tr->replicas; r++) {
         mpcl__replica *R = &tr->rep[r];
-        if ((st = mpcl_device_dataset_create(R->ctx, train_ds, &R->train)) != MPCL_OK ||
+        if ((st = mpcl_tensor_create(R->ctx, storage, batch, mp.inputs, &R->x)) != MPCL_OK ||
+            (st = mpcl_tensor_create(R->ctx, ytype, batch, ycols, &R->labels)) != MPCL_OK ||
             (st = mpcl_tensor_create(R->ctx, MPCL_DTYPE_I32, tr->train_count, 1, &R->order)) !=
                 MPCL_OK ||
-            (st = mpcl_tensor_create(R->ctx, storage, batch, mp.inputs, &R->x)) != MPCL_OK ||
-            (st = mpcl_tensor_create(R->ctx, ytype, batch, ycols, &R->labels)) != MPCL_OK)
+            (st = mpcl_device_dataset_place(R->ctx, train_ds, placement, &R->train)) != MPCL_OK)
             goto cleanup;
     }
 
@@ -369,6 +380,7 @@ void mpcl_trainer_destroy(mpcl_trainer *tr) {
     mpcl_device_dataset_destroy(tr->test);
     mpcl_model_destroy(tr->model);
     free(tr->host_order);
+    free(tr->test_host_order);
     free(tr->data_dir);
     free(tr->save_path);
     free(tr);
@@ -394,7 +406,8 @@ mpcl_status mpcl_trainer_evaluate(mpcl_trainer *tr, double *loss, double *accura
     for (size_t first = 0; first < tr->test_count && st == MPCL_OK; first += batch) {
         size_t B = tr->test_count - first < batch ? tr->test_count - first : batch;
         mpcl_tensor x = mpcl__tensor_rows(tr->x, B), y = mpcl__tensor_rows(tr->labels, B);
-        st = mpcl_device_dataset_gather(tr->ctx, tr->test, tr->test_order, first, &x, &y);
+        st = mpcl_device_dataset_batch(tr->ctx, tr->test, tr->test_order, tr->test_host_order,
+                                       first, &x, &y);
         if (st == MPCL_OK) st = mpcl_model_eval_step(tr->model, &x, &y);
     }
     /* Read (and so reset) even after a failure, so the next evaluation starts
@@ -546,7 +559,8 @@ static mpcl_status train_step(mpcl_trainer *tr, size_t first, size_t B) {
     mpcl_status st = MPCL_OK;
     if (!tr->dist) {
         mpcl_tensor x = mpcl__tensor_rows(tr->x, B), y = mpcl__tensor_rows(tr->labels, B);
-        st = mpcl_device_dataset_gather(tr->ctx, tr->train, tr->order, first, &x, &y);
+        st =
+            mpcl_device_dataset_batch(tr->ctx, tr->train, tr->order, tr->host_order, first, &x, &y);
         if (st == MPCL_OK) st = mpcl_model_train_step(tr->model, &x, &y);
         return st;
     }
@@ -556,7 +570,8 @@ static mpcl_status train_step(mpcl_trainer *tr, size_t first, size_t B) {
         size_t off, rows;
         mpcl_dist_slice(tr->dist, base + r, B, &off, &rows);
         mpcl_tensor x = mpcl__tensor_rows(R->x, rows), y = mpcl__tensor_rows(R->labels, rows);
-        st = mpcl_device_dataset_gather(R->ctx, R->train, R->order, first + off, &x, &y);
+        st = mpcl_device_dataset_batch(R->ctx, R->train, R->order, tr->host_order, first + off, &x,
+                                       &y);
         if (st == MPCL_OK) st = mpcl_model_forward_slice(R->model, &x, &y, B);
         if (st == MPCL_OK) st = mpcl_model_backward(R->model);
         if (st == MPCL_OK) tr->local_samples += rows;

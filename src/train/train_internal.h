@@ -33,7 +33,8 @@ struct mpcl_trainer {
     mpcl_tensor *test_order;  /* [test_count, 1] i32: the identity */
     mpcl_tensor *x;           /* [batch, inputs] storage dtype */
     mpcl_tensor *labels;      /* [batch, 1] i32, or [batch, classes] f32 targets */
-    int32_t *host_order;      /* [train_count] */
+    int32_t *host_order;      /* [train_count]: `order` on the host */
+    int32_t *test_host_order; /* [test_count]: the identity, for a streamed test set */
     bool order_valid;         /* `order` holds the permutation of order_epoch */
     uint32_t order_epoch;
 
