@@ -1,114 +1,22 @@
 """The reference workload for bench/compare: mpcl-train's default run in PyTorch.
 
-Same model, data and training as `mpcl-train`: 784-128-10 MLP with ReLU,
-Glorot-uniform kernels and zero biases, Adam (lr 1e-3, eps 1e-7, Keras'
-epsilon, which mpcl uses), batch 128, a new shuffle every epoch, softmax
-cross-entropy on the logits, pixels scaled to [0, 1]. Precision: fp32, fp16
-autocast with GradScaler (PyTorch AMP), or bf16 autocast (no scaler), on the
-CPU. Prints one JSON object: samples/s of each epoch's training loop (the
-test evaluation after it is timed apart), and the final test accuracy.
+784-128-10 MLP with ReLU, trained as bench/torch_bench.py says (mpcl-train's
+data, initializers, optimizer and precision policies).
 
 Run by bench/compare inside bench/.venv-torch; not part of the suite.
 """
 
-import argparse
-import gzip
-import json
-import os
-import time
-
-import numpy as np
 import torch
 
-
-def read_idx(path):
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rb") as f:
-        data = f.read()
-    ndim = data[3]
-    dims = [int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim)]
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
-
-
-def load(data_dir, prefix, limit):
-    def find(kind):
-        for name in (f"{prefix}-{kind}-ubyte", f"{prefix}-{kind}-ubyte.gz"):
-            if os.path.exists(os.path.join(data_dir, name)):
-                return os.path.join(data_dir, name)
-        raise SystemExit(f"torch_mlp: no {prefix}-{kind}-ubyte[.gz] in {data_dir}")
-
-    x = read_idx(find("images-idx3")).reshape(-1, 28 * 28)
-    y = read_idx(find("labels-idx1"))
-    if limit:
-        x, y = x[:limit], y[:limit]
-    return torch.from_numpy(x.astype(np.float32) / 255.0), torch.from_numpy(y.astype(np.int64))
+import torch_bench
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--precision", choices=["fp32", "fp16", "bf16"], default="fp32")
-    ap.add_argument("--epochs", type=int, default=10)
-    ap.add_argument("--batch", type=int, default=128)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--seed", type=int, default=42)
-    ap.add_argument("--train-limit", type=int, default=0)
-    ap.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
-    a = ap.parse_args()
-
-    torch.set_num_threads(a.threads)
-    torch.manual_seed(a.seed)
-    x, y = load(a.data, "train", a.train_limit)
-    xt, yt = load(a.data, "t10k", 0)
-
+    a = torch_bench.parse_args(__doc__)
     model = torch.nn.Sequential(
         torch.nn.Linear(784, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10)
     )
-    for layer in (model[0], model[2]):
-        torch.nn.init.xavier_uniform_(layer.weight)
-        torch.nn.init.zeros_(layer.bias)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3, eps=1e-7)
-    loss_fn = torch.nn.CrossEntropyLoss()
-    dtype = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}[a.precision]
-    scaler = torch.amp.GradScaler("cpu") if a.precision == "fp16" else None
-
-    def autocast():
-        return torch.autocast("cpu", dtype=dtype, enabled=dtype is not None)
-
-    rates, eval_s = [], []
-    n = x.shape[0]
-    for _ in range(a.epochs):
-        order = torch.randperm(n)
-        t0 = time.perf_counter()
-        for i in range(0, n, a.batch):
-            idx = order[i : i + a.batch]
-            with autocast():
-                loss = loss_fn(model(x[idx]), y[idx])
-            opt.zero_grad(set_to_none=True)
-            if scaler:
-                scaler.scale(loss).backward()
-                scaler.step(opt)
-                scaler.update()
-            else:
-                loss.backward()
-                opt.step()
-        rates.append(n / (time.perf_counter() - t0))
-        t1 = time.perf_counter()
-        with torch.no_grad(), autocast():
-            accuracy = (model(xt).argmax(1) == yt).float().mean().item()
-        eval_s.append(time.perf_counter() - t1)
-
-    print(
-        json.dumps(
-            {
-                "torch": torch.__version__,
-                "precision": a.precision,
-                "threads": torch.get_num_threads(),
-                "epoch_samples_per_s": rates,
-                "eval_seconds": eval_s,
-                "test_accuracy": accuracy,
-            }
-        )
-    )
+    torch_bench.run(a, model, (784,))
 
 
 if __name__ == "__main__":
