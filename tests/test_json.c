@@ -21,15 +21,12 @@ static char dir[64];
 
 static int setup(void **state) {
     (void)state;
-    snprintf(dir, sizeof dir, "/tmp/mpcl-test-json-XXXXXX");
-    return mkdtemp(dir) ? 0 : -1;
+    return tu_tmpdir_make(dir, "json");
 }
 
 static int teardown(void **state) {
     (void)state;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    return system(cmd) == 0 ? 0 : -1;
+    return tu_tmpdir_remove(dir);
 }
 
 static mpcl__json *parse_ok(const char *text, size_t n) {

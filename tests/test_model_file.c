@@ -16,15 +16,12 @@ static char dir[64];
 
 static int setup(void **state) {
     (void)state;
-    snprintf(dir, sizeof dir, "/tmp/mpcl-test-model-file-XXXXXX");
-    return mkdtemp(dir) ? 0 : -1;
+    return tu_tmpdir_make(dir, "model-file");
 }
 
 static int teardown(void **state) {
     (void)state;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    return system(cmd) == 0 ? 0 : -1;
+    return tu_tmpdir_remove(dir);
 }
 
 static const char *write_file(const char *name, const char *text) {

@@ -19,15 +19,12 @@ static char dir[64];
 
 static int setup(void **state) {
     (void)state;
-    snprintf(dir, sizeof dir, "/tmp/mpcl-test-npy-XXXXXX");
-    return mkdtemp(dir) ? 0 : -1;
+    return tu_tmpdir_make(dir, "npy");
 }
 
 static int teardown(void **state) {
     (void)state;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    return system(cmd) == 0 ? 0 : -1;
+    return tu_tmpdir_remove(dir);
 }
 
 static void path_of(char *p, size_t cap, const char *name) {

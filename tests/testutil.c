@@ -283,3 +283,14 @@ void tu_expect_error(mpcl_status got, mpcl_status want, const char *needle) {
     if (!strstr(mpcl_errmsg(), needle))
         fail_msg("message \"%s\" does not name \"%s\"", mpcl_errmsg(), needle);
 }
+
+int tu_tmpdir_make(char dir[64], const char *name) {
+    snprintf(dir, 64, "/tmp/mpcl-test-%s-XXXXXX", name);
+    return mkdtemp(dir) ? 0 : -1;
+}
+
+int tu_tmpdir_remove(const char *dir) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    return system(cmd) == 0 ? 0 : -1;
+}

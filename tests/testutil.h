@@ -92,6 +92,12 @@ float *tu_model_state(mpcl_model *m, size_t *n_out);
 /* The poison bit pattern of a 16-bit float dtype. */
 #define TU_POISON_16(dtype) ((dtype) == MPCL_DTYPE_BF16 ? TU_POISON_BF16 : TU_POISON_F16)
 
+/* A fresh folder /tmp/mpcl-test-<name>-XXXXXX into dir (64 bytes), and its
+ * removal with everything in it: a test group's setup and teardown. Both
+ * return 0 on success, as cmocka's group fixtures do. */
+int tu_tmpdir_make(char dir[64], const char *name);
+int tu_tmpdir_remove(const char *dir);
+
 /* A fresh folder from mkdtemp(template) made this process's cache folder
  * (MPCL_CACHE_DIR); false when it cannot be made. */
 bool tu_cache_dir_make(char *template_path);

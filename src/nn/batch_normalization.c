@@ -55,14 +55,14 @@ static mpcl_status bn_declare(mpcl__layer *L, mpcl__tables *t) {
 }
 
 static double bn_activation_bytes(const mpcl__layer *L, const mpcl__layer_env *env) {
-    return 2.0 * (double)env->max_batch * (double)L->outputs *
-           (double)mpcl_dtype_size(env->storage); /* output, d_output */
+    (void)env;
+    return mpcl__layer_io_bytes(L);
 }
 
 static mpcl_status bn_create(mpcl__layer *L, const mpcl__tables *t, const mpcl__arenas *a) {
     bn *b = L->state;
     const mpcl__layer_env *env = L->env;
-    size_t C = b->channels, B = env->max_batch;
+    size_t C = b->channels;
     mpcl_status st = MPCL_OK;
     for (int i = 0; i < ROWS && st == MPCL_OK; i++) {
         size_t off = t->params.rows[b->row[i]].offset;
@@ -74,8 +74,7 @@ static mpcl_status bn_create(mpcl__layer *L, const mpcl__tables *t, const mpcl__
                                &b->moving[i]);
     if (st == MPCL_OK) st = mpcl_tensor_create(env->ctx, MPCL_DTYPE_F32, 1, C, &b->save_mean);
     if (st == MPCL_OK) st = mpcl_tensor_create(env->ctx, MPCL_DTYPE_F32, 1, C, &b->save_inv_std);
-    if (st == MPCL_OK) st = mpcl_tensor_create(env->ctx, env->storage, B, L->outputs, &L->output);
-    if (st == MPCL_OK) st = mpcl_tensor_create(env->ctx, env->storage, B, L->outputs, &L->d_output);
+    if (st == MPCL_OK) st = mpcl__layer_create_io(L);
     return st;
 }
 

@@ -83,8 +83,7 @@ static double columns_elements(const conv2d *c, size_t max_batch) {
 static double conv2d_activation_bytes(const mpcl__layer *L, const mpcl__layer_env *env) {
     const conv2d *c = L->state;
     double storage = (double)mpcl_dtype_size(env->storage);
-    double io = 2.0 * (double)env->max_batch * (double)L->outputs * storage; /* output, d_output */
-    return io + columns_elements(c, env->max_batch) * storage +
+    return mpcl__layer_io_bytes(L) + columns_elements(c, env->max_batch) * storage +
            mpcl__bias_act_bytes(L->spec.activation, env->max_batch * c->pixels, c->shape.filters,
                                 env->storage);
 }
@@ -100,8 +99,7 @@ static mpcl_status conv2d_create(mpcl__layer *L, const mpcl__tables *t, const mp
         (st = mpcl__tensor_view(a->grads, off, patch, f, &c->dw)) != MPCL_OK ||
         (st = mpcl_tensor_create(env->ctx, env->storage, B * c->pixels, patch, &c->columns)) !=
             MPCL_OK ||
-        (st = mpcl_tensor_create(env->ctx, env->storage, B, L->outputs, &L->output)) != MPCL_OK ||
-        (st = mpcl_tensor_create(env->ctx, env->storage, B, L->outputs, &L->d_output)) != MPCL_OK)
+        (st = mpcl__layer_create_io(L)) != MPCL_OK)
         return st;
     return mpcl__bias_act_create(&c->epilogue, env, t, a, B * c->pixels, L->spec.activation);
 }

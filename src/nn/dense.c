@@ -37,9 +37,8 @@ static mpcl_status dense_declare(mpcl__layer *L, mpcl__tables *t) {
 }
 
 static double dense_activation_bytes(const mpcl__layer *L, const mpcl__layer_env *env) {
-    double io = 2.0 * (double)env->max_batch * (double)L->outputs *
-                (double)mpcl_dtype_size(env->storage); /* output, d_output */
-    return io + mpcl__bias_act_bytes(L->spec.activation, env->max_batch, L->outputs, env->storage);
+    return mpcl__layer_io_bytes(L) +
+           mpcl__bias_act_bytes(L->spec.activation, env->max_batch, L->outputs, env->storage);
 }
 
 static mpcl_status dense_create(mpcl__layer *L, const mpcl__tables *t, const mpcl__arenas *a) {
@@ -50,8 +49,7 @@ static mpcl_status dense_create(mpcl__layer *L, const mpcl__tables *t, const mpc
     mpcl_status st;
     if ((st = mpcl__tensor_view(a->working, off, in, out, &d->w)) != MPCL_OK ||
         (st = mpcl__tensor_view(a->grads, off, in, out, &d->dw)) != MPCL_OK ||
-        (st = mpcl_tensor_create(env->ctx, env->storage, B, out, &L->output)) != MPCL_OK ||
-        (st = mpcl_tensor_create(env->ctx, env->storage, B, out, &L->d_output)) != MPCL_OK)
+        (st = mpcl__layer_create_io(L)) != MPCL_OK)
         return st;
     return mpcl__bias_act_create(&d->epilogue, env, t, a, B, L->spec.activation);
 }

@@ -20,18 +20,14 @@ static mpcl_status dropout_declare(mpcl__layer *L, mpcl__tables *t) {
 }
 
 static double dropout_activation_bytes(const mpcl__layer *L, const mpcl__layer_env *env) {
-    return 2.0 * (double)env->max_batch * (double)L->outputs *
-           (double)mpcl_dtype_size(env->storage); /* output, d_output */
+    (void)env;
+    return mpcl__layer_io_bytes(L);
 }
 
 static mpcl_status dropout_create(mpcl__layer *L, const mpcl__tables *t, const mpcl__arenas *a) {
     (void)t;
     (void)a;
-    const mpcl__layer_env *env = L->env;
-    size_t B = env->max_batch, n = L->outputs;
-    mpcl_status st = mpcl_tensor_create(env->ctx, env->storage, B, n, &L->output);
-    if (st == MPCL_OK) st = mpcl_tensor_create(env->ctx, env->storage, B, n, &L->d_output);
-    return st;
+    return mpcl__layer_create_io(L);
 }
 
 /* Each layer draws its own masks: the seed is mixed with its position. */

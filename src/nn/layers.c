@@ -53,6 +53,20 @@ void mpcl__layer_name(char *buf, size_t size, const mpcl__layer *L) {
     snprintf(buf, size, "%s_%zu", L->kind->name, L->index);
 }
 
+double mpcl__layer_io_bytes(const mpcl__layer *L) {
+    return 2.0 * (double)L->env->max_batch * (double)L->outputs *
+           (double)mpcl_dtype_size(L->env->storage);
+}
+
+mpcl_status mpcl__layer_create_io(mpcl__layer *L) {
+    const mpcl__layer_env *env = L->env;
+    mpcl_status st =
+        mpcl_tensor_create(env->ctx, env->storage, env->max_batch, L->outputs, &L->output);
+    if (st == MPCL_OK)
+        st = mpcl_tensor_create(env->ctx, env->storage, env->max_batch, L->outputs, &L->d_output);
+    return st;
+}
+
 void mpcl__layer_set_output(mpcl__layer *L, size_t rank, const size_t *shape) {
     L->out_rank = rank;
     L->outputs = 1;

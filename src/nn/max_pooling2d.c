@@ -52,9 +52,8 @@ static mpcl_status pool_declare(mpcl__layer *L, mpcl__tables *t) {
 }
 
 static double pool_activation_bytes(const mpcl__layer *L, const mpcl__layer_env *env) {
-    /* output and d_output in the storage dtype, argmax in i32 */
-    double per_output = 2.0 * (double)mpcl_dtype_size(env->storage) + 4.0;
-    return (double)env->max_batch * (double)L->outputs * per_output;
+    /* output and d_output, and the argmax in i32 */
+    return mpcl__layer_io_bytes(L) + 4.0 * (double)env->max_batch * (double)L->outputs;
 }
 
 static mpcl_status pool_create(mpcl__layer *L, const mpcl__tables *t, const mpcl__arenas *a) {
@@ -64,10 +63,9 @@ static mpcl_status pool_create(mpcl__layer *L, const mpcl__tables *t, const mpcl
     const mpcl__layer_env *env = L->env;
     size_t B = env->max_batch;
     mpcl_status st;
-    if ((st = mpcl_tensor_create(env->ctx, MPCL_DTYPE_I32, B, L->outputs, &p->argmax)) != MPCL_OK ||
-        (st = mpcl_tensor_create(env->ctx, env->storage, B, L->outputs, &L->output)) != MPCL_OK)
+    if ((st = mpcl_tensor_create(env->ctx, MPCL_DTYPE_I32, B, L->outputs, &p->argmax)) != MPCL_OK)
         return st;
-    return mpcl_tensor_create(env->ctx, env->storage, B, L->outputs, &L->d_output);
+    return mpcl__layer_create_io(L);
 }
 
 static mpcl_pool2d_shape batch_shape(const max_pooling2d *p, size_t B) {

@@ -139,6 +139,11 @@ const mpcl__layer_kind *mpcl__spec_kind(const mpcl_layer_spec *spec);
 void mpcl__shape_str(char *buf, size_t size, size_t rank, const size_t *shape);
 /* A layer's name in messages: "conv2d_1". */
 void mpcl__layer_name(char *buf, size_t size, const mpcl__layer *L);
+/* Device bytes of a layer's output and d_output for batches of max_batch,
+ * in the storage dtype: what every kind that computes keeps. */
+double mpcl__layer_io_bytes(const mpcl__layer *L);
+/* Allocates L->output and L->d_output, [max_batch, outputs] storage. */
+mpcl_status mpcl__layer_create_io(mpcl__layer *L);
 /* The output shape of a layer whose output has `rank` dims: sets
  * out_rank, out_shape and outputs. */
 void mpcl__layer_set_output(mpcl__layer *L, size_t rank, const size_t *shape);
