@@ -77,55 +77,97 @@ __kernel void mpcl_col2im(__global storage_t *d_in, __global const storage_t *d_
     }
 }
 
+// Channels eight at a time: a pixel's C channels are a run in NHWC, so the
+// pooling kernels take one pixel per work-item and walk its channels in
+// float8 chunks, doing the index arithmetic once per pixel (PoCL does not
+// vectorize across the items of these kernels). The last chunk holds
+// n = C - c < 8 channels: its lanes from n on repeat the last channel
+// (LOAD8_PART) and are never stored. Lane-wise, each element sees the same
+// operations in the same order as one item per element would.
+inline float8 load8_upto(__global const storage_t *p, size_t i, uint n) {
+    return n == 8u ? LOAD8(p, i) : LOAD8_PART(p, i, n);
+}
+inline void store8_upto(__global storage_t *p, size_t i, uint n, float8 v) {
+    if (n == 8u)
+        STORE8(p, i, v);
+    else
+        STORE8_PART(p, i, n, v);
+}
+inline int8 load_int8_upto(__global const int *p, uint n) {
+    if (n == 8u) return vload8(0, p);
+    return (int8)(p[0], p[min(1u, n - 1u)], p[min(2u, n - 1u)], p[min(3u, n - 1u)],
+                  p[min(4u, n - 1u)], p[min(5u, n - 1u)], p[min(6u, n - 1u)], p[n - 1u]);
+}
+inline void store_int8_upto(__global int *p, uint n, int8 v) {
+    if (n == 8u) {
+        vstore8(v, 0, p);
+        return;
+    }
+    p[0] = v.s0;
+    if (n > 1u) p[1] = v.s1;
+    if (n > 2u) p[2] = v.s2;
+    if (n > 3u) p[3] = v.s3;
+    if (n > 4u) p[4] = v.s4;
+    if (n > 5u) p[5] = v.s5;
+    if (n > 6u) p[6] = v.s6;
+}
+
 // out[b, oh, ow, c] = the largest in[b, h, w, c] over the window's positions
 // inside the image, row by row; the first of equal values wins, and NaN wins
 // over numbers (so that the loss scaler sees it). argmax[...] = h*W + w of
-// the winner when write_argmax. One item per output element; items =
-// B*OH*OW*C. SAME windows always hold a position of the image (the padding
-// before is less than the window).
+// the winner when write_argmax. One item per output pixel, for its C
+// channels; items = B*OH*OW. SAME windows always hold a position of the
+// image (the padding before is less than the window).
 __kernel void mpcl_maxpool2d_forward(__global storage_t *out, __global int *argmax,
                                      __global const storage_t *in, WINDOW_PARAMS, uint items,
                                      uint write_argmax) {
     uint i = get_global_id(0);
     if (i >= items) return;
-    uint4 at = split_nhwc(i, C, OW, OH);
-    uint c = at.x, ow = at.y, oh = at.z, b = at.w;
+    uint4 at = split_nhwc(i, 1, OW, OH); // (0, ow, oh, b)
+    uint ow = at.y, oh = at.z, b = at.w;
     uint hp = oh * SH, wp = ow * SW; // the window's first padded row and column
     uint h0 = max(hp, PT) - PT, h1 = min(hp + KH, PT + H) - PT;
     uint w0 = max(wp, PL) - PL, w1 = min(wp + KW, PL + W) - PL;
-    size_t image = (size_t)b * H * W * C + c; // (b, 0, 0, c)
-    float best = LOAD(in, image + ((size_t)h0 * W + w0) * C);
-    uint best_at = h0 * W + w0;
-    for (uint h = h0; h < h1; h++) {
-        for (uint w = w0; w < w1; w++) {
-            float v = LOAD(in, image + ((size_t)h * W + w) * C);
-            if (v > best || (isnan(v) && !isnan(best))) {
-                best = v;
-                best_at = h * W + w;
+    size_t image = (size_t)b * H * W * C, o = (size_t)i * C; // (b, 0, 0, 0), (b, oh, ow, 0)
+    for (uint c = 0; c < C; c += 8u) {
+        uint n = min(8u, C - c);
+        float8 best = load8_upto(in, image + ((size_t)h0 * W + w0) * C + c, n);
+        int8 best_at = (int8)((int)(h0 * W + w0));
+        for (uint h = h0; h < h1; h++) {
+            for (uint w = w0; w < w1; w++) {
+                float8 v = load8_upto(in, image + ((size_t)h * W + w) * C + c, n);
+                int8 take = isgreater(v, best) | (isnan(v) & ~isnan(best));
+                best = select(best, v, take);
+                best_at = select(best_at, (int8)((int)(h * W + w)), take);
             }
         }
+        store8_upto(out, o + c, n, best);
+        if (write_argmax) store_int8_upto(argmax + o + c, n, best_at);
     }
-    STORE(out, i, best);
-    if (write_argmax) argmax[i] = (int)best_at;
 }
 
 // d_in[b, h, w, c] = the sum of d_out[b, oh, ow, c] over the windows whose
 // argmax is (h, w), in row order, in f32, rounded once. One item per input
-// element; items = B*H*W*C.
+// pixel, for its C channels; items = B*H*W. Without overlap (stride >= pool)
+// a pixel is in one window at most: one term.
 __kernel void mpcl_maxpool2d_backward(__global storage_t *d_in, __global const storage_t *d_out,
                                       __global const int *argmax, WINDOW_PARAMS, uint items) {
     uint i = get_global_id(0);
     if (i >= items) return;
-    uint4 at = split_nhwc(i, C, W, H);
-    uint c = at.x, w = at.y, h = at.z, b = at.w;
+    uint4 at = split_nhwc(i, 1, W, H); // (0, w, h, b)
+    uint w = at.y, h = at.z, b = at.w;
     uint2 rows = window_range(h + PT, KH, SH, OH), cols = window_range(w + PL, KW, SW, OW);
-    int here = (int)(h * W + w);
-    float sum = 0.0f;
-    for (uint oh = rows.x; oh < rows.y; oh++) {
-        for (uint ow = cols.x; ow < cols.y; ow++) {
-            size_t o = (((size_t)b * OH + oh) * OW + ow) * C + c;
-            if (argmax[o] == here) sum += LOAD(d_out, o);
+    int8 here = (int8)((int)(h * W + w));
+    for (uint c = 0; c < C; c += 8u) {
+        uint n = min(8u, C - c);
+        float8 sum = 0.0f;
+        for (uint oh = rows.x; oh < rows.y; oh++) {
+            for (uint ow = cols.x; ow < cols.y; ow++) {
+                size_t o = (((size_t)b * OH + oh) * OW + ow) * C + c;
+                int8 hit = load_int8_upto(argmax + o, n) == here;
+                sum = select(sum, sum + load8_upto(d_out, o, n), hit);
+            }
         }
+        store8_upto(d_in, (size_t)i * C + c, n, sum);
     }
-    STORE(d_in, i, sum);
 }

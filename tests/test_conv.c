@@ -597,6 +597,9 @@ static const mpcl_pool2d_shape pool_cases[] = {
     {2, 4, 3, 2, 4, 3, 4, 3, MPCL_PADDING_VALID}, /* the window is the image */
     {1, 5, 5, 1, 1, 1, 2, 2, MPCL_PADDING_SAME},  /* 1x1 windows, stride 2 */
     {3, 7, 5, 1, 3, 2, 1, 2, MPCL_PADDING_VALID}, /* mixed strides */
+    /* The kernels take eight channels at a time: */
+    {2, 6, 7, 19, 2, 2, 2, 2, MPCL_PADDING_VALID}, /* two chunks of 8 and a tail of 3 */
+    {2, 6, 5, 16, 3, 3, 2, 2, MPCL_PADDING_SAME},  /* chunks only, overlapping windows */
 };
 
 /* Ties: values from {-2, ..., 2} (exact in every dtype), so most windows

@@ -412,7 +412,7 @@ mpcl_status mpcl_maxpool2d_forward(mpcl_context *ctx, const mpcl_pool2d_shape *s
     TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(out->mem), MPCL_ARG(argmax_mem), MPCL_ARG(in->mem),
                        MPCL_ARGS_END));
     TRY(set_window_args(ctx, k, name, 3, &w, &win));
-    size_t items = w.batch * map_cols(&w, &win);
+    size_t items = w.batch * win.out_h * win.out_w; /* output pixels */
     cl_uint n = (cl_uint)items, write_argmax = argmax != NULL;
     TRY(mpcl__set_arg(ctx, k, name, 3 + WINDOW_ARGS, sizeof n, &n));
     TRY(mpcl__set_arg(ctx, k, name, 4 + WINDOW_ARGS, sizeof write_argmax, &write_argmax));
@@ -436,7 +436,7 @@ mpcl_status mpcl_maxpool2d_backward(mpcl_context *ctx, const mpcl_pool2d_shape *
     TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(d_in->mem), MPCL_ARG(d_out->mem),
                        MPCL_ARG(argmax->mem), MPCL_ARGS_END));
     TRY(set_window_args(ctx, k, name, 3, &w, &win));
-    size_t items = w.batch * image_cols(&w);
+    size_t items = w.batch * w.height * w.width; /* input pixels */
     cl_uint n = (cl_uint)items;
     TRY(mpcl__set_arg(ctx, k, name, 3 + WINDOW_ARGS, sizeof n, &n));
     return mpcl__launch_1d(ctx, k, name, items, mpcl__local_size(ctx, k, CONV_WG));
