@@ -28,57 +28,8 @@ inline uint4 split_nhwc(uint i, uint C, uint cols, uint rows) {
     return (uint4)(i - pixel * C, pixel - line * cols, line - b * rows, b);
 }
 
-// columns[m, (kh*KW + kw)*C + c] = in[b, oh*SH - PT + kh, ow*SW - PL + kw, c]
-// for output pixel m = (b*OH + oh)*OW + ow, 0 in the padding. One item per
-// (m, kh, kw), copying its C channels, a run in both tensors; items = B*OH*OW
-// *KH*KW. A copy of the bits (storage_bits_t), so exact.
-__kernel void mpcl_im2col(__global storage_bits_t *columns, __global const storage_bits_t *in,
-                          WINDOW_PARAMS, uint items) {
-    uint i = get_global_id(0);
-    if (i >= items) return;
-    uint taps = KH * KW, m = i / taps, t = i - m * taps;
-    uint kh = t / KW, kw = t - kh * KW;
-    uint4 at = split_nhwc(m, 1, OW, OH); // (0, ow, oh, b)
-    uint ow = at.y, oh = at.z, b = at.w;
-    // Padded coordinates; the image starts at (PT, PL).
-    uint hp = oh * SH + kh, wp = ow * SW + kw;
-    __global storage_bits_t *dst = columns + (size_t)i * C;
-    if (hp < PT || hp - PT >= H || wp < PL || wp - PL >= W) {
-        for (uint c = 0; c < C; c++) dst[c] = (storage_bits_t)0;
-        return;
-    }
-    __global const storage_bits_t *src = in + (((size_t)b * H + (hp - PT)) * W + (wp - PL)) * C;
-    for (uint c = 0; c < C; c++) dst[c] = src[c];
-}
-
-// d_in[b, h, w, c] = the sum of d_columns over the (window, tap) pairs that
-// im2col copies from (b, h, w, c): windows in row order, in f32, rounded once.
-// One item per input pixel, for its C channels: the pixel's windows are found
-// once (the index split costs more than the sums), and each window's channels
-// are a run of d_columns. items = B*H*W.
-__kernel void mpcl_col2im(__global storage_t *d_in, __global const storage_t *d_columns,
-                          WINDOW_PARAMS, uint items) {
-    uint i = get_global_id(0);
-    if (i >= items) return;
-    uint4 at = split_nhwc(i, 1, W, H);
-    uint w = at.y, h = at.z, b = at.w;
-    uint2 rows = window_range(h + PT, KH, SH, OH), cols = window_range(w + PL, KW, SW, OW);
-    for (uint c = 0; c < C; c++) {
-        float sum = 0.0f;
-        for (uint oh = rows.x; oh < rows.y; oh++) {
-            uint kh = h + PT - oh * SH;
-            for (uint ow = cols.x; ow < cols.y; ow++) {
-                uint kw = w + PL - ow * SW;
-                size_t m = ((size_t)b * OH + oh) * OW + ow;
-                sum += LOAD(d_columns, (m * KH * KW + kh * KW + kw) * C + c);
-            }
-        }
-        STORE(d_in, (size_t)i * C + c, sum);
-    }
-}
-
 // Channels eight at a time: a pixel's C channels are a run in NHWC, so the
-// pooling kernels take one pixel per work-item and walk its channels in
+// kernels below take one pixel per work-item and walk its channels in
 // float8 chunks, doing the index arithmetic once per pixel (PoCL does not
 // vectorize across the items of these kernels). The last chunk holds
 // n = C - c < 8 channels: its lanes from n on repeat the last channel
@@ -110,6 +61,81 @@ inline void store_int8_upto(__global int *p, uint n, int8 v) {
     if (n > 4u) p[4] = v.s4;
     if (n > 5u) p[5] = v.s5;
     if (n > 6u) p[6] = v.s6;
+}
+
+// n elements of storage bits from src to dst (runs that may overlap nothing),
+// eight at a time, and n zeros.
+#if defined(MPCL_STORAGE_F32)
+typedef mpcl_float8_u storage_bits8_u;
+#else
+typedef mpcl_ushort8_u storage_bits8_u;
+#endif
+inline void copy_bits(__global storage_bits_t *dst, __global const storage_bits_t *src, uint n) {
+    uint j = 0;
+    for (; j + 8u <= n; j += 8u)
+        *(__global storage_bits8_u *)(dst + j) = *(__global const storage_bits8_u *)(src + j);
+    for (; j < n; j++) dst[j] = src[j];
+}
+inline void zero_bits(__global storage_bits_t *dst, uint n) {
+    for (uint j = 0; j < n; j++) dst[j] = (storage_bits_t)0;
+}
+
+// columns[m, (kh*KW + kw)*C + c] = in[b, oh*SH - PT + kh, ow*SW - PL + kw, c]
+// for output pixel m = (b*OH + oh)*OW + ow, 0 in the padding. One item per
+// output pixel m: for each kh, its row of KW*C columns is one run, whose
+// taps inside the image are one run of the image too (zeros either side).
+// items = B*OH*OW. A copy of the bits (storage_bits_t), so exact.
+__kernel void mpcl_im2col(__global storage_bits_t *columns, __global const storage_bits_t *in,
+                          WINDOW_PARAMS, uint items) {
+    uint m = get_global_id(0);
+    if (m >= items) return;
+    uint4 at = split_nhwc(m, 1, OW, OH); // (0, ow, oh, b)
+    uint ow = at.y, oh = at.z, b = at.w;
+    // Padded coordinates of the window's first row and column; the image
+    // starts at (PT, PL). The taps [kw0, kw1) fall inside the image's columns.
+    uint hp = oh * SH, wp = ow * SW;
+    uint kw0 = wp < PL ? min(PL - wp, KW) : 0u;
+    uint kw1 = max(kw0, wp >= PL + W ? 0u : min(PL + W - wp, KW));
+    uint run = KW * C;
+    __global storage_bits_t *dst = columns + (size_t)m * KH * run;
+    for (uint kh = 0; kh < KH; kh++, dst += run) {
+        uint hh = hp + kh;
+        if (hh < PT || hh - PT >= H || kw0 == kw1) {
+            zero_bits(dst, run);
+            continue;
+        }
+        zero_bits(dst, kw0 * C);
+        copy_bits(dst + kw0 * C, in + (((size_t)b * H + (hh - PT)) * W + (wp + kw0 - PL)) * C,
+                  (kw1 - kw0) * C);
+        zero_bits(dst + kw1 * C, (KW - kw1) * C);
+    }
+}
+
+// d_in[b, h, w, c] = the sum of d_columns over the (window, tap) pairs that
+// im2col copies from (b, h, w, c): windows in row order, in f32, rounded once.
+// One item per input pixel, for its C channels in chunks of eight: the
+// pixel's windows are found once (the index split costs more than the sums),
+// and each window's channels are a run of d_columns. items = B*H*W.
+__kernel void mpcl_col2im(__global storage_t *d_in, __global const storage_t *d_columns,
+                          WINDOW_PARAMS, uint items) {
+    uint i = get_global_id(0);
+    if (i >= items) return;
+    uint4 at = split_nhwc(i, 1, W, H);
+    uint w = at.y, h = at.z, b = at.w;
+    uint2 rows = window_range(h + PT, KH, SH, OH), cols = window_range(w + PL, KW, SW, OW);
+    for (uint c = 0; c < C; c += 8u) {
+        uint n = min(8u, C - c);
+        float8 sum = 0.0f;
+        for (uint oh = rows.x; oh < rows.y; oh++) {
+            uint kh = h + PT - oh * SH;
+            for (uint ow = cols.x; ow < cols.y; ow++) {
+                uint kw = w + PL - ow * SW;
+                size_t m = ((size_t)b * OH + oh) * OW + ow;
+                sum += load8_upto(d_columns, (m * KH * KW + kh * KW + kw) * C + c, n);
+            }
+        }
+        store8_upto(d_in, (size_t)i * C + c, n, sum);
+    }
 }
 
 // out[b, oh, ow, c] = the largest in[b, h, w, c] over the window's positions

@@ -293,6 +293,9 @@ static void test_im2col_col2im(void **state) {
         {3, 7, 5, 3, 3, 3, 1, 2, 2, MPCL_PADDING_SAME},
         {2, 6, 5, 2, 4, 2, 1, 1, 1, MPCL_PADDING_SAME},
         {2, 7, 7, 1, 1, 1, 1, 3, 3, MPCL_PADDING_VALID},
+        /* Channels in chunks of eight, with a tail and without: */
+        {2, 6, 5, 11, 3, 2, 1, 1, 2, MPCL_PADDING_SAME},
+        {2, 5, 6, 16, 2, 3, 1, 2, 1, MPCL_PADDING_VALID},
     };
     const mpcl_dtype dts[] = {MPCL_DTYPE_F32, MPCL_DTYPE_BF16};
     for (size_t d = 0; d < 2; d++) {

@@ -286,7 +286,7 @@ static mpcl_status check_columns_pair(mpcl_context *ctx, const window_spec *w,
 
 static mpcl_status im2col(mpcl_context *ctx, const window_spec *w, const mpcl_window2d *win,
                           mpcl_tensor *columns, const mpcl_tensor *in) {
-    size_t items = w->batch * win->out_h * win->out_w * w->kh * w->kw;
+    size_t items = w->batch * win->out_h * win->out_w; /* output pixels */
     return launch_pair(ctx, in->dtype, "mpcl_im2col", columns, in, w, win, items);
 }
 
