@@ -123,18 +123,30 @@ __kernel void mpcl_col2im(__global storage_t *d_in, __global const storage_t *d_
     uint4 at = split_nhwc(i, 1, W, H);
     uint w = at.y, h = at.z, b = at.w;
     uint2 rows = window_range(h + PT, KH, SH, OH), cols = window_range(w + PL, KW, SW, OW);
-    for (uint c = 0; c < C; c += 8u) {
-        uint n = min(8u, C - c);
-        float8 sum = 0.0f;
+    // 32 channels (four chunks) per pass, so that each window's read is a
+    // run of up to 128 bytes.
+    for (uint c = 0; c < C; c += 32u) {
+        uint n = min(32u, C - c);
+        uint n0 = min(8u, n), n1 = min(8u, max(n, 8u) - 8u), n2 = min(8u, max(n, 16u) - 16u),
+             n3 = max(n, 24u) - 24u;
+        float8 s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
         for (uint oh = rows.x; oh < rows.y; oh++) {
             uint kh = h + PT - oh * SH;
             for (uint ow = cols.x; ow < cols.y; ow++) {
                 uint kw = w + PL - ow * SW;
                 size_t m = ((size_t)b * OH + oh) * OW + ow;
-                sum += load8_upto(d_columns, (m * KH * KW + kh * KW + kw) * C + c, n);
+                size_t at = (m * KH * KW + kh * KW + kw) * C + c;
+                s0 += load8_upto(d_columns, at, n0);
+                if (n1) s1 += load8_upto(d_columns, at + 8, n1);
+                if (n2) s2 += load8_upto(d_columns, at + 16, n2);
+                if (n3) s3 += load8_upto(d_columns, at + 24, n3);
             }
         }
-        store8_upto(d_in, (size_t)i * C + c, n, sum);
+        size_t to = (size_t)i * C + c;
+        store8_upto(d_in, to, n0, s0);
+        if (n1) store8_upto(d_in, to + 8, n1, s1);
+        if (n2) store8_upto(d_in, to + 16, n2, s2);
+        if (n3) store8_upto(d_in, to + 24, n3, s3);
     }
 }
 

@@ -296,6 +296,9 @@ static void test_im2col_col2im(void **state) {
         /* Channels in chunks of eight, with a tail and without: */
         {2, 6, 5, 11, 3, 2, 1, 1, 2, MPCL_PADDING_SAME},
         {2, 5, 6, 16, 2, 3, 1, 2, 1, MPCL_PADDING_VALID},
+        /* col2im's passes of 32 channels: a partial fourth chunk; two passes */
+        {1, 4, 5, 27, 3, 3, 1, 2, 2, MPCL_PADDING_VALID},
+        {1, 5, 4, 45, 2, 2, 1, 1, 1, MPCL_PADDING_SAME},
     };
     const mpcl_dtype dts[] = {MPCL_DTYPE_F32, MPCL_DTYPE_BF16};
     for (size_t d = 0; d < 2; d++) {
