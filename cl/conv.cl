@@ -111,6 +111,16 @@ __kernel void mpcl_im2col(__global storage_bits_t *columns, __global const stora
     }
 }
 
+// out[j, i] = in[i, j] for in of rows x cols: the convolution's weights^T
+// for an NN GEMM (src/compute/conv.c). A copy of the bits, so exact. One
+// item per element, (j, i) = global ids (0, 1).
+__kernel void mpcl_transpose(__global storage_bits_t *out, __global const storage_bits_t *in,
+                             uint rows, uint cols) {
+    uint j = get_global_id(0), i = get_global_id(1);
+    if (j >= cols || i >= rows) return;
+    out[(size_t)j * rows + i] = in[(size_t)i * cols + j];
+}
+
 // d_in[b, h, w, c] = the sum of d_columns over the (window, tap) pairs that
 // im2col copies from (b, h, w, c): windows in row order, in f32, rounded once.
 // One item per input pixel, for its C channels in chunks of eight: the
