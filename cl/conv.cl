@@ -63,8 +63,8 @@ inline void store_int8_upto(__global int *p, uint n, int8 v) {
     if (n > 6u) p[6] = v.s6;
 }
 
-// n elements of storage bits from src to dst (runs that may overlap nothing),
-// eight at a time, and n zeros.
+// copy_bits copies n storage elements as bits, eight per move where it can;
+// zero_bits writes n zeros.
 #if defined(MPCL_STORAGE_F32)
 typedef mpcl_float8_u storage_bits8_u;
 #else
