@@ -28,34 +28,104 @@ inline uint4 split_nhwc(uint i, uint C, uint cols, uint rows) {
     return (uint4)(i - pixel * C, pixel - line * cols, line - b * rows, b);
 }
 
-// columns[m, (kh*KW + kw)*C + c] = in[b, oh*SH - PT + kh, ow*SW - PL + kw, c]
-// for output pixel m = (b*OH + oh)*OW + ow, 0 in the padding. One item per
-// (m, kh, kw), copying its C channels, a run in both tensors; items = B*OH*OW
-// *KH*KW. A copy of the bits (storage_bits_t), so exact.
-__kernel void mpcl_im2col(__global storage_bits_t *columns, __global const storage_bits_t *in,
-                          WINDOW_PARAMS, uint items) {
-    uint i = get_global_id(0);
-    if (i >= items) return;
-    uint taps = KH * KW, m = i / taps, t = i - m * taps;
-    uint kh = t / KW, kw = t - kh * KW;
-    uint4 at = split_nhwc(m, 1, OW, OH); // (0, ow, oh, b)
-    uint ow = at.y, oh = at.z, b = at.w;
-    // Padded coordinates; the image starts at (PT, PL).
-    uint hp = oh * SH + kh, wp = ow * SW + kw;
-    __global storage_bits_t *dst = columns + (size_t)i * C;
-    if (hp < PT || hp - PT >= H || wp < PL || wp - PL >= W) {
-        for (uint c = 0; c < C; c++) dst[c] = (storage_bits_t)0;
+// Channels eight at a time: a pixel's C channels are a run in NHWC, so the
+// kernels below take one pixel per work-item and walk its channels in
+// float8 chunks, doing the index arithmetic once per pixel (PoCL does not
+// vectorize across the items of these kernels). The last chunk holds
+// n = C - c < 8 channels: its lanes from n on repeat the last channel
+// (LOAD8_PART) and are never stored. Lane-wise, each element sees the same
+// operations in the same order as one item per element would.
+inline float8 load8_upto(__global const storage_t *p, size_t i, uint n) {
+    return n == 8u ? LOAD8(p, i) : LOAD8_PART(p, i, n);
+}
+inline void store8_upto(__global storage_t *p, size_t i, uint n, float8 v) {
+    if (n == 8u)
+        STORE8(p, i, v);
+    else
+        STORE8_PART(p, i, n, v);
+}
+inline int8 load_int8_upto(__global const int *p, uint n) {
+    if (n == 8u) return vload8(0, p);
+    return (int8)(p[0], p[min(1u, n - 1u)], p[min(2u, n - 1u)], p[min(3u, n - 1u)],
+                  p[min(4u, n - 1u)], p[min(5u, n - 1u)], p[min(6u, n - 1u)], p[n - 1u]);
+}
+inline void store_int8_upto(__global int *p, uint n, int8 v) {
+    if (n == 8u) {
+        vstore8(v, 0, p);
         return;
     }
-    __global const storage_bits_t *src = in + (((size_t)b * H + (hp - PT)) * W + (wp - PL)) * C;
-    for (uint c = 0; c < C; c++) dst[c] = src[c];
+    p[0] = v.s0;
+    if (n > 1u) p[1] = v.s1;
+    if (n > 2u) p[2] = v.s2;
+    if (n > 3u) p[3] = v.s3;
+    if (n > 4u) p[4] = v.s4;
+    if (n > 5u) p[5] = v.s5;
+    if (n > 6u) p[6] = v.s6;
+}
+
+// copy_bits copies n storage elements as bits, eight per move where it can;
+// zero_bits writes n zeros.
+#if defined(MPCL_STORAGE_F32)
+typedef mpcl_float8_u storage_bits8_u;
+#else
+typedef mpcl_ushort8_u storage_bits8_u;
+#endif
+inline void copy_bits(__global storage_bits_t *dst, __global const storage_bits_t *src, uint n) {
+    uint j = 0;
+    for (; j + 8u <= n; j += 8u)
+        *(__global storage_bits8_u *)(dst + j) = *(__global const storage_bits8_u *)(src + j);
+    for (; j < n; j++) dst[j] = src[j];
+}
+inline void zero_bits(__global storage_bits_t *dst, uint n) {
+    for (uint j = 0; j < n; j++) dst[j] = (storage_bits_t)0;
+}
+
+// columns[m, (kh*KW + kw)*C + c] = in[b, oh*SH - PT + kh, ow*SW - PL + kw, c]
+// for output pixel m = (b*OH + oh)*OW + ow, 0 in the padding. One item per
+// output pixel m: for each kh, its row of KW*C columns is one run, whose
+// taps inside the image are one run of the image too (zeros either side).
+// items = B*OH*OW. A copy of the bits (storage_bits_t), so exact.
+__kernel void mpcl_im2col(__global storage_bits_t *columns, __global const storage_bits_t *in,
+                          WINDOW_PARAMS, uint items) {
+    uint m = get_global_id(0);
+    if (m >= items) return;
+    uint4 at = split_nhwc(m, 1, OW, OH); // (0, ow, oh, b)
+    uint ow = at.y, oh = at.z, b = at.w;
+    // Padded coordinates of the window's first row and column; the image
+    // starts at (PT, PL). The taps [kw0, kw1) fall inside the image's columns.
+    uint hp = oh * SH, wp = ow * SW;
+    uint kw0 = wp < PL ? min(PL - wp, KW) : 0u;
+    uint kw1 = max(kw0, wp >= PL + W ? 0u : min(PL + W - wp, KW));
+    uint run = KW * C;
+    __global storage_bits_t *dst = columns + (size_t)m * KH * run;
+    for (uint kh = 0; kh < KH; kh++, dst += run) {
+        uint hh = hp + kh;
+        if (hh < PT || hh - PT >= H || kw0 == kw1) {
+            zero_bits(dst, run);
+            continue;
+        }
+        zero_bits(dst, kw0 * C);
+        copy_bits(dst + kw0 * C, in + (((size_t)b * H + (hh - PT)) * W + (wp + kw0 - PL)) * C,
+                  (kw1 - kw0) * C);
+        zero_bits(dst + kw1 * C, (KW - kw1) * C);
+    }
+}
+
+// out[j, i] = in[i, j] for in of rows x cols: the convolution's weights^T
+// for an NN GEMM (src/compute/conv.c). A copy of the bits, so exact. One
+// item per element, (j, i) = global ids (0, 1).
+__kernel void mpcl_transpose(__global storage_bits_t *out, __global const storage_bits_t *in,
+                             uint rows, uint cols) {
+    uint j = get_global_id(0), i = get_global_id(1);
+    if (j >= cols || i >= rows) return;
+    out[(size_t)j * rows + i] = in[(size_t)i * cols + j];
 }
 
 // d_in[b, h, w, c] = the sum of d_columns over the (window, tap) pairs that
 // im2col copies from (b, h, w, c): windows in row order, in f32, rounded once.
-// One item per input pixel, for its C channels: the pixel's windows are found
-// once (the index split costs more than the sums), and each window's channels
-// are a run of d_columns. items = B*H*W.
+// One item per input pixel, for its C channels in chunks of eight: the
+// pixel's windows are found once (the index split costs more than the sums),
+// and each window's channels are a run of d_columns. items = B*H*W.
 __kernel void mpcl_col2im(__global storage_t *d_in, __global const storage_t *d_columns,
                           WINDOW_PARAMS, uint items) {
     uint i = get_global_id(0);
@@ -63,69 +133,89 @@ __kernel void mpcl_col2im(__global storage_t *d_in, __global const storage_t *d_
     uint4 at = split_nhwc(i, 1, W, H);
     uint w = at.y, h = at.z, b = at.w;
     uint2 rows = window_range(h + PT, KH, SH, OH), cols = window_range(w + PL, KW, SW, OW);
-    for (uint c = 0; c < C; c++) {
-        float sum = 0.0f;
+    // 32 channels (four chunks) per pass, so that each window's read is a
+    // run of up to 128 bytes.
+    for (uint c = 0; c < C; c += 32u) {
+        uint n = min(32u, C - c);
+        uint n0 = min(8u, n), n1 = min(8u, max(n, 8u) - 8u), n2 = min(8u, max(n, 16u) - 16u),
+             n3 = max(n, 24u) - 24u;
+        float8 s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
         for (uint oh = rows.x; oh < rows.y; oh++) {
             uint kh = h + PT - oh * SH;
             for (uint ow = cols.x; ow < cols.y; ow++) {
                 uint kw = w + PL - ow * SW;
                 size_t m = ((size_t)b * OH + oh) * OW + ow;
-                sum += LOAD(d_columns, (m * KH * KW + kh * KW + kw) * C + c);
+                size_t at = (m * KH * KW + kh * KW + kw) * C + c;
+                s0 += load8_upto(d_columns, at, n0);
+                if (n1) s1 += load8_upto(d_columns, at + 8, n1);
+                if (n2) s2 += load8_upto(d_columns, at + 16, n2);
+                if (n3) s3 += load8_upto(d_columns, at + 24, n3);
             }
         }
-        STORE(d_in, (size_t)i * C + c, sum);
+        size_t to = (size_t)i * C + c;
+        store8_upto(d_in, to, n0, s0);
+        if (n1) store8_upto(d_in, to + 8, n1, s1);
+        if (n2) store8_upto(d_in, to + 16, n2, s2);
+        if (n3) store8_upto(d_in, to + 24, n3, s3);
     }
 }
 
 // out[b, oh, ow, c] = the largest in[b, h, w, c] over the window's positions
 // inside the image, row by row; the first of equal values wins, and NaN wins
 // over numbers (so that the loss scaler sees it). argmax[...] = h*W + w of
-// the winner when write_argmax. One item per output element; items =
-// B*OH*OW*C. SAME windows always hold a position of the image (the padding
-// before is less than the window).
+// the winner when write_argmax. One item per output pixel, for its C
+// channels; items = B*OH*OW. SAME windows always hold a position of the
+// image (the padding before is less than the window).
 __kernel void mpcl_maxpool2d_forward(__global storage_t *out, __global int *argmax,
                                      __global const storage_t *in, WINDOW_PARAMS, uint items,
                                      uint write_argmax) {
     uint i = get_global_id(0);
     if (i >= items) return;
-    uint4 at = split_nhwc(i, C, OW, OH);
-    uint c = at.x, ow = at.y, oh = at.z, b = at.w;
+    uint4 at = split_nhwc(i, 1, OW, OH); // (0, ow, oh, b)
+    uint ow = at.y, oh = at.z, b = at.w;
     uint hp = oh * SH, wp = ow * SW; // the window's first padded row and column
     uint h0 = max(hp, PT) - PT, h1 = min(hp + KH, PT + H) - PT;
     uint w0 = max(wp, PL) - PL, w1 = min(wp + KW, PL + W) - PL;
-    size_t image = (size_t)b * H * W * C + c; // (b, 0, 0, c)
-    float best = LOAD(in, image + ((size_t)h0 * W + w0) * C);
-    uint best_at = h0 * W + w0;
-    for (uint h = h0; h < h1; h++) {
-        for (uint w = w0; w < w1; w++) {
-            float v = LOAD(in, image + ((size_t)h * W + w) * C);
-            if (v > best || (isnan(v) && !isnan(best))) {
-                best = v;
-                best_at = h * W + w;
+    size_t image = (size_t)b * H * W * C, o = (size_t)i * C; // (b, 0, 0, 0), (b, oh, ow, 0)
+    for (uint c = 0; c < C; c += 8u) {
+        uint n = min(8u, C - c);
+        float8 best = load8_upto(in, image + ((size_t)h0 * W + w0) * C + c, n);
+        int8 best_at = (int8)((int)(h0 * W + w0));
+        for (uint h = h0; h < h1; h++) {
+            for (uint w = w0; w < w1; w++) {
+                float8 v = load8_upto(in, image + ((size_t)h * W + w) * C + c, n);
+                int8 take = isgreater(v, best) | (isnan(v) & ~isnan(best));
+                best = select(best, v, take);
+                best_at = select(best_at, (int8)((int)(h * W + w)), take);
             }
         }
+        store8_upto(out, o + c, n, best);
+        if (write_argmax) store_int8_upto(argmax + o + c, n, best_at);
     }
-    STORE(out, i, best);
-    if (write_argmax) argmax[i] = (int)best_at;
 }
 
 // d_in[b, h, w, c] = the sum of d_out[b, oh, ow, c] over the windows whose
 // argmax is (h, w), in row order, in f32, rounded once. One item per input
-// element; items = B*H*W*C.
+// pixel, for its C channels; items = B*H*W. Without overlap (stride >= pool)
+// a pixel is in one window at most: one term.
 __kernel void mpcl_maxpool2d_backward(__global storage_t *d_in, __global const storage_t *d_out,
                                       __global const int *argmax, WINDOW_PARAMS, uint items) {
     uint i = get_global_id(0);
     if (i >= items) return;
-    uint4 at = split_nhwc(i, C, W, H);
-    uint c = at.x, w = at.y, h = at.z, b = at.w;
+    uint4 at = split_nhwc(i, 1, W, H); // (0, w, h, b)
+    uint w = at.y, h = at.z, b = at.w;
     uint2 rows = window_range(h + PT, KH, SH, OH), cols = window_range(w + PL, KW, SW, OW);
-    int here = (int)(h * W + w);
-    float sum = 0.0f;
-    for (uint oh = rows.x; oh < rows.y; oh++) {
-        for (uint ow = cols.x; ow < cols.y; ow++) {
-            size_t o = (((size_t)b * OH + oh) * OW + ow) * C + c;
-            if (argmax[o] == here) sum += LOAD(d_out, o);
+    int8 here = (int8)((int)(h * W + w));
+    for (uint c = 0; c < C; c += 8u) {
+        uint n = min(8u, C - c);
+        float8 sum = 0.0f;
+        for (uint oh = rows.x; oh < rows.y; oh++) {
+            for (uint ow = cols.x; ow < cols.y; ow++) {
+                size_t o = (((size_t)b * OH + oh) * OW + ow) * C + c;
+                int8 hit = load_int8_upto(argmax + o, n) == here;
+                sum = select(sum, sum + load8_upto(d_out, o, n), hit);
+            }
         }
+        store8_upto(d_in, (size_t)i * C + c, n, sum);
     }
-    STORE(d_in, i, sum);
 }

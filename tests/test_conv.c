@@ -293,6 +293,12 @@ static void test_im2col_col2im(void **state) {
         {3, 7, 5, 3, 3, 3, 1, 2, 2, MPCL_PADDING_SAME},
         {2, 6, 5, 2, 4, 2, 1, 1, 1, MPCL_PADDING_SAME},
         {2, 7, 7, 1, 1, 1, 1, 3, 3, MPCL_PADDING_VALID},
+        /* Channels in chunks of eight, with a tail and without: */
+        {2, 6, 5, 11, 3, 2, 1, 1, 2, MPCL_PADDING_SAME},
+        {2, 5, 6, 16, 2, 3, 1, 2, 1, MPCL_PADDING_VALID},
+        /* col2im's passes of 32 channels: a partial fourth chunk; two passes */
+        {1, 4, 5, 27, 3, 3, 1, 2, 2, MPCL_PADDING_VALID},
+        {1, 5, 4, 45, 2, 2, 1, 1, 1, MPCL_PADDING_SAME},
     };
     const mpcl_dtype dts[] = {MPCL_DTYPE_F32, MPCL_DTYPE_BF16};
     for (size_t d = 0; d < 2; d++) {
@@ -597,6 +603,9 @@ static const mpcl_pool2d_shape pool_cases[] = {
     {2, 4, 3, 2, 4, 3, 4, 3, MPCL_PADDING_VALID}, /* the window is the image */
     {1, 5, 5, 1, 1, 1, 2, 2, MPCL_PADDING_SAME},  /* 1x1 windows, stride 2 */
     {3, 7, 5, 1, 3, 2, 1, 2, MPCL_PADDING_VALID}, /* mixed strides */
+    /* The kernels take eight channels at a time: */
+    {2, 6, 7, 19, 2, 2, 2, 2, MPCL_PADDING_VALID}, /* two chunks of 8 and a tail of 3 */
+    {2, 6, 5, 16, 3, 3, 2, 2, MPCL_PADDING_SAME},  /* chunks only, overlapping windows */
 };
 
 /* Ties: values from {-2, ..., 2} (exact in every dtype), so most windows

@@ -108,10 +108,11 @@ mpcl_status mpcl_conv2d_forward(mpcl_context *ctx, mpcl_gemm_path path, const mp
                                 mpcl_tensor *columns);
 
 /* The gradients of the forward's output given d_out (shaped as out):
- * d_weights = columns(in)^T d_out (im2col again into `columns`, then a GEMM),
- * and unless d_in is NULL, d_in = col2im(d_out weights^T) (a GEMM into
- * `columns`, then mpcl_col2im). Overwrites d_weights and d_in. Tensors as in
- * mpcl_conv2d_forward; d_weights in the storage dtype. */
+ * unless d_in is NULL, d_in = col2im(d_out weights^T) (weights^T copied into
+ * d_weights' memory, a GEMM into `columns`, then mpcl_col2im), then
+ * d_weights = columns(in)^T d_out (im2col again into `columns`, then a GEMM).
+ * Overwrites d_weights and d_in; d_in must not share memory with in or
+ * d_out. Tensors as in mpcl_conv2d_forward; d_weights in the storage dtype. */
 mpcl_status mpcl_conv2d_backward(mpcl_context *ctx, mpcl_gemm_path path, const mpcl_conv2d_shape *s,
                                  mpcl_tensor *d_in, mpcl_tensor *d_weights,
                                  const mpcl_tensor *d_out, const mpcl_tensor *in,
