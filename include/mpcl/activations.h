@@ -11,12 +11,12 @@
 #ifndef MPCL_ACTIVATIONS_H
 #define MPCL_ACTIVATIONS_H
 
-#define MPCL_ACTIVATION_LIST(X)        \
-    X(IDENTITY, identity, NONE)        \
-    X(RELU, relu, OUTPUT)              \
-    /* tanh form: 0.5 z (1 + tanh(sqrt(2/pi) (z + 0.044715 z^3))) */ \
-    X(GELU, gelu, PREACT)              \
-    X(SIGMOID, sigmoid, OUTPUT)        \
+/* GELU is the tanh form: 0.5 z (1 + tanh(sqrt(2/pi) (z + 0.044715 z^3))). */
+#define MPCL_ACTIVATION_LIST(X) \
+    X(IDENTITY, identity, NONE) \
+    X(RELU, relu, OUTPUT)       \
+    X(GELU, gelu, PREACT)       \
+    X(SIGMOID, sigmoid, OUTPUT) \
     X(TANH, tanh, OUTPUT)
 
 #endif
