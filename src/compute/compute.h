@@ -116,16 +116,11 @@ cl_mem mpcl__loss_scale_scale_mem(const mpcl_loss_scale *ls);
 mpcl_status mpcl__loss_scale_set_update_args(mpcl_context *ctx, const mpcl_loss_scale *ls,
                                              cl_kernel k, const char *name);
 
-/* mpcl_softmax_xent_forward_backward (mpcl_loss_forward_backward) with the
- * gradient divided by grad_rows (>= the rows of logits) instead of the rows
- * (times the columns for a dense loss): a data-parallel replica holds a
- * slice of a global batch of grad_rows rows, so that the slices' gradients
- * sum to the global batch's (dist area). */
-mpcl_status mpcl__softmax_xent_forward_backward_rows(mpcl_context *ctx, mpcl_tensor *stats,
-                                                     mpcl_tensor *d_logits,
-                                                     const mpcl_tensor *logits,
-                                                     const mpcl_tensor *labels,
-                                                     const mpcl_tensor *scale, size_t grad_rows);
+/* mpcl_loss_forward_backward with the gradient divided by grad_rows (>=
+ * the rows of pred; times the columns for a dense loss) instead of the
+ * rows: a data-parallel replica holds a slice of a global batch of
+ * grad_rows rows, so that the slices' gradients sum to the global batch's
+ * (model.c's mpcl_model_forward_slice). */
 mpcl_status mpcl__loss_forward_backward_rows(mpcl_context *ctx, mpcl_loss loss, mpcl_tensor *stats,
                                              mpcl_tensor *d_pred, const mpcl_tensor *pred,
                                              const mpcl_tensor *targets, const mpcl_tensor *scale,

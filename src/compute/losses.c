@@ -276,15 +276,6 @@ mpcl_status mpcl_softmax_xent_forward_backward(mpcl_context *ctx, mpcl_tensor *s
                                                mpcl_tensor *d_logits, const mpcl_tensor *logits,
                                                const mpcl_tensor *labels,
                                                const mpcl_tensor *scale) {
-    return mpcl__softmax_xent_forward_backward_rows(ctx, stats, d_logits, logits, labels, scale,
-                                                    logits ? logits->rows : 0);
-}
-
-mpcl_status mpcl__softmax_xent_forward_backward_rows(mpcl_context *ctx, mpcl_tensor *stats,
-                                                     mpcl_tensor *d_logits,
-                                                     const mpcl_tensor *logits,
-                                                     const mpcl_tensor *labels,
-                                                     const mpcl_tensor *scale, size_t grad_rows) {
     return loss_forward_backward(ctx, "mpcl_softmax_xent_forward_backward", sparse_xent, stats,
-                                 d_logits, logits, labels, scale, grad_rows);
+                                 d_logits, logits, labels, scale, logits ? logits->rows : 0);
 }

@@ -38,7 +38,8 @@ static uint64_t layer_seed(const mpcl__layer *L) {
 static mpcl_status dropout_forward(mpcl__layer *L, const mpcl_tensor *in, bool training) {
     const mpcl__layer_env *env = L->env;
     mpcl_tensor out = mpcl__tensor_rows(L->output, in->rows);
-    /* Rate 0 is an exact copy: evaluation's identity. */
+    /* Evaluation reaches here only for a top layer (eval_identity): rate 0
+     * is an exact copy. */
     float rate = training ? (float)L->spec.rate : 0.0f;
     return mpcl_dropout_forward(env->ctx, rate, layer_seed(L), env->rng_counter, &out, in);
 }
@@ -56,6 +57,7 @@ const mpcl__layer_kind mpcl__dropout_layer = {
     .keras_name = "Dropout",
     .attrs = DROPOUT_ATTRS,
     .attr_count = sizeof DROPOUT_ATTRS / sizeof DROPOUT_ATTRS[0],
+    .eval_identity = true,
     .declare = dropout_declare,
     .activation_bytes = dropout_activation_bytes,
     .create = dropout_create,

@@ -435,7 +435,8 @@ static mpcl_status forward_layers(mpcl_model *m, const mpcl_tensor *x, bool trai
     if (training) m->env.rng_counter++;
     for (size_t l = 0; l < m->count; l++) {
         mpcl__layer *L = &m->layers[l];
-        if (L->kind->passthrough) continue;
+        if (L->kind->passthrough || (!training && L->kind->eval_identity && (int)l != m->top))
+            continue;
         mpcl_status st = L->kind->forward(L, &in, training);
         if (st != MPCL_OK) return st;
         in = mpcl__tensor_rows(L->output, x->rows);

@@ -95,6 +95,10 @@ typedef struct mpcl__layer_kind {
      * no forward, backward, create or activations, and the model passes
      * tensors through it. */
     bool passthrough;
+    /* Evaluation is the identity (Dropout): the model passes the input on
+     * instead of calling forward, except for the top layer, whose output
+     * is the model's. */
+    bool eval_identity;
     /* Optional: fills attributes whose default depends on others (pooling
      * strides 0 mean the pool size), so that a model's text shows what
      * runs and two ways of writing one model read the same. */
