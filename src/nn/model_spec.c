@@ -107,28 +107,26 @@ static bool row_of_layer(const mpcl_param_info *row, const char *layer) {
     return strncmp(row->name, layer, n) == 0 && row->name[n] == '.';
 }
 
-mpcl_status mpcl_model_summary(mpcl_context *ctx, const mpcl_model_params *params,
-                               mpcl_layer_summary out[MPCL_MAX_LAYERS], size_t *count) {
-    *count = 0;
+/* Declares params' layers without a device into t (env's ctx may be NULL)
+ * and, when out is given, summarizes each layer there; *count gets the
+ * layer count. The one walk behind mpcl_model_summary and the checkpoint's
+ * list of tensors. */
+static mpcl_status declare_offline(mpcl_context *ctx, const mpcl_model_params *p, mpcl__tables *t,
+                                   mpcl_layer_summary *out, size_t *count) {
     mpcl_layer_spec specs[MPCL_MAX_LAYERS];
     size_t n;
-    mpcl_status st = mpcl_model_params_layers(ctx, params, specs, &n);
+    *count = 0;
+    mpcl_status st = mpcl_model_params_layers(ctx, p, specs, &n);
     if (st != MPCL_OK) return st;
     mpcl__layer *layers = calloc(MPCL_MAX_LAYERS, sizeof *layers);
-    mpcl__tables *t = malloc(sizeof *t);
-    if (!layers || !t) {
-        free(layers);
-        free(t);
-        return MPCL_ERROR(ctx, MPCL_ERR_OUT_OF_MEMORY, "a model summary");
-    }
+    if (!layers) return MPCL_ERROR(ctx, MPCL_ERR_OUT_OF_MEMORY, "declaring a model's layers");
     mpcl__params_init(&t->params, 2);
     mpcl__params_init(&t->buffers, 2);
-    mpcl__layer_env env = {ctx, MPCL_DTYPE_F32, MPCL_GEMM_MPCL_F32, params->max_batch, params->seed,
-                           0};
-    st = mpcl__declare_layers(ctx, params, specs, n, &env, layers, t);
+    mpcl__layer_env env = {ctx, MPCL_DTYPE_F32, MPCL_GEMM_MPCL_F32, p->max_batch, p->seed, 0};
+    st = mpcl__declare_layers(ctx, p, specs, n, &env, layers, t);
     /* Rows are added layer by layer: each layer's are the new ones. */
     size_t prow = 0, brow = 0;
-    for (size_t l = 0; l < n && st == MPCL_OK; l++) {
+    for (size_t l = 0; out && l < n && st == MPCL_OK; l++) {
         mpcl__layer *L = &layers[l];
         mpcl_layer_summary *o = &out[l];
         memset(o, 0, sizeof *o);
@@ -143,22 +141,20 @@ mpcl_status mpcl_model_summary(mpcl_context *ctx, const mpcl_model_params *param
     if (st == MPCL_OK) *count = n;
     mpcl__destroy_layers(layers, n);
     free(layers);
+    return st;
+}
+
+mpcl_status mpcl_model_summary(mpcl_context *ctx, const mpcl_model_params *params,
+                               mpcl_layer_summary out[MPCL_MAX_LAYERS], size_t *count) {
+    mpcl__tables *t = malloc(sizeof *t);
+    *count = 0;
+    if (!t) return MPCL_ERROR(ctx, MPCL_ERR_OUT_OF_MEMORY, "a model summary");
+    mpcl_status st = declare_offline(ctx, params, t, out, count);
     free(t);
     return st;
 }
 
 mpcl_status mpcl__model_tables(mpcl_context *ctx, const mpcl_model_params *p, mpcl__tables *t) {
-    mpcl_layer_spec specs[MPCL_MAX_LAYERS];
     size_t n;
-    mpcl_status st = mpcl_model_params_layers(ctx, p, specs, &n);
-    if (st != MPCL_OK) return st;
-    mpcl__layer *layers = calloc(MPCL_MAX_LAYERS, sizeof *layers);
-    if (!layers) return MPCL_ERROR(ctx, MPCL_ERR_OUT_OF_MEMORY, "a model's tables");
-    mpcl__params_init(&t->params, 2);
-    mpcl__params_init(&t->buffers, 2);
-    mpcl__layer_env env = {ctx, MPCL_DTYPE_F32, MPCL_GEMM_MPCL_F32, p->max_batch, p->seed, 0};
-    st = mpcl__declare_layers(ctx, p, specs, n, &env, layers, t);
-    mpcl__destroy_layers(layers, n);
-    free(layers);
-    return st;
+    return declare_offline(ctx, p, t, NULL, &n);
 }
