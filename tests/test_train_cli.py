@@ -98,13 +98,34 @@ def test_bad_environment():
     with tempfile.TemporaryDirectory() as d:
         for var, value, accepted in [("MPCL_AUTO", "bogus", "capability"),
                                      ("MPCL_CACHE", "no", "0"),
-                                     ("MPCL_FP16", "on", "force, off")]:
+                                     ("MPCL_FP16", "on", "force, off"),
+                                     ("MPCL_PROFILE", "yes", "1")]:
             rc, out, err = run(TINY + ["--epochs", "1", "--save", "ck.safetensors",
                                        "--metrics", "m.csv"], cwd=d, env={var: value})
             check(rc == 1, f"{var}={value}: exit 1 (got {rc}: {err[-300:]!r})")
             check(f"{var}='{value}'" in err and f"not one of: {accepted}" in err,
                   f"{var}={value}: names it and the set: {err!r}")
             check(files_in(d) == [], f"{var}={value}: created no files ({files_in(d)})")
+
+
+def test_profile():
+    """MPCL_PROFILE=1 prints the device time of every kernel by name, with its
+    call count, when the run ends; without it, nothing of the kind."""
+    rc, out, err = run(TINY + ["--epochs", "1", "--quiet", "--json"], env={"MPCL_PROFILE": "1"})
+    check(rc == 0, f"MPCL_PROFILE=1: exit 0 (got {rc}: {err[-300:]!r})")
+    steps = json.loads(out)["steps"] if rc == 0 else -1
+    rows = {}
+    for line in err.splitlines():
+        f = line.split()
+        if len(f) == 5 and f[4].endswith("%") and f[1].isdigit():
+            rows[f[0]] = (int(f[1]), float(f[2]))
+    check("mpcl profile" in err, f"MPCL_PROFILE=1: the table's title: {err[-500:]!r}")
+    # One Adam update per step; five GEMMs per step of the MLP, more for evaluation.
+    check(steps > 0 and rows.get("mpcl_optim_adam_v8", (0, 0))[0] == steps and
+          any(k.startswith("mpcl_gemm") and n > 5 * steps and ms > 0 for k, (n, ms) in rows.items()),
+          f"MPCL_PROFILE=1: the {steps} steps' kernels counted: {rows}")
+    rc, out, err = run(TINY + ["--epochs", "1", "--quiet"])
+    check(rc == 0 and "mpcl profile" not in err, f"no MPCL_PROFILE: no table ({err[-300:]!r})")
 
 
 # ---- IDX files ----
@@ -326,6 +347,7 @@ def main():
     test_help_version()
     test_bad_flags()
     test_bad_environment()
+    test_profile()
     test_bad_data()
     with tempfile.TemporaryDirectory() as d:
         test_run_save_resume(d)

@@ -167,7 +167,8 @@ static mpcl_status run_clblast(mpcl_context *ctx, mpcl_gemm_path path, bool ta, 
          * would survive; zero C first to give beta == 0 its BLAS meaning. */
         const cl_uint zero = 0;
         CHECK_CL(ctx, clEnqueueFillBuffer(ctx->queue, c->mem, &zero, mpcl_dtype_size(c->dtype), 0,
-                                          c->bytes, 0, NULL, NULL));
+                                          c->bytes, 0, NULL, mpcl__profile_slot(ctx)));
+        mpcl__profile_record(ctx, "clblast: zero C");
         ctx->launches++;
     }
     /* Row-major leading dimensions are the stored column counts. */
@@ -175,11 +176,13 @@ static mpcl_status run_clblast(mpcl_context *ctx, mpcl_gemm_path path, bool ta, 
         CHECK_CLBLAST(
             ctx, CLBlastHgemm(CLBlastLayoutRowMajor, opa, opb, m, n, k, mpcl_f32_to_f16(alpha),
                               a->mem, 0, a->cols, b->mem, 0, b->cols, mpcl_f32_to_f16(beta), c->mem,
-                              0, c->cols, &ctx->queue, NULL));
+                              0, c->cols, &ctx->queue, mpcl__profile_slot(ctx)));
+        mpcl__profile_record(ctx, "CLBlastHgemm");
     } else {
-        CHECK_CLBLAST(
-            ctx, CLBlastSgemm(CLBlastLayoutRowMajor, opa, opb, m, n, k, alpha, a->mem, 0, a->cols,
-                              b->mem, 0, b->cols, beta, c->mem, 0, c->cols, &ctx->queue, NULL));
+        CHECK_CLBLAST(ctx, CLBlastSgemm(CLBlastLayoutRowMajor, opa, opb, m, n, k, alpha, a->mem, 0,
+                                        a->cols, b->mem, 0, b->cols, beta, c->mem, 0, c->cols,
+                                        &ctx->queue, mpcl__profile_slot(ctx)));
+        mpcl__profile_record(ctx, "CLBlastSgemm");
     }
     ctx->launches++; /* one CLBlast call; it may enqueue more than one kernel */
 cleanup:

@@ -241,11 +241,12 @@ mpcl_status mpcl__launch_1d(mpcl_context *ctx, cl_kernel k, const char *name, si
                             size_t local) {
     size_t global = round_up(n, local);
     cl_int err = clEnqueueNDRangeKernel(ctx->queue, k, 1, NULL, &global, local ? &local : NULL, 0,
-                                        NULL, NULL);
+                                        NULL, mpcl__profile_slot(ctx));
     if (err != CL_SUCCESS)
         return MPCL_ERROR(ctx, mpcl__cl_status(err),
                           "clEnqueueNDRangeKernel(%s, %zu items) returned %s (%d)", name, global,
                           mpcl_cl_error_name(err), (int)err);
+    mpcl__profile_record(ctx, name);
     ctx->launches++;
     return MPCL_OK;
 }
@@ -253,11 +254,13 @@ mpcl_status mpcl__launch_1d(mpcl_context *ctx, cl_kernel k, const char *name, si
 mpcl_status mpcl__launch_2d(mpcl_context *ctx, cl_kernel k, const char *name, size_t gx, size_t gy,
                             const size_t *local) {
     size_t global[2] = {local ? round_up(gx, local[0]) : gx, local ? round_up(gy, local[1]) : gy};
-    cl_int err = clEnqueueNDRangeKernel(ctx->queue, k, 2, NULL, global, local, 0, NULL, NULL);
+    cl_int err = clEnqueueNDRangeKernel(ctx->queue, k, 2, NULL, global, local, 0, NULL,
+                                        mpcl__profile_slot(ctx));
     if (err != CL_SUCCESS)
         return MPCL_ERROR(ctx, mpcl__cl_status(err),
                           "clEnqueueNDRangeKernel(%s, %zux%zu items) returned %s (%d)", name,
                           global[0], global[1], mpcl_cl_error_name(err), (int)err);
+    mpcl__profile_record(ctx, name);
     ctx->launches++;
     return MPCL_OK;
 }

@@ -50,7 +50,12 @@ mpcl_status mpcl_context_create(const mpcl_context_params *params, mpcl_context 
     cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)ctx->platform, 0};
     ctx->cl = clCreateContext(props, 1, &ctx->device, NULL, NULL, &err);
     CHECK_CL(ctx, err);
-    ctx->queue = clCreateCommandQueue(ctx->cl, ctx->device, 0, &err);
+    if (mpcl__profile_requested() && !(ctx->profile = mpcl__profile_create())) {
+        st = MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "allocating the MPCL_PROFILE table");
+        goto cleanup;
+    }
+    ctx->queue = clCreateCommandQueue(ctx->cl, ctx->device,
+                                      ctx->profile ? CL_QUEUE_PROFILING_ENABLE : 0, &err);
     CHECK_CL(ctx, err);
     if (params->verify_fp16)
         ctx->verdict_cached =
@@ -65,6 +70,8 @@ cleanup:
 void mpcl_context_destroy(mpcl_context *ctx) {
     if (!ctx) return;
     if (ctx->queue) clFinish(ctx->queue);
+    mpcl__profile_report(ctx->profile);
+    mpcl__profile_destroy(ctx->profile);
     /* CLBlast caches programs per OpenCL context (for every context: it has
      * no per-context call); releasing a context under them corrupts
      * Oclgrind's heap at exit. */

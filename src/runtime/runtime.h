@@ -136,11 +136,12 @@ char *mpcl__next_field(char **rest);
 
 /* mpcl's environment variables with a fixed set of values. */
 typedef enum mpcl__env_var {
-    MPCL_ENV_FP16,  /* force, off */
-    MPCL_ENV_GEMM,  /* a GEMM path's name */
-    MPCL_ENV_AUTO,  /* capability */
-    MPCL_ENV_CACHE, /* 0 */
-    MPCL_ENV_DATA,  /* auto, device, stream: where the trainer's data sets go */
+    MPCL_ENV_FP16,    /* force, off */
+    MPCL_ENV_GEMM,    /* a GEMM path's name */
+    MPCL_ENV_AUTO,    /* capability */
+    MPCL_ENV_CACHE,   /* 0 */
+    MPCL_ENV_DATA,    /* auto, device, stream: where the trainer's data sets go */
+    MPCL_ENV_PROFILE, /* 1: time every launch on the device (profile.c) */
     MPCL_ENV_COUNT
 } mpcl__env_var;
 /* Every variable checked: a value outside its set (empty counts as unset) is
@@ -179,6 +180,21 @@ unsigned char *mpcl__cache_read(const char *dir, mpcl__cache_key key, size_t *si
 void mpcl__cache_write(const char *dir, mpcl__cache_key key, const unsigned char *data,
                        size_t size);
 
+/* ---- profiling (profile.c) ---- */
+
+/* Per-kernel device times, summed by name, when MPCL_PROFILE=1. */
+typedef struct mpcl__profile mpcl__profile;
+bool mpcl__profile_requested(void);
+mpcl__profile *mpcl__profile_create(void);
+/* Prints the table to stderr (nothing for NULL). */
+void mpcl__profile_report(mpcl__profile *p);
+void mpcl__profile_destroy(mpcl__profile *p);
+/* A launch passes mpcl__profile_slot(ctx) as its event (NULL when not
+ * profiling), then calls mpcl__profile_record(ctx, name) once it is
+ * enqueued; name must outlive the context (a static string). */
+cl_event *mpcl__profile_slot(mpcl_context *ctx);
+void mpcl__profile_record(mpcl_context *ctx, const char *name);
+
 /* ---- context ---- */
 
 #define MPCL__MAX_KERNELS 256
@@ -207,9 +223,10 @@ struct mpcl_context {
      * reused by every call: the queue is in order. */
     cl_mem gemm_scratch[MPCL__GEMM_SCRATCH_SLOTS];
     size_t gemm_scratch_bytes[MPCL__GEMM_SCRATCH_SLOTS];
-    uint64_t launches; /* kernels and CLBlast calls enqueued */
-    uint64_t syncs;    /* blocking calls: finishes, blocking reads and writes */
-    char *errmsg;      /* owned; never NULL after create */
+    uint64_t launches;      /* kernels and CLBlast calls enqueued */
+    uint64_t syncs;         /* blocking calls: finishes, blocking reads and writes */
+    mpcl__profile *profile; /* NULL unless MPCL_PROFILE=1 */
+    char *errmsg;           /* owned; never NULL after create */
 };
 
 /* A marker on ctx's queue: *out completes when everything enqueued before
