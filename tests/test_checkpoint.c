@@ -24,8 +24,10 @@ static void on_report(void *user, const mpcl_train_report *r) {
 }
 
 /* 256 samples in batches of 64, stopped after 2 steps so that moments and
- * counters are non-zero and the position is mid-epoch. */
-static mpcl_trainer *trained(mpcl_context *ctx, mpcl_policy policy, size_t hidden, bool train) {
+ * counters are non-zero and the position is mid-epoch; layers, when given,
+ * in place of the MLP of one hidden layer. */
+static mpcl_trainer *trained_model(mpcl_context *ctx, mpcl_policy policy, size_t hidden,
+                                   const char *layers, bool train) {
     mpcl_train_params p = mpcl_train_default_params();
     p.train_limit = 256;
     p.test_limit = 64;
@@ -36,6 +38,7 @@ static mpcl_trainer *trained(mpcl_context *ctx, mpcl_policy policy, size_t hidde
     p.model.policy = policy;
     p.on_report = on_report;
     p.stop = &stop_flag;
+    if (layers) TU_ASSERT_OK(mpcl_model_spec_parse(NULL, layers, &p.model));
     mpcl_trainer *tr = NULL;
     TU_ASSERT_OK(mpcl_trainer_create(ctx, &p, &tr));
     if (train) {
@@ -45,6 +48,10 @@ static mpcl_trainer *trained(mpcl_context *ctx, mpcl_policy policy, size_t hidde
         stop_flag = 0;
     }
     return tr;
+}
+
+static mpcl_trainer *trained(mpcl_context *ctx, mpcl_policy policy, size_t hidden, bool train) {
+    return trained_model(ctx, policy, hidden, NULL, train);
 }
 
 /* Everything load may write, as bytes. */
@@ -519,6 +526,19 @@ static void read_refuses(const char *path, const char *says) {
         fail_msg("message \"%s\" does not say \"%s\"", mpcl_errmsg(), says);
 }
 
+/* A model of c's params with c applied: its state is want's. */
+static mpcl_model *applied(mpcl_context *ctx, const mpcl_checkpoint *c, const snapshot *want) {
+    mpcl_model *m = NULL;
+    TU_ASSERT_OK(mpcl_model_create(ctx, mpcl_checkpoint_model_params(c), &m));
+    TU_ASSERT_OK(mpcl_checkpoint_apply(c, m));
+    size_t n;
+    float *data = tu_model_state(m, &n);
+    assert_int_equal(n, want->n);
+    assert_memory_equal(data, want->data, n * sizeof(float));
+    free(data);
+    return m;
+}
+
 static void test_checkpoint_reader(void **state) {
     (void)state;
     mpcl_context *ctx = tu_context();
@@ -556,14 +576,7 @@ static void test_checkpoint_reader(void **state) {
     assert_int_equal(pos->train_samples, 256);
     assert_true(pos->scaled);
     assert_true(pos->loss_scale.scale == ssrc.ls.scale);
-    mpcl_model *m = NULL;
-    TU_ASSERT_OK(mpcl_model_create(ctx, mp, &m));
-    TU_ASSERT_OK(mpcl_checkpoint_apply(c, m));
-    size_t n;
-    float *data = tu_model_state(m, &n);
-    assert_int_equal(n, ssrc.n);
-    assert_memory_equal(data, ssrc.data, n * sizeof(float));
-    free(data);
+    mpcl_model *m = applied(ctx, c, &ssrc);
     TU_ASSERT_OK(mpcl_checkpoint_save_model(c, m, again));
     size_t n1, n2;
     unsigned char *b1 = slurp(good, &n1), *b2 = slurp(again, &n2);
@@ -637,6 +650,10 @@ static void test_checkpoint_reader(void **state) {
          "input_shape=784; dense units=17 activation=relu use_bias=true; dense units=10 "
          "activation=linear use_bias=true",
          "dense_0.kernel has shape [784, 16]"},
+        {"layers",
+         "input_shape=784; dense units=16 activation=softmax use_bias=true; dense units=10 "
+         "activation=linear use_bias=true",
+         "softmax is an output activation: only the last layer"},
         {"format", "other", "other"},
     };
     mutation mu;
@@ -667,12 +684,66 @@ static void test_checkpoint_reader(void **state) {
     mpcl_context_destroy(ctx);
 }
 
+/* The output activation the loss applies (softmax with the cross-entropy)
+ * is recorded as declared and read back so; the model that trains is the
+ * same as with a linear output, so each resumes from the other's file (a
+ * file from before output activations were recorded has the linear one). */
+static void test_output_activation_recorded(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    g_ctx = ctx;
+    tmpdir d;
+    tmp_make(&d);
+    char softmax[128], linear[128];
+    snprintf(softmax, sizeof softmax, "%s/softmax.safetensors", d.path);
+    snprintf(linear, sizeof linear, "%s/linear.safetensors", d.path);
+    mpcl_trainer *src = trained_model(
+        ctx, MPCL_POLICY_FLOAT32, 16,
+        "input_shape=784; dense units=16 activation=relu; dense units=10 activation=softmax", true);
+    TU_ASSERT_OK(mpcl_trainer_save(src, softmax));
+    snapshot ssrc;
+    snap(src, &ssrc);
+
+    mpcl_checkpoint *c = NULL;
+    TU_ASSERT_OK(mpcl_checkpoint_read(softmax, &c));
+    const mpcl_model_params *mp = mpcl_checkpoint_model_params(c);
+    assert_int_equal(mp->layer_count, 2);
+    assert_int_equal(mp->layers[1].activation, MPCL_ACT_SOFTMAX);
+    assert_int_equal(mpcl_model_output_activation(mp), MPCL_ACT_SOFTMAX);
+    mpcl_model_destroy(applied(ctx, c, &ssrc));
+    mpcl_checkpoint_destroy(c);
+    /* The loss decides whether the layers may end in softmax. */
+    mutation mu = {.meta_key = "loss", .meta_value = "mse"};
+    rewrite(softmax, linear, &mu);
+    read_refuses(linear, "loss mse does not read a softmax output");
+
+    /* A run that declares the output linear resumes from it, and the other
+     * way round. */
+    mpcl_trainer *lin = trained(ctx, MPCL_POLICY_FLOAT32, 16, false);
+    TU_ASSERT_OK(mpcl_trainer_load(lin, softmax));
+    snapshot slin;
+    snap(lin, &slin);
+    same(&ssrc, &slin);
+    TU_ASSERT_OK(mpcl_trainer_save(lin, linear));
+    TU_ASSERT_OK(mpcl_trainer_load(src, linear));
+    unsnap(&slin);
+    unsnap(&ssrc);
+    mpcl_trainer_destroy(lin);
+    mpcl_trainer_destroy(src);
+    tmp_remove(&d);
+    mpcl_context_destroy(ctx);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_round_trip_float32), cmocka_unit_test(test_round_trip_mixed),
-        cmocka_unit_test(test_independent_reader), cmocka_unit_test(test_bad_checkpoints),
-        cmocka_unit_test(test_failed_save),        cmocka_unit_test(test_round_trip_bfloat16),
+        cmocka_unit_test(test_round_trip_float32),
+        cmocka_unit_test(test_round_trip_mixed),
+        cmocka_unit_test(test_independent_reader),
+        cmocka_unit_test(test_bad_checkpoints),
+        cmocka_unit_test(test_failed_save),
+        cmocka_unit_test(test_round_trip_bfloat16),
         cmocka_unit_test(test_checkpoint_reader),
+        cmocka_unit_test(test_output_activation_recorded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

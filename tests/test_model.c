@@ -529,6 +529,47 @@ static void layer_spec_builds_the_model(void **state) {
     mpcl_context_destroy(ctx);
 }
 
+/* A softmax output layer is the cross-entropy's own: the model keeps it as
+ * declared and trains bit for bit as the linear output; a softmax on
+ * another layer, or with a loss that does not apply it, is refused. */
+static void output_activation_is_the_losss(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    mpcl_model *linear = small_model(ctx, MPCL_POLICY_FLOAT32), *softmax = NULL;
+    mpcl_model_params p = *mpcl_model_params_of(linear);
+    size_t count = 0;
+    TU_ASSERT_OK(mpcl_model_params_layers(ctx, &p, p.layers, &count));
+    p.layer_count = count;
+    assert_int_equal(mpcl_model_output_activation(&p), MPCL_ACT_IDENTITY);
+    p.layers[1].activation = MPCL_ACT_SOFTMAX;
+    assert_int_equal(mpcl_model_output_activation(&p), MPCL_ACT_SOFTMAX);
+    TU_ASSERT_OK(mpcl_model_create(ctx, &p, &softmax));
+    assert_int_equal(mpcl_model_params_of(softmax)->layers[1].activation, MPCL_ACT_SOFTMAX);
+    mpcl_tensor *x = NULL, *y = NULL;
+    random_batch(ctx, MPCL_DTYPE_F32, 13, &x, &y);
+    for (int s = 0; s < 3; s++) {
+        TU_ASSERT_OK(mpcl_model_train_step(linear, x, y));
+        TU_ASSERT_OK(mpcl_model_train_step(softmax, x, y));
+    }
+    assert_same_state(linear, softmax);
+
+    mpcl_model *bad = (mpcl_model *)0x1;
+    p.layers[0].activation = MPCL_ACT_SOFTMAX;
+    assert_int_equal(mpcl_model_create(ctx, &p, &bad), MPCL_ERR_INVALID_ARG);
+    assert_non_null(strstr(mpcl_errmsg(), "layer 0 (dense): softmax is an output activation"));
+    assert_null(bad);
+    p.layers[0].activation = MPCL_ACT_RELU;
+    p.loss = MPCL_LOSS_MSE;
+    assert_int_equal(mpcl_model_output_activation(&p), MPCL_ACT_IDENTITY);
+    assert_int_equal(mpcl_model_create(ctx, &p, &bad), MPCL_ERR_INVALID_ARG);
+    assert_non_null(strstr(mpcl_errmsg(), "loss mse does not read a softmax output"));
+    mpcl_tensor_destroy(x);
+    mpcl_tensor_destroy(y);
+    mpcl_model_destroy(linear);
+    mpcl_model_destroy(softmax);
+    mpcl_context_destroy(ctx);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(float32_follows_reference),
@@ -540,6 +581,7 @@ int main(void) {
         cmocka_unit_test(arena_layout_is_aligned_and_disjoint),
         cmocka_unit_test(phases_compose_the_step),
         cmocka_unit_test(layer_spec_builds_the_model),
+        cmocka_unit_test(output_activation_is_the_losss),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -97,9 +97,10 @@ static void reads_keras3(void **state) {
     assert_false(p.layers[2].use_bias);
     assert_int_equal(p.layers[2].activation, MPCL_ACT_IDENTITY);
     assert_int_equal(p.layers[4].activation, MPCL_ACT_TANH);
-    /* The last softmax is the cross-entropy's: the layer gives logits. */
-    assert_int_equal(p.layers[5].activation, MPCL_ACT_IDENTITY);
+    /* The last softmax is kept as declared: the cross-entropy applies it. */
+    assert_int_equal(p.layers[5].activation, MPCL_ACT_SOFTMAX);
     assert_int_equal(p.layers[5].units, 10);
+    assert_int_equal(mpcl_model_output_activation(&p), MPCL_ACT_SOFTMAX);
     /* The model the file describes has Keras' shapes and counts. */
     p.classes = 10;
     mpcl_layer_summary s[MPCL_MAX_LAYERS];

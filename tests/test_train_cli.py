@@ -31,6 +31,9 @@ def files_in(d):
 def test_help_version():
     rc, out, _ = run(["--help"])
     check(rc == 0 and "usage: mpcl-train" in out and "--loss-scale" in out, "--help")
+    intro = out.split("\n\n")[1]
+    check("--model" in intro and "multilayer perceptron on" not in intro,
+          f"--help says it trains --model's layers too ({intro!r})")
     rc, out, _ = run(["--version"])
     check(rc == 0 and out.startswith("mpcl-train ") and out.strip().split()[-1][0].isdigit(),
           f"--version ({out!r})")

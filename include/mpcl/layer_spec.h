@@ -56,7 +56,8 @@ typedef enum mpcl_attr_type {
     MPCL_ATTR_PAIR,       /* two whole numbers: "3,3", or "3" for both */
     MPCL_ATTR_REAL,       /* a finite real */
     MPCL_ATTR_BOOL,       /* "true" or "false" */
-    MPCL_ATTR_ACTIVATION, /* an activation name ("linear" is identity) */
+    MPCL_ATTR_ACTIVATION, /* an activation name ("linear" is identity; "softmax", an output
+                           * layer's: see mpcl_model_output_activation) */
     MPCL_ATTR_PADDING,    /* "valid" or "same" */
 } mpcl_attr_type;
 

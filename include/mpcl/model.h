@@ -98,6 +98,16 @@ mpcl_model_params mpcl_model_default_params(void);
  * MPCL_ERR_INVALID_ARG for a bad spec. ctx may be NULL. */
 mpcl_status mpcl_model_params_layers(mpcl_context *ctx, const mpcl_model_params *params,
                                      mpcl_layer_spec out[MPCL_MAX_LAYERS], size_t *count);
+/* The output activation of params that its loss applies itself: the last
+ * layer's activation when it is mpcl_loss_output_activation of the loss
+ * (softmax with sparse categorical cross-entropy, sigmoid with binary
+ * cross-entropy), else MPCL_ACT_IDENTITY. The model keeps the layers as
+ * declared (a checkpoint records them so), runs that layer linear and the
+ * loss reads its logits; the model's output (mpcl_model_read_logits) is
+ * then the logits, and a prediction applies this activation to them. A
+ * softmax on another layer, or with another loss, is refused when the
+ * model is built (MPCL_ERR_INVALID_ARG). */
+mpcl_activation mpcl_model_output_activation(const mpcl_model_params *params);
 /* The input shape params describe: (inputs) when input_rank is 0. */
 void mpcl_model_params_input_shape(const mpcl_model_params *params,
                                    size_t shape[MPCL_MAX_INPUT_RANK], size_t *rank);

@@ -15,9 +15,10 @@
  *     norm's axis -1 (or 3 for images), center and scale true.
  * Anything else is refused, naming the layer and key. The input shape comes
  * from an InputLayer's batch_shape (Keras 3) or batch_input_shape (Keras 2),
- * or the first layer's batch_input_shape or build_config. A softmax on the
- * last Dense is trained as logits (the cross-entropy applies it), as Keras'
- * from_logits=False is to mpcl. */
+ * or the first layer's batch_input_shape or build_config. A softmax (or a
+ * sigmoid with binary cross-entropy) on the last layer is kept as declared;
+ * the model leaves it to the loss, which reads logits
+ * (mpcl_model_output_activation), as Keras' from_logits=False is to mpcl. */
 #ifndef MPCL_MODEL_FILE_H
 #define MPCL_MODEL_FILE_H
 

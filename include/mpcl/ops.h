@@ -26,19 +26,31 @@ extern "C" {
 #pragma GCC visibility push(default)
 
 /* MPCL_ACT_IDENTITY, MPCL_ACT_RELU, MPCL_ACT_GELU, MPCL_ACT_SIGMOID,
- * MPCL_ACT_TANH: the rows of mpcl/activations.h, in order. */
+ * MPCL_ACT_TANH: the rows of mpcl/activations.h, in order; MPCL_ACT_COUNT
+ * of them, the elementwise ones the kernels run. MPCL_ACT_SOFTMAX is not
+ * elementwise and no op takes it: only a model's output layer declares it,
+ * for the loss that applies it itself (mpcl_loss_output_activation). */
 #define MPCL_ACTIVATION_ENUM_(NAME, name, saved) MPCL_ACT_##NAME,
 typedef enum mpcl_activation {
-    MPCL_ACTIVATION_LIST(MPCL_ACTIVATION_ENUM_) MPCL_ACT_COUNT
+    MPCL_ACTIVATION_LIST(MPCL_ACTIVATION_ENUM_) MPCL_ACT_COUNT,
+    MPCL_ACT_SOFTMAX,
 } mpcl_activation;
 #undef MPCL_ACTIVATION_ENUM_
 
-/* "identity", "relu", "gelu", "sigmoid", "tanh"; "unknown" outside the enum. */
+/* "identity", "relu", "gelu", "sigmoid", "tanh", "softmax"; "unknown"
+ * outside the enum. */
 const char *mpcl_activation_name(mpcl_activation act);
-/* Name to value; false for an unknown name. */
+/* Name to value of an elementwise activation; false for any other name
+ * (softmax included). */
 bool mpcl_activation_parse(const char *name, mpcl_activation *out);
 /* Every name, for messages: "identity, relu, gelu, sigmoid, tanh". */
 const char *mpcl_activation_names(void);
+
+/* The activation the loss applies to its input itself: softmax for sparse
+ * categorical cross-entropy, sigmoid for binary cross-entropy (their input
+ * is logits), identity for MSE and outside the enum. A model whose output
+ * layer declares it leaves it to the loss (mpcl_model_output_activation). */
+mpcl_activation mpcl_loss_output_activation(mpcl_loss loss);
 
 /* Which forward tensor the backward of an activation reads as `saved`.
  * Recomputing the derivative from the output costs no extra buffer, so relu

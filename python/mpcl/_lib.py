@@ -222,6 +222,8 @@ _PROTOTYPES = {
     "mpcl_model_spec_format": (_S, [P, POINTER(ModelParams), c_char_p, c_size_t]),
     "mpcl_model_params_layers": (_S, [P, POINTER(ModelParams), POINTER(LayerSpec),
                                       POINTER(c_size_t)]),
+    "mpcl_model_output_activation": (c_int, [POINTER(ModelParams)]),
+    "mpcl_loss_output_activation": (c_int, [c_int]),
     "mpcl_model_params_input_shape": (None, [POINTER(ModelParams), POINTER(c_size_t),
                                              POINTER(c_size_t)]),
     "mpcl_model_summary": (_S, [P, POINTER(ModelParams), POINTER(LayerSummary),
@@ -445,6 +447,12 @@ LAYER_KINDS = [lib.mpcl_layer_kind_name(i).decode() for i in range(lib.mpcl_laye
 
 def text(b):
     return b.decode("utf-8", "replace") if b is not None else None
+
+
+def activation_or_none(act):
+    """An activation value's name, None for identity."""
+    name = text(lib.mpcl_activation_name(act))
+    return None if name == "identity" else name
 
 
 def status_name(st):

@@ -35,7 +35,14 @@ class Callback:
         pass
 
     def on_batch_end(self, batch, logs=None):
-        pass
+        """Called at each report of the trainer, not after every batch: after
+        every report_every-th step of an epoch (fit's argument, 50 by
+        default) and after the epoch's last step. batch is the 0-based index
+        in the epoch of the last batch the report covers; the batches
+        between reports get no call. logs: {"loss", the compiled metrics},
+        the epoch's means so far (weighted by samples). fit(report_every=1)
+        calls it after every batch, at the cost of a read of the device's
+        statistics at every step."""
 
 
 class LambdaCallback(Callback):

@@ -12,9 +12,6 @@ import ctypes
 from . import _lib
 from ._lib import lib
 
-# Output activations the library does not run: the model keeps logits on the
-# device and the loss says how to read them (see Sequential.compile).
-OUTPUT_ACTIVATIONS = ("softmax",)
 _ACTIVATION_ALIASES = {None: "linear", "identity": "linear"}
 
 
@@ -80,13 +77,9 @@ class Layer:
             raise TypeError(f"{type(self).__name__}: name must be a string, not {name!r}")
         self.name = name
         self.input_shape = _input_shape(type(self).__name__, input_shape)
-        self.output_activation = None
         act = attrs.get("activation")
-        act = _ACTIVATION_ALIASES.get(act, act) if act is None or isinstance(act, str) else act
-        if act in OUTPUT_ACTIVATIONS:
-            self.output_activation, act = act, "linear"
-        if "activation" in attrs:
-            attrs["activation"] = act
+        if "activation" in attrs and (act is None or isinstance(act, str)):
+            attrs["activation"] = _ACTIVATION_ALIASES.get(act, act)
         self.spec = _lib.LayerSpec()
         _spec_call(lib.mpcl_layer_spec_init, self.kind.encode(), ctypes.byref(self.spec))
         for attr, value in attrs.items():
@@ -117,9 +110,9 @@ class Layer:
                    len(buf))
         return buf.value.decode()
 
-    def device_spec(self):
-        """The spec the device runs (an output activation is applied on the
-        host, so the device gives logits)."""
+    def declared_spec(self):
+        """A copy of the spec as declared (a softmax output included: the
+        library decides what the device runs of it)."""
         return _lib.LayerSpec.from_buffer_copy(self.spec)
 
     def get_config(self):
@@ -128,8 +121,6 @@ class Layer:
         cfg = {"name": self.name, "trainable": True, "dtype": "float32"}
         for attr, kind_type in attributes(self.kind):
             cfg[attr] = _from_text(kind_type, self.get(attr))
-        if self.output_activation:
-            cfg["activation"] = self.output_activation
         return cfg
 
     def __repr__(self):
@@ -208,7 +199,7 @@ def from_spec(spec, name=None, input_shape=None):
     if cls is None:
         raise ValueError(f"layer kind {kind!r} has no class in this mpcl package")
     layer = cls.__new__(cls)
-    layer.name, layer.output_activation = name, None
+    layer.name = name
     layer.input_shape = input_shape
     layer.spec = _lib.LayerSpec.from_buffer_copy(spec)
     return layer

@@ -1,18 +1,23 @@
 """Losses as in Keras, each one a loss of the library (mpcl/losses.h), in f32
 on the device in every policy. `name` is the library's name of the loss
-(mpcl_loss_parse); `output_activation` is the activation a model's last
-layer may carry when the loss is not from_logits: the device then keeps
-logits, which the loss reads as such, and predict() applies it."""
+(mpcl_loss_parse); `output_activation` is the activation the loss applies
+itself (the library's mpcl_loss_output_activation), which a model's last
+layer may declare when the loss is not from_logits: the library then runs
+that layer linear, the loss reads its logits, and predict() applies it."""
 
 from . import _lib
 
 
 class Loss:
     name = None
-    output_activation = None
 
     def __init__(self, from_logits=False):
         self.from_logits = bool(from_logits)
+
+    @property
+    def output_activation(self):
+        """"softmax", "sigmoid", or None for a loss that applies none."""
+        return _lib.activation_or_none(_lib.lib.mpcl_loss_output_activation(enum_of(self)))
 
     def get_config(self):
         return {"name": self.name, "from_logits": self.from_logits}
@@ -20,12 +25,10 @@ class Loss:
 
 class SparseCategoricalCrossentropy(Loss):
     name = "sparse_categorical_crossentropy"
-    output_activation = "softmax"
 
 
 class BinaryCrossentropy(Loss):
     name = "binary_crossentropy"
-    output_activation = "sigmoid"
 
 
 class MeanSquaredError(Loss):

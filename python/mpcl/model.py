@@ -25,7 +25,8 @@ from ._lib import call, lib
 _METRIC_NAMES = {"accuracy": ("accuracy", "acc", "sparse_categorical_accuracy"),
                  "binary_accuracy": ("accuracy", "acc", "binary_accuracy"),
                  "mae": ("mae", "mean_absolute_error")}
-# How predict() applies an output activation the device leaves to the host.
+# How predict() applies the output activation the loss applies in training
+# (the library's mpcl_model_output_activation), on the host.
 _HOST_ACTIVATIONS = {
     "softmax": lambda z: (lambda e: e / e.sum(axis=1, keepdims=True))(
         np.exp(z - z.max(axis=1, keepdims=True))),
@@ -283,10 +284,11 @@ class _Compiled:
 class Sequential:
     """Sequential([layer, ...]): the layers of mpcl.layers in order, the
     first with input_shape=. The last layer may end in the activation its
-    loss reads (softmax with SparseCategoricalCrossentropy, sigmoid with
-    BinaryCrossentropy, both from_logits=False): the device then keeps logits
-    and predict() applies it. The policy is the global one when the model
-    is created."""
+    loss applies itself (softmax with SparseCategoricalCrossentropy, sigmoid
+    with BinaryCrossentropy, both from_logits=False): the library runs that
+    layer linear, the loss reads the logits, predict() applies it, and
+    save() records it. The policy is the global one when the model is
+    created."""
 
     def __init__(self, layers=None, name=None, seed=42):
         self.layers = list(layers or [])
@@ -318,16 +320,12 @@ class Sequential:
                              "(height, width, channels)")
         if any(l.input_shape is not None for l in ls[1:]):
             raise ValueError("only the first layer takes input_shape")
-        for l in ls[:-1]:
-            if l.output_activation:
-                raise ValueError(f"{l.output_activation} is an output activation: only the last "
-                                 f"layer may take it, not {l.name or type(l).__name__}")
         return ls[0].input_shape
 
-    def _model_params(self, device_output=None):
-        """mpcl_model_params of the layers (classes from the last layer's
-        width) and the library's summary rows; device_output: the spec the
-        device runs for the last layer, when compile() changed it."""
+    def _model_params(self, loss=None):
+        """mpcl_model_params of the layers as declared (classes from the last
+        layer's width), for loss (the library's enum; its default when None),
+        and the library's summary rows."""
         shape = self._input_shape()
         mp = lib.mpcl_model_default_params()
         mp.input_rank = len(shape)
@@ -337,9 +335,9 @@ class Sequential:
         if len(self.layers) > _lib.MAX_LAYERS:
             raise ValueError(f"{len(self.layers)} layers; mpcl takes at most {_lib.MAX_LAYERS}")
         for i, l in enumerate(self.layers):
-            mp.layers[i] = l.device_spec()
-        if device_output is not None:
-            mp.layers[len(self.layers) - 1] = device_output
+            mp.layers[i] = l.declared_spec()
+        if loss is not None:
+            mp.loss = loss
         mp.layer_count = len(self.layers)
         mp.classes = 0  # any width: the summary gives it
         rows = (_lib.LayerSummary * _lib.MAX_LAYERS)()
@@ -366,28 +364,17 @@ class Sequential:
 
     def compile(self, optimizer="adam", loss=None, metrics=None):
         loss = losses.get("sparse_categorical_crossentropy" if loss is None else loss)
-        last = self.layers[-1] if self.layers else None
-        act = last and (last.output_activation or (
-            last.get("activation") if any(a == "activation" for a, _ in
-                                         layers_module.attributes(last.kind)) else None))
-        device_output, host_activation = None, None
-        if loss.output_activation and act == loss.output_activation:
-            if loss.from_logits:
-                raise ValueError(f"the output layer and the loss disagree: the output layer "
-                                 f"applies {act} and the loss takes logits (from_logits=True)")
-            device_output = last.device_spec()
-            call(lib.mpcl_layer_spec_set, None, ctypes.byref(device_output), b"activation",
-                 b"linear")
-            host_activation = act
-        elif loss.output_activation and not loss.from_logits:
+        mp, _ = self._model_params(losses.enum_of(loss))
+        host_activation = _lib.activation_or_none(lib.mpcl_model_output_activation(
+            ctypes.byref(mp)))
+        if host_activation and loss.from_logits:
+            raise ValueError(f"the output layer and the loss disagree: the output layer "
+                             f"applies {host_activation} and the loss takes logits "
+                             "(from_logits=True)")
+        if loss.output_activation and not host_activation and not loss.from_logits:
             raise ValueError(f"the output layer and the loss disagree: use a linear output with "
                              f"from_logits=True, or activation='{loss.output_activation}' on the "
                              f"output layer with from_logits=False")
-        elif last is not None and last.output_activation:
-            raise ValueError(f"{loss.name} does not read a {last.output_activation} output; "
-                             "leave the last layer linear")
-        mp, _ = self._model_params(device_output)
-        mp.loss = losses.enum_of(loss)
         metric = _lib.text(lib.mpcl_loss_metric_name(mp.loss))
         names = []
         for m in metrics or []:

@@ -79,7 +79,10 @@ def load_model(path):
         mixed_precision.set_global_policy(saved)
     loss = losses.get(_lib.LOSSES[mp.loss])
     if loss.output_activation:
-        loss.from_logits = True  # the device's last layer gives logits
+        # From logits unless the last layer declares the loss's activation
+        # (a checkpoint before output activations were recorded: linear).
+        loss.from_logits = _lib.activation_or_none(
+            lib.mpcl_model_output_activation(ctypes.byref(mp))) is None
     model.compile(optimizer=_optimizer(mp), loss=loss,
                   metrics=[_lib.text(lib.mpcl_loss_metric_name(mp.loss))])
     # The model is the checkpoint's: its params as the reader gives them

@@ -17,20 +17,21 @@ _Static_assert(MPCL_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY == MPCL_ABI_LOSS_SPARSE
                "enum mpcl_loss differs from the MPCL_ABI_LOSS_* codes of cl/abi.h");
 
 typedef struct loss_row {
-    const char *name;   /* Keras' name */
-    const char *metric; /* the metric's Keras name */
-    const char *kernel; /* every loss kernel takes the same arguments (loss_launch) */
-    bool sparse;        /* targets: labels [B, 1] i32, else [B, C] f32 */
-    const char *target; /* what a good target is, for the bad-target error */
+    const char *name;       /* Keras' name */
+    const char *metric;     /* the metric's Keras name */
+    const char *kernel;     /* every loss kernel takes the same arguments (loss_launch) */
+    bool sparse;            /* targets: labels [B, 1] i32, else [B, C] f32 */
+    const char *target;     /* what a good target is, for the bad-target error */
+    mpcl_activation output; /* the activation the kernel applies to its input */
 } loss_row;
 
 static const loss_row loss_table[MPCL_LOSS_COUNT] = {
     [MPCL_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY] = {"sparse_categorical_crossentropy", "accuracy",
                                                    "mpcl_softmax_xent", true,
-                                                   "a label in [0, classes)"},
+                                                   "a label in [0, classes)", MPCL_ACT_SOFTMAX},
     [MPCL_LOSS_BINARY_CROSSENTROPY] = {"binary_crossentropy", "binary_accuracy", "mpcl_binary_xent",
-                                       false, "a number in [0, 1]"},
-    [MPCL_LOSS_MSE] = {"mse", "mae", "mpcl_mse", false, "a finite number"},
+                                       false, "a number in [0, 1]", MPCL_ACT_SIGMOID},
+    [MPCL_LOSS_MSE] = {"mse", "mae", "mpcl_mse", false, "a finite number", MPCL_ACT_IDENTITY},
 };
 
 static bool loss_known(mpcl_loss loss) {
@@ -58,6 +59,10 @@ const char *mpcl_loss_metric_name(mpcl_loss loss) {
 
 bool mpcl_loss_sparse_targets(mpcl_loss loss) {
     return loss_known(loss) && loss_table[loss].sparse;
+}
+
+mpcl_activation mpcl_loss_output_activation(mpcl_loss loss) {
+    return loss_known(loss) ? loss_table[loss].output : MPCL_ACT_IDENTITY;
 }
 
 /* ---- statistics ---- */

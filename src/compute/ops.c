@@ -29,6 +29,7 @@ static const char *const activation_names[MPCL_ACT_COUNT] = {MPCL_ACTIVATION_LIS
 #undef NAME_ROW
 
 const char *mpcl_activation_name(mpcl_activation act) {
+    if (act == MPCL_ACT_SOFTMAX) return "softmax";
     if ((int)act < 0 || act >= MPCL_ACT_COUNT) return "unknown";
     return activation_names[act];
 }

@@ -151,7 +151,7 @@ static mpcl_status layer_input_shape(reader *r, const mpcl__json_value *layer,
     return v ? read_shape(r, v, p) : MPCL_OK;
 }
 
-static mpcl_status read_layer(reader *r, const mpcl__json_value *layer, size_t index, bool last,
+static mpcl_status read_layer(reader *r, const mpcl__json_value *layer, size_t index,
                               mpcl_model_params *p) {
     const mpcl__json_value *cv = mpcl__json_member(layer, "class_name");
     const mpcl__json_value *config = mpcl__json_member(layer, "config");
@@ -195,9 +195,6 @@ static mpcl_status read_layer(reader *r, const mpcl__json_value *layer, size_t i
                         "layer %zu (%s): %s is %s, not a number, string, boolean or list of "
                         "numbers",
                         index, cls, key, mpcl__json_type_name(mpcl__json_type_of(v)));
-        /* The cross-entropy takes logits: a softmax output is its input. */
-        if (last && strcmp(key, "activation") == 0 && strcmp(text, "softmax") == 0)
-            snprintf(text, sizeof text, "linear");
         if (mpcl_layer_spec_set(NULL, s, key, text) != MPCL_OK) {
             char why[256];
             snprintf(why, sizeof why, "%s", mpcl_errmsg());
@@ -229,7 +226,7 @@ static mpcl_status read_model(reader *r, const mpcl__json_value *root, mpcl_mode
     p->layer_count = 0;
     p->input_rank = 0;
     for (size_t i = 0; i < n; i++) {
-        mpcl_status st = read_layer(r, mpcl__json_at(layers, i), i, i + 1 == n, p);
+        mpcl_status st = read_layer(r, mpcl__json_at(layers, i), i, p);
         if (st != MPCL_OK) return st;
     }
     if (p->layer_count == 0) return fail(r, layers, "the model has no layers mpcl trains");

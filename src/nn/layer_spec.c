@@ -107,8 +107,8 @@ static bool parse_value(const mpcl__attr *a, const char *text, mpcl_layer_spec *
         *(bool *)f = text[0] == 't';
         return true;
     case MPCL_ATTR_ACTIVATION:
-        if (strcmp(text, "linear") == 0) {
-            *(mpcl_activation *)f = MPCL_ACT_IDENTITY;
+        if (strcmp(text, "linear") == 0 || strcmp(text, "softmax") == 0) {
+            *(mpcl_activation *)f = text[0] == 'l' ? MPCL_ACT_IDENTITY : MPCL_ACT_SOFTMAX;
             return true;
         }
         return mpcl_activation_parse(text, f);
@@ -129,7 +129,8 @@ static void expected_str(const mpcl__attr *a, char *buf, size_t size) {
     case MPCL_ATTR_REAL: snprintf(buf, size, "a number in %s", range); break;
     case MPCL_ATTR_BOOL: snprintf(buf, size, "true or false"); break;
     case MPCL_ATTR_ACTIVATION:
-        snprintf(buf, size, "an activation: linear (identity), %s", mpcl_activation_names());
+        snprintf(buf, size, "an activation: linear (identity), %s, softmax (an output layer's)",
+                 mpcl_activation_names());
         break;
     case MPCL_ATTR_PADDING: snprintf(buf, size, "valid or same"); break;
     }

@@ -96,6 +96,41 @@ mpcl_status mpcl_model_params_layers(mpcl_context *ctx, const mpcl_model_params 
     return st;
 }
 
+mpcl_activation mpcl_model_output_activation(const mpcl_model_params *p) {
+    mpcl_activation fused = mpcl_loss_output_activation(p->loss);
+    /* An MLP of widths ends linear. */
+    return p->layer_count > 0 && p->layer_count <= MPCL_MAX_LAYERS &&
+                   p->layers[p->layer_count - 1].activation == fused
+               ? fused
+               : MPCL_ACT_IDENTITY;
+}
+
+mpcl_status mpcl__model_device_layers(mpcl_context *ctx, const mpcl_model_params *p,
+                                      mpcl_layer_spec out[MPCL_MAX_LAYERS], size_t *count) {
+    mpcl_status st = mpcl_model_params_layers(ctx, p, out, count);
+    if (st != MPCL_OK) return st;
+    for (size_t i = 0; i < *count; i++) {
+        if (out[i].activation != MPCL_ACT_SOFTMAX) continue;
+        if (i + 1 < *count)
+            st = MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG,
+                            "layer %zu (%s): softmax is an output activation: only the last "
+                            "layer may take it",
+                            i, out[i].kind);
+        else if (mpcl_loss_output_activation(p->loss) != MPCL_ACT_SOFTMAX)
+            st = MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG,
+                            "loss %s does not read a softmax output; leave the last layer linear "
+                            "(softmax goes with sparse_categorical_crossentropy)",
+                            mpcl_loss_name(p->loss));
+        if (st != MPCL_OK) {
+            *count = 0;
+            return st;
+        }
+    }
+    if (mpcl_model_output_activation(p) != MPCL_ACT_IDENTITY)
+        out[*count - 1].activation = MPCL_ACT_IDENTITY;
+    return MPCL_OK;
+}
+
 void mpcl_model_params_input_shape(const mpcl_model_params *p, size_t shape[MPCL_MAX_INPUT_RANK],
                                    size_t *rank) {
     memset(shape, 0, MPCL_MAX_INPUT_RANK * sizeof shape[0]);
@@ -324,7 +359,7 @@ mpcl_status mpcl__model_create_plan(mpcl_context *ctx, const mpcl_model_params *
     mpcl_layer_spec specs[MPCL_MAX_LAYERS];
     size_t count;
     mpcl_status st = check_params(ctx, params);
-    if (st == MPCL_OK) st = mpcl_model_params_layers(ctx, params, specs, &count);
+    if (st == MPCL_OK) st = mpcl__model_device_layers(ctx, params, specs, &count);
     if (st != MPCL_OK) return st;
     const mpcl_plan plan = *planp;
     if (!plan.usable)

@@ -116,7 +116,7 @@ static mpcl_status declare_offline(mpcl_context *ctx, const mpcl_model_params *p
     mpcl_layer_spec specs[MPCL_MAX_LAYERS];
     size_t n;
     *count = 0;
-    mpcl_status st = mpcl_model_params_layers(ctx, p, specs, &n);
+    mpcl_status st = mpcl__model_device_layers(ctx, p, specs, &n);
     if (st != MPCL_OK) return st;
     mpcl__layer *layers = calloc(MPCL_MAX_LAYERS, sizeof *layers);
     if (!layers) return MPCL_ERROR(ctx, MPCL_ERR_OUT_OF_MEMORY, "declaring a model's layers");

@@ -184,6 +184,14 @@ void mpcl__bias_act_destroy(mpcl__bias_act *e);
 
 /* ---- the model ---- */
 
+/* The layers the device runs for params: its layers (mpcl_model_params_layers)
+ * with the output activation the loss applies itself
+ * (mpcl_model_output_activation) left to the loss, so that the last layer
+ * gives logits. A softmax anywhere else, or with a loss that does not
+ * apply it, is MPCL_ERR_INVALID_ARG. */
+mpcl_status mpcl__model_device_layers(mpcl_context *ctx, const mpcl_model_params *p,
+                                      mpcl_layer_spec out[MPCL_MAX_LAYERS], size_t *count);
+
 /* Declares layers[0..count) from specs for params (shapes, tables; no
  * device work: env's ctx may be NULL). */
 mpcl_status mpcl__declare_layers(mpcl_context *ctx, const mpcl_model_params *p,

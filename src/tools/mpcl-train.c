@@ -24,9 +24,11 @@ enum { EXIT_OK = 0, EXIT_ERROR = 1, EXIT_NO_DEVICE = 2, EXIT_DIVERGED = 3 };
 static const char usage[] =
     "usage: mpcl-train [options]\n"
     "\n"
-    "Trains a multilayer perceptron on an IDX data set (Fashion-MNIST by default) or\n"
-    "on NPY arrays, on one OpenCL device, in the precision the policy resolves to\n"
-    "there, and reports progress, test accuracy and throughput.\n"
+    "Trains a model -- a multilayer perceptron from --hidden and --activation, or a\n"
+    "Sequential model of the layers listed under --model -- on an IDX data set\n"
+    "(Fashion-MNIST by default) or on NPY arrays, on one OpenCL device, in the\n"
+    "precision the policy resolves to there, and reports progress, test accuracy and\n"
+    "throughput.\n"
     "\n"
     "Data and model:\n"
     "  --data DIR              folder with {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]\n"
@@ -50,7 +52,9 @@ static const char usage[] =
     "                          (an unknown name lists them all)\n"
     "  --model FILE.json       the model as Keras' model.to_json() writes it (Sequential:\n"
     "                          Dense, Conv2D, MaxPooling2D, Flatten, Dropout,\n"
-    "                          BatchNormalization), instead of --hidden/--activation\n";
+    "                          BatchNormalization), instead of --hidden/--activation;\n"
+    "                          a softmax last layer (sigmoid with binary_crossentropy)\n"
+    "                          is the loss's: trained on logits, kept in --save\n";
 /* In two parts: C11 compilers need take no string literal over 4095 bytes. */
 static const char usage_rest[] =
     "Training:\n"

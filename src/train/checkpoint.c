@@ -19,10 +19,20 @@ static const char *scale_mode_name(const mpcl_loss_scale *ls) {
     return mpcl_loss_scale_get_params(ls).mode == MPCL_LOSS_SCALE_FIXED ? "fixed" : "dynamic";
 }
 
-/* The model's text form (model.h): what the layers key stores and what a
- * load compares. */
+/* The model's text form (model.h): what the layers key stores (the layers
+ * as declared, output activation included). */
 static mpcl_status model_text(mpcl_context *ctx, const mpcl_model_params *p, char *buf) {
     return mpcl_model_spec_format(ctx, p, buf, MPCL_MODEL_SPEC_MAX);
+}
+
+/* The text of the model that trains: the output activation its loss
+ * applies (mpcl_model_output_activation) written linear, so that a file
+ * that recorded the device's linear layer fits a run that declares it. */
+static mpcl_status trained_text(mpcl_context *ctx, const mpcl_model_params *p, char *buf) {
+    mpcl_model_params t = *p;
+    if (mpcl_model_output_activation(p) != MPCL_ACT_IDENTITY)
+        t.layers[t.layer_count - 1].activation = MPCL_ACT_IDENTITY;
+    return model_text(ctx, &t, buf);
 }
 
 typedef struct meta_list {
@@ -215,17 +225,21 @@ static mpcl_status check_identity(const mpcl__ckpt_loader *L, const mpcl_model *
     return MPCL_OK;
 }
 
-/* m builds the model c holds (its layers, input shape and loss), or the
- * error names both and what would match; `status` says whose fault it is. */
+/* m trains the model c holds (its layers, input shape and loss; an output
+ * activation the loss applies may be declared by one only), or the error
+ * names both and what would match; `status` says whose fault it is. */
 static mpcl_status check_same_model(mpcl_context *ctx, mpcl_status status, const mpcl_checkpoint *c,
                                     const mpcl_model *m) {
     const mpcl_model_params *mp = mpcl_model_params_of(m);
     char *have = malloc(MPCL_MODEL_SPEC_MAX), *want = malloc(MPCL_MODEL_SPEC_MAX);
     mpcl_status st =
         have && want ? MPCL_OK : MPCL_ERROR(ctx, MPCL_ERR_OUT_OF_MEMORY, "comparing models");
+    if (st == MPCL_OK) st = trained_text(ctx, mp, have);
+    if (st == MPCL_OK) st = trained_text(ctx, &c->params, want);
+    bool same = st == MPCL_OK && strcmp(have, want) == 0 && mp->loss == c->params.loss;
     if (st == MPCL_OK) st = model_text(ctx, mp, have);
     if (st == MPCL_OK) st = model_text(ctx, &c->params, want);
-    if (st == MPCL_OK && (strcmp(have, want) != 0 || mp->loss != c->params.loss)) {
+    if (st == MPCL_OK && !same) {
         char fix[256];
         model_fix(fix, sizeof fix, &c->params);
         st = MPCL_ERROR(ctx, status,

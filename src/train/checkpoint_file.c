@@ -256,14 +256,15 @@ static mpcl_status parse_layers(const mpcl__ckpt_loader *L, const char *text,
 /* The choices that name the model: layers, loss, optimizer, policy. */
 static mpcl_status parse_choices(const mpcl__ckpt_loader *L, mpcl_checkpoint *c) {
     mpcl_model_params *p = &c->params;
-    const char *v = mpcl_safetensors_meta_get(L->st, "layers");
-    mpcl_status st = v ? parse_layers(L, v, p) : parse_mlp(L, p);
-    if (st != MPCL_OK) return st;
-    /* Checkpoints before losses were chosen trained the sparse one. */
-    v = mpcl_safetensors_meta_get(L->st, "loss");
+    /* Checkpoints before losses were chosen trained the sparse one. The
+     * loss first: it decides which output activation the layers may end in. */
+    const char *v = mpcl_safetensors_meta_get(L->st, "loss");
     if (v && !mpcl_loss_parse(v, &p->loss))
         return MPCL_ERROR(L->ctx, MPCL_ERR_FORMAT,
                           "checkpoint %s: metadata loss = \"%s\" is not a loss", L->path, v);
+    v = mpcl_safetensors_meta_get(L->st, "layers");
+    mpcl_status st = v ? parse_layers(L, v, p) : parse_mlp(L, p);
+    if (st != MPCL_OK) return st;
     if ((st = parse_optimizer(L, &p->optim)) != MPCL_OK) return st;
     if ((st = mpcl__ckpt_meta_str(L, "policy", &v)) != MPCL_OK) return st;
     if (!mpcl_policy_parse(v, &p->policy))

@@ -7,12 +7,13 @@ import os
 import signal
 import stat
 import struct
+import subprocess
 
 import numpy as np
 import pytest
 
 import mpcl
-from conftest import read_safetensors, run_cli, seed_model
+from conftest import FASHION, read_safetensors, run_cli, seed_model
 
 
 @pytest.fixture(scope="module")
@@ -251,3 +252,31 @@ def test_v0_1_0_checkpoint_loads(policy, data):
     x, y, xt, yt = data
     loss, acc = model.evaluate(xt, yt)
     assert np.isfinite(loss) and 0 <= acc <= 1
+
+
+def test_cli_checkpoint_of_a_keras_softmax_output(train_exe, data, tmp_path):
+    """bench/models/cnn.json ends in Dense(10, softmax): mpcl-train trains it
+    on logits, records the softmax, resumes from its file, and load_model
+    predicts probabilities."""
+    model = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "models", "cnn.json")
+    ck, more = tmp_path / "cnn.safetensors", tmp_path / "more.safetensors"
+    small = ["--data", FASHION, "--train-limit", "128", "--test-limit", "64", "--batch", "64",
+             "--model", model, "--quiet"]
+
+    def cli(*args):
+        p = subprocess.run([train_exe, *small, *args], capture_output=True, text=True,
+                           timeout=300)
+        assert p.returncode == 0, p.stderr
+        return p.stdout
+
+    cli("--epochs", "1", "--save", str(ck))
+    _, meta = read_safetensors(ck)
+    assert meta["layers"].endswith("; dense units=10 activation=softmax use_bias=true")
+    doc = json.loads(cli("--epochs", "2", "--resume", str(ck), "--json", "--save", str(more)))
+    assert doc["steps"] == 4
+    loaded = mpcl.models.load_model(more)
+    assert loaded.layers[-1].get_config()["activation"] == "softmax"
+    x = data[2][:32].reshape(-1, 28, 28, 1).astype(np.float32) / 255
+    p = loaded.predict(x)
+    assert ((p > 0) & (p < 1)).all()
+    np.testing.assert_allclose(p.sum(axis=1), 1, rtol=1e-5)

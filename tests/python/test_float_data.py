@@ -131,11 +131,8 @@ def test_keras_cnn_flow_on_fashion_mnist(data, tmp_path):
     assert np.mean(p.argmax(1) == yt) == pytest.approx(acc)
     m.save(tmp_path / "cnn.safetensors")
     loaded = mpcl.models.load_model(tmp_path / "cnn.safetensors")
-    # The checkpoint keeps the device's model, whose last layer gives logits
-    # (test_softmax_output_survives_save_and_load): the same logits.
-    z = loaded.predict(xt, batch_size=64)
-    e = np.exp(z - z.max(axis=1, keepdims=True))
-    np.testing.assert_allclose(e / e.sum(axis=1, keepdims=True), p, rtol=1e-6, atol=1e-7)
+    # The checkpoint keeps the softmax output: the same probabilities.
+    np.testing.assert_array_equal(loaded.predict(xt, batch_size=64), p)
     np.testing.assert_array_equal(loaded.get_weights()[0], m.get_weights()[0])
     other = build()
     assert not np.array_equal(other.predict(xt, batch_size=64), p)
@@ -145,8 +142,6 @@ def test_keras_cnn_flow_on_fashion_mnist(data, tmp_path):
     np.testing.assert_array_equal(other.predict(xt, batch_size=64), p)
 
 
-@pytest.mark.xfail(strict=True, reason="checkpoints record the device's layers: a softmax "
-                   "output layer is reloaded linear (the format has no key for it yet)")
 def test_softmax_output_survives_save_and_load(tmp_path):
     x = np.random.default_rng(2).normal(size=(64, 4)).astype(np.float32)
     m = mpcl.Sequential([L.Dense(3, activation="softmax", input_shape=(4,))])
@@ -155,6 +150,20 @@ def test_softmax_output_survives_save_and_load(tmp_path):
     m.save(tmp_path / "m.safetensors")
     loaded = mpcl.models.load_model(tmp_path / "m.safetensors")
     np.testing.assert_allclose(loaded.predict(x), m.predict(x), rtol=1e-6)
+    assert loaded.layers[-1].get_config()["activation"] == "softmax"
+    assert not loaded._compiled.loss.from_logits
+
+
+def test_sigmoid_output_survives_save_and_load(tmp_path):
+    x = np.random.default_rng(3).normal(size=(64, 4)).astype(np.float32)
+    m = mpcl.Sequential([L.Dense(2, activation="sigmoid", input_shape=(4,))])
+    m.compile(loss="binary_crossentropy")
+    m.fit(x, (x[:, :2] > 0).astype(np.float32), epochs=1, verbose=0)
+    p = m.predict(x)
+    assert ((p > 0) & (p < 1)).all()  # sigmoid on the host, of the logits
+    m.save(tmp_path / "m.safetensors")
+    loaded = mpcl.models.load_model(tmp_path / "m.safetensors")
+    np.testing.assert_allclose(loaded.predict(x), p, rtol=1e-6)
 
 
 def test_bad_data_refused_with_the_librarys_messages():
