@@ -14,7 +14,7 @@ PUBLIC = {
     "runtime": ["status", "number", "files", "device", "plan", "context", "half", "rng", "version",
                 "cl_interop"],
     "compute": ["tensor", "ops", "activations", "losses", "conv", "dropout", "batchnorm", "gemm", "loss_scale",
-                "optim", "quickbench"],
+                "optim", "lr_schedule", "quickbench"],
     "nn": ["model", "layer_spec"],
     "io": ["data", "npy", "safetensors", "batch", "model_file"],
     "parallel": ["dist"],

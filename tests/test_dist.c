@@ -83,6 +83,7 @@ typedef struct run_cfg {
     size_t replicas; /* 1 or 2 local, or 0: MPI (one per rank) */
     mpcl_grad_compression compression;
     uint32_t epochs;
+    bool cosine; /* a cosine lr schedule with warm-up instead of a constant lr */
 } run_cfg;
 
 /* 512 samples in global batches of 64: 8 steps an epoch, each replica 32
@@ -99,6 +100,11 @@ static mpcl_train_params params_for(recorder *rec, const run_cfg *c) {
     p.model.policy = c->policy;
     p.model.optim = mpcl_optim_default_params(MPCL_OPTIM_SGD);
     p.model.optim.lr = 0.05f;
+    if (c->cosine) {
+        p.model.lr_schedule.kind = MPCL_LR_COSINE;
+        p.model.lr_schedule.warmup_steps = 3;
+        p.model.lr_schedule.alpha = 0.2;
+    }
     p.seed = 7;
     p.on_report = on_report;
     p.user = rec;
@@ -248,8 +254,8 @@ static float *initial_masters(const run_cfg *c) {
     return s;
 }
 
-static void two_vs_one(mpcl_policy policy) {
-    run_cfg c1 = {policy, 1, MPCL_GRAD_COMPRESSION_NONE, 1}, c2 = c1;
+static void two_vs_one(mpcl_policy policy, bool cosine) {
+    run_cfg c1 = {policy, 1, MPCL_GRAD_COMPRESSION_NONE, 1, cosine}, c2 = c1;
     c2.replicas = 2;
     float *w0 = initial_masters(&c1);
     run_out one, two, again;
@@ -271,12 +277,19 @@ static void two_vs_one(mpcl_policy policy) {
 
 static void two_vs_one_float32(void **state) {
     (void)state;
-    two_vs_one(MPCL_POLICY_FLOAT32);
+    two_vs_one(MPCL_POLICY_FLOAT32, false);
+}
+
+/* A schedule sets the same lr on both replicas at every step (the weights
+ * the replicas compare at the epoch's end would differ otherwise). */
+static void two_vs_one_cosine(void **state) {
+    (void)state;
+    two_vs_one(MPCL_POLICY_FLOAT32, true);
 }
 
 static void two_vs_one_mixed_float16(void **state) {
     (void)state;
-    two_vs_one(MPCL_POLICY_MIXED_FLOAT16);
+    two_vs_one(MPCL_POLICY_MIXED_FLOAT16, false);
 }
 
 /* ---- phases by hand: the overflow skip and the compression bound ---- */
@@ -466,7 +479,7 @@ static void compression_bf16(void **state) {
  * the uncompressed run's. */
 static void compression_accuracy(void **state) {
     (void)state;
-    run_cfg c = {MPCL_POLICY_FLOAT32, 2, MPCL_GRAD_COMPRESSION_NONE, 3};
+    run_cfg c = {MPCL_POLICY_FLOAT32, 2, MPCL_GRAD_COMPRESSION_NONE, 3, false};
     run_out plain;
     run(&c, &plain);
     for (int k = MPCL_GRAD_COMPRESSION_FP16; k <= MPCL_GRAD_COMPRESSION_BF16; k++) {
@@ -491,7 +504,7 @@ static void resume_across(size_t from, size_t to) {
     assert_non_null(mkdtemp(dir));
     char file[128];
     snprintf(file, sizeof file, "%s/ckpt.safetensors", dir);
-    run_cfg cf = {MPCL_POLICY_FLOAT32, from, MPCL_GRAD_COMPRESSION_NONE, 1}, ct = cf;
+    run_cfg cf = {MPCL_POLICY_FLOAT32, from, MPCL_GRAD_COMPRESSION_NONE, 1, false}, ct = cf;
     ct.replicas = to;
     float *w0 = initial_masters(&cf);
     run_out full;
@@ -555,7 +568,7 @@ static void resume_one_to_two(void **state) {
  * rank 0 also makes, in-process): bit for bit, with and without
  * compression; and against one replica, within the tolerance. */
 static void mpi_matches_local(mpcl_policy policy, mpcl_grad_compression c) {
-    run_cfg cm = {policy, 0, c, 1}, cl = cm, c1 = cm;
+    run_cfg cm = {policy, 0, c, 1, false}, cl = cm, c1 = cm;
     cl.replicas = 2;
     c1.replicas = 1;
     c1.compression = MPCL_GRAD_COMPRESSION_NONE;
@@ -605,7 +618,7 @@ static void mpi_rank0_saves(void **state) {
     (void)state;
     char file[128];
     snprintf(file, sizeof file, "/tmp/mpcl-test-dist-mpi-%ld.safetensors", (long)getppid());
-    run_cfg c = {MPCL_POLICY_FLOAT32, 0, MPCL_GRAD_COMPRESSION_NONE, 1};
+    run_cfg c = {MPCL_POLICY_FLOAT32, 0, MPCL_GRAD_COMPRESSION_NONE, 1, false};
     recorder rec;
     memset(&rec, 0, sizeof rec);
     mpcl_dist *dist;
@@ -650,11 +663,11 @@ int main(void) {
         return rc;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(two_vs_one_float32),   cmocka_unit_test(two_vs_one_mixed_float16),
-        cmocka_unit_test(overflow_local),       cmocka_unit_test(drift_is_named),
-        cmocka_unit_test(compression_fp16),     cmocka_unit_test(compression_bf16),
-        cmocka_unit_test(compression_accuracy), cmocka_unit_test(resume_two_to_one),
-        cmocka_unit_test(resume_one_to_two),
+        cmocka_unit_test(two_vs_one_float32), cmocka_unit_test(two_vs_one_mixed_float16),
+        cmocka_unit_test(two_vs_one_cosine),  cmocka_unit_test(overflow_local),
+        cmocka_unit_test(drift_is_named),     cmocka_unit_test(compression_fp16),
+        cmocka_unit_test(compression_bf16),   cmocka_unit_test(compression_accuracy),
+        cmocka_unit_test(resume_two_to_one),  cmocka_unit_test(resume_one_to_two),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -58,7 +58,7 @@ static float *all_state(mpcl_trainer *tr, size_t *n_out) {
  * later step's loss, the test figures and the final state are bitwise the
  * uninterrupted run's (same device, same policy: the kernels are
  * deterministic, and the checkpoint holds every bit of state a step reads). */
-static void resume_exact(mpcl_policy policy) {
+static void resume_exact(mpcl_policy policy, bool cosine) {
     mpcl_context *ctx = tu_context();
     char path[] = "/tmp/mpcl-test-train-XXXXXX";
     assert_non_null(mkdtemp(path));
@@ -69,9 +69,29 @@ static void resume_exact(mpcl_policy policy) {
     memset(&a, 0, sizeof a);
     memset(&b, 0, sizeof b);
     mpcl_train_params pa = small_params(&a, policy);
+    if (cosine) {
+        /* Warm-up over 4 steps, then a cosine to the run's end (decay steps
+         * 0: 20 - 4 = 16 of them). */
+        pa.model.optim.lr = 1e-2f;
+        pa.model.lr_schedule.kind = MPCL_LR_COSINE;
+        pa.model.lr_schedule.warmup_steps = 4;
+        pa.model.lr_schedule.alpha = 0.1;
+    }
     mpcl_trainer *ta = make(ctx, &pa);
+    const mpcl_lr_schedule *sched = &mpcl_model_params_of(mpcl_trainer_model(ta))->lr_schedule;
+    assert_int_equal(sched->decay_steps, cosine ? 16 : 0);
+    mpcl_lr_schedule resolved = *sched;
     TU_ASSERT_OK(mpcl_trainer_fit(ta));
     assert_int_equal(a.count, 20); /* 640 / 64 = 10 steps per epoch, 2 epochs */
+    /* Each report's lr is the schedule's at its (last) step. */
+    for (size_t i = 0; i < 20; i++)
+        if (a.r[i].lr != (double)mpcl_lr_at(&resolved, pa.model.optim.lr, a.r[i].step - 1))
+            fail_msg("step %llu: lr %.9g, the schedule's %.9g", (unsigned long long)a.r[i].step,
+                     a.r[i].lr, (double)mpcl_lr_at(&resolved, pa.model.optim.lr, a.r[i].step - 1));
+    /* Warm-up from 0 to the peak at step 4, then down. */
+    if (cosine)
+        assert_true(a.r[0].lr == 0.0 && a.r[4].lr == (double)1e-2f && a.r[9].lr < a.r[4].lr &&
+                    a.r[19].lr < a.r[9].lr);
     size_t na;
     float *final_a = all_state(ta, &na);
     mpcl_train_summary sa;
@@ -83,6 +103,8 @@ static void resume_exact(mpcl_policy policy) {
     enum { STOP = 13 };
     b.stop_at = STOP;
     mpcl_train_params pb = small_params(&b, policy);
+    pb.model.optim = pa.model.optim;
+    pb.model.lr_schedule = pa.model.lr_schedule;
     mpcl_trainer *tb = make(ctx, &pb);
     TU_ASSERT_OK(mpcl_trainer_fit(tb));
     mpcl_train_summary sb;
@@ -93,6 +115,19 @@ static void resume_exact(mpcl_policy policy) {
     assert_int_equal(b.count, STOP);
     TU_ASSERT_OK(mpcl_trainer_save(tb, file));
     mpcl_trainer_destroy(tb);
+    if (cosine) {
+        /* A run without the schedule would not continue it: refused, with
+         * the flags that would. */
+        static recorder c;
+        memset(&c, 0, sizeof c);
+        mpcl_train_params pc = small_params(&c, policy);
+        mpcl_trainer *tc = make(ctx, &pc);
+        assert_int_equal(mpcl_trainer_load(tc, file), MPCL_ERR_FORMAT);
+        if (!strstr(mpcl_errmsg(),
+                    "--lr-schedule cosine --warmup-steps 4 --decay-steps 16 --lr-min-ratio 0.1 "))
+            fail_msg("constant run loading a cosine checkpoint: '%s'", mpcl_errmsg());
+        mpcl_trainer_destroy(tc);
+    }
 
     b.stop = 0;
     b.stop_at = 0;
@@ -108,6 +143,7 @@ static void resume_exact(mpcl_policy policy) {
                      mpcl_policy_name(policy), (unsigned long long)a.r[i].step, b.r[i].loss,
                      b.r[i].accuracy, a.r[i].loss, a.r[i].accuracy);
         assert_memory_equal(&a.r[i].loss_scale, &b.r[i].loss_scale, sizeof(float));
+        assert_memory_equal(&a.r[i].lr, &b.r[i].lr, sizeof(double));
     }
     assert_true(b.r[19].epoch_end);
     assert_memory_equal(&a.r[19].test_loss, &b.r[19].test_loss, sizeof(double));
@@ -123,8 +159,8 @@ static void resume_exact(mpcl_policy policy) {
     assert_int_equal(sb.steps, 20);
     assert_int_equal(sb.epochs_done, 2);
     assert_false(sb.stopped);
-    fprintf(stderr, "%s: 7 resumed steps equal bit for bit; last loss %.9g, test acc %.4f\n",
-            mpcl_policy_name(policy), b.r[19].loss, b.r[19].test_accuracy);
+    fprintf(stderr, "%s%s: 7 resumed steps equal bit for bit; last loss %.9g, test acc %.4f\n",
+            mpcl_policy_name(policy), cosine ? " cosine" : "", b.r[19].loss, b.r[19].test_accuracy);
     free(final_a);
     free(final_b);
     mpcl_trainer_destroy(tb);
@@ -135,17 +171,26 @@ static void resume_exact(mpcl_policy policy) {
 
 static void test_resume_float32(void **state) {
     (void)state;
-    resume_exact(MPCL_POLICY_FLOAT32);
+    resume_exact(MPCL_POLICY_FLOAT32, false);
+}
+
+/* The lr schedule goes on from the checkpoint's step: a cosine with warm-up
+ * resumes bit for bit too (float32 and mixed_float16, whose skipped steps
+ * still advance the schedule). */
+static void test_resume_cosine(void **state) {
+    (void)state;
+    resume_exact(MPCL_POLICY_FLOAT32, true);
+    resume_exact(MPCL_POLICY_MIXED_FLOAT16, true);
 }
 
 static void test_resume_mixed(void **state) {
     (void)state;
-    resume_exact(MPCL_POLICY_MIXED_FLOAT16);
+    resume_exact(MPCL_POLICY_MIXED_FLOAT16, false);
 }
 
 static void test_resume_bfloat16(void **state) {
     (void)state;
-    resume_exact(MPCL_POLICY_MIXED_BFLOAT16);
+    resume_exact(MPCL_POLICY_MIXED_BFLOAT16, false);
 }
 
 /* A stop set before fit does nothing; one set in a report stops after that
@@ -778,6 +823,7 @@ int main(void) {
         cmocka_unit_test(test_bad_params),
         cmocka_unit_test(test_resume_float32),
         cmocka_unit_test(test_resume_mixed),
+        cmocka_unit_test(test_resume_cosine),
         cmocka_unit_test(test_stop),
         cmocka_unit_test(test_cadence_and_partial_batch),
         cmocka_unit_test(test_step_wait_is_counted),

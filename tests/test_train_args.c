@@ -210,6 +210,15 @@ static void rejects(void **state) {
         {"--hidden", "64,-1"},
         {"--hidden", "1,2,3,4,5,6,7,8"},
         {"--activation", "swish"},
+        {"--lr-schedule", "step"},
+        {"--lr-schedule", "Cosine"},
+        {"--warmup-steps", "-1"},
+        {"--warmup-steps", "9007199254740993"},
+        {"--decay-steps", "0"},
+        {"--decay-steps", "-10"},
+        {"--lr-min-ratio", "1.5"},
+        {"--lr-min-ratio", "-0.1"},
+        {"--lr-min-ratio", "nan"},
         {"--activation", "identity"},
         {"--optimizer", "lamb"},
         {"--clip-norm", "0"},
@@ -252,11 +261,12 @@ static void rejects(void **state) {
  * refused with the reason, never read as some other number. */
 static void numbers_are_plain_decimal(void **state) {
     (void)state;
-    static const char *const whole_flags[] = {"--epochs",      "--batch",      "--report-every",
-                                              "--train-limit", "--test-limit", "--seed",
-                                              "--classes",     "--save-every", "--hidden"};
-    static const char *const real_flags[] = {"--lr", "--momentum", "--clip-norm", "--loss-scale",
-                                             "--initial-loss-scale"};
+    static const char *const whole_flags[] = {
+        "--epochs",  "--batch",      "--report-every", "--train-limit",  "--test-limit", "--seed",
+        "--classes", "--save-every", "--hidden",       "--warmup-steps", "--decay-steps"};
+    static const char *const real_flags[] = {
+        "--lr",         "--momentum",           "--clip-norm",
+        "--loss-scale", "--initial-loss-scale", "--lr-min-ratio"};
     static const char *const not_whole[] = {"+1", "0x10", "1e3", " 5", "5 ", "0x1p3", "inf", "1.0"};
     static const char *const not_real[] = {"+1",  "0x10", " 5",  "5 ", "0x1p3",
                                            "inf", "+inf", "nan", "1e", "0.5.1"};
@@ -285,6 +295,47 @@ static void numbers_are_plain_decimal(void **state) {
                       "1E3", "--batch", "007", NULL));
     assert_true(a.lr == 1e-3f && a.clip_norm == 0.5f && a.fixed_scale == 1000.0f);
     assert_int_equal(a.batch, 7);
+}
+
+/* The lr schedule's flags: constant by default; cosine with its steps and
+ * ratio into the model params (decay steps 0 until given: the run's rest);
+ * a decay flag without a decaying schedule is refused, naming it. */
+static void schedule_flags(void **state) {
+    (void)state;
+    train_args a;
+    char err[512];
+    assert_true(parse(&a, err, sizeof err, NULL));
+    mpcl_train_params p = train_args_to_params(&a);
+    assert_int_equal(p.model.lr_schedule.kind, MPCL_LR_CONSTANT);
+    assert_int_equal(p.model.lr_schedule.warmup_steps, 0);
+    assert_int_equal(p.model.lr_schedule.decay_steps, 0);
+
+    assert_true(parse(&a, err, sizeof err, "--lr-schedule", "cosine", "--warmup-steps=10",
+                      "--lr-min-ratio", "0.1", NULL));
+    p = train_args_to_params(&a);
+    assert_int_equal(p.model.lr_schedule.kind, MPCL_LR_COSINE);
+    assert_int_equal(p.model.lr_schedule.warmup_steps, 10);
+    assert_int_equal(p.model.lr_schedule.decay_steps, 0);
+    assert_true(p.model.lr_schedule.alpha == 0.1);
+    assert_true(p.model.lr_schedule.warmup_from == 0.0);
+    assert_true(parse(&a, err, sizeof err, "--lr-schedule", "cosine", "--decay-steps", "500",
+                      "--lr-min-ratio", "1", NULL));
+    p = train_args_to_params(&a);
+    assert_int_equal(p.model.lr_schedule.decay_steps, 500);
+    assert_true(p.model.lr_schedule.alpha == 1.0);
+    /* Warm-up alone is a constant schedule's too. */
+    assert_true(parse(&a, err, sizeof err, "--warmup-steps", "5", NULL));
+    assert_int_equal(train_args_to_params(&a).model.lr_schedule.warmup_steps, 5);
+
+    static const char *const decay_only[][2] = {{"--decay-steps", "100"},
+                                                {"--lr-min-ratio", "0.5"}};
+    for (size_t i = 0; i < 2; i++) {
+        bool ok = parse(&a, err, sizeof err, decay_only[i][0], decay_only[i][1], NULL);
+        if (ok || !strstr(err, decay_only[i][0]) || !strstr(err, decay_only[i][1]) ||
+            !strstr(err, "--lr-schedule"))
+            fail_msg("%s %s without cosine: ok=%d, message '%s'", decay_only[i][0],
+                     decay_only[i][1], ok, err);
+    }
 }
 
 static void rejects_structure(void **state) {
@@ -512,15 +563,11 @@ static void data_flags(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(defaults),
-        cmocka_unit_test(every_flag_both_spellings),
-        cmocka_unit_test(rejects),
-        cmocka_unit_test(rejects_structure),
-        cmocka_unit_test(numbers_are_plain_decimal),
-        cmocka_unit_test(output_paths),
-        cmocka_unit_test(hardening_flags),
-        cmocka_unit_test(special_paths),
-        cmocka_unit_test(data_flags),
+        cmocka_unit_test(defaults),          cmocka_unit_test(every_flag_both_spellings),
+        cmocka_unit_test(rejects),           cmocka_unit_test(schedule_flags),
+        cmocka_unit_test(rejects_structure), cmocka_unit_test(numbers_are_plain_decimal),
+        cmocka_unit_test(output_paths),      cmocka_unit_test(hardening_flags),
+        cmocka_unit_test(special_paths),     cmocka_unit_test(data_flags),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

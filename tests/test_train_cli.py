@@ -9,6 +9,7 @@ usage: test_train_cli.py PATH/TO/mpcl-train"""
 import csv
 import gzip
 import json
+import math
 import os
 import signal
 import struct
@@ -66,6 +67,11 @@ BAD_FLAGS = [
     (["--loss-scale", "0"], "--loss-scale"),
     (["--seed", "-3"], "--seed"),
     (["--report-every", "0"], "--report-every"),
+    (["--lr-schedule", "linear"], "--lr-schedule"),
+    (["--warmup-steps", "-4"], "--warmup-steps"),
+    (["--decay-steps", "0"], "--decay-steps"),
+    (["--lr-min-ratio", "2"], "--lr-min-ratio"),
+    (["--decay-steps", "100"], "--decay-steps"),  # without --lr-schedule cosine
     (["--frobnicate"], "--frobnicate"),
     (["--batch"], "--batch"),
 ]
@@ -187,6 +193,7 @@ JSON_KEYS = {
     "device": str, "policy": str, "plan": dict, "epochs": int, "test_accuracy": (int, float),
     "test_loss": float, "train_samples_per_s": (int, float), "skipped_steps": int,
     "final_loss_scale": (int, float), "peak_device_bytes": int, "seconds": (int, float),
+    "lr_schedule": dict, "final_lr": (int, float),
     "steps": int,
     "stopped": bool, "mpcl_version": str,
 }
@@ -218,8 +225,12 @@ def test_run_save_resume(d):
     with open(metrics) as f:
         rows = list(csv.reader(f))
     check(rows and rows[0] == ["step", "epoch", "loss", "accuracy", "loss_scale", "skipped",
-                               "samples_per_s", "grad_norm"], f"metrics header {rows[:1]}")
+                               "samples_per_s", "grad_norm", "lr"], f"metrics header {rows[:1]}")
     check(all(r[7] == "" for r in rows[1:]), "no grad_norm without --clip-norm")
+    # The column holds the float32 lr to 9 digits; the JSON 6 digits.
+    check(all(abs(float(r[8]) - 1e-3) < 1e-10 for r in rows[1:]), "constant lr column: Adam's 1e-3")
+    check(doc["lr_schedule"] == {"kind": "constant", "warmup_steps": 0} and doc["final_lr"] == 1e-3,
+          f"constant schedule in the JSON: {doc['lr_schedule']}, {doc['final_lr']}")
     check(len(rows) >= 1 + 16 // 3, f"metrics has a row per report ({len(rows) - 1} rows)")
     steps = [int(r[0]) for r in rows[1:]]
     check(steps == sorted(steps) and steps[-1] == 16, f"metrics steps rise to 16: {steps}")
@@ -264,6 +275,65 @@ def test_run_save_resume(d):
         check(rc == 1 and "--resume" in err and "bad.safetensors" in err,
               f"corrupt checkpoint ({what}): exit 1 naming it ({rc}: {err[-300:]!r})")
     return ck
+
+
+def keras_cosine(peak, warmup, decay, alpha, step):
+    """Keras' CosineDecay(0, decay, alpha, warmup_target=peak, warmup_steps=warmup)."""
+    s = min(step, decay + warmup)
+    if s < warmup:
+        return peak * (s / warmup)
+    return peak * ((1 - alpha) * 0.5 * (1 + math.cos(math.pi * (s - warmup) / decay)) + alpha)
+
+
+def tensor_bytes(path):
+    """The data section of a safetensors file (after its JSON header)."""
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        f.read(n)
+        return f.read()
+
+
+def test_lr_schedule(d):
+    """--lr-schedule cosine with warm-up: the metrics' lr column is Keras'
+    CosineDecay at each row's last step, the decay runs to the end of the run
+    by default, and a run resumed from its middle ends with the weights of
+    the uninterrupted one, bit for bit. A checkpoint whose schedule this run
+    would not continue is refused, naming the flag that would."""
+    sched = ["--lr", "0.01", "--lr-schedule", "cosine", "--warmup-steps", "4",
+             "--lr-min-ratio", "0.1"]
+    metrics, full = os.path.join(d, "cos.csv"), os.path.join(d, "cos-full.safetensors")
+    rc, out, err = run(TINY + sched + ["--epochs", "2", "--json", "--report-every", "1",
+                                       "--metrics", metrics, "--save", full])
+    if not check(rc == 0, f"cosine run exits 0 ({rc}: {err[-500:]})"):
+        return
+    doc = json.loads(out)
+    check(doc["lr_schedule"] == {"kind": "cosine", "warmup_steps": 4, "decay_steps": 12,
+                                 "alpha": 0.1},
+          f"cosine decays over the 16 - 4 steps left: {doc['lr_schedule']}")
+    with open(metrics) as f:
+        rows = list(csv.DictReader(f))
+    check([int(r["step"]) for r in rows] == list(range(1, 17)), "a row per step")
+    for r in rows:
+        step, lr = int(r["step"]), float(r["lr"])
+        want = keras_cosine(0.01, 4, 12, 0.1, step - 1)
+        check(abs(lr - want) <= 1e-6 * want + 1e-12, f"step {step}: lr {lr}, Keras {want}")
+    check(abs(doc["final_lr"] / keras_cosine(0.01, 4, 12, 0.1, 15) - 1) < 1e-5,
+          f"final_lr {doc['final_lr']}")
+    check("lr        cosine, warm-up 4 steps, decay 12 steps to 0.1 x lr" in err,
+          "the start lines show the schedule")
+
+    half, resumed = os.path.join(d, "cos-half.safetensors"), os.path.join(d, "cos-res.safetensors")
+    rc, _, err = run(TINY + sched + ["--epochs", "1", "--decay-steps", "12", "--save", half])
+    if check(rc == 0, f"cosine first epoch exits 0 ({rc}: {err[-300:]})"):
+        rc, _, err = run(TINY + sched + ["--epochs", "2", "--resume", half, "--save", resumed])
+        check(rc == 0 and tensor_bytes(resumed) == tensor_bytes(full),
+              f"resumed cosine run ends bit for bit as the uninterrupted one ({rc}: {err[-300:]})")
+    rc, _, err = run(TINY + sched + ["--epochs", "1", "--save", half])
+    if check(rc == 0, f"1-epoch cosine run exits 0 ({rc})"):
+        rc, _, err = run(TINY + sched + ["--epochs", "2", "--resume", half])
+        check(rc == 1 and "another lr schedule" in err
+              and "--decay-steps 4 --lr-min-ratio 0.1 (" in err,
+              f"resume over another decay: exit 1 naming --decay-steps 4 ({rc}: {err[-400:]!r})")
 
 
 def test_clip_and_scaling_flags(d):
@@ -355,6 +425,7 @@ def main():
     with tempfile.TemporaryDirectory() as d:
         test_run_save_resume(d)
         test_clip_and_scaling_flags(d)
+        test_lr_schedule(d)
         test_sigint(d)
         test_save_fails_late(d)
     test_sigterm()

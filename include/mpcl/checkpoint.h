@@ -41,7 +41,9 @@ typedef struct mpcl_checkpoint_position {
  * parsed with the strict number parser (number.h) and validated -- the
  * model's layers (or, in checkpoints before layer specs, its widths and
  * activation), loss, optimizer kind and hyperparameters (the rules of
- * mpcl_optim_params_check), policy, loss_scale_mode, a dynamic loss scale
+ * mpcl_optim_params_check), the lr schedule (mpcl_lr_schedule_check's
+ * rules; a file without one, from before schedules, is constant), policy,
+ * loss_scale_mode, a dynamic loss scale
  * within the default scaler's [min_scale, max_scale], good steps below its
  * growth interval, counters consistent with each other and with the steps
  * per epoch; every tensor present (parameters in each optimizer slot, and
@@ -53,7 +55,7 @@ mpcl_status mpcl_checkpoint_read(const char *path, mpcl_checkpoint **out);
 void mpcl_checkpoint_destroy(mpcl_checkpoint *c);
 
 /* The model to build for it: input shape and layers (or the MLP's widths
- * and activation), loss, optimizer, policy, loss
+ * and activation), loss, optimizer, lr schedule, policy, loss
  * scaling (off for mode none; else its mode with the saved scale as
  * initial_scale, the bounds widened to take it in), seed, and max_batch =
  * the saved batch. Owned by c. */

@@ -42,6 +42,7 @@
 #include "mpcl/layer_spec.h"
 #include "mpcl/loss_scale.h"
 #include "mpcl/losses.h"
+#include "mpcl/lr_schedule.h"
 #include "mpcl/ops.h"
 #include "mpcl/optim.h"
 #include "mpcl/plan.h"
@@ -88,6 +89,7 @@ typedef struct mpcl_model_params {
     size_t max_batch;                  /* 128: batches may be smaller, never larger */
     uint64_t seed;                     /* 42: the Glorot-uniform initial weights */
     mpcl_optim_params optim;           /* Adam, lr 1e-3, betas 0.9/0.999, eps 1e-7 */
+    mpcl_lr_schedule lr_schedule;      /* constant; the trainer applies it (train.h) */
     mpcl_loss_scaling loss_scaling;    /* as the plan says */
     mpcl_loss_scale_params loss_scale; /* dynamic, 2^15; used when scaling is on */
 } mpcl_model_params;
@@ -258,6 +260,10 @@ mpcl_status mpcl_model_write_buffer(mpcl_model *m, size_t index, const float *sr
  * draws what the uninterrupted run would have. */
 uint64_t mpcl_model_rng_counter(const mpcl_model *m);
 void mpcl_model_set_rng_counter(mpcl_model *m, uint64_t counter);
+
+/* The lr of the next steps (the trainer's schedule sets it before each);
+ * params_of keeps the base lr. MPCL_ERR_INVALID_ARG unless finite >= 0. */
+mpcl_status mpcl_model_set_lr(mpcl_model *m, float lr);
 
 /* The optimizer's step counter (completed updates). */
 mpcl_status mpcl_model_read_step(mpcl_model *m, uint32_t *step);

@@ -18,6 +18,7 @@
 #include "mpcl/batchnorm.h"
 #include "mpcl/loss_scale.h"
 #include "mpcl/optim.h"
+#include "mpcl/lr_schedule.h"
 #include "mpcl/rng.h"
 #include "mpcl/data.h"
 #include "mpcl/npy.h"

@@ -35,6 +35,7 @@ typedef struct mpcl_train_report {
     double elapsed_s;     /* since fit started */
     bool epoch_end;       /* this report closes an epoch (test figures below are set) */
     double test_loss, test_accuracy;
+    double lr; /* the learning rate of the report's last step (lr_schedule.h) */
 } mpcl_train_report;
 
 typedef void (*mpcl_train_report_fn)(void *user, const mpcl_train_report *report);
@@ -51,7 +52,9 @@ typedef struct mpcl_train_params {
                               0 reports at epoch ends only */
     /* The trainer sets model.inputs and model.classes from the data,
      * model.max_batch = batch and model.seed = seed; evaluation runs in
-     * batches of `batch`. */
+     * batches of `batch`. Before each step it sets the lr from
+     * model.lr_schedule at the global step (lr_schedule.h), a decay_steps
+     * of 0 taken as epochs * steps per epoch - warmup_steps. */
     mpcl_model_params model;
     mpcl_train_report_fn on_report;
     void *user;
@@ -187,6 +190,7 @@ typedef struct mpcl_train_summary {
     double replica_samples_per_s;
     size_t allreduce_bytes_per_step;
     double allreduce_seconds;
+    double final_lr; /* the learning rate of the last step (the base lr before any) */
 } mpcl_train_summary;
 
 void mpcl_trainer_summary(const mpcl_trainer *tr, mpcl_train_summary *out);
@@ -230,14 +234,15 @@ void mpcl_trainer_data_info(const mpcl_trainer *tr, mpcl_train_data_info *out);
 /* Checkpoints (safetensors): f32 master weights as dense_N.kernel [in, out] and
  * dense_N.bias [out], optimizer moments as <name>.m / <name>.v, and in
  * __metadata__ the step, epoch position, loss-scale state, seed, policy,
- * model shape and mpcl version. Save is atomic (an earlier file survives any
- * failure); load makes every check of mpcl_checkpoint_read (checkpoint.h) and
- * validates the file against this trainer's model, and leaves the trainer
- * untouched on failure (MPCL_ERR_FORMAT naming what differs,
- * MPCL_ERR_IO for the file, which must be a regular file). A checkpoint made
- * with another model shape, activation, optimizer kind, seed, batch or
- * training-sample count is refused with the flags that would match; so is an
- * inconsistent position, and so are values no run can produce: a non-finite
+ * model shape, lr schedule (decay steps resolved) and mpcl version. Save is
+ * atomic (an earlier file survives any failure); load makes every check of
+ * mpcl_checkpoint_read (checkpoint.h) and validates the file against this
+ * trainer's model, and leaves the trainer untouched on failure
+ * (MPCL_ERR_FORMAT naming what differs, MPCL_ERR_IO for the file, which must
+ * be a regular file). A checkpoint made with another model shape,
+ * activation, optimizer kind, lr schedule, seed, batch or training-sample
+ * count is refused with the flags that would match; so is an inconsistent
+ * position, and so are values no run can produce: a non-finite
  * weight or moment, a negative second moment, a dynamic loss scale outside
  * [min_scale, max_scale] of this run's scaler (the defaults without one),
  * good steps at or past the growth interval, or more applied plus skipped

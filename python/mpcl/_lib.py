@@ -55,6 +55,11 @@ class OptimParams(Structure):
                 ("nesterov", c_int), ("clip_norm", c_float)]
 
 
+class LrSchedule(Structure):
+    _fields_ = [("kind", c_int), ("warmup_steps", c_uint64), ("decay_steps", c_uint64),
+                ("alpha", c_double), ("warmup_from", c_double)]
+
+
 class LossScaleParams(Structure):
     _fields_ = [("mode", c_int), ("initial_scale", c_float), ("growth_interval", c_uint32),
                 ("growth_factor", c_float), ("backoff_factor", c_float), ("min_scale", c_float),
@@ -72,7 +77,8 @@ class ModelParams(Structure):
                 ("layer_count", c_size_t), ("hidden", c_size_t * MAX_HIDDEN),
                 ("hidden_count", c_size_t), ("classes", c_size_t), ("activation", c_int), ("loss", c_int),
                 ("policy", c_int), ("max_batch", c_size_t), ("seed", c_uint64),
-                ("optim", OptimParams), ("loss_scaling", c_int), ("loss_scale", LossScaleParams)]
+                ("optim", OptimParams), ("lr_schedule", LrSchedule), ("loss_scaling", c_int),
+                ("loss_scale", LossScaleParams)]
 
 
 class CheckpointPosition(Structure):
@@ -87,7 +93,7 @@ class TrainReport(Structure):
                 ("epoch_steps", c_uint64), ("loss", c_double), ("accuracy", c_double),
                 ("loss_scale", c_float), ("skipped", c_uint32), ("grad_norm", c_double),
                 ("samples_per_s", c_double), ("elapsed_s", c_double), ("epoch_end", c_bool),
-                ("test_loss", c_double), ("test_accuracy", c_double)]
+                ("test_loss", c_double), ("test_accuracy", c_double), ("lr", c_double)]
 
 
 REPORT_FN = CFUNCTYPE(None, c_void_p, POINTER(TrainReport))
@@ -125,7 +131,7 @@ class TrainSummary(Structure):
                 ("peak_device_bytes", c_size_t), ("diverged", c_bool),
                 ("evaluated", c_bool), ("world_size", c_size_t),
                 ("replica_samples_per_s", c_double), ("allreduce_bytes_per_step", c_size_t),
-                ("allreduce_seconds", c_double)]
+                ("allreduce_seconds", c_double), ("final_lr", c_double)]
 
 
 class LossStats(Structure):
@@ -263,6 +269,10 @@ _PROTOTYPES = {
     "mpcl_optim_default_params": (OptimParams, [c_int]),
     "mpcl_optim_params_check": (_S, [P, POINTER(OptimParams)]),
     "mpcl_loss_scale_default_params": (LossScaleParams, []),
+    "mpcl_lr_schedule_default": (LrSchedule, []),
+    "mpcl_lr_schedule_check": (_S, [P, POINTER(LrSchedule)]),
+    "mpcl_lr_schedule_kind_parse": (c_bool, [c_char_p, POINTER(c_int)]),
+    "mpcl_lr_at": (c_float, [POINTER(LrSchedule), c_float, c_uint64]),
     "mpcl_context_default_params": (ContextParams, []),
     "mpcl_context_create": (_S, [POINTER(ContextParams), POINTER(P)]),
     "mpcl_context_destroy": (None, [P]),
@@ -388,6 +398,7 @@ lib, library_path = _load()
 # Each mirror and the C struct it restates.
 _MIRRORS = {
     LayerSpec: "mpcl_layer_spec", OptimParams: "mpcl_optim_params",
+    LrSchedule: "mpcl_lr_schedule",
     LossScaleParams: "mpcl_loss_scale_params", LossScaleState: "mpcl_loss_scale_state",
     ModelParams: "mpcl_model_params", LayerSummary: "mpcl_layer_summary",
     ParamInfo: "mpcl_param_info", CheckpointPosition: "mpcl_checkpoint_position",

@@ -389,6 +389,8 @@ class Sequential:
             opt = optimizers.get(opt.inner_optimizer)
         mp.optim = opt._params()
         call(lib.mpcl_optim_params_check, None, ctypes.byref(mp.optim))
+        mp.lr_schedule = opt._lr_schedule()
+        call(lib.mpcl_lr_schedule_check, None, ctypes.byref(mp.lr_schedule))
         mp.policy = _lib.parse_enum(lib.mpcl_policy_parse, self.policy, "policy", _lib.POLICIES)
         mp.seed = self.seed
         self._compiled = _Compiled(mp, names, loss, host_activation)

@@ -3,6 +3,7 @@ library's optimizer table (mpcl_optim_params). Hyperparameters are checked
 when the optimizer is made, under the library's rules
 (mpcl_optim_params_check), with errors that name the argument."""
 
+from . import schedules
 from ._lib import check_real
 
 
@@ -10,14 +11,18 @@ class Optimizer:
     kind = None
 
     def __init__(self, learning_rate, global_clipnorm=None):
-        self.learning_rate = check_real("learning_rate", learning_rate, lo=0)
+        # A number, or a schedule (mpcl.optimizers.schedules) as in Keras.
+        self.learning_rate = learning_rate if isinstance(
+            learning_rate, schedules.LearningRateSchedule) else check_real(
+                "learning_rate", learning_rate, lo=0)
         self.global_clipnorm = None if global_clipnorm is None else check_real(
             "global_clipnorm", global_clipnorm, lo=0)
 
     def _params(self):
         from . import _lib
         p = _lib.lib.mpcl_optim_default_params(self.kind)
-        p.lr = self.learning_rate
+        lr = self.learning_rate
+        p.lr = lr._peak() if isinstance(lr, schedules.LearningRateSchedule) else lr
         if self.global_clipnorm is not None:
             p.clip_norm = self.global_clipnorm
         self._fill(p)
@@ -25,6 +30,14 @@ class Optimizer:
 
     def _fill(self, p):
         pass
+
+    def _lr_schedule(self):
+        """The mpcl_lr_schedule of learning_rate (constant for a number)."""
+        from . import _lib
+        lr = self.learning_rate
+        if isinstance(lr, schedules.LearningRateSchedule):
+            return lr._schedule()
+        return _lib.lib.mpcl_lr_schedule_default()
 
 
 class Adam(Optimizer):

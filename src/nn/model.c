@@ -44,6 +44,7 @@ mpcl_model_params mpcl_model_default_params(void) {
     p.max_batch = 128;
     p.seed = 42;
     p.optim = mpcl_optim_default_params(MPCL_OPTIM_ADAM);
+    p.lr_schedule = mpcl_lr_schedule_default();
     p.loss_scaling = MPCL_LOSS_SCALING_PLAN;
     p.loss_scale = mpcl_loss_scale_default_params();
     return p;
@@ -180,7 +181,8 @@ static mpcl_status check_params(mpcl_context *ctx, const mpcl_model_params *p) {
     if ((unsigned)p->loss_scaling > MPCL_LOSS_SCALING_OFF)
         return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "unknown loss scaling choice %d",
                           (int)p->loss_scaling);
-    return mpcl_optim_params_check(ctx, &p->optim);
+    st = mpcl_optim_params_check(ctx, &p->optim);
+    return st == MPCL_OK ? mpcl_lr_schedule_check(ctx, &p->lr_schedule) : st;
 }
 
 /* Glorot (Xavier) uniform: U(-limit, limit), limit = sqrt(6 / (fan_in +
@@ -624,6 +626,10 @@ mpcl_status mpcl_model_write_param(mpcl_model *m, size_t index, mpcl_optim_slot 
     mpcl_status st = row_range(m, &m->tables.params, index, count, &offset);
     if (st != MPCL_OK) return st;
     return mpcl_optimizer_write(m->ctx, m->opt, slot, offset, src, count);
+}
+
+mpcl_status mpcl_model_set_lr(mpcl_model *m, float lr) {
+    return mpcl_optimizer_set_lr(m->opt, lr);
 }
 
 mpcl_status mpcl_model_read_step(mpcl_model *m, uint32_t *step) {

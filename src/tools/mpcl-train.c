@@ -61,7 +61,15 @@ static const char usage_rest[] =
     "  --epochs N              epochs to train, in total when resuming (default 10)\n"
     "  --batch N               batch size (default 128; at most the training samples)\n"
     "  --optimizer O           adam, adamw or sgd (default adam)\n"
-    "  --lr X                  learning rate (default 1e-3; 1e-2 for sgd)\n"
+    "  --lr X                  learning rate (default 1e-3; 1e-2 for sgd): the peak of a\n"
+    "                          schedule\n"
+    "  --lr-schedule S         constant or cosine (Keras' CosineDecay; default constant)\n"
+    "  --warmup-steps N        linear warm-up from 0 to --lr over the first N steps\n"
+    "                          (default 0)\n"
+    "  --decay-steps N         cosine: steps of the decay after the warm-up (default: the\n"
+    "                          rest of the run, epochs * steps per epoch - warm-up)\n"
+    "  --lr-min-ratio X        cosine: the final lr as a fraction of --lr, in [0, 1]\n"
+    "                          (Keras' alpha; default 0)\n"
     "  --momentum X            sgd momentum in [0, 1] (default 0.9)\n"
     "  --nesterov              sgd with Nesterov momentum\n"
     "  --clip-norm X           clip the global gradient L2 norm to X (default: no clipping)\n"
@@ -88,7 +96,7 @@ static const char usage_rest[] =
     "  --save-every N|Ne       also save every N steps (or N epochs) during the run\n"
     "  --resume PATH           continue from a checkpoint (same model flags)\n"
     "  --metrics PATH          CSV: step,epoch,loss,accuracy,loss_scale,skipped,samples_per_s,\n"
-    "                          grad_norm (empty without --clip-norm)\n"
+    "                          grad_norm (empty without --clip-norm),lr (the last step's)\n"
     "  --report-every N        steps between progress reports (default 50)\n"
     "  --plot PATH             SVG of the run: loss, accuracy, loss scale, samples/s\n"
     "  --json                  JSON summary on stdout; the human text goes to stderr\n"
@@ -203,7 +211,7 @@ static void on_report(void *user, const mpcl_train_report *r) {
                 r->samples_per_s);
         /* Empty without --clip-norm: the norm is computed only to clip. */
         if (isfinite(r->grad_norm)) fprintf(u->metrics, "%.6g", r->grad_norm);
-        fputc('\n', u->metrics);
+        fprintf(u->metrics, ",%.9g\n", r->lr);
         if (fflush(u->metrics) != 0 || ferror(u->metrics)) {
             /* A full disk must not go unnoticed: stop like Ctrl-C would. */
             snprintf(u->metrics_error, sizeof u->metrics_error, "--metrics: write failed: %s",
@@ -317,7 +325,7 @@ static FILE *open_metrics(const char *path, mpcl_loss loss, bool resume, unsigne
     }
     /* The second column is the loss's metric, by its Keras name. */
     if (!append)
-        fprintf(f, "step,epoch,loss,%s,loss_scale,skipped,samples_per_s,grad_norm\n",
+        fprintf(f, "step,epoch,loss,%s,loss_scale,skipped,samples_per_s,grad_norm,lr\n",
                 mpcl_loss_metric_name(loss));
     fflush(f);
     return f;
@@ -365,9 +373,25 @@ static void write_data_json(jsonw *w, const train_args *a, const mpcl_train_data
     jsonw_object_end(w);
 }
 
+/* The lr schedule as the run resolved it, and the last step's lr. */
+static void write_schedule_json(jsonw *w, const mpcl_lr_schedule *sched,
+                                const mpcl_train_summary *s) {
+    jsonw_key(w, "lr_schedule");
+    jsonw_object_begin(w);
+    jsonw_kv_string(w, "kind", mpcl_lr_schedule_kind_name(sched->kind));
+    jsonw_kv_uint(w, "warmup_steps", sched->warmup_steps);
+    if (mpcl_lr_schedule_kind_decays(sched->kind)) {
+        jsonw_kv_uint(w, "decay_steps", sched->decay_steps);
+        jsonw_kv_number(w, "alpha", sched->alpha);
+    }
+    jsonw_object_end(w);
+    jsonw_kv_number(w, "final_lr", s->final_lr);
+}
+
 static void write_json(const train_args *a, const mpcl_device_info *dev, const mpcl_plan *plan,
-                       const mpcl_train_data_info *di, const mpcl_train_summary *s,
-                       const train_dist *td, const double *rates, double startup_s) {
+                       const mpcl_lr_schedule *sched, const mpcl_train_data_info *di,
+                       const mpcl_train_summary *s, const train_dist *td, const double *rates,
+                       double startup_s) {
     jsonw w;
     jsonw_init(&w, stdout);
     jsonw_object_begin(&w);
@@ -408,6 +432,7 @@ static void write_json(const train_args *a, const mpcl_device_info *dev, const m
     jsonw_kv_number(&w, "train_samples_per_s", s->train_samples_per_s);
     jsonw_kv_uint(&w, "skipped_steps", s->skipped_steps);
     jsonw_kv_number(&w, "final_loss_scale", (double)s->final_loss_scale);
+    write_schedule_json(&w, sched, s);
     jsonw_kv_uint(&w, "peak_device_bytes", s->peak_device_bytes);
     jsonw_kv_number(&w, "seconds", s->seconds);
     jsonw_kv_number(&w, "startup_seconds", startup_s);
@@ -487,6 +512,15 @@ static void print_model(FILE *h, const train_args *a, const mpcl_model_params *m
     fprintf(h, "; %s, %s lr %g; batch %zu, %u epochs, seed %llu\n", mpcl_loss_name(m->loss),
             mpcl_optim_kind_name(m->optim.kind), (double)m->optim.lr, m->max_batch, a->epochs,
             (unsigned long long)a->seed);
+    const mpcl_lr_schedule *s = &m->lr_schedule;
+    if (s->warmup_steps || s->kind != MPCL_LR_CONSTANT) {
+        fprintf(h, "lr        %s, warm-up %llu steps", mpcl_lr_schedule_kind_name(s->kind),
+                (unsigned long long)s->warmup_steps);
+        if (mpcl_lr_schedule_kind_decays(s->kind))
+            fprintf(h, ", decay %llu steps to %g x lr", (unsigned long long)s->decay_steps,
+                    s->alpha);
+        fputc('\n', h);
+    }
     if (a->resume) fprintf(h, "resume    %s\n", a->resume);
     fflush(h);
 }
@@ -599,6 +633,7 @@ int main(int argc, char **argv) {
         goto done;
     }
     mpcl_plan plan = *mpcl_model_plan(mpcl_trainer_model(tr));
+    mpcl_lr_schedule sched = mpcl_model_params_of(mpcl_trainer_model(tr))->lr_schedule;
     if (human) print_plan(human, &a, &plan);
     if (human) print_model(human, &a, mpcl_model_params_of(mpcl_trainer_model(tr)));
     mpcl_train_data_info di;
@@ -685,7 +720,8 @@ int main(int argc, char **argv) {
     if (a.json || (td.dist && mpcl_dist_is_mpi(td.dist))) {
         double *rates = calloc(s.world_size, sizeof *rates);
         if (rates) train_dist_rates(&td, &s, rates); /* collective under MPI */
-        if (rates && leader && a.json) write_json(&a, dev, &plan, &di, &s, &td, rates, startup_s);
+        if (rates && leader && a.json)
+            write_json(&a, dev, &plan, &sched, &di, &s, &td, rates, startup_s);
         free(rates);
     }
     /* The status says what happened: a signal after the last step changed

@@ -30,6 +30,7 @@ void train_args_defaults(train_args *a) {
     a->activation = MPCL_ACT_RELU;
     a->loss = MPCL_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY;
     a->optimizer = MPCL_OPTIM_ADAM;
+    a->schedule = mpcl_lr_schedule_default();
     a->momentum = 0.9f;
     a->policy = MPCL_POLICY_AUTO;
     a->loss_scale = MPCL_LOSS_SCALE_DYNAMIC;
@@ -140,6 +141,42 @@ static bool parse_hidden(train_args *a, const char *flag, const char *s, char *e
     return true;
 }
 
+/* The schedule's steps: 2^53 at most, the largest count lr_schedule.h takes. */
+#define SCHEDULE_MAX_STEPS ((uint64_t)1 << 53)
+
+/* The lr schedule's flags (lr_schedule.h); false when f is none of them. */
+static bool apply_schedule(train_args *a, const char *f, const char *v, bool *ok, char *err,
+                           size_t size) {
+    mpcl_lr_schedule *s = &a->schedule;
+    *ok = true;
+    if (strcmp(f, "--lr-schedule") == 0) {
+        if (!mpcl_lr_schedule_kind_parse(v, &s->kind))
+            *ok = fail(err, size, "%s: unknown schedule '%s' (%s)", f, v,
+                       mpcl_lr_schedule_kind_names());
+    } else if (strcmp(f, "--warmup-steps") == 0) {
+        *ok = parse_uint(f, v, 0, SCHEDULE_MAX_STEPS, &s->warmup_steps, err, size);
+    } else if (strcmp(f, "--decay-steps") == 0) {
+        *ok = parse_uint(f, v, 1, SCHEDULE_MAX_STEPS, &s->decay_steps, err, size);
+        a->decay_flag = f;
+        a->decay_value = v;
+    } else if (strcmp(f, "--lr-min-ratio") == 0) {
+        mpcl_number_error e = mpcl_parse_real(v, &s->alpha);
+        if (e != MPCL_NUMBER_OK)
+            *ok = fail(err, size, "%s: '%s' %s (expected a fraction in [0, 1])", f, v,
+                       mpcl_number_error_text(e));
+        else if (!(s->alpha >= 0.0 && s->alpha <= 1.0))
+            *ok = fail(err, size,
+                       "%s: '%s' must be in [0, 1] (the final lr as a fraction of --lr, Keras' "
+                       "alpha)",
+                       f, v);
+        a->decay_flag = f;
+        a->decay_value = v;
+    } else {
+        return false;
+    }
+    return true;
+}
+
 typedef enum flag_kind { FLAG_BOOL, FLAG_VALUE } flag_kind;
 
 static const struct {
@@ -172,6 +209,10 @@ static const struct {
     {"--train-limit", FLAG_VALUE},
     {"--test-limit", FLAG_VALUE},
     {"--clip-norm", FLAG_VALUE},
+    {"--lr-schedule", FLAG_VALUE},
+    {"--warmup-steps", FLAG_VALUE},
+    {"--decay-steps", FLAG_VALUE},
+    {"--lr-min-ratio", FLAG_VALUE},
     {"--momentum", FLAG_VALUE},
     {"--nesterov", FLAG_BOOL},
     {"--json", FLAG_BOOL},
@@ -189,6 +230,8 @@ static const struct {
 
 static bool apply(train_args *a, const char *f, const char *v, char *err, size_t size) {
     uint64_t u;
+    bool ok;
+    if (apply_schedule(a, f, v, &ok, err, size)) return ok;
     if (strcmp(f, "--json") == 0) {
         a->json = true;
     } else if (strcmp(f, "--quiet") == 0) {
@@ -399,6 +442,9 @@ bool train_args_parse(train_args *a, int argc, char **argv, char *err, size_t er
         return fail(err, err_size, "--initial-loss-scale contradicts --loss-scale off");
     /* A dynamic scale's start was asked for: scale, whatever the plan says. */
     if (a->initial_scale_set) a->loss_scaling = MPCL_LOSS_SCALING_ON;
+    if (a->decay_flag && !mpcl_lr_schedule_kind_decays(a->schedule.kind))
+        return fail(err, err_size, "%s %s applies to a decaying --lr-schedule (cosine), not %s",
+                    a->decay_flag, a->decay_value, mpcl_lr_schedule_kind_name(a->schedule.kind));
     if ((a->momentum_set || a->nesterov) && a->optimizer != MPCL_OPTIM_SGD)
         return fail(err, err_size, "--momentum and --nesterov apply to --optimizer sgd only");
     if ((a->save_every || a->save_every_epochs) && !a->save)
@@ -588,6 +634,7 @@ mpcl_train_params train_args_to_params(const train_args *a) {
     m->optim = mpcl_optim_default_params(a->optimizer);
     if (a->lr_set) m->optim.lr = a->lr;
     m->optim.clip_norm = a->clip_norm;
+    m->lr_schedule = a->schedule;
     if (a->optimizer == MPCL_OPTIM_SGD) {
         m->optim.momentum = a->momentum;
         m->optim.nesterov = a->nesterov;

@@ -57,6 +57,11 @@ typedef struct train_args {
     mpcl_grad_compression grad_compression; /* none */
     uint32_t dist_timeout;                  /* seconds; 0: no limit (MPCL_DIST_DEFAULT_TIMEOUT) */
     bool dist_timeout_set;
+    /* --lr-schedule, --warmup-steps, --decay-steps (0 until given: the
+     * run's rest) and --lr-min-ratio (alpha); the last decay flag given,
+     * with its value, for the message when the schedule does not decay. */
+    mpcl_lr_schedule schedule;
+    const char *decay_flag, *decay_value;
 } train_args;
 
 void train_args_defaults(train_args *a);

@@ -13,6 +13,7 @@
 #include "mpcl/layer_spec.h"
 #include "mpcl/loss_scale.h"
 #include "mpcl/losses.h"
+#include "mpcl/lr_schedule.h"
 #include "mpcl/model.h"
 #include "mpcl/ops.h"
 #include "mpcl/optim.h"
@@ -57,6 +58,13 @@ static const abi_row rows[] = {
     FIELD(mpcl_optim_params, nesterov),
     FIELD(mpcl_optim_params, clip_norm),
 
+    SIZE(mpcl_lr_schedule),
+    FIELD(mpcl_lr_schedule, kind),
+    FIELD(mpcl_lr_schedule, warmup_steps),
+    FIELD(mpcl_lr_schedule, decay_steps),
+    FIELD(mpcl_lr_schedule, alpha),
+    FIELD(mpcl_lr_schedule, warmup_from),
+
     SIZE(mpcl_loss_scale_params),
     FIELD(mpcl_loss_scale_params, mode),
     FIELD(mpcl_loss_scale_params, initial_scale),
@@ -88,6 +96,7 @@ static const abi_row rows[] = {
     FIELD(mpcl_model_params, max_batch),
     FIELD(mpcl_model_params, seed),
     FIELD(mpcl_model_params, optim),
+    FIELD(mpcl_model_params, lr_schedule),
     FIELD(mpcl_model_params, loss_scaling),
     FIELD(mpcl_model_params, loss_scale),
 
@@ -132,6 +141,7 @@ static const abi_row rows[] = {
     FIELD(mpcl_train_report, epoch_end),
     FIELD(mpcl_train_report, test_loss),
     FIELD(mpcl_train_report, test_accuracy),
+    FIELD(mpcl_train_report, lr),
 
     SIZE(mpcl_train_params),
     FIELD(mpcl_train_params, data_dir),
@@ -190,6 +200,7 @@ static const abi_row rows[] = {
     FIELD(mpcl_train_summary, replica_samples_per_s),
     FIELD(mpcl_train_summary, allreduce_bytes_per_step),
     FIELD(mpcl_train_summary, allreduce_seconds),
+    FIELD(mpcl_train_summary, final_lr),
 
     SIZE(mpcl_loss_stats),
     FIELD(mpcl_loss_stats, loss),

@@ -52,6 +52,17 @@ static void meta_add(meta_list *l, const char *key, const char *fmt, ...) {
     l->count++;
 }
 
+/* The lr schedule, resolved (a decay over the run's rest has its steps), so
+ * that a resumed run goes on with the same lr at every step. */
+static void meta_add_schedule(meta_list *l, const mpcl_lr_schedule *s) {
+    meta_add(l, "lr_schedule", "%s", mpcl_lr_schedule_kind_name(s->kind));
+    meta_add(l, "warmup_steps", "%llu", (unsigned long long)s->warmup_steps);
+    meta_add(l, "decay_steps", "%llu", (unsigned long long)s->decay_steps);
+    /* %.17g gives back the same double when parsed. */
+    meta_add(l, "lr_alpha", "%.17g", s->alpha);
+    meta_add(l, "warmup_from", "%.17g", s->warmup_from);
+}
+
 /* The one writer: m's tensors, optimizer step and loss-scale state with
  * the position `pos`, atomically to path. With check_counters, a state
  * whose counters a load would refuse is not written either. */
@@ -136,6 +147,7 @@ static mpcl_status write_checkpoint(mpcl_context *ctx, mpcl_model *m,
     }
     meta_add(l, "weight_decay", "%.9g", (double)o->weight_decay);
     meta_add(l, "clip_norm", "%.9g", (double)o->clip_norm);
+    meta_add_schedule(l, &mp->lr_schedule);
     meta_add(l, "step", "%llu", (unsigned long long)pos->step);
     meta_add(l, "optimizer_step", "%lu", (unsigned long)opt_step);
     meta_add(l, "epoch", "%lu", (unsigned long)pos->epoch);
@@ -362,6 +374,41 @@ static mpcl_status check_sequence(const mpcl__ckpt_loader *L, const mpcl_trainer
                       L->path, fix);
 }
 
+/* The schedule's flags, "--lr-schedule cosine --warmup-steps 10 ...", the
+ * ratio in the fewest digits that read back as the same double. */
+static void schedule_flags(char *buf, size_t size, const mpcl_lr_schedule *s) {
+    int k = snprintf(buf, size, "--lr-schedule %s --warmup-steps %llu",
+                     mpcl_lr_schedule_kind_name(s->kind), (unsigned long long)s->warmup_steps);
+    if (!mpcl_lr_schedule_kind_decays(s->kind) || k < 0 || (size_t)k >= size) return;
+    char ratio[32];
+    for (int digits = 6; digits <= 17; digits++) {
+        snprintf(ratio, sizeof ratio, "%.*g", digits, s->alpha);
+        if (strtod(ratio, NULL) == s->alpha) break;
+    }
+    snprintf(buf + k, size - (size_t)k, " --decay-steps %llu --lr-min-ratio %s",
+             (unsigned long long)s->decay_steps, ratio);
+}
+
+/* The lr schedule goes on from the checkpoint's step only if it is the same
+ * schedule: this run's (its decay steps resolved) must equal the saved one. */
+static mpcl_status check_schedule(const mpcl__ckpt_loader *L, const mpcl_trainer *tr,
+                                  const mpcl_lr_schedule *saved) {
+    const mpcl_lr_schedule *mine = &mpcl_model_params_of(tr->model)->lr_schedule;
+    bool decays = mpcl_lr_schedule_kind_decays(saved->kind);
+    if (saved->kind == mine->kind && saved->warmup_steps == mine->warmup_steps &&
+        (!saved->warmup_steps || saved->warmup_from == mine->warmup_from) &&
+        (!decays || (saved->decay_steps == mine->decay_steps && saved->alpha == mine->alpha)))
+        return MPCL_OK;
+    char want[160], have[160];
+    schedule_flags(want, sizeof want, saved);
+    schedule_flags(have, sizeof have, mine);
+    return MPCL_ERROR(L->ctx, MPCL_ERR_FORMAT,
+                      "checkpoint %s was trained with another lr schedule: %s (warm-up from "
+                      "%.9g); this run's is %s (warm-up from %.9g); give the checkpoint's flags "
+                      "to continue its schedule",
+                      L->path, want, saved->warmup_from, have, mine->warmup_from);
+}
+
 /* The bounds a new run's scaler keeps: this run's dynamic scaler's, or the
  * defaults. */
 static mpcl_loss_scale_params scale_bounds(const mpcl_trainer *tr) {
@@ -383,7 +430,8 @@ static mpcl_status check_all(mpcl_trainer *tr, mpcl_checkpoint *c) {
     if ((st = mpcl__ckpt_check_format(&L)) != MPCL_OK ||
         (st = check_identity(&L, tr->model)) != MPCL_OK ||
         (st = mpcl__ckpt_check_file(&L, c, &b, !tr->params.resume_keeps_scale)) != MPCL_OK ||
-        (st = check_same_model(tr->ctx, MPCL_ERR_FORMAT, c, tr->model)) != MPCL_OK)
+        (st = check_same_model(tr->ctx, MPCL_ERR_FORMAT, c, tr->model)) != MPCL_OK ||
+        (st = check_schedule(&L, tr, &c->params.lr_schedule)) != MPCL_OK)
         return st;
     return check_sequence(&L, tr, p->seed, p->batch, p->train_samples);
 }

@@ -118,6 +118,18 @@ static mpcl_status meta_float(const mpcl__ckpt_loader *L, const char *key, float
     return MPCL_OK;
 }
 
+/* A finite double, through the one strict parser. */
+static mpcl_status meta_double(const mpcl__ckpt_loader *L, const char *key, double *out) {
+    const char *v;
+    mpcl_status st = mpcl__ckpt_meta_str(L, key, &v);
+    if (st != MPCL_OK) return st;
+    mpcl_number_error err = mpcl_parse_real(v, out);
+    if (err != MPCL_NUMBER_OK)
+        return MPCL_ERROR(L->ctx, MPCL_ERR_FORMAT, "checkpoint %s: metadata %s = \"%s\" %s",
+                          L->path, key, v, mpcl_number_error_text(err));
+    return MPCL_OK;
+}
+
 void mpcl__ckpt_shape_str(char *buf, size_t size, size_t ndim, const size_t *shape) {
     size_t k = (size_t)snprintf(buf, size, "[");
     for (size_t i = 0; i < ndim && k < size; i++)
@@ -213,6 +225,30 @@ static mpcl_status parse_optimizer(const mpcl__ckpt_loader *L, mpcl_optim_params
     return MPCL_OK;
 }
 
+/* The lr schedule under mpcl_lr_schedule_check's rules. Checkpoints from
+ * before schedules have no lr_schedule key: constant. */
+static mpcl_status parse_schedule(const mpcl__ckpt_loader *L, mpcl_lr_schedule *s) {
+    *s = mpcl_lr_schedule_default();
+    const char *v = mpcl_safetensors_meta_get(L->st, "lr_schedule");
+    if (!v) return MPCL_OK;
+    if (!mpcl_lr_schedule_kind_parse(v, &s->kind))
+        return MPCL_ERROR(L->ctx, MPCL_ERR_FORMAT,
+                          "checkpoint %s: metadata lr_schedule = \"%s\" is none of %s", L->path, v,
+                          mpcl_lr_schedule_kind_names());
+    mpcl_status st;
+    if ((st = meta_uint(L, "warmup_steps", 0, UINT64_MAX, &s->warmup_steps)) != MPCL_OK ||
+        (st = meta_uint(L, "decay_steps", 0, UINT64_MAX, &s->decay_steps)) != MPCL_OK ||
+        (st = meta_double(L, "lr_alpha", &s->alpha)) != MPCL_OK ||
+        (st = meta_double(L, "warmup_from", &s->warmup_from)) != MPCL_OK)
+        return st;
+    if (mpcl_lr_schedule_check(NULL, s) != MPCL_OK) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", mpcl_errmsg());
+        return MPCL_ERROR(L->ctx, MPCL_ERR_FORMAT, "checkpoint %s: metadata: %s", L->path, why);
+    }
+    return MPCL_OK;
+}
+
 /* An MLP from the model and activation keys of a checkpoint without
  * layers (0.1.0 and the MLP-only versions after it). */
 static mpcl_status parse_mlp(const mpcl__ckpt_loader *L, mpcl_model_params *p) {
@@ -266,6 +302,7 @@ static mpcl_status parse_choices(const mpcl__ckpt_loader *L, mpcl_checkpoint *c)
     mpcl_status st = v ? parse_layers(L, v, p) : parse_mlp(L, p);
     if (st != MPCL_OK) return st;
     if ((st = parse_optimizer(L, &p->optim)) != MPCL_OK) return st;
+    if ((st = parse_schedule(L, &p->lr_schedule)) != MPCL_OK) return st;
     if ((st = mpcl__ckpt_meta_str(L, "policy", &v)) != MPCL_OK) return st;
     if (!mpcl_policy_parse(v, &p->policy))
         return MPCL_ERROR(L->ctx, MPCL_ERR_FORMAT,

@@ -21,7 +21,7 @@ typedef struct job_field {
     const char *(*names)(int);
 } job_field;
 
-#define JOB_MAX_FIELDS (40 + 2 * MPCL_MAX_LAYERS)
+#define JOB_MAX_FIELDS (48 + 2 * MPCL_MAX_LAYERS)
 
 typedef struct job {
     job_field f[JOB_MAX_FIELDS];
@@ -56,6 +56,9 @@ static const char *activation_name(int v) {
 }
 static const char *optimizer_name(int v) {
     return mpcl_optim_kind_name((mpcl_optim_kind)v);
+}
+static const char *schedule_name(int v) {
+    return mpcl_lr_schedule_kind_name((mpcl_lr_schedule_kind)v);
 }
 static const char *compression_name(int v) {
     return mpcl_grad_compression_name((mpcl_grad_compression)v);
@@ -102,6 +105,11 @@ static void describe(const mpcl_trainer *tr, job *j) {
     add_count(j, "nesterov", (uint64_t)m->optim.nesterov);
     add_real(j, "weight decay", m->optim.weight_decay);
     add_real(j, "clip norm", m->optim.clip_norm);
+    add(j, "lr schedule", JOB_NAME, m->lr_schedule.kind, schedule_name);
+    add_count(j, "warmup steps", m->lr_schedule.warmup_steps);
+    add_count(j, "decay steps", m->lr_schedule.decay_steps);
+    add_real(j, "lr alpha", m->lr_schedule.alpha);
+    add_real(j, "warmup from", m->lr_schedule.warmup_from);
     add_count(j, "loss scaling", mpcl_model_loss_scale(tr->model) != NULL);
     add_real(j, "loss scale", tr->loss_scale);
     add_count(j, "training samples", tr->train_count);

@@ -137,6 +137,14 @@ static mpcl_status create_models(mpcl_trainer *tr, mpcl_model_params *mp) {
     return MPCL_OK;
 }
 
+/* A schedule whose decay_steps is 0 decays to the end of the run: over the
+ * steps left after the warm-up (at least 1). */
+static void resolve_schedule(mpcl_lr_schedule *s, uint32_t epochs, uint64_t steps_per_epoch) {
+    if (!mpcl_lr_schedule_kind_decays(s->kind) || s->decay_steps) return;
+    uint64_t total = (uint64_t)epochs * steps_per_epoch;
+    s->decay_steps = total > s->warmup_steps ? total - s->warmup_steps : 1;
+}
+
 /* The batch a run takes: the one asked for, or all the training samples when
  * there are fewer (Keras' fit then takes one batch of all of them), so that
  * no buffer is sized for rows that can never come. */
@@ -194,6 +202,7 @@ static bool early_model(mpcl_trainer *tr, const mpcl_train_params *params, mpcl_
     mp->classes = (size_t)classes;
     mp->max_batch = run_batch(params->batch, count);
     mp->seed = params->seed;
+    resolve_schedule(&mp->lr_schedule, params->epochs, (count + mp->max_batch - 1) / mp->max_batch);
     if (mp->policy == MPCL_POLICY_AUTO && !mpcl__auto_plan_known(tr->ctx, mp)) return false;
     if ((*st = setup_replicas(tr, params)) == MPCL_OK) *st = create_models(tr, mp);
     *msg = *st != MPCL_OK ? strdup(mpcl_errmsg()) : NULL;
@@ -291,9 +300,12 @@ mpcl_status mpcl_trainer_create(mpcl_context *ctx, const mpcl_train_params *para
     }
     mp.max_batch = batch;
     mp.seed = params->seed;
+    resolve_schedule(&mp.lr_schedule, params->epochs, tr->steps_per_epoch);
     tr->params.model = mp;
+    tr->lr = mp.optim.lr;
     if (early && (early_mp.inputs != mp.inputs || early_mp.classes != mp.classes ||
-                  early_mp.max_batch != mp.max_batch)) {
+                  early_mp.max_batch != mp.max_batch ||
+                  early_mp.lr_schedule.decay_steps != mp.lr_schedule.decay_steps)) {
         destroy_models(tr); /* the files changed between the reads: the data decide */
         early = false;
     }
@@ -476,6 +488,7 @@ static mpcl_status report(mpcl_trainer *tr, fit_clock *c, bool epoch_end) {
     r.accuracy = s.metric_sum / n;
     r.loss_scale = tr->loss_scale;
     r.skipped = tr->skipped_steps;
+    r.lr = tr->lr;
     r.grad_norm = NAN;
     if (mpcl_model_params_of(tr->model)->optim.clip_norm > 0.0f) {
         float norm;
@@ -549,6 +562,19 @@ static bool save_due(const mpcl_trainer *tr, bool epoch_end) {
            (p->save_every_epochs && epoch_end && tr->epoch % p->save_every_epochs == 0);
 }
 
+/* Every replica's lr for the step about to run: the schedule at the host
+ * step count (a step the loss scaler will skip counts too), the same on
+ * every replica and every rank. */
+static mpcl_status set_step_lr(mpcl_trainer *tr) {
+    const mpcl_model_params *mp = mpcl_model_params_of(tr->model);
+    float lr = mpcl_lr_at(&mp->lr_schedule, mp->optim.lr, tr->step);
+    mpcl_status st = MPCL_OK;
+    for (size_t r = 0; r < tr->replicas && st == MPCL_OK; r++)
+        st = mpcl_model_set_lr(tr->models[r], lr);
+    if (st == MPCL_OK) tr->lr = lr;
+    return st;
+}
+
 /* One step on the global batch of B rows at `first` of the epoch's order.
  * Data parallel: each replica gathers its slice from its own copy of the
  * data, and its loss gradient is divided by the global B (not its slice's
@@ -556,8 +582,8 @@ static bool save_due(const mpcl_trainer *tr, bool epoch_end) {
  * batch's gradient (mpcl_model_forward_slice); then every replica applies
  * the same sum. */
 static mpcl_status train_step(mpcl_trainer *tr, size_t first, size_t B) {
-    mpcl_status st = MPCL_OK;
-    if (!tr->dist) {
+    mpcl_status st = set_step_lr(tr);
+    if (st == MPCL_OK && !tr->dist) {
         mpcl_tensor x = mpcl__tensor_rows(tr->x, B), y = mpcl__tensor_rows(tr->labels, B);
         st =
             mpcl_device_dataset_batch(tr->ctx, tr->train, tr->order, tr->host_order, first, &x, &y);
@@ -672,6 +698,7 @@ void mpcl_trainer_summary(const mpcl_trainer *tr, mpcl_train_summary *out) {
     out->seconds = tr->seconds;
     out->skipped_steps = tr->skipped_steps;
     out->final_loss_scale = tr->loss_scale;
+    out->final_lr = tr->lr;
     out->peak_device_bytes = mpcl_context_bytes_peak(tr->ctx);
     out->world_size = tr->dist ? mpcl_dist_world_size(tr->dist) : 1;
     uint64_t mine = tr->dist ? tr->local_samples : tr->train_samples;

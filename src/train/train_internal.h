@@ -54,6 +54,7 @@ struct mpcl_trainer {
     double seconds;
     float loss_scale;       /* as last read from the device; 1 without a scaler */
     uint32_t skipped_steps; /* likewise; 0 without a scaler */
+    float lr;               /* the lr of the last step (the base lr before any) */
 
     /* For mpcl_trainer_data_info; params.batch is the batch the run takes. */
     size_t batch_requested;
