@@ -408,6 +408,7 @@ static void check_kind(const mpcl_optim_params *p, uint64_t seed) {
 static void sgd_momentum_matches_reference(void **state) {
     (void)state;
     mpcl_optim_params p = mpcl_optim_default_params(MPCL_OPTIM_SGD);
+    p.momentum = 0.9f;
     p.weight_decay = 1e-3f;
     check_kind(&p, 11);
     p.nesterov = 1;
@@ -562,29 +563,34 @@ static void defaults_are_documented_values(void **state) {
     assert_int_equal(w.kind, MPCL_OPTIM_ADAMW);
     assert_true(w.weight_decay == 0.004f && w.clip_norm == 0.0f);
     mpcl_optim_params s = mpcl_optim_default_params(MPCL_OPTIM_SGD);
-    assert_true(s.lr == 1e-2f && s.momentum == 0.9f && s.nesterov == 0 && s.clip_norm == 0.0f);
+    assert_true(s.lr == 1e-2f && s.momentum == 0.0f && s.nesterov == 0 && s.clip_norm == 0.0f);
 }
 
 /* Every kind's name parses back to it and appears in the list of names;
  * unknown names (case-sensitive) are rejected and leave *out alone. */
 static void kind_names_round_trip(void **state) {
     (void)state;
-    static const char *const names[MPCL_OPTIM_COUNT] = {
+    static const char *const first[] = {
         [MPCL_OPTIM_SGD] = "sgd", [MPCL_OPTIM_ADAM] = "adam", [MPCL_OPTIM_ADAMW] = "adamw"};
+    const int count = (int)mpcl_optim_kind_count();
+    assert_true(count >= 3);
     const char *list = mpcl_optim_kind_names();
     assert_non_null(list);
-    for (int k = 0; k < MPCL_OPTIM_COUNT; k++) {
+    for (int k = 0; k < count; k++) {
         const char *name = mpcl_optim_kind_name((mpcl_optim_kind)k);
         assert_non_null(name);
-        assert_string_equal(name, names[k]);
+        if (k < 3) assert_string_equal(name, first[k]);
         assert_non_null(strstr(list, name));
-        mpcl_optim_kind out = MPCL_OPTIM_COUNT;
+        assert_non_null(mpcl_optim_kind_keras_name((mpcl_optim_kind)k));
+        mpcl_optim_kind out = (mpcl_optim_kind)count;
         assert_true(mpcl_optim_kind_parse(name, &out));
         assert_int_equal(out, k);
     }
-    assert_null(mpcl_optim_kind_name(MPCL_OPTIM_COUNT));
+    assert_string_equal(mpcl_optim_kind_keras_name(MPCL_OPTIM_ADAMW), "AdamW");
+    assert_null(mpcl_optim_kind_name((mpcl_optim_kind)count));
+    assert_null(mpcl_optim_kind_keras_name((mpcl_optim_kind)count));
     assert_null(mpcl_optim_kind_name((mpcl_optim_kind)-1));
-    const char *bad[] = {"", "Adam", "ADAMW", "adam ", "adamx", "sg", "rmsprop"};
+    const char *bad[] = {"", "Adam", "ADAMW", "adam ", "adamx", "sg", "lamb"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         mpcl_optim_kind out = MPCL_OPTIM_ADAMW;
         if (mpcl_optim_kind_parse(bad[i], &out)) fail_msg("\"%s\" parsed", bad[i]);
@@ -595,10 +601,75 @@ static void kind_names_round_trip(void **state) {
     assert_int_equal(out, MPCL_OPTIM_ADAMW);
 }
 
+/* Hyperparameters by Keras' name: learning_rate first and global_clipnorm
+ * last for every kind, text in and out, and errors that name the optimizer,
+ * the hyperparameter and what it takes, leaving p as it was. */
+static void params_by_name(void **state) {
+    (void)state;
+    for (int k = 0; k < (int)mpcl_optim_kind_count(); k++) {
+        size_t n = mpcl_optim_param_count((mpcl_optim_kind)k);
+        assert_true(n >= 2);
+        assert_string_equal(mpcl_optim_param_name((mpcl_optim_kind)k, 0), "learning_rate");
+        assert_string_equal(mpcl_optim_param_field((mpcl_optim_kind)k, 0), "lr");
+        assert_string_equal(mpcl_optim_param_name((mpcl_optim_kind)k, n - 1), "global_clipnorm");
+        assert_null(mpcl_optim_param_name((mpcl_optim_kind)k, n));
+        /* Each default, as text, reads back as the default params' value. */
+        mpcl_optim_params p = mpcl_optim_default_params((mpcl_optim_kind)k);
+        for (size_t i = 0; i < n; i++) {
+            char buf[32];
+            const char *name = mpcl_optim_param_name((mpcl_optim_kind)k, i);
+            TU_ASSERT_OK(mpcl_optim_params_get(NULL, &p, name, buf, sizeof buf));
+            mpcl_optim_params q = p;
+            TU_ASSERT_OK(mpcl_optim_params_set(NULL, &q, name,
+                                               mpcl_optim_param_default((mpcl_optim_kind)k, i)));
+            assert_memory_equal(&p, &q, sizeof p);
+        }
+    }
+    assert_int_equal(mpcl_optim_param_count((mpcl_optim_kind)mpcl_optim_kind_count()), 0);
+
+    mpcl_optim_params p = mpcl_optim_default_params(MPCL_OPTIM_SGD);
+    TU_ASSERT_OK(mpcl_optim_params_set(NULL, &p, "momentum", "0.5"));
+    TU_ASSERT_OK(mpcl_optim_params_set(NULL, &p, "nesterov", "true"));
+    TU_ASSERT_OK(mpcl_optim_params_set(NULL, &p, "learning_rate", "0.25"));
+    assert_true(p.momentum == 0.5f && p.nesterov == 1 && p.lr == 0.25f);
+    char buf[32];
+    TU_ASSERT_OK(mpcl_optim_params_get(NULL, &p, "nesterov", buf, sizeof buf));
+    assert_string_equal(buf, "true");
+    TU_ASSERT_OK(mpcl_optim_params_get(NULL, &p, "momentum", buf, sizeof buf));
+    assert_string_equal(buf, "0.5");
+    assert_int_equal(mpcl_optim_params_get(NULL, &p, "momentum", buf, 3), MPCL_ERR_INVALID_ARG);
+
+    const struct {
+        mpcl_optim_kind kind;
+        const char *name, *text, *words[3];
+    } bad[] = {
+        {MPCL_OPTIM_SGD, "momentum", "1.5", {"sgd", "momentum", "[0, 1]"}},
+        {MPCL_OPTIM_SGD, "nesterov", "1", {"sgd", "nesterov", "true or false"}},
+        {MPCL_OPTIM_SGD, "beta_1", "0.5", {"sgd", "'beta_1'", "momentum, nesterov"}},
+        {MPCL_OPTIM_ADAM, "beta_1", "1", {"adam", "beta_1", "[0, 1)"}},
+        {MPCL_OPTIM_ADAM, "epsilon", "0", {"adam", "epsilon", "> 0"}},
+        {MPCL_OPTIM_ADAM, "epsilon", "+1", {"adam", "epsilon", "plain decimal"}},
+        {MPCL_OPTIM_ADAMW, "weight_decay", "-1", {"adamw", "weight_decay", ">= 0"}},
+        {MPCL_OPTIM_ADAMW, "learning_rate", "1e39", {"adamw", "learning_rate", "finite"}},
+        {MPCL_OPTIM_ADAMW, "global_clipnorm", "nan", {"adamw", "global_clipnorm", "'nan'"}},
+        {MPCL_OPTIM_ADAMW, "momentum", "0.5", {"adamw", "'momentum'", "beta_2, epsilon"}},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        mpcl_optim_params q = mpcl_optim_default_params(bad[i].kind), q0 = q;
+        assert_int_equal(mpcl_optim_params_set(NULL, &q, bad[i].name, bad[i].text),
+                         MPCL_ERR_INVALID_ARG);
+        assert_memory_equal(&q, &q0, sizeof q);
+        for (int w = 0; w < 3; w++)
+            if (!strstr(mpcl_errmsg(), bad[i].words[w]))
+                fail_msg("%s=%s: '%s' lacks '%s'", bad[i].name, bad[i].text, mpcl_errmsg(),
+                         bad[i].words[w]);
+    }
+}
+
 static void params_check(void **state) {
     (void)state;
     mpcl_context *ctx = tu_context();
-    for (int k = 0; k < MPCL_OPTIM_COUNT; k++) {
+    for (int k = 0; k < (int)mpcl_optim_kind_count(); k++) {
         mpcl_optim_params p = mpcl_optim_default_params((mpcl_optim_kind)k);
         assert_int_equal(mpcl_optim_params_check(NULL, &p), MPCL_OK);
         const float ok[] = {0.0f, 1e-30f, 1.0f, 1e30f};
@@ -620,8 +691,13 @@ static void params_check(void **state) {
         assert_int_equal(mpcl_optim_params_check(ctx, &p), MPCL_ERR_INVALID_ARG);
     }
     mpcl_optim_params p = mpcl_optim_default_params(MPCL_OPTIM_ADAM);
-    p.kind = MPCL_OPTIM_COUNT;
+    p.kind = (mpcl_optim_kind)mpcl_optim_kind_count();
     assert_int_equal(mpcl_optim_params_check(ctx, &p), MPCL_ERR_INVALID_ARG);
+    /* The check names the optimizer, the hyperparameter and its range. */
+    p = mpcl_optim_default_params(MPCL_OPTIM_ADAM);
+    p.beta2 = 1.0f;
+    assert_int_equal(mpcl_optim_params_check(ctx, &p), MPCL_ERR_INVALID_ARG);
+    assert_non_null(strstr(mpcl_errmsg(), "optimizer adam: beta_2 1 is not in [0, 1)"));
     mpcl_context_destroy(ctx);
 }
 
@@ -855,14 +931,15 @@ static void errors_touch_nothing(void **state) {
 
     /* SGD has no second moment. */
     assert_false(mpcl_optim_has_slot(MPCL_OPTIM_SGD, MPCL_OPTIM_SLOT_V));
-    for (int k = 0; k < MPCL_OPTIM_COUNT; k++) {
+    const mpcl_optim_kind past_end = (mpcl_optim_kind)mpcl_optim_kind_count();
+    for (int k = 0; k < (int)past_end; k++) {
         assert_true(mpcl_optim_has_slot((mpcl_optim_kind)k, MPCL_OPTIM_SLOT_MASTER));
         assert_true(mpcl_optim_has_slot((mpcl_optim_kind)k, MPCL_OPTIM_SLOT_M));
         assert_int_equal(mpcl_optim_has_slot((mpcl_optim_kind)k, MPCL_OPTIM_SLOT_V),
                          k != MPCL_OPTIM_SGD);
         assert_false(mpcl_optim_has_slot((mpcl_optim_kind)k, MPCL_OPTIM_SLOT_COUNT));
     }
-    assert_false(mpcl_optim_has_slot(MPCL_OPTIM_COUNT, MPCL_OPTIM_SLOT_MASTER));
+    assert_false(mpcl_optim_has_slot(past_end, MPCL_OPTIM_SLOT_MASTER));
     p = mpcl_optim_default_params(MPCL_OPTIM_SGD);
     TU_ASSERT_OK(mpcl_optimizer_create(ctx, &p, master, working, &opt));
     launches = mpcl_context_launch_count(ctx);
@@ -889,6 +966,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(defaults_are_documented_values),
         cmocka_unit_test(kind_names_round_trip),
+        cmocka_unit_test(params_by_name),
         cmocka_unit_test(params_check),
         cmocka_unit_test(sgd_momentum_matches_reference),
         cmocka_unit_test(adam_matches_reference),

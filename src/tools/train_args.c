@@ -30,7 +30,6 @@ void train_args_defaults(train_args *a) {
     a->activation = MPCL_ACT_RELU;
     a->loss = MPCL_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY;
     a->optimizer = MPCL_OPTIM_ADAM;
-    a->momentum = 0.9f;
     a->policy = MPCL_POLICY_AUTO;
     a->loss_scale = MPCL_LOSS_SCALE_DYNAMIC;
     a->initial_scale = 32768.0f;
@@ -174,6 +173,7 @@ static const struct {
     {"--clip-norm", FLAG_VALUE},
     {"--momentum", FLAG_VALUE},
     {"--nesterov", FLAG_BOOL},
+    {"--opt", FLAG_VALUE},
     {"--json", FLAG_BOOL},
     {"--quiet", FLAG_BOOL},
     {"--help", FLAG_BOOL},
@@ -186,6 +186,75 @@ static const struct {
     {"--grad-compression", FLAG_VALUE},
     {"--dist-timeout", FLAG_VALUE},
 };
+
+/* Records an optimizer setting; it is checked against the kind's declaration
+ * once every flag is read (--optimizer may come later). */
+static bool add_opt(train_args *a, const char *flag, const char *name, size_t name_len,
+                    const char *value, char *err, size_t size) {
+    if (a->opt_count == TRAIN_ARGS_MAX_OPT)
+        return fail(err, size, "%s: more than %d optimizer settings", flag, TRAIN_ARGS_MAX_OPT);
+    if (name_len >= sizeof a->opt[0].name)
+        return fail(err, size, "%s: hyperparameter name '%.*s' is too long", flag, (int)name_len,
+                    name);
+    a->opt[a->opt_count].flag = flag;
+    memcpy(a->opt[a->opt_count].name, name, name_len);
+    a->opt[a->opt_count].name[name_len] = '\0';
+    a->opt[a->opt_count++].value = value;
+    return true;
+}
+
+/* "sgd or rmsprop": the kinds that declare hyperparameter name. */
+static void kinds_with(const char *name, char *buf, size_t size) {
+    size_t used = 0, found = 0, total = 0;
+    for (size_t k = 0; k < mpcl_optim_kind_count(); k++)
+        for (size_t i = 0; i < mpcl_optim_param_count((mpcl_optim_kind)k); i++)
+            if (strcmp(mpcl_optim_param_name((mpcl_optim_kind)k, i), name) == 0) total++;
+    buf[0] = '\0';
+    for (size_t k = 0; k < mpcl_optim_kind_count() && used < size; k++)
+        for (size_t i = 0; i < mpcl_optim_param_count((mpcl_optim_kind)k); i++)
+            if (strcmp(mpcl_optim_param_name((mpcl_optim_kind)k, i), name) == 0 && used < size) {
+                found++;
+                used += (size_t)snprintf(buf + used, size - used, "%s%s",
+                                         found == 1       ? ""
+                                         : found == total ? " or "
+                                                          : ", ",
+                                         mpcl_optim_kind_name((mpcl_optim_kind)k));
+            }
+}
+
+/* The library's last message without its status name and source location:
+ * "optimizer sgd: momentum 3 is not in [0, 1]". */
+static void bare_message(char *buf, size_t size) {
+    const char *m = mpcl_errmsg();
+    if (strncmp(m, "MPCL_ERR_", 9) == 0 && strstr(m, ": ")) m = strstr(m, ": ") + 2;
+    snprintf(buf, size, "%s", m);
+    char *at = strrchr(buf, '(');
+    if (at && at > buf && at[-1] == ' ' && strstr(at, ".c:") && at[strlen(at) - 1] == ')')
+        at[-1] = '\0';
+}
+
+/* The chosen kind's defaults (the tool's SGD keeps momentum 0.9, over Keras'
+ * 0), --lr and --clip-norm, then each setting by name, each checked by the
+ * kind's declaration. */
+static bool build_optim(train_args *a, char *err, size_t size) {
+    a->optim = mpcl_optim_default_params(a->optimizer);
+    if (a->optimizer == MPCL_OPTIM_SGD) a->optim.momentum = 0.9f;
+    if (a->lr_set) a->optim.lr = a->lr;
+    a->optim.clip_norm = a->clip_norm;
+    for (size_t i = 0; i < a->opt_count; i++) {
+        const char *flag = a->opt[i].flag, *name = a->opt[i].name, *value = a->opt[i].value;
+        if (mpcl_optim_params_set(NULL, &a->optim, name, value) == MPCL_OK) continue;
+        char kinds[128], why[512];
+        kinds_with(name, kinds, sizeof kinds);
+        bool elsewhere = kinds[0] && strstr(mpcl_errmsg(), "has no hyperparameter");
+        bare_message(why, sizeof why);
+        bool opt = strcmp(flag, "--opt") == 0, typed = strcmp(flag, "--nesterov") != 0;
+        return fail(err, size, "%s%s%s%s%s: %s%s%s", flag, typed ? " " : "", opt ? name : "",
+                    opt ? "=" : "", typed ? value : "", why,
+                    elsewhere ? "; it belongs to --optimizer " : "", elsewhere ? kinds : "");
+    }
+    return true;
+}
 
 static bool apply(train_args *a, const char *f, const char *v, char *err, size_t size) {
     uint64_t u;
@@ -254,7 +323,13 @@ static bool apply(train_args *a, const char *f, const char *v, char *err, size_t
         a->activation = act;
         a->mlp_flag = f;
     } else if (strcmp(f, "--nesterov") == 0) {
-        a->nesterov = true;
+        return add_opt(a, f, "nesterov", strlen("nesterov"), "true", err, size);
+    } else if (strcmp(f, "--opt") == 0) {
+        const char *eq = strchr(v, '=');
+        if (!eq || eq == v)
+            return fail(err, size, "%s: '%s' is not NAME=VALUE (a hyperparameter of --optimizer)",
+                        f, v);
+        return add_opt(a, f, v, (size_t)(eq - v), eq + 1, err, size);
     } else if (strcmp(f, "--optimizer") == 0) {
         if (!mpcl_optim_kind_parse(v, &a->optimizer))
             return fail(err, size, "%s: unknown optimizer '%s' (%s)", f, v,
@@ -262,10 +337,9 @@ static bool apply(train_args *a, const char *f, const char *v, char *err, size_t
     } else if (strcmp(f, "--clip-norm") == 0) {
         if (!parse_positive_float(f, v, false, &a->clip_norm, err, size)) return false;
     } else if (strcmp(f, "--momentum") == 0) {
-        if (!parse_positive_float(f, v, true, &a->momentum, err, size)) return false;
-        if (a->momentum > 1.0f)
-            return fail(err, size, "%s: '%s' is above 1 (momentum is in [0, 1])", f, v);
-        a->momentum_set = true;
+        float momentum;
+        if (!parse_positive_float(f, v, true, &momentum, err, size)) return false;
+        return add_opt(a, f, "momentum", strlen("momentum"), v, err, size);
     } else if (strcmp(f, "--dist-timeout") == 0) {
         if (!parse_uint(f, v, 0, UINT32_MAX, &u, err, size)) return false;
         a->dist_timeout = (uint32_t)u;
@@ -399,8 +473,7 @@ bool train_args_parse(train_args *a, int argc, char **argv, char *err, size_t er
         return fail(err, err_size, "--initial-loss-scale contradicts --loss-scale off");
     /* A dynamic scale's start was asked for: scale, whatever the plan says. */
     if (a->initial_scale_set) a->loss_scaling = MPCL_LOSS_SCALING_ON;
-    if ((a->momentum_set || a->nesterov) && a->optimizer != MPCL_OPTIM_SGD)
-        return fail(err, err_size, "--momentum and --nesterov apply to --optimizer sgd only");
+    if (!build_optim(a, err, err_size)) return false;
     if ((a->save_every || a->save_every_epochs) && !a->save)
         return fail(err, err_size, "--save-every needs --save PATH (where to write)");
     if (a->model_file && a->mlp_flag)
@@ -585,13 +658,7 @@ mpcl_train_params train_args_to_params(const train_args *a) {
     m->policy = a->policy;
     m->max_batch = a->batch;
     m->seed = a->seed;
-    m->optim = mpcl_optim_default_params(a->optimizer);
-    if (a->lr_set) m->optim.lr = a->lr;
-    m->optim.clip_norm = a->clip_norm;
-    if (a->optimizer == MPCL_OPTIM_SGD) {
-        m->optim.momentum = a->momentum;
-        m->optim.nesterov = a->nesterov;
-    }
+    m->optim = a->optim;
     p.num_classes = a->classes;
     p.keep_going_on_nan = a->keep_going_on_nan;
     p.save_path = a->save_every || a->save_every_epochs ? a->save : NULL;
