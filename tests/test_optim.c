@@ -637,6 +637,10 @@ static void params_by_name(void **state) {
     assert_string_equal(buf, "true");
     TU_ASSERT_OK(mpcl_optim_params_get(NULL, &p, "momentum", buf, sizeof buf));
     assert_string_equal(buf, "0.5");
+    /* The shortest text that reads back as the float, not its 9 digits. */
+    mpcl_optim_params adam = mpcl_optim_default_params(MPCL_OPTIM_ADAM);
+    TU_ASSERT_OK(mpcl_optim_params_get(NULL, &adam, "beta_1", buf, sizeof buf));
+    assert_string_equal(buf, "0.9");
     assert_int_equal(mpcl_optim_params_get(NULL, &p, "momentum", buf, 3), MPCL_ERR_INVALID_ARG);
 
     const struct {

@@ -313,6 +313,17 @@ mpcl_status mpcl_optim_params_set(mpcl_context *ctx, mpcl_optim_params *p, const
     return mpcl_optim_params_set_value(ctx, p, i, v);
 }
 
+/* The shortest of %.6g ... %.9g that reads back as x ("0.9", not
+ * "0.899999976"). */
+static int shortest_float(char *buf, size_t size, float x) {
+    char text[32];
+    for (int digits = 6;; digits++) {
+        snprintf(text, sizeof text, "%.*g", digits, (double)x);
+        if (digits == 9 || (float)strtod(text, NULL) == x) break;
+    }
+    return snprintf(buf, size, "%s", text);
+}
+
 mpcl_status mpcl_optim_params_get(mpcl_context *ctx, const mpcl_optim_params *p, const char *name,
                                   char *buf, size_t size) {
     size_t i;
@@ -320,7 +331,7 @@ mpcl_status mpcl_optim_params_get(mpcl_context *ctx, const mpcl_optim_params *p,
     if (st != MPCL_OK) return st;
     double v = mpcl_optim_params_value(p, i);
     int len = mpcl_optim_param_is_bool(p->kind, i) ? snprintf(buf, size, "%s", v ? "true" : "false")
-                                                   : snprintf(buf, size, "%.9g", v);
+                                                   : shortest_float(buf, size, (float)v);
     if (len < 0 || (size_t)len >= size)
         return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "optimizer %s: %s's value needs %d bytes",
                           OPTIM_KINDS[p->kind].name, name, len + 1);

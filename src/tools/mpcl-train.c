@@ -517,9 +517,14 @@ static void print_optimizers(FILE *f) {
     fputs("Optimizers (--optimizer O; hyperparameters for --opt, with defaults):\n", f);
     for (size_t k = 0; k < mpcl_optim_kind_count(); k++) {
         mpcl_optim_kind kind = (mpcl_optim_kind)k;
+        mpcl_optim_params p = train_args_optim_defaults(kind);
         fprintf(f, "  %-22s", mpcl_optim_kind_name(kind));
-        for (size_t i = 0; i < mpcl_optim_param_count(kind); i++)
-            fprintf(f, " %s=%s", mpcl_optim_param_name(kind, i), mpcl_optim_param_default(kind, i));
+        for (size_t i = 0; i < mpcl_optim_param_count(kind); i++) {
+            const char *name = mpcl_optim_param_name(kind, i);
+            char value[32] = "?";
+            mpcl_optim_params_get(NULL, &p, name, value, sizeof value);
+            fprintf(f, " %s=%s", name, value);
+        }
         fputc('\n', f);
     }
 }

@@ -233,12 +233,16 @@ static void bare_message(char *buf, size_t size) {
         at[-1] = '\0';
 }
 
-/* The chosen kind's defaults (the tool's SGD keeps momentum 0.9, over Keras'
- * 0), --lr and --clip-norm, then each setting by name, each checked by the
- * kind's declaration. */
+mpcl_optim_params train_args_optim_defaults(mpcl_optim_kind kind) {
+    mpcl_optim_params p = mpcl_optim_default_params(kind);
+    if (kind == MPCL_OPTIM_SGD) p.momentum = 0.9f;
+    return p;
+}
+
+/* The chosen kind's defaults, --lr and --clip-norm, then each setting by
+ * name, each checked by the kind's declaration. */
 static bool build_optim(train_args *a, char *err, size_t size) {
-    a->optim = mpcl_optim_default_params(a->optimizer);
-    if (a->optimizer == MPCL_OPTIM_SGD) a->optim.momentum = 0.9f;
+    a->optim = train_args_optim_defaults(a->optimizer);
     if (a->lr_set) a->optim.lr = a->lr;
     a->optim.clip_norm = a->clip_norm;
     for (size_t i = 0; i < a->opt_count; i++) {

@@ -70,6 +70,10 @@ typedef struct train_args {
 
 void train_args_defaults(train_args *a);
 
+/* The tool's defaults of an optimizer kind: the library's, except SGD's
+ * momentum, 0.9 (Keras' is 0). */
+mpcl_optim_params train_args_optim_defaults(mpcl_optim_kind kind);
+
 /* Parses argv[1..argc) ("--flag value" and "--flag=value"). Returns true on
  * success; otherwise false with a message in err that names the flag and the
  * bad value. --help and --version only set their fields: the caller acts on
