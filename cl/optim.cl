@@ -133,6 +133,26 @@ OPTIM_ADAM_KERNEL(mpcl_optim_adamw_v8, 1, float8, MPCL_ABI_ELEMENTWISE_VEC, LOAD
 OPTIM_SGD_KERNEL(mpcl_optim_sgd, float, 1, OPTIM_LOAD1, OPTIM_STORE1, LOAD, STORE)
 OPTIM_SGD_KERNEL(mpcl_optim_sgd_v8, float8, MPCL_ABI_ELEMENTWISE_VEC, LOAD_FLOAT8, STORE_FLOAT8, LOAD8, STORE8)
 
+// RMSprop, not centered (PyTorch form: eps after the square root; beta2 is
+// rho).
+#define OPTIM_RMSPROP_KERNEL(NAME, T, N, LOADF, STOREF, LOADW, STOREW)              \
+    __kernel void NAME(__global float *restrict master, __global float *restrict buf, \
+                       __global float *restrict v, OPTIM_COMMON) {                    \
+        OPTIM_BEGIN(N)                                                              \
+        T x0 = LOADF(master, i), b0 = LOADF(buf, i), v0 = LOADF(v, i);              \
+        T gr = LOADW(g, i) * gscale;                                                \
+        T vi = beta2 * v0 + (1.0f - beta2) * gr * gr;                               \
+        T b = momentum * b0 + gr / (sqrt(vi) + eps);                                \
+        T x = x0 - lr * b;                                                          \
+        x = skip ? x0 : x;                                                          \
+        STOREF(buf, i, skip ? b0 : b);                                              \
+        STOREF(v, i, skip ? v0 : vi);                                               \
+        STOREF(master, i, x);                                                       \
+        STOREW(w, i, x);                                                            \
+    }
+OPTIM_RMSPROP_KERNEL(mpcl_optim_rmsprop, float, 1, OPTIM_LOAD1, OPTIM_STORE1, LOAD, STORE)
+OPTIM_RMSPROP_KERNEL(mpcl_optim_rmsprop_v8, float8, MPCL_ABI_ELEMENTWISE_VEC, LOAD_FLOAT8, STORE_FLOAT8, LOAD8, STORE8)
+
 // working[offset + i] = master[offset + i] rounded to the storage dtype: after
 // the host wrote masters (initial weights, a checkpoint), the same rounding
 // as an update.

@@ -92,6 +92,20 @@ static const optim_kind_row OPTIM_KINDS[] = {
      "0.001",
      {OPTIM_WEIGHT_DECAY("0.004"), OPTIM_RATE("beta_1", beta1, "0.9"),
       OPTIM_RATE("beta_2", beta2, "0.999"), OPTIM_EPSILON}},
+    /* RMSprop (not centered): v = rho v + (1 - rho) g^2;
+     * b = momentum * b + g / (sqrt(v) + eps);  w -= lr * b.
+     * PyTorch's RMSprop with alpha = rho (eps added after the square root;
+     * with momentum 0 its w -= lr * g / (sqrt(v) + eps) is the same). Keras
+     * adds eps under the root, g / sqrt(v + eps), and keeps lr in its
+     * velocity, which is the same with constant lr. State: M = b, V = v. */
+    {"rmsprop",
+     "RMSprop",
+     "mpcl_optim_rmsprop",
+     "mpcl_optim_rmsprop_v8",
+     true,
+     "0.001",
+     {OPTIM_RATE("rho", beta2, "0.9"), OPTIM_REAL("momentum", momentum, "0", 0, false, 1, false),
+      OPTIM_EPSILON}},
 };
 
 enum { KIND_COUNT = sizeof OPTIM_KINDS / sizeof OPTIM_KINDS[0] };
