@@ -99,6 +99,7 @@ static mpcl_train_params params_for(recorder *rec, const run_cfg *c) {
     p.model.policy = c->policy;
     p.model.optim = mpcl_optim_default_params(MPCL_OPTIM_SGD);
     p.model.optim.lr = 0.05f;
+    p.model.optim.momentum = 0.9f; /* as before SGD's default became Keras' 0 */
     p.seed = 7;
     p.on_report = on_report;
     p.user = rec;
