@@ -1,5 +1,6 @@
 /* The optimizer table and the updates over flat arenas (include/mpcl/optim.h). */
 #include <math.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -185,15 +186,16 @@ static int by_name(const void *a, const void *b) {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-/* "a, b or c" of the table's names in alphabetical order. */
-static void list_kind_names(char *buf, size_t size) {
+/* "a, b or c": the table's names in alphabetical order, built once. */
+static char kind_names[256];
+
+static void list_kind_names(void) {
     const char *names[KIND_COUNT];
     for (size_t k = 0; k < KIND_COUNT; k++) names[k] = OPTIM_KINDS[k].name;
     qsort(names, KIND_COUNT, sizeof names[0], by_name);
     size_t used = 0;
-    buf[0] = '\0';
-    for (size_t k = 0; k < KIND_COUNT && used < size; k++)
-        used += (size_t)snprintf(buf + used, size - used, "%s%s",
+    for (size_t k = 0; k < KIND_COUNT && used < sizeof kind_names; k++)
+        used += (size_t)snprintf(kind_names + used, sizeof kind_names - used, "%s%s",
                                  k == 0                ? ""
                                  : k + 1 == KIND_COUNT ? " or "
                                                        : ", ",
@@ -201,11 +203,9 @@ static void list_kind_names(char *buf, size_t size) {
 }
 
 const char *mpcl_optim_kind_names(void) {
-    /* Built once; the table is constant, so concurrent first calls write the
-     * same bytes. */
-    static char names[256];
-    if (!names[0]) list_kind_names(names, sizeof names);
-    return names;
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, list_kind_names);
+    return kind_names;
 }
 
 bool mpcl_optim_has_slot(mpcl_optim_kind kind, mpcl_optim_slot slot) {
