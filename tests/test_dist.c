@@ -100,6 +100,7 @@ static mpcl_train_params params_for(recorder *rec, const run_cfg *c) {
     p.model.policy = c->policy;
     p.model.optim = mpcl_optim_default_params(MPCL_OPTIM_SGD);
     p.model.optim.lr = 0.05f;
+    p.model.optim.momentum = 0.9f; /* as before SGD's default became Keras' 0 */
     if (c->cosine) {
         p.model.lr_schedule.kind = MPCL_LR_COSINE;
         p.model.lr_schedule.warmup_steps = 3;

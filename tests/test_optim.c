@@ -69,7 +69,14 @@ static layout padded(void) {
 }
 
 static float round_storage(mpcl_dtype dtype, float x) {
-    return dtype == MPCL_DTYPE_F16 ? mpcl_f16_to_f32(mpcl_f32_to_f16(x)) : x;
+    if (dtype == MPCL_DTYPE_F16) return mpcl_f16_to_f32(mpcl_f32_to_f16(x));
+    if (dtype == MPCL_DTYPE_BF16) return mpcl_bf16_to_f32(mpcl_f32_to_bf16(x));
+    return x;
+}
+
+/* The bits of x rounded to a 16-bit storage dtype. */
+static uint16_t storage_bits(mpcl_dtype dtype, float x) {
+    return dtype == MPCL_DTYPE_F16 ? mpcl_f32_to_f16(x) : mpcl_f32_to_bf16(x);
 }
 
 /* ---- the host reference, in double ---- */
@@ -77,6 +84,13 @@ static float round_storage(mpcl_dtype dtype, float x) {
 typedef struct ref_state {
     double *x, *m, *v; /* master, first moment (SGD: momentum buffer), second moment */
 } ref_state;
+
+/* RMSprop has no enum constant: the table names it. */
+static mpcl_optim_kind rmsprop_kind(void) {
+    mpcl_optim_kind k = MPCL_OPTIM_SGD;
+    assert_true(mpcl_optim_kind_parse("rmsprop", &k));
+    return k;
+}
 
 /* One step over n elements; g is the unscaled (and clipped) gradient. */
 static void ref_step(const mpcl_optim_params *p, ref_state *s, size_t n, const double *g,
@@ -86,7 +100,13 @@ static void ref_step(const mpcl_optim_params *p, ref_state *s, size_t n, const d
                  mu = p->momentum;
     for (size_t i = 0; i < n; i++) {
         double x = s->x[i], gr = g[i];
-        if (p->kind == MPCL_OPTIM_SGD) {
+        if (p->kind == rmsprop_kind()) {
+            double v = b2 * s->v[i] + (1 - b2) * gr * gr; /* beta2 is rho */
+            double b = mu * s->m[i] + gr / (sqrt(v) + eps);
+            x -= lr * b;
+            s->m[i] = b;
+            s->v[i] = v;
+        } else if (p->kind == MPCL_OPTIM_SGD) {
             gr += wd * x;
             double b = mu * s->m[i] + gr;
             x -= lr * (p->nesterov ? gr + mu * b : b);
@@ -188,13 +208,14 @@ static void assert_same(const run_out *a, const run_out *b, size_t n, const char
 /* The working copy equals the master rounded to the storage dtype, exactly. */
 static void assert_working_is_rounded_master(const mpcl_tensor *w, const float *master, size_t n) {
     assert_int_equal(mpcl_tensor_count(w), n);
-    if (mpcl_tensor_dtype(w) == MPCL_DTYPE_F16) {
+    const mpcl_dtype dt = mpcl_tensor_dtype(w);
+    if (dt == MPCL_DTYPE_F16 || dt == MPCL_DTYPE_BF16) {
         uint16_t *bits = malloc(n * sizeof *bits);
         TU_ASSERT_OK(mpcl_tensor_download_raw(w, bits, n * sizeof *bits));
         for (size_t j = 0; j < n; j++)
-            if (bits[j] != mpcl_f32_to_f16(master[j]))
+            if (bits[j] != storage_bits(dt, master[j]))
                 fail_msg("working[%zu] = 0x%04x, master %.9g rounds to 0x%04x", j, bits[j],
-                         (double)master[j], mpcl_f32_to_f16(master[j]));
+                         (double)master[j], storage_bits(dt, master[j]));
         free(bits);
     } else {
         float *x = malloc(n * sizeof *x);
@@ -370,7 +391,8 @@ static void run(mpcl_context *ctx, const run_cfg *c, run_out *out) {
     mpcl_optimizer_destroy(opt);
 }
 
-static const mpcl_dtype storage_dtypes[] = {MPCL_DTYPE_F32, MPCL_DTYPE_F16};
+static const mpcl_dtype storage_dtypes[] = {MPCL_DTYPE_F32, MPCL_DTYPE_F16, MPCL_DTYPE_BF16};
+enum { STORAGE_DTYPES = sizeof storage_dtypes / sizeof storage_dtypes[0] };
 
 /* With dynamic loss scaling, in both storage dtypes: the run with an inf step
  * against the reference, and bit for bit the run without that step. Returns
@@ -378,7 +400,7 @@ static const mpcl_dtype storage_dtypes[] = {MPCL_DTYPE_F32, MPCL_DTYPE_F16};
 static int check_skip_and_reference(mpcl_context *ctx, const mpcl_optim_params *p, const layout *l,
                                     bool grid, uint64_t seed) {
     int clipped = 0;
-    for (int d = 0; d < 2; d++) {
+    for (int d = 0; d < STORAGE_DTYPES; d++) {
         run_out a, b;
         run_cfg c = {p, storage_dtypes[d], l, true, grid, g_skip_at, -1, true, seed};
         run(ctx, &c, &a);
@@ -408,6 +430,7 @@ static void check_kind(const mpcl_optim_params *p, uint64_t seed) {
 static void sgd_momentum_matches_reference(void **state) {
     (void)state;
     mpcl_optim_params p = mpcl_optim_default_params(MPCL_OPTIM_SGD);
+    p.momentum = 0.9f;
     p.weight_decay = 1e-3f;
     check_kind(&p, 11);
     p.nesterov = 1;
@@ -421,6 +444,20 @@ static void adam_matches_reference(void **state) {
     p.weight_decay = 0.01f; /* L2 */
     p.lr = 1e-2f;
     check_kind(&p, 23);
+}
+
+/* Keras' defaults (rho 0.9, momentum 0, epsilon 1e-7), then with momentum
+ * and a larger learning rate. */
+static void rmsprop_matches_reference(void **state) {
+    (void)state;
+    mpcl_optim_params p = mpcl_optim_default_params(rmsprop_kind());
+    assert_true(p.lr == 1e-3f && p.beta2 == 0.9f && p.momentum == 0.0f && p.eps == 1e-7f);
+    check_kind(&p, 51);
+    TU_ASSERT_OK(mpcl_optim_params_set(NULL, &p, "momentum", "0.9"));
+    TU_ASSERT_OK(mpcl_optim_params_set(NULL, &p, "rho", "0.8"));
+    TU_ASSERT_OK(mpcl_optim_params_set(NULL, &p, "learning_rate", "0.01"));
+    assert_true(p.momentum == 0.9f && p.beta2 == 0.8f);
+    check_kind(&p, 53);
 }
 
 static void adamw_matches_reference(void **state) {
@@ -444,7 +481,8 @@ static void large_arena(void **state) {
     check_skip_and_reference(ctx, &p, &l, false, 41);
     p = mpcl_optim_default_params(MPCL_OPTIM_SGD);
     p.clip_norm = 10.0f; /* the norm is ~sqrt(0.375 n) >= 43 */
-    assert_int_equal(check_skip_and_reference(ctx, &p, &l, true, 43), 2 * (g_steps - 1));
+    assert_int_equal(check_skip_and_reference(ctx, &p, &l, true, 43),
+                     STORAGE_DTYPES * (g_steps - 1));
     mpcl_context_destroy(ctx);
 }
 
@@ -463,7 +501,7 @@ static void check_clip(mpcl_context *ctx, const mpcl_optim_params *base, float c
     unclipped.clip_norm = 0.0f;
     const bool below = clip < 5.0f, slow = tu_slow_device(ctx);
     int clipped = check_skip_and_reference(ctx, &p, &pad, false, seed);
-    assert_int_equal(clipped, below ? 2 * (g_steps - 1) : 0);
+    assert_int_equal(clipped, below ? STORAGE_DTYPES * (g_steps - 1) : 0);
     for (int d = 0; d < 2; d++)
         for (int scaled = 0; scaled < (slow ? 1 : 2); scaled++) {
             run_out a, b;
@@ -562,29 +600,34 @@ static void defaults_are_documented_values(void **state) {
     assert_int_equal(w.kind, MPCL_OPTIM_ADAMW);
     assert_true(w.weight_decay == 0.004f && w.clip_norm == 0.0f);
     mpcl_optim_params s = mpcl_optim_default_params(MPCL_OPTIM_SGD);
-    assert_true(s.lr == 1e-2f && s.momentum == 0.9f && s.nesterov == 0 && s.clip_norm == 0.0f);
+    assert_true(s.lr == 1e-2f && s.momentum == 0.0f && s.nesterov == 0 && s.clip_norm == 0.0f);
 }
 
 /* Every kind's name parses back to it and appears in the list of names;
  * unknown names (case-sensitive) are rejected and leave *out alone. */
 static void kind_names_round_trip(void **state) {
     (void)state;
-    static const char *const names[MPCL_OPTIM_COUNT] = {
+    static const char *const first[] = {
         [MPCL_OPTIM_SGD] = "sgd", [MPCL_OPTIM_ADAM] = "adam", [MPCL_OPTIM_ADAMW] = "adamw"};
+    const int count = (int)mpcl_optim_kind_count();
+    assert_true(count >= 3);
     const char *list = mpcl_optim_kind_names();
     assert_non_null(list);
-    for (int k = 0; k < MPCL_OPTIM_COUNT; k++) {
+    for (int k = 0; k < count; k++) {
         const char *name = mpcl_optim_kind_name((mpcl_optim_kind)k);
         assert_non_null(name);
-        assert_string_equal(name, names[k]);
+        if (k < 3) assert_string_equal(name, first[k]);
         assert_non_null(strstr(list, name));
-        mpcl_optim_kind out = MPCL_OPTIM_COUNT;
+        assert_non_null(mpcl_optim_kind_keras_name((mpcl_optim_kind)k));
+        mpcl_optim_kind out = (mpcl_optim_kind)count;
         assert_true(mpcl_optim_kind_parse(name, &out));
         assert_int_equal(out, k);
     }
-    assert_null(mpcl_optim_kind_name(MPCL_OPTIM_COUNT));
+    assert_string_equal(mpcl_optim_kind_keras_name(MPCL_OPTIM_ADAMW), "AdamW");
+    assert_null(mpcl_optim_kind_name((mpcl_optim_kind)count));
+    assert_null(mpcl_optim_kind_keras_name((mpcl_optim_kind)count));
     assert_null(mpcl_optim_kind_name((mpcl_optim_kind)-1));
-    const char *bad[] = {"", "Adam", "ADAMW", "adam ", "adamx", "sg", "rmsprop"};
+    const char *bad[] = {"", "Adam", "ADAMW", "adam ", "adamx", "sg", "lamb"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         mpcl_optim_kind out = MPCL_OPTIM_ADAMW;
         if (mpcl_optim_kind_parse(bad[i], &out)) fail_msg("\"%s\" parsed", bad[i]);
@@ -595,10 +638,79 @@ static void kind_names_round_trip(void **state) {
     assert_int_equal(out, MPCL_OPTIM_ADAMW);
 }
 
+/* Hyperparameters by Keras' name: learning_rate first and global_clipnorm
+ * last for every kind, text in and out, and errors that name the optimizer,
+ * the hyperparameter and what it takes, leaving p as it was. */
+static void params_by_name(void **state) {
+    (void)state;
+    for (int k = 0; k < (int)mpcl_optim_kind_count(); k++) {
+        size_t n = mpcl_optim_param_count((mpcl_optim_kind)k);
+        assert_true(n >= 2);
+        assert_string_equal(mpcl_optim_param_name((mpcl_optim_kind)k, 0), "learning_rate");
+        assert_string_equal(mpcl_optim_param_field((mpcl_optim_kind)k, 0), "lr");
+        assert_string_equal(mpcl_optim_param_name((mpcl_optim_kind)k, n - 1), "global_clipnorm");
+        assert_null(mpcl_optim_param_name((mpcl_optim_kind)k, n));
+        /* Each default, as text, reads back as the default params' value. */
+        mpcl_optim_params p = mpcl_optim_default_params((mpcl_optim_kind)k);
+        for (size_t i = 0; i < n; i++) {
+            char buf[32];
+            const char *name = mpcl_optim_param_name((mpcl_optim_kind)k, i);
+            TU_ASSERT_OK(mpcl_optim_params_get(NULL, &p, name, buf, sizeof buf));
+            mpcl_optim_params q = p;
+            TU_ASSERT_OK(mpcl_optim_params_set(NULL, &q, name,
+                                               mpcl_optim_param_default((mpcl_optim_kind)k, i)));
+            assert_memory_equal(&p, &q, sizeof p);
+        }
+    }
+    assert_int_equal(mpcl_optim_param_count((mpcl_optim_kind)mpcl_optim_kind_count()), 0);
+
+    mpcl_optim_params p = mpcl_optim_default_params(MPCL_OPTIM_SGD);
+    TU_ASSERT_OK(mpcl_optim_params_set(NULL, &p, "momentum", "0.5"));
+    TU_ASSERT_OK(mpcl_optim_params_set(NULL, &p, "nesterov", "true"));
+    TU_ASSERT_OK(mpcl_optim_params_set(NULL, &p, "learning_rate", "0.25"));
+    assert_true(p.momentum == 0.5f && p.nesterov == 1 && p.lr == 0.25f);
+    char buf[32];
+    TU_ASSERT_OK(mpcl_optim_params_get(NULL, &p, "nesterov", buf, sizeof buf));
+    assert_string_equal(buf, "true");
+    TU_ASSERT_OK(mpcl_optim_params_get(NULL, &p, "momentum", buf, sizeof buf));
+    assert_string_equal(buf, "0.5");
+    /* The shortest text that reads back as the float, not its 9 digits. */
+    mpcl_optim_params adam = mpcl_optim_default_params(MPCL_OPTIM_ADAM);
+    TU_ASSERT_OK(mpcl_optim_params_get(NULL, &adam, "beta_1", buf, sizeof buf));
+    assert_string_equal(buf, "0.9");
+    assert_int_equal(mpcl_optim_params_get(NULL, &p, "momentum", buf, 3), MPCL_ERR_INVALID_ARG);
+
+    const struct {
+        mpcl_optim_kind kind;
+        const char *name, *text, *words[3];
+    } bad[] = {
+        {MPCL_OPTIM_SGD, "momentum", "1.5", {"sgd", "momentum", "[0, 1]"}},
+        {MPCL_OPTIM_SGD, "nesterov", "1", {"sgd", "nesterov", "true or false"}},
+        {MPCL_OPTIM_SGD, "beta_1", "0.5", {"sgd", "'beta_1'", "momentum, nesterov"}},
+        {MPCL_OPTIM_ADAM, "beta_1", "1", {"adam", "beta_1", "[0, 1)"}},
+        {MPCL_OPTIM_ADAM, "epsilon", "0", {"adam", "epsilon", "> 0"}},
+        {MPCL_OPTIM_ADAM, "epsilon", "+1", {"adam", "epsilon", "plain decimal"}},
+        {MPCL_OPTIM_ADAMW, "weight_decay", "-1", {"adamw", "weight_decay", ">= 0"}},
+        {MPCL_OPTIM_ADAMW, "learning_rate", "1e39", {"adamw", "learning_rate", "finite"}},
+        {MPCL_OPTIM_ADAMW, "global_clipnorm", "nan", {"adamw", "global_clipnorm", "'nan'"}},
+        {MPCL_OPTIM_ADAMW, "momentum", "0.5", {"adamw", "'momentum'", "beta_2, epsilon"}},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        mpcl_optim_params q = mpcl_optim_default_params(bad[i].kind), q0 = q;
+        assert_int_equal(mpcl_optim_params_set(NULL, &q, bad[i].name, bad[i].text),
+                         MPCL_ERR_INVALID_ARG);
+        assert_memory_equal(&q, &q0, sizeof q);
+        for (int w = 0; w < 3; w++)
+            if (!strstr(mpcl_errmsg(), bad[i].words[w]))
+                fail_msg("%s=%s: '%s' lacks '%s'", bad[i].name, bad[i].text, mpcl_errmsg(),
+                         bad[i].words[w]);
+    }
+}
+
 static void params_check(void **state) {
     (void)state;
     mpcl_context *ctx = tu_context();
-    for (int k = 0; k < MPCL_OPTIM_COUNT; k++) {
+    for (int k = 0; k < (int)mpcl_optim_kind_count(); k++) {
         mpcl_optim_params p = mpcl_optim_default_params((mpcl_optim_kind)k);
         assert_int_equal(mpcl_optim_params_check(NULL, &p), MPCL_OK);
         const float ok[] = {0.0f, 1e-30f, 1.0f, 1e30f};
@@ -615,13 +727,23 @@ static void params_check(void **state) {
         p = mpcl_optim_default_params((mpcl_optim_kind)k);
         p.lr = NAN;
         assert_int_equal(mpcl_optim_params_check(ctx, &p), MPCL_ERR_INVALID_ARG);
+        /* A field the kind does not declare is not its business. */
+        char buf[32];
+        bool has_decay =
+            mpcl_optim_params_get(NULL, &p, "weight_decay", buf, sizeof buf) == MPCL_OK;
         p = mpcl_optim_default_params((mpcl_optim_kind)k);
         p.weight_decay = -1e-3f;
-        assert_int_equal(mpcl_optim_params_check(ctx, &p), MPCL_ERR_INVALID_ARG);
+        assert_int_equal(mpcl_optim_params_check(ctx, &p),
+                         has_decay ? MPCL_ERR_INVALID_ARG : MPCL_OK);
     }
     mpcl_optim_params p = mpcl_optim_default_params(MPCL_OPTIM_ADAM);
-    p.kind = MPCL_OPTIM_COUNT;
+    p.kind = (mpcl_optim_kind)mpcl_optim_kind_count();
     assert_int_equal(mpcl_optim_params_check(ctx, &p), MPCL_ERR_INVALID_ARG);
+    /* The check names the optimizer, the hyperparameter and its range. */
+    p = mpcl_optim_default_params(MPCL_OPTIM_ADAM);
+    p.beta2 = 1.0f;
+    assert_int_equal(mpcl_optim_params_check(ctx, &p), MPCL_ERR_INVALID_ARG);
+    assert_non_null(strstr(mpcl_errmsg(), "optimizer adam: beta_2 1 is not in [0, 1)"));
     mpcl_context_destroy(ctx);
 }
 
@@ -855,14 +977,15 @@ static void errors_touch_nothing(void **state) {
 
     /* SGD has no second moment. */
     assert_false(mpcl_optim_has_slot(MPCL_OPTIM_SGD, MPCL_OPTIM_SLOT_V));
-    for (int k = 0; k < MPCL_OPTIM_COUNT; k++) {
+    const mpcl_optim_kind past_end = (mpcl_optim_kind)mpcl_optim_kind_count();
+    for (int k = 0; k < (int)past_end; k++) {
         assert_true(mpcl_optim_has_slot((mpcl_optim_kind)k, MPCL_OPTIM_SLOT_MASTER));
         assert_true(mpcl_optim_has_slot((mpcl_optim_kind)k, MPCL_OPTIM_SLOT_M));
         assert_int_equal(mpcl_optim_has_slot((mpcl_optim_kind)k, MPCL_OPTIM_SLOT_V),
                          k != MPCL_OPTIM_SGD);
         assert_false(mpcl_optim_has_slot((mpcl_optim_kind)k, MPCL_OPTIM_SLOT_COUNT));
     }
-    assert_false(mpcl_optim_has_slot(MPCL_OPTIM_COUNT, MPCL_OPTIM_SLOT_MASTER));
+    assert_false(mpcl_optim_has_slot(past_end, MPCL_OPTIM_SLOT_MASTER));
     p = mpcl_optim_default_params(MPCL_OPTIM_SGD);
     TU_ASSERT_OK(mpcl_optimizer_create(ctx, &p, master, working, &opt));
     launches = mpcl_context_launch_count(ctx);
@@ -889,10 +1012,12 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(defaults_are_documented_values),
         cmocka_unit_test(kind_names_round_trip),
+        cmocka_unit_test(params_by_name),
         cmocka_unit_test(params_check),
         cmocka_unit_test(sgd_momentum_matches_reference),
         cmocka_unit_test(adam_matches_reference),
         cmocka_unit_test(adamw_matches_reference),
+        cmocka_unit_test(rmsprop_matches_reference),
         cmocka_unit_test(large_arena),
         cmocka_unit_test(clip_norm_matches_reference),
         cmocka_unit_test(clip_norm_by_hand),

@@ -338,6 +338,48 @@ static void schedule_flags(void **state) {
     }
 }
 
+/* --opt NAME=VALUE sets any hyperparameter the chosen kind declares, in any
+ * order with --optimizer; --momentum and --nesterov are its spellings of
+ * SGD's; the tool's SGD keeps momentum 0.9. Errors name the flag, the value,
+ * the optimizer and what it takes. */
+static void optimizer_settings_by_name(void **state) {
+    (void)state;
+    train_args a;
+    char err[512];
+    assert_true(parse(&a, err, sizeof err, "--opt", "beta_1=0.8", "--opt=epsilon=1e-8",
+                      "--optimizer", "adam", "--lr", "0.5", NULL));
+    mpcl_optim_params o = train_args_to_params(&a).model.optim;
+    assert_true(o.beta1 == 0.8f && o.eps == 1e-8f && o.lr == 0.5f && o.beta2 == 0.999f);
+    assert_true(parse(&a, err, sizeof err, "--optimizer", "sgd", NULL));
+    o = train_args_to_params(&a).model.optim;
+    assert_true(o.momentum == 0.9f && o.nesterov == 0);
+    /* The last setting wins, whatever its spelling. */
+    assert_true(parse(&a, err, sizeof err, "--optimizer", "sgd", "--momentum", "0.5", "--opt",
+                      "momentum=0.25", "--opt", "nesterov=true", NULL));
+    o = train_args_to_params(&a).model.optim;
+    assert_true(o.momentum == 0.25f && o.nesterov == 1);
+
+    const struct {
+        const char *kind, *setting, *words[3];
+    } bad[] = {
+        {"sgd", "rho=0.5", {"--opt rho=0.5", "no hyperparameter 'rho'", "momentum, nesterov"}},
+        {"sgd", "momentum=2", {"--opt momentum=2", "optimizer sgd", "[0, 1]"}},
+        {"adam", "beta_2=1", {"--opt beta_2=1", "beta_2", "[0, 1)"}},
+        {"adam", "epsilon=0x1", {"--opt epsilon=0x1", "plain decimal", "epsilon"}},
+        {"adam", "nesterov=true", {"--opt nesterov=true", "adam", "--optimizer sgd"}},
+        {"adam", "beta_1", {"--opt", "'beta_1'", "NAME=VALUE"}},
+        {"adam", "=0.5", {"--opt", "'=0.5'", "NAME=VALUE"}},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        bool ok =
+            parse(&a, err, sizeof err, "--optimizer", bad[i].kind, "--opt", bad[i].setting, NULL);
+        for (int w = 0; w < 3; w++)
+            if (ok || !strstr(err, bad[i].words[w]))
+                fail_msg("%s %s: ok=%d, '%s' lacks '%s'", bad[i].kind, bad[i].setting, ok, err,
+                         bad[i].words[w]);
+    }
+}
+
 static void rejects_structure(void **state) {
     (void)state;
     train_args a;
@@ -563,11 +605,17 @@ static void data_flags(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(defaults),          cmocka_unit_test(every_flag_both_spellings),
-        cmocka_unit_test(rejects),           cmocka_unit_test(schedule_flags),
-        cmocka_unit_test(rejects_structure), cmocka_unit_test(numbers_are_plain_decimal),
-        cmocka_unit_test(output_paths),      cmocka_unit_test(hardening_flags),
-        cmocka_unit_test(special_paths),     cmocka_unit_test(data_flags),
+        cmocka_unit_test(defaults),
+        cmocka_unit_test(every_flag_both_spellings),
+        cmocka_unit_test(rejects),
+        cmocka_unit_test(rejects_structure),
+        cmocka_unit_test(schedule_flags),
+        cmocka_unit_test(optimizer_settings_by_name),
+        cmocka_unit_test(numbers_are_plain_decimal),
+        cmocka_unit_test(output_paths),
+        cmocka_unit_test(hardening_flags),
+        cmocka_unit_test(special_paths),
+        cmocka_unit_test(data_flags),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,5 +1,12 @@
-/* Optimizers: SGD with momentum (optionally Nesterov), Adam and AdamW, rows
- * of one table, over flat arenas with f32 master weights and f32 state.
+/* Optimizers over flat arenas with f32 master weights and f32 state. Each
+ * kind (sgd, adam, adamw, rmsprop, ...) is one row of the table in
+ * src/compute/optim.c, which declares everything about it once: its name and
+ * Keras class name, its hyperparameters (Keras' names, the mpcl_optim_params
+ * field each maps to, default, range), its state slots and its update
+ * kernel (cl/optim.cl). Every reader goes through that declaration: the
+ * mpcl-train flags, the checkpoint's metadata, the data-parallel same-job
+ * check and the Python optimizer classes. The row states the kind's update
+ * formula and how it relates to Keras' and PyTorch's.
  *
  * Layout. The caller owns two arenas of n elements: the f32 master weights and
  * the working copy in the storage dtype (f32, f16 or bf16) that the GEMMs
@@ -28,17 +35,6 @@
  * sum that overflows f32) gives factor 0, a NaN gradient a NaN norm and
  * factor 1; with a loss scaler such a step is skipped anyway, without one the
  * non-finite values reach the weights as they would unclipped.
- *
- * The updates, with t the step counter after this step (1 on the first):
- *   SGD:   g += weight_decay * w (L2);  b = momentum * b + g;
- *          w -= lr * (nesterov ? g + momentum * b : b)        (PyTorch form;
- *          with constant lr the same as Keras' velocity form)
- *   Adam:  g += weight_decay * w (L2, 0 by default);
- *          m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2;
- *          w -= lr * (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps)
- *          (Algorithm 1 of the Adam paper, as PyTorch; Keras adds eps before
- *          the sqrt(1 - beta2^t) correction, a difference of order eps)
- *   AdamW: w -= lr * weight_decay * w first (decoupled), then Adam without L2.
  */
 #ifndef MPCL_OPTIM_H
 #define MPCL_OPTIM_H
@@ -58,37 +54,78 @@ extern "C" {
 /* Exported from libmpcl, which hides every other symbol. */
 #pragma GCC visibility push(default)
 
+/* A kind is an index into the table: 0 <= kind < mpcl_optim_kind_count().
+ * The constants name the first rows for compatibility; other kinds are
+ * reached by name (mpcl_optim_kind_parse). */
 typedef enum mpcl_optim_kind {
     MPCL_OPTIM_SGD,
     MPCL_OPTIM_ADAM,
     MPCL_OPTIM_ADAMW,
-    MPCL_OPTIM_COUNT,
 } mpcl_optim_kind;
 
-/* "sgd", "adam", "adamw"; NULL for an unknown kind. */
+size_t mpcl_optim_kind_count(void);
+/* "sgd", "adam", "adamw", "rmsprop"; NULL for an unknown kind. */
 const char *mpcl_optim_kind_name(mpcl_optim_kind kind);
+/* Keras' class name: "SGD", "Adam", "AdamW", "RMSprop"; NULL for an unknown kind. */
+const char *mpcl_optim_kind_keras_name(mpcl_optim_kind kind);
 /* Name to kind (case-sensitive); false for an unknown name. */
 bool mpcl_optim_kind_parse(const char *name, mpcl_optim_kind *out);
-/* "adam, adamw or sgd": the accepted names, for messages and --help. */
+/* "adam, adamw, rmsprop or sgd": the accepted names, for messages and --help. */
 const char *mpcl_optim_kind_names(void);
 
+/* The generic fields a kind's hyperparameters map onto; a kind reads only
+ * the ones it declares (RMSprop's rho is beta2, for example) and the others
+ * are 0. */
 typedef struct mpcl_optim_params {
     mpcl_optim_kind kind; /* as given to the defaults function */
-    float lr;             /* 1e-3 for Adam/AdamW, 1e-2 for SGD (Keras) */
-    float beta1;          /* 0.9 */
-    float beta2;          /* 0.999 */
-    float eps;            /* 1e-7 (Keras; PyTorch uses 1e-8) */
-    float weight_decay;   /* 0 for SGD and Adam (L2), 0.004 for AdamW (Keras) */
-    float momentum;       /* SGD only: 0.9 */
-    int nesterov;         /* SGD only: 0 */
-    float clip_norm;      /* 0: no clipping; else clip the global L2 norm to it */
+    float lr;             /* learning_rate: 1e-3, 1e-2 for SGD (Keras) */
+    float beta1;          /* Adam beta_1 */
+    float beta2;          /* Adam beta_2; RMSprop rho */
+    float eps;            /* epsilon: 1e-7 (Keras; PyTorch uses 1e-8) */
+    float weight_decay;   /* SGD and Adam: L2; AdamW: decoupled */
+    float momentum;       /* SGD and RMSprop */
+    int nesterov;         /* SGD: 0 or 1 */
+    float clip_norm;      /* global_clipnorm: 0: no clipping; else clip the global L2 norm to it */
 } mpcl_optim_params;
 
+/* The kind's declared defaults; an unknown kind gives zeros with that kind
+ * (which mpcl_optim_params_check refuses). */
 mpcl_optim_params mpcl_optim_default_params(mpcl_optim_kind kind);
 
-/* Validates p: MPCL_ERR_INVALID_ARG naming the field (lr finite >= 0, betas
- * in [0, 1), eps > 0, momentum in [0, 1], weight_decay and clip_norm finite
- * >= 0). ctx may be NULL (the message then goes to the thread only). */
+/* ---- hyperparameters by name ----
+ * A kind's hyperparameters in order: learning_rate, then the kind's own in
+ * Keras' argument order, then global_clipnorm (the last two common to every
+ * kind). Index < mpcl_optim_param_count(kind); NULL / 0 past the end or for
+ * an unknown kind. A real is finite as a float and in its range; a boolean
+ * is 0 or 1 in the struct and "true" / "false" as text. */
+size_t mpcl_optim_param_count(mpcl_optim_kind kind);
+/* Keras' name: "learning_rate", "beta_1", "rho", "nesterov", ... */
+const char *mpcl_optim_param_name(mpcl_optim_kind kind, size_t index);
+/* The mpcl_optim_params field it maps to ("lr", "beta2", ...); also its key
+ * in a checkpoint's metadata. */
+const char *mpcl_optim_param_field(mpcl_optim_kind kind, size_t index);
+bool mpcl_optim_param_is_bool(mpcl_optim_kind kind, size_t index);
+/* The default as text ("0.9", "false"). */
+const char *mpcl_optim_param_default(mpcl_optim_kind kind, size_t index);
+/* The value in p (of p->kind) as a double (a boolean as 0 or 1); NaN past
+ * the end. */
+double mpcl_optim_params_value(const mpcl_optim_params *p, size_t index);
+/* Sets hyperparameter `index` of p->kind to value, checked against its
+ * declaration: MPCL_ERR_INVALID_ARG naming the optimizer, the hyperparameter
+ * and its range, p unchanged. ctx may be NULL. */
+mpcl_status mpcl_optim_params_set_value(mpcl_context *ctx, mpcl_optim_params *p, size_t index,
+                                        double value);
+/* The same by Keras' name and text (a plain decimal number, or true / false):
+ * an unknown name is an error that lists the kind's hyperparameters. */
+mpcl_status mpcl_optim_params_set(mpcl_context *ctx, mpcl_optim_params *p, const char *name,
+                                  const char *text);
+/* The value as text ("%.9g", or true / false) into buf. */
+mpcl_status mpcl_optim_params_get(mpcl_context *ctx, const mpcl_optim_params *p, const char *name,
+                                  char *buf, size_t size);
+
+/* Validates p against its kind's declaration: MPCL_ERR_INVALID_ARG naming
+ * the optimizer, the hyperparameter and its range. ctx may be NULL (the
+ * message then goes to the thread only). */
 mpcl_status mpcl_optim_params_check(mpcl_context *ctx, const mpcl_optim_params *p);
 
 typedef struct mpcl_optimizer mpcl_optimizer;
@@ -96,8 +133,8 @@ typedef struct mpcl_optimizer mpcl_optimizer;
 /* Optimizer state per element, for checkpoints. */
 typedef enum mpcl_optim_slot {
     MPCL_OPTIM_SLOT_MASTER, /* f32 master weights (the caller's arena) */
-    MPCL_OPTIM_SLOT_M,      /* Adam first moment; SGD momentum buffer */
-    MPCL_OPTIM_SLOT_V,      /* Adam second moment (Adam/AdamW only) */
+    MPCL_OPTIM_SLOT_M,      /* Adam first moment; SGD and RMSprop momentum buffer */
+    MPCL_OPTIM_SLOT_V,      /* Adam second moment; RMSprop mean square (not SGD) */
     MPCL_OPTIM_SLOT_COUNT,
 } mpcl_optim_slot;
 

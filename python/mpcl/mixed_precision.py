@@ -34,7 +34,7 @@ class LossScaleOptimizer:
         if isinstance(inner_optimizer, str):
             inner_optimizer = optimizers.get(inner_optimizer)
         if not isinstance(inner_optimizer, optimizers.Optimizer):
-            raise TypeError("LossScaleOptimizer: inner_optimizer must be an Adam, AdamW or SGD "
+            raise TypeError("LossScaleOptimizer: inner_optimizer must be an mpcl.optimizers "
                             f"optimizer, not {type(inner_optimizer).__name__}")
         if not isinstance(dynamic, bool):
             raise TypeError(f"LossScaleOptimizer: dynamic must be True or False, not {dynamic!r}")

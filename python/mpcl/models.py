@@ -32,14 +32,7 @@ class _Checkpoint:
 def _optimizer(mp):
     """The Python optimizer (and loss-scale wrapper) of the checkpoint's
     params, for the model's compile()."""
-    o = mp.optim
-    clip = o.clip_norm or None
-    if o.kind == _lib.OPTIM_SGD:
-        opt = optimizers.SGD(o.lr, o.momentum, bool(o.nesterov), clip)
-    elif o.kind == _lib.OPTIM_ADAMW:
-        opt = optimizers.AdamW(o.lr, o.weight_decay, o.beta1, o.beta2, o.eps, global_clipnorm=clip)
-    else:
-        opt = optimizers.Adam(o.lr, o.beta1, o.beta2, o.eps, global_clipnorm=clip)
+    opt = optimizers.from_params(mp.optim)
     if mp.loss_scaling == _lib.LOSS_SCALING_ON:
         opt = mixed_precision.LossScaleOptimizer(
             opt, dynamic=mp.loss_scale.mode == _lib.LOSS_SCALE_DYNAMIC,

@@ -1,92 +1,145 @@
-"""Optimizers with Keras' names and defaults; each becomes a row of the
-library's optimizer table (mpcl_optim_params). Hyperparameters are checked
-when the optimizer is made, under the library's rules
-(mpcl_optim_params_check), with errors that name the argument."""
+"""Optimizers with Keras' names, signatures and defaults. The classes are made
+from the library's optimizer table (include/mpcl/optim.h): one class per
+kind, under its Keras class name (Adam, AdamW, SGD, RMSprop, ...), whose
+arguments are the hyperparameters that kind declares, in Keras' order, with
+the library's defaults. Each argument is checked when the optimizer is made,
+by the library's declaration (TypeError for a wrong type, ValueError with the
+library's message, which names the optimizer, the argument and its range).
+None for an argument means its default (Keras' global_clipnorm=None: no
+clipping)."""
 
-from . import schedules
-from ._lib import check_real
+import ctypes
+import inspect
+import numbers
+
+from . import _lib, schedules
+
+
+def _text(value):
+    """A number as the library's plain decimal text (no '+' in the exponent)."""
+    if isinstance(value, numbers.Integral):
+        return str(int(value))
+    return format(float(value), ".17g").replace("e+", "e")
 
 
 class Optimizer:
-    kind = None
+    """The base class; each kind's class sets `name` (the library's kind name)
+    and `__signature__` (its declared hyperparameters)."""
 
-    def __init__(self, learning_rate, global_clipnorm=None):
-        # A number, or a schedule (mpcl.optimizers.schedules) as in Keras.
-        self.learning_rate = learning_rate if isinstance(
-            learning_rate, schedules.LearningRateSchedule) else check_real(
-                "learning_rate", learning_rate, lo=0)
-        self.global_clipnorm = None if global_clipnorm is None else check_real(
-            "global_clipnorm", global_clipnorm, lo=0)
+    name = None
+
+    def __init__(self, *args, **kwargs):
+        try:
+            bound = self.__signature__.bind(*args, **kwargs)
+        except TypeError as e:
+            raise TypeError(f"{type(self).__name__}: {e} (it takes "
+                            f"{', '.join(self.__signature__.parameters)})") from None
+        bound.apply_defaults()
+        kind = _kind(self.name)
+        self._p = _lib.lib.mpcl_optim_default_params(kind)
+        for i, (arg, value) in enumerate(bound.arguments.items()):
+            # learning_rate may be a schedule (mpcl.optimizers.schedules), as
+            # in Keras: the library's lr is then its peak.
+            scheduled = isinstance(value, schedules.LearningRateSchedule)
+            if value is not None:
+                self._set(arg, _lib.lib.mpcl_optim_param_is_bool(kind, i),
+                          value._peak() if scheduled else value)
+            setattr(self, arg, value)
+
+    def _set(self, arg, is_bool, value):
+        if is_bool and not isinstance(value, bool):
+            raise TypeError(f"{arg} must be True or False, not {value!r}")
+        if not is_bool and (isinstance(value, bool) or not isinstance(value, numbers.Real)):
+            raise TypeError(f"{arg} must be a number, not {type(value).__name__} {value!r}")
+        text = ("true" if value else "false") if is_bool else _text(value)
+        try:
+            _lib.call(_lib.lib.mpcl_optim_params_set, None, ctypes.byref(self._p),
+                      arg.encode(), text.encode())
+        except _lib.MpclError as e:
+            raise ValueError(e.message) from None
 
     def _params(self):
-        from . import _lib
-        p = _lib.lib.mpcl_optim_default_params(self.kind)
-        lr = self.learning_rate
-        p.lr = lr._peak() if isinstance(lr, schedules.LearningRateSchedule) else lr
-        if self.global_clipnorm is not None:
-            p.clip_norm = self.global_clipnorm
-        self._fill(p)
-        return p
+        """The library's mpcl_optim_params: a copy, checked when made."""
+        return type(self._p).from_buffer_copy(self._p)
 
-    def _fill(self, p):
-        pass
+    def get_config(self):
+        """Keras' config: every declared hyperparameter by name."""
+        return {arg: getattr(self, arg) for arg in self.__signature__.parameters}
+
+    def __repr__(self):
+        args = ", ".join(f"{k}={v!r}" for k, v in self.get_config().items())
+        return f"{type(self).__name__}({args})"
 
     def _lr_schedule(self):
         """The mpcl_lr_schedule of learning_rate (constant for a number)."""
-        from . import _lib
         lr = self.learning_rate
         if isinstance(lr, schedules.LearningRateSchedule):
             return lr._schedule()
         return _lib.lib.mpcl_lr_schedule_default()
 
 
-class Adam(Optimizer):
-    kind = 1
-
-    def __init__(self, learning_rate=1e-3, beta_1=0.9, beta_2=0.999, epsilon=1e-7,
-                 global_clipnorm=None):
-        super().__init__(learning_rate, global_clipnorm)
-        self.beta_1 = check_real("beta_1", beta_1, lo=0, hi=1, hi_open=True)
-        self.beta_2 = check_real("beta_2", beta_2, lo=0, hi=1, hi_open=True)
-        self.epsilon = check_real("epsilon", epsilon, lo=0, lo_open=True)
-
-    def _fill(self, p):
-        p.beta1, p.beta2, p.eps = self.beta_1, self.beta_2, self.epsilon
+def _kind(name):
+    kind = ctypes.c_int()
+    if not _lib.lib.mpcl_optim_kind_parse(name.encode(), ctypes.byref(kind)):
+        raise ValueError(f"this libmpcl has no optimizer {name}")
+    return kind.value
 
 
-class AdamW(Adam):
-    kind = 2
-
-    def __init__(self, learning_rate=1e-3, weight_decay=0.004, beta_1=0.9, beta_2=0.999,
-                 epsilon=1e-7, global_clipnorm=None):
-        super().__init__(learning_rate, beta_1, beta_2, epsilon, global_clipnorm)
-        self.weight_decay = check_real("weight_decay", weight_decay, lo=0)
-
-    def _fill(self, p):
-        super()._fill(p)
-        p.weight_decay = self.weight_decay
+def _default(kind, i):
+    text = _lib.text(_lib.lib.mpcl_optim_param_default(kind, i))
+    return text == "true" if _lib.lib.mpcl_optim_param_is_bool(kind, i) else float(text)
 
 
-class SGD(Optimizer):
-    kind = 0
+def _signature(kind):
+    """learning_rate first (positional, as Keras), then the kind's own
+    hyperparameters and global_clipnorm, with the library's defaults."""
+    params = []
+    for i in range(_lib.lib.mpcl_optim_param_count(kind)):
+        name = _lib.text(_lib.lib.mpcl_optim_param_name(kind, i))
+        # Keras' global_clipnorm=None: no clipping (the library's 0).
+        default = None if name == "global_clipnorm" else _default(kind, i)
+        params.append(inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                        default=default))
+    return inspect.Signature(params)
 
-    def __init__(self, learning_rate=0.01, momentum=0.0, nesterov=False, global_clipnorm=None):
-        super().__init__(learning_rate, global_clipnorm)
-        self.momentum = check_real("momentum", momentum, lo=0, hi=1)
-        if not isinstance(nesterov, bool):
-            raise TypeError(f"nesterov must be True or False, not {nesterov!r}")
-        self.nesterov = nesterov
 
-    def _fill(self, p):
-        p.momentum, p.nesterov = self.momentum, int(self.nesterov)
+def _make_classes():
+    classes = {}
+    for kind in range(_lib.lib.mpcl_optim_kind_count()):
+        name = _lib.text(_lib.lib.mpcl_optim_kind_name(kind))
+        keras = _lib.text(_lib.lib.mpcl_optim_kind_keras_name(kind))
+        sig = _signature(kind)
+        doc = (f"Keras' {keras}: {keras}{sig} (the library's optimizer {name!r}; see "
+               "include/mpcl/optim.h for its update).")
+        classes[name] = type(keras, (Optimizer,), {"name": name, "__signature__": sig,
+                                                   "__doc__": doc, "__module__": __name__})
+    return classes
+
+
+_CLASSES = _make_classes()
+globals().update({cls.__name__: cls for cls in _CLASSES.values()})
+__all__ = ["Optimizer", "get"] + [cls.__name__ for cls in _CLASSES.values()]
+
+
+def from_params(p):
+    """The optimizer of a library mpcl_optim_params (a checkpoint's)."""
+    cls = _CLASSES[_lib.OPTIMIZERS[p.kind]]
+    args = {}
+    for i, arg in enumerate(cls.__signature__.parameters):
+        value = _lib.lib.mpcl_optim_params_value(ctypes.byref(p), i)
+        if _lib.lib.mpcl_optim_param_is_bool(p.kind, i):
+            value = bool(value)
+        args[arg] = None if arg == "global_clipnorm" and value == 0 else value
+    return cls(**args)
 
 
 def get(identifier):
-    """An optimizer from an object or a name ("adam", "adamw", "sgd")."""
+    """An optimizer from an object or a name ("adam", "rmsprop", ...: the
+    library's kinds, any case)."""
     from .mixed_precision import LossScaleOptimizer
     if isinstance(identifier, (Optimizer, LossScaleOptimizer)):
         return identifier
-    names = {"adam": Adam, "adamw": AdamW, "sgd": SGD}
-    if isinstance(identifier, str) and identifier.lower() in names:
-        return names[identifier.lower()]()
-    raise ValueError(f"unknown optimizer {identifier!r}; use Adam, AdamW or SGD")
+    if isinstance(identifier, str) and identifier.lower() in _CLASSES:
+        return _CLASSES[identifier.lower()]()
+    names = ", ".join(cls.__name__ for cls in _CLASSES.values())
+    raise ValueError(f"unknown optimizer {identifier!r}; use {names}")

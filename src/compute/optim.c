@@ -1,9 +1,13 @@
-/* SGD, Adam and AdamW over flat arenas (include/mpcl/optim.h). */
+/* The optimizer table and the updates over flat arenas (include/mpcl/optim.h). */
 #include <math.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "compute/compute.h"
+#include "mpcl/number.h"
 
 enum {
     STEP_LEN = MPCL_ABI_OPTIM_STEP_WORDS,
@@ -12,25 +16,165 @@ enum {
     NORM_GROUPS = MPCL_ABI_OPTIM_NORM_GROUPS,
 };
 
-/* One row per optimizer: its name, its update kernel and the state slots it
- * keeps. Everything else that differs is in its kernel. */
-static const struct optim_kind_row {
+/* ---- the declaration: one row per kind ---- */
+
+/* One hyperparameter: Keras' name, the mpcl_optim_params field it maps to
+ * (a float, or an int 0/1 for a boolean), its default as text and its range
+ * [lo, hi] (open ends where said; reals are also finite). */
+typedef struct optim_hyper {
     const char *name;
+    const char *field;
+    size_t offset;
+    bool is_bool;
+    const char *default_value;
+    double lo, hi;
+    bool lo_open, hi_open;
+} optim_hyper;
+
+#define OPTIM_REAL(NAME, FIELD, DEFAULT, LO, LO_OPEN, HI, HI_OPEN) \
+    { NAME, #FIELD, offsetof(mpcl_optim_params, FIELD), false, DEFAULT, LO, HI, LO_OPEN, HI_OPEN }
+#define OPTIM_BOOL(NAME, FIELD, DEFAULT) \
+    { NAME, #FIELD, offsetof(mpcl_optim_params, FIELD), true, DEFAULT, 0, 1, false, false }
+/* Shared declarations: a decay rate in [0, 1), epsilon > 0, a weight decay
+ * >= 0. */
+#define OPTIM_RATE(NAME, FIELD, DEFAULT) OPTIM_REAL(NAME, FIELD, DEFAULT, 0, false, 1, true)
+#define OPTIM_EPSILON OPTIM_REAL("epsilon", eps, "1e-7", 0, true, INFINITY, false)
+#define OPTIM_WEIGHT_DECAY(DEFAULT) \
+    OPTIM_REAL("weight_decay", weight_decay, DEFAULT, 0, false, INFINITY, false)
+
+enum { MAX_HYPERS = 6 };
+
+/* A kind: its names, its update kernel (the same argument list for every
+ * kind, see set_update_args), whether it keeps the second state slot, the
+ * default learning rate and its own hyperparameters in Keras' order. */
+typedef struct optim_kind_row {
+    const char *name, *keras_name;
     const char *kernel;    /* one element per work-item */
     const char *kernel_v8; /* MPCL__OPTIM_VEC elements per work-item */
     bool slot_v;
-} OPTIM_KINDS[MPCL_OPTIM_COUNT] = {
-    [MPCL_OPTIM_SGD] = {"sgd", "mpcl_optim_sgd", "mpcl_optim_sgd_v8", false},
-    [MPCL_OPTIM_ADAM] = {"adam", "mpcl_optim_adam", "mpcl_optim_adam_v8", true},
-    [MPCL_OPTIM_ADAMW] = {"adamw", "mpcl_optim_adam", "mpcl_optim_adam_v8", true},
+    const char *lr;
+    optim_hyper hypers[MAX_HYPERS]; /* up to the first without a name */
+} optim_kind_row;
+
+static const optim_kind_row OPTIM_KINDS[] = {
+    /* g += weight_decay * w (L2);  b = momentum * b + g;
+     * w -= lr * (nesterov ? g + momentum * b : b)
+     * (PyTorch's form, dampening 0; with constant lr the same as Keras'
+     * velocity form). State: M = b. */
+    {"sgd",
+     "SGD",
+     "mpcl_optim_sgd",
+     "mpcl_optim_sgd_v8",
+     false,
+     "0.01",
+     {OPTIM_REAL("momentum", momentum, "0", 0, false, 1, false),
+      OPTIM_BOOL("nesterov", nesterov, "false"), OPTIM_WEIGHT_DECAY("0")}},
+    /* t the step counter after this step (1 on the first):
+     * g += weight_decay * w (L2);  m = beta1 m + (1 - beta1) g;
+     * v = beta2 v + (1 - beta2) g^2;
+     * w -= lr * (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps)
+     * (Algorithm 1 of the Adam paper, as PyTorch; Keras adds eps before the
+     * sqrt(1 - beta2^t) correction, a difference of order eps). State: M =
+     * m, V = v. */
+    {"adam",
+     "Adam",
+     "mpcl_optim_adam",
+     "mpcl_optim_adam_v8",
+     true,
+     "0.001",
+     {OPTIM_RATE("beta_1", beta1, "0.9"), OPTIM_RATE("beta_2", beta2, "0.999"), OPTIM_EPSILON,
+      OPTIM_WEIGHT_DECAY("0")}},
+    /* w -= lr * weight_decay * w first (decoupled), then Adam without L2. */
+    {"adamw",
+     "AdamW",
+     "mpcl_optim_adamw",
+     "mpcl_optim_adamw_v8",
+     true,
+     "0.001",
+     {OPTIM_WEIGHT_DECAY("0.004"), OPTIM_RATE("beta_1", beta1, "0.9"),
+      OPTIM_RATE("beta_2", beta2, "0.999"), OPTIM_EPSILON}},
+    /* RMSprop (not centered): v = rho v + (1 - rho) g^2;
+     * b = momentum * b + g / (sqrt(v) + eps);  w -= lr * b.
+     * PyTorch's RMSprop with alpha = rho (eps added after the square root;
+     * with momentum 0 its w -= lr * g / (sqrt(v) + eps) is the same). Keras
+     * adds eps under the root, g / sqrt(v + eps), and keeps lr in its
+     * velocity, which is the same with constant lr. State: M = b, V = v. */
+    {"rmsprop",
+     "RMSprop",
+     "mpcl_optim_rmsprop",
+     "mpcl_optim_rmsprop_v8",
+     true,
+     "0.001",
+     {OPTIM_RATE("rho", beta2, "0.9"), OPTIM_REAL("momentum", momentum, "0", 0, false, 1, false),
+      OPTIM_EPSILON}},
 };
 
+enum { KIND_COUNT = sizeof OPTIM_KINDS / sizeof OPTIM_KINDS[0] };
+
+/* The rows common to every kind: first and last. */
+static const optim_hyper LEARNING_RATE =
+    OPTIM_REAL("learning_rate", lr, NULL, 0, false, INFINITY, false);
+static const optim_hyper GLOBAL_CLIPNORM =
+    OPTIM_REAL("global_clipnorm", clip_norm, "0", 0, false, INFINITY, false);
+
+static const optim_kind_row *kind_row(mpcl_optim_kind kind) {
+    return (unsigned)kind < KIND_COUNT ? &OPTIM_KINDS[kind] : NULL;
+}
+
+static size_t own_count(const optim_kind_row *k) {
+    size_t n = 0;
+    while (n < MAX_HYPERS && k->hypers[n].name) n++;
+    return n;
+}
+
+size_t mpcl_optim_param_count(mpcl_optim_kind kind) {
+    const optim_kind_row *k = kind_row(kind);
+    return k ? own_count(k) + 2 : 0;
+}
+
+static const optim_hyper *hyper_at(mpcl_optim_kind kind, size_t index) {
+    const optim_kind_row *k = kind_row(kind);
+    if (!k) return NULL;
+    size_t own = own_count(k);
+    if (index == 0) return &LEARNING_RATE;
+    if (index <= own) return &k->hypers[index - 1];
+    return index == own + 1 ? &GLOBAL_CLIPNORM : NULL;
+}
+
+const char *mpcl_optim_param_name(mpcl_optim_kind kind, size_t index) {
+    const optim_hyper *h = hyper_at(kind, index);
+    return h ? h->name : NULL;
+}
+const char *mpcl_optim_param_field(mpcl_optim_kind kind, size_t index) {
+    const optim_hyper *h = hyper_at(kind, index);
+    return h ? h->field : NULL;
+}
+bool mpcl_optim_param_is_bool(mpcl_optim_kind kind, size_t index) {
+    const optim_hyper *h = hyper_at(kind, index);
+    return h && h->is_bool;
+}
+const char *mpcl_optim_param_default(mpcl_optim_kind kind, size_t index) {
+    const optim_hyper *h = hyper_at(kind, index);
+    if (!h) return NULL;
+    return h == &LEARNING_RATE ? OPTIM_KINDS[kind].lr : h->default_value;
+}
+
+size_t mpcl_optim_kind_count(void) {
+    return KIND_COUNT;
+}
+
 const char *mpcl_optim_kind_name(mpcl_optim_kind kind) {
-    return (unsigned)kind < MPCL_OPTIM_COUNT ? OPTIM_KINDS[kind].name : NULL;
+    const optim_kind_row *k = kind_row(kind);
+    return k ? k->name : NULL;
+}
+
+const char *mpcl_optim_kind_keras_name(mpcl_optim_kind kind) {
+    const optim_kind_row *k = kind_row(kind);
+    return k ? k->keras_name : NULL;
 }
 
 bool mpcl_optim_kind_parse(const char *name, mpcl_optim_kind *out) {
-    for (int k = 0; name && k < MPCL_OPTIM_COUNT; k++)
+    for (size_t k = 0; name && k < KIND_COUNT; k++)
         if (strcmp(name, OPTIM_KINDS[k].name) == 0) {
             *out = (mpcl_optim_kind)k;
             return true;
@@ -38,18 +182,174 @@ bool mpcl_optim_kind_parse(const char *name, mpcl_optim_kind *out) {
     return false;
 }
 
+static int by_name(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* "a, b or c": the table's names in alphabetical order, built once. */
+static char kind_names[256];
+
+static void list_kind_names(void) {
+    const char *names[KIND_COUNT];
+    for (size_t k = 0; k < KIND_COUNT; k++) names[k] = OPTIM_KINDS[k].name;
+    qsort(names, KIND_COUNT, sizeof names[0], by_name);
+    size_t used = 0;
+    for (size_t k = 0; k < KIND_COUNT && used < sizeof kind_names; k++)
+        used += (size_t)snprintf(kind_names + used, sizeof kind_names - used, "%s%s",
+                                 k == 0                ? ""
+                                 : k + 1 == KIND_COUNT ? " or "
+                                                       : ", ",
+                                 names[k]);
+}
+
 const char *mpcl_optim_kind_names(void) {
-    return "adam, adamw or sgd";
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, list_kind_names);
+    return kind_names;
 }
 
 bool mpcl_optim_has_slot(mpcl_optim_kind kind, mpcl_optim_slot slot) {
-    if ((unsigned)kind >= MPCL_OPTIM_COUNT) return false;
+    const optim_kind_row *k = kind_row(kind);
+    if (!k) return false;
     switch (slot) {
     case MPCL_OPTIM_SLOT_MASTER:
     case MPCL_OPTIM_SLOT_M: return true;
-    case MPCL_OPTIM_SLOT_V: return OPTIM_KINDS[kind].slot_v;
+    case MPCL_OPTIM_SLOT_V: return k->slot_v;
     default: return false;
     }
+}
+
+/* ---- one hyperparameter's value ---- */
+
+static double read_field(const mpcl_optim_params *p, const optim_hyper *h) {
+    const char *f = (const char *)p + h->offset;
+    if (h->is_bool) return *(const int *)(const void *)f;
+    return *(const float *)(const void *)f;
+}
+
+static bool in_range(const optim_hyper *h, double v) {
+    if (h->is_bool) return v == 0 || v == 1;
+    if (!isfinite((float)v)) return false;
+    return (h->lo_open ? v > h->lo : v >= h->lo) && (h->hi_open ? v < h->hi : v <= h->hi);
+}
+
+/* "in [0, 1)", "> 0", "true or false": the allowed values, for messages. */
+static void range_text(const optim_hyper *h, char *buf, size_t size) {
+    if (h->is_bool)
+        snprintf(buf, size, "true or false");
+    else if (isinf(h->hi))
+        snprintf(buf, size, "finite and %s %.9g", h->lo_open ? ">" : ">=", h->lo);
+    else
+        snprintf(buf, size, "in %c%.9g, %.9g%c", h->lo_open ? '(' : '[', h->lo, h->hi,
+                 h->hi_open ? ')' : ']');
+}
+
+static mpcl_status out_of_range(mpcl_context *ctx, mpcl_optim_kind kind, const optim_hyper *h,
+                                double v) {
+    char range[64];
+    range_text(h, range, sizeof range);
+    return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "optimizer %s: %s %.9g is not %s",
+                      OPTIM_KINDS[kind].name, h->name, v, range);
+}
+
+static mpcl_status check_kind(mpcl_context *ctx, mpcl_optim_kind kind) {
+    if (!kind_row(kind))
+        return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "unknown optimizer kind %d (%s)", (int)kind,
+                          mpcl_optim_kind_names());
+    return MPCL_OK;
+}
+
+double mpcl_optim_params_value(const mpcl_optim_params *p, size_t index) {
+    const optim_hyper *h = hyper_at(p->kind, index);
+    return h ? read_field(p, h) : (double)NAN;
+}
+
+mpcl_status mpcl_optim_params_set_value(mpcl_context *ctx, mpcl_optim_params *p, size_t index,
+                                        double value) {
+    mpcl_status st = check_kind(ctx, p->kind);
+    if (st != MPCL_OK) return st;
+    const optim_hyper *h = hyper_at(p->kind, index);
+    if (!h)
+        return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG,
+                          "optimizer %s has %zu hyperparameters, not %zu",
+                          OPTIM_KINDS[p->kind].name, mpcl_optim_param_count(p->kind), index + 1);
+    if (!in_range(h, value)) return out_of_range(ctx, p->kind, h, value);
+    char *f = (char *)p + h->offset;
+    if (h->is_bool)
+        *(int *)(void *)f = value != 0;
+    else
+        *(float *)(void *)f = (float)value;
+    return MPCL_OK;
+}
+
+/* The index of hyperparameter `name` of kind; an error listing the kind's
+ * hyperparameters when it has none of that name. */
+static mpcl_status find_hyper(mpcl_context *ctx, mpcl_optim_kind kind, const char *name,
+                              size_t *index) {
+    mpcl_status st = check_kind(ctx, kind);
+    if (st != MPCL_OK) return st;
+    size_t n = mpcl_optim_param_count(kind);
+    for (size_t i = 0; name && i < n; i++)
+        if (strcmp(mpcl_optim_param_name(kind, i), name) == 0) {
+            *index = i;
+            return MPCL_OK;
+        }
+    char names[256] = "";
+    for (size_t i = 0, used = 0; i < n && used < sizeof names; i++)
+        used += (size_t)snprintf(names + used, sizeof names - used, "%s%s", i ? ", " : "",
+                                 mpcl_optim_param_name(kind, i));
+    return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG,
+                      "optimizer %s has no hyperparameter '%s' (it has %s)", OPTIM_KINDS[kind].name,
+                      name ? name : "(null)", names);
+}
+
+mpcl_status mpcl_optim_params_set(mpcl_context *ctx, mpcl_optim_params *p, const char *name,
+                                  const char *text) {
+    size_t i;
+    mpcl_status st = find_hyper(ctx, p->kind, name, &i);
+    if (st != MPCL_OK) return st;
+    const optim_hyper *h = hyper_at(p->kind, i);
+    char range[64];
+    range_text(h, range, sizeof range);
+    double v = 0;
+    if (h->is_bool) {
+        if (!text || (strcmp(text, "true") != 0 && strcmp(text, "false") != 0))
+            return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "optimizer %s: %s '%s' is not %s",
+                              OPTIM_KINDS[p->kind].name, name, text ? text : "(null)", range);
+        v = text[0] == 't';
+    } else {
+        mpcl_number_error ns = mpcl_parse_real(text, &v);
+        if (ns != MPCL_NUMBER_OK)
+            return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "optimizer %s: %s '%s' %s (it must be %s)",
+                              OPTIM_KINDS[p->kind].name, name, text ? text : "(null)",
+                              mpcl_number_error_text(ns), range);
+    }
+    return mpcl_optim_params_set_value(ctx, p, i, v);
+}
+
+/* The shortest of %.6g ... %.9g that reads back as x ("0.9", not
+ * "0.899999976"). */
+static int shortest_float(char *buf, size_t size, float x) {
+    char text[32];
+    for (int digits = 6;; digits++) {
+        snprintf(text, sizeof text, "%.*g", digits, (double)x);
+        if (digits == 9 || (float)strtod(text, NULL) == x) break;
+    }
+    return snprintf(buf, size, "%s", text);
+}
+
+mpcl_status mpcl_optim_params_get(mpcl_context *ctx, const mpcl_optim_params *p, const char *name,
+                                  char *buf, size_t size) {
+    size_t i;
+    mpcl_status st = find_hyper(ctx, p->kind, name, &i);
+    if (st != MPCL_OK) return st;
+    double v = mpcl_optim_params_value(p, i);
+    int len = mpcl_optim_param_is_bool(p->kind, i) ? snprintf(buf, size, "%s", v ? "true" : "false")
+                                                   : shortest_float(buf, size, (float)v);
+    if (len < 0 || (size_t)len >= size)
+        return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "optimizer %s: %s's value needs %d bytes",
+                          OPTIM_KINDS[p->kind].name, name, len + 1);
+    return MPCL_OK;
 }
 
 struct mpcl_optimizer {
@@ -71,45 +371,28 @@ struct mpcl_optimizer {
 };
 
 mpcl_optim_params mpcl_optim_default_params(mpcl_optim_kind kind) {
-    mpcl_optim_params p = {
-        .kind = kind,
-        .lr = kind == MPCL_OPTIM_SGD ? 1e-2f : 1e-3f,
-        .beta1 = 0.9f,
-        .beta2 = 0.999f,
-        .eps = 1e-7f,
-        .weight_decay = kind == MPCL_OPTIM_ADAMW ? 0.004f : 0.0f,
-        .momentum = 0.9f,
-        .nesterov = 0,
-        .clip_norm = 0.0f,
-    };
+    mpcl_optim_params p = {.kind = kind};
+    for (size_t i = 0; i < mpcl_optim_param_count(kind); i++) {
+        double v;
+        const char *text = mpcl_optim_param_default(kind, i);
+        if (mpcl_optim_param_is_bool(kind, i))
+            v = strcmp(text, "true") == 0;
+        else if (mpcl_parse_real(text, &v) != MPCL_NUMBER_OK)
+            abort(); /* a typo in the table: caught by every test */
+        mpcl_status st = mpcl_optim_params_set_value(NULL, &p, i, v);
+        if (st != MPCL_OK) abort(); /* a default out of its own range */
+    }
     return p;
 }
 
 mpcl_status mpcl_optim_params_check(mpcl_context *ctx, const mpcl_optim_params *p) {
-    if ((unsigned)p->kind >= MPCL_OPTIM_COUNT)
-        return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "unknown optimizer kind %d", (int)p->kind);
-    const struct {
-        const char *name;
-        float value;
-    } nonneg[] = {{"lr", p->lr}, {"weight_decay", p->weight_decay}, {"clip_norm", p->clip_norm}};
-    for (size_t i = 0; i < sizeof nonneg / sizeof nonneg[0]; i++)
-        if (!isfinite(nonneg[i].value) || nonneg[i].value < 0.0f)
-            return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "optimizer %s %g is not finite and >= 0",
-                              nonneg[i].name, (double)nonneg[i].value);
-    if (p->kind == MPCL_OPTIM_SGD) {
-        if (!(p->momentum >= 0.0f && p->momentum <= 1.0f))
-            return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "SGD momentum %g is not in [0, 1]",
-                              (double)p->momentum);
-    } else {
-        if (!(p->beta1 >= 0.0f && p->beta1 < 1.0f) || !(p->beta2 >= 0.0f && p->beta2 < 1.0f))
-            return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG,
-                              "Adam beta1 %g and beta2 %g must be in [0, 1)", (double)p->beta1,
-                              (double)p->beta2);
-        if (!isfinite(p->eps) || !(p->eps > 0.0f))
-            return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "Adam eps %g is not finite and > 0",
-                              (double)p->eps);
+    mpcl_status st = check_kind(ctx, p->kind);
+    for (size_t i = 0; st == MPCL_OK && i < mpcl_optim_param_count(p->kind); i++) {
+        const optim_hyper *h = hyper_at(p->kind, i);
+        double v = read_field(p, h);
+        if (!in_range(h, v)) st = out_of_range(ctx, p->kind, h, v);
     }
-    return MPCL_OK;
+    return st;
 }
 
 void mpcl_optimizer_destroy(mpcl_optimizer *opt) {
@@ -152,7 +435,7 @@ mpcl_status mpcl_optimizer_create(mpcl_context *ctx, const mpcl_optim_params *p,
     no_clip[MPCL_ABI_OPTIM_CLIP_FACTOR] = 1.0f;
     /* Tensors start zero-filled: state, step counter and the stand-in state. */
     st = mpcl_tensor_create(ctx, MPCL_DTYPE_F32, 1, n, &opt->m);
-    if (st == MPCL_OK && OPTIM_KINDS[p->kind].slot_v)
+    if (st == MPCL_OK && kind_row(p->kind)->slot_v)
         st = mpcl_tensor_create(ctx, MPCL_DTYPE_F32, 1, n, &opt->v);
     if (st == MPCL_OK) st = mpcl_tensor_create(ctx, MPCL_DTYPE_I32, 1, STEP_LEN, &opt->step);
     if (st == MPCL_OK) st = mpcl_tensor_create(ctx, MPCL_DTYPE_F32, 1, CLIP_LEN, &opt->clip);
@@ -177,11 +460,7 @@ mpcl_optim_params mpcl_optimizer_get_params(const mpcl_optimizer *opt) {
 }
 
 mpcl_status mpcl_optimizer_set_lr(mpcl_optimizer *opt, float lr) {
-    if (!isfinite(lr) || lr < 0.0f)
-        return MPCL_ERROR(opt->ctx, MPCL_ERR_INVALID_ARG, "optimizer lr %g is not finite and >= 0",
-                          (double)lr);
-    opt->p.lr = lr;
-    return MPCL_OK;
+    return mpcl_optim_params_set_value(opt->ctx, &opt->p, 0, lr); /* learning_rate */
 }
 
 /* The global norm's two passes: sums of squares per work-group, then the norm
@@ -248,21 +527,16 @@ static mpcl_status set_update_args(mpcl_context *ctx, mpcl_optimizer *opt, cl_ke
     SET_ARG(scale);
     SET_ARG(state);
     SET_ARG(opt->clip->mem);
-    if (opt->v) SET_ARG(opt->step->mem); /* Adam's bias corrections */
+    SET_ARG(opt->step->mem); /* Adam's bias corrections */
+    /* Every kind takes every generic field and reads those it declares. */
+    cl_uint nesterov = opt->p.nesterov != 0;
     SET_ARG(opt->p.lr);
-    if (opt->p.kind == MPCL_OPTIM_SGD) {
-        cl_uint nesterov = opt->p.nesterov != 0;
-        SET_ARG(opt->p.momentum);
-        SET_ARG(opt->p.weight_decay);
-        SET_ARG(nesterov);
-    } else {
-        cl_uint decoupled = opt->p.kind == MPCL_OPTIM_ADAMW;
-        SET_ARG(opt->p.beta1);
-        SET_ARG(opt->p.beta2);
-        SET_ARG(opt->p.eps);
-        SET_ARG(opt->p.weight_decay);
-        SET_ARG(decoupled);
-    }
+    SET_ARG(opt->p.beta1);
+    SET_ARG(opt->p.beta2);
+    SET_ARG(opt->p.eps);
+    SET_ARG(opt->p.weight_decay);
+    SET_ARG(opt->p.momentum);
+    SET_ARG(nesterov);
     return MPCL_OK;
 }
 
@@ -292,7 +566,8 @@ static mpcl_status optimizer_step(mpcl_context *ctx, mpcl_optimizer *opt, const 
      * one per item in a launch of exactly its size: the kernels have no range
      * check (it would keep a CPU runtime from vectorizing them). A model's
      * arenas are whole granules (mpcl__params), so there it is one launch. */
-    const char *name = OPTIM_KINDS[opt->p.kind].kernel, *name8 = OPTIM_KINDS[opt->p.kind].kernel_v8;
+    const optim_kind_row *row = kind_row(opt->p.kind);
+    const char *name = row->kernel, *name8 = row->kernel_v8;
     cl_kernel k8, k1;
     if ((st = mpcl__kernel(ctx, opt->working->dtype, name8, &k8)) != MPCL_OK) return st;
     /* A driver query, once: not in every step. */

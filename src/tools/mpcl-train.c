@@ -60,18 +60,19 @@ static const char usage_rest[] =
     "Training:\n"
     "  --epochs N              epochs to train, in total when resuming (default 10)\n"
     "  --batch N               batch size (default 128; at most the training samples)\n"
-    "  --optimizer O           adam, adamw or sgd (default adam)\n"
-    "  --lr X                  learning rate (default 1e-3; 1e-2 for sgd): the peak of a\n"
-    "                          schedule\n"
-    "  --lr-schedule S         constant or cosine (Keras' CosineDecay; default constant)\n"
+    "  --optimizer O           one of the optimizers listed below (default adam)\n"
+    "  --lr X                  learning rate (default: the optimizer's learning_rate)\n"
+    "  --opt NAME=VALUE        one of the optimizer's hyperparameters below (repeatable)\n"
+    "  --lr-schedule S         constant or cosine (Keras' CosineDecay; default constant);\n"
+    "                          --lr is its peak\n"
     "  --warmup-steps N        linear warm-up from 0 to --lr over the first N steps\n"
     "                          (default 0)\n"
     "  --decay-steps N         cosine: steps of the decay after the warm-up (default: the\n"
     "                          rest of the run, epochs * steps per epoch - warm-up)\n"
     "  --lr-min-ratio X        cosine: the final lr as a fraction of --lr, in [0, 1]\n"
     "                          (Keras' alpha; default 0)\n"
-    "  --momentum X            sgd momentum in [0, 1] (default 0.9)\n"
-    "  --nesterov              sgd with Nesterov momentum\n"
+    "  --momentum X            --opt momentum=X (sgd: default 0.9, over Keras' 0)\n"
+    "  --nesterov              --opt nesterov=true\n"
     "  --clip-norm X           clip the global gradient L2 norm to X (default: no clipping)\n"
     "  --seed N                initial weights and shuffling (default 42)\n"
     "  --keep-going-on-nan     go on when the loss of a run without loss scaling turns\n"
@@ -548,6 +549,24 @@ static void print_end(FILE *h, const train_args *a, const mpcl_plan *plan,
     fflush(h);
 }
 
+/* --help's list of optimizers and their hyperparameters with defaults, from
+ * the library's declaration. */
+static void print_optimizers(FILE *f) {
+    fputs("Optimizers (--optimizer O; hyperparameters for --opt, with defaults):\n", f);
+    for (size_t k = 0; k < mpcl_optim_kind_count(); k++) {
+        mpcl_optim_kind kind = (mpcl_optim_kind)k;
+        mpcl_optim_params p = train_args_optim_defaults(kind);
+        fprintf(f, "  %-22s", mpcl_optim_kind_name(kind));
+        for (size_t i = 0; i < mpcl_optim_param_count(kind); i++) {
+            const char *name = mpcl_optim_param_name(kind, i);
+            char value[32] = "?";
+            mpcl_optim_params_get(NULL, &p, name, value, sizeof value);
+            fprintf(f, " %s=%s", name, value);
+        }
+        fputc('\n', f);
+    }
+}
+
 int main(int argc, char **argv) {
     const double t_main = monotonic_s();
     train_args a;
@@ -559,6 +578,7 @@ int main(int argc, char **argv) {
     if (a.help) {
         fputs(usage, stdout);
         fputs(usage_rest, stdout);
+        print_optimizers(stdout);
         return EXIT_OK;
     }
     if (a.version) {

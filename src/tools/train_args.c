@@ -31,7 +31,6 @@ void train_args_defaults(train_args *a) {
     a->loss = MPCL_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY;
     a->optimizer = MPCL_OPTIM_ADAM;
     a->schedule = mpcl_lr_schedule_default();
-    a->momentum = 0.9f;
     a->policy = MPCL_POLICY_AUTO;
     a->loss_scale = MPCL_LOSS_SCALE_DYNAMIC;
     a->initial_scale = 32768.0f;
@@ -215,6 +214,7 @@ static const struct {
     {"--lr-min-ratio", FLAG_VALUE},
     {"--momentum", FLAG_VALUE},
     {"--nesterov", FLAG_BOOL},
+    {"--opt", FLAG_VALUE},
     {"--json", FLAG_BOOL},
     {"--quiet", FLAG_BOOL},
     {"--help", FLAG_BOOL},
@@ -227,6 +227,79 @@ static const struct {
     {"--grad-compression", FLAG_VALUE},
     {"--dist-timeout", FLAG_VALUE},
 };
+
+/* Records an optimizer setting; it is checked against the kind's declaration
+ * once every flag is read (--optimizer may come later). */
+static bool add_opt(train_args *a, const char *flag, const char *name, size_t name_len,
+                    const char *value, char *err, size_t size) {
+    if (a->opt_count == TRAIN_ARGS_MAX_OPT)
+        return fail(err, size, "%s: more than %d optimizer settings", flag, TRAIN_ARGS_MAX_OPT);
+    if (name_len >= sizeof a->opt[0].name)
+        return fail(err, size, "%s: hyperparameter name '%.*s' is too long", flag, (int)name_len,
+                    name);
+    a->opt[a->opt_count].flag = flag;
+    memcpy(a->opt[a->opt_count].name, name, name_len);
+    a->opt[a->opt_count].name[name_len] = '\0';
+    a->opt[a->opt_count++].value = value;
+    return true;
+}
+
+/* "sgd or rmsprop": the kinds that declare hyperparameter name. */
+static void kinds_with(const char *name, char *buf, size_t size) {
+    size_t used = 0, found = 0, total = 0;
+    for (size_t k = 0; k < mpcl_optim_kind_count(); k++)
+        for (size_t i = 0; i < mpcl_optim_param_count((mpcl_optim_kind)k); i++)
+            if (strcmp(mpcl_optim_param_name((mpcl_optim_kind)k, i), name) == 0) total++;
+    buf[0] = '\0';
+    for (size_t k = 0; k < mpcl_optim_kind_count() && used < size; k++)
+        for (size_t i = 0; i < mpcl_optim_param_count((mpcl_optim_kind)k); i++)
+            if (strcmp(mpcl_optim_param_name((mpcl_optim_kind)k, i), name) == 0 && used < size) {
+                found++;
+                used += (size_t)snprintf(buf + used, size - used, "%s%s",
+                                         found == 1       ? ""
+                                         : found == total ? " or "
+                                                          : ", ",
+                                         mpcl_optim_kind_name((mpcl_optim_kind)k));
+            }
+}
+
+/* The library's last message without its status name and source location:
+ * "optimizer sgd: momentum 3 is not in [0, 1]". */
+static void bare_message(char *buf, size_t size) {
+    const char *m = mpcl_errmsg();
+    if (strncmp(m, "MPCL_ERR_", 9) == 0 && strstr(m, ": ")) m = strstr(m, ": ") + 2;
+    snprintf(buf, size, "%s", m);
+    char *at = strrchr(buf, '(');
+    if (at && at > buf && at[-1] == ' ' && strstr(at, ".c:") && at[strlen(at) - 1] == ')')
+        at[-1] = '\0';
+}
+
+mpcl_optim_params train_args_optim_defaults(mpcl_optim_kind kind) {
+    mpcl_optim_params p = mpcl_optim_default_params(kind);
+    if (kind == MPCL_OPTIM_SGD) p.momentum = 0.9f;
+    return p;
+}
+
+/* The chosen kind's defaults, --lr and --clip-norm, then each setting by
+ * name, each checked by the kind's declaration. */
+static bool build_optim(train_args *a, char *err, size_t size) {
+    a->optim = train_args_optim_defaults(a->optimizer);
+    if (a->lr_set) a->optim.lr = a->lr;
+    a->optim.clip_norm = a->clip_norm;
+    for (size_t i = 0; i < a->opt_count; i++) {
+        const char *flag = a->opt[i].flag, *name = a->opt[i].name, *value = a->opt[i].value;
+        if (mpcl_optim_params_set(NULL, &a->optim, name, value) == MPCL_OK) continue;
+        char kinds[128], why[512];
+        kinds_with(name, kinds, sizeof kinds);
+        bool elsewhere = kinds[0] && strstr(mpcl_errmsg(), "has no hyperparameter");
+        bare_message(why, sizeof why);
+        bool opt = strcmp(flag, "--opt") == 0, typed = strcmp(flag, "--nesterov") != 0;
+        return fail(err, size, "%s%s%s%s%s: %s%s%s", flag, typed ? " " : "", opt ? name : "",
+                    opt ? "=" : "", typed ? value : "", why,
+                    elsewhere ? "; it belongs to --optimizer " : "", elsewhere ? kinds : "");
+    }
+    return true;
+}
 
 static bool apply(train_args *a, const char *f, const char *v, char *err, size_t size) {
     uint64_t u;
@@ -297,7 +370,13 @@ static bool apply(train_args *a, const char *f, const char *v, char *err, size_t
         a->activation = act;
         a->mlp_flag = f;
     } else if (strcmp(f, "--nesterov") == 0) {
-        a->nesterov = true;
+        return add_opt(a, f, "nesterov", strlen("nesterov"), "true", err, size);
+    } else if (strcmp(f, "--opt") == 0) {
+        const char *eq = strchr(v, '=');
+        if (!eq || eq == v)
+            return fail(err, size, "%s: '%s' is not NAME=VALUE (a hyperparameter of --optimizer)",
+                        f, v);
+        return add_opt(a, f, v, (size_t)(eq - v), eq + 1, err, size);
     } else if (strcmp(f, "--optimizer") == 0) {
         if (!mpcl_optim_kind_parse(v, &a->optimizer))
             return fail(err, size, "%s: unknown optimizer '%s' (%s)", f, v,
@@ -305,10 +384,9 @@ static bool apply(train_args *a, const char *f, const char *v, char *err, size_t
     } else if (strcmp(f, "--clip-norm") == 0) {
         if (!parse_positive_float(f, v, false, &a->clip_norm, err, size)) return false;
     } else if (strcmp(f, "--momentum") == 0) {
-        if (!parse_positive_float(f, v, true, &a->momentum, err, size)) return false;
-        if (a->momentum > 1.0f)
-            return fail(err, size, "%s: '%s' is above 1 (momentum is in [0, 1])", f, v);
-        a->momentum_set = true;
+        float momentum;
+        if (!parse_positive_float(f, v, true, &momentum, err, size)) return false;
+        return add_opt(a, f, "momentum", strlen("momentum"), v, err, size);
     } else if (strcmp(f, "--dist-timeout") == 0) {
         if (!parse_uint(f, v, 0, UINT32_MAX, &u, err, size)) return false;
         a->dist_timeout = (uint32_t)u;
@@ -445,8 +523,7 @@ bool train_args_parse(train_args *a, int argc, char **argv, char *err, size_t er
     if (a->decay_flag && !mpcl_lr_schedule_kind_decays(a->schedule.kind))
         return fail(err, err_size, "%s %s applies to a decaying --lr-schedule (cosine), not %s",
                     a->decay_flag, a->decay_value, mpcl_lr_schedule_kind_name(a->schedule.kind));
-    if ((a->momentum_set || a->nesterov) && a->optimizer != MPCL_OPTIM_SGD)
-        return fail(err, err_size, "--momentum and --nesterov apply to --optimizer sgd only");
+    if (!build_optim(a, err, err_size)) return false;
     if ((a->save_every || a->save_every_epochs) && !a->save)
         return fail(err, err_size, "--save-every needs --save PATH (where to write)");
     if (a->model_file && a->mlp_flag)
@@ -631,14 +708,8 @@ mpcl_train_params train_args_to_params(const train_args *a) {
     m->policy = a->policy;
     m->max_batch = a->batch;
     m->seed = a->seed;
-    m->optim = mpcl_optim_default_params(a->optimizer);
-    if (a->lr_set) m->optim.lr = a->lr;
-    m->optim.clip_norm = a->clip_norm;
+    m->optim = a->optim;
     m->lr_schedule = a->schedule;
-    if (a->optimizer == MPCL_OPTIM_SGD) {
-        m->optim.momentum = a->momentum;
-        m->optim.nesterov = a->nesterov;
-    }
     p.num_classes = a->classes;
     p.keep_going_on_nan = a->keep_going_on_nan;
     p.save_path = a->save_every || a->save_every_epochs ? a->save : NULL;

@@ -15,6 +15,8 @@
  * and low enough that batch * width * 4 bytes cannot overflow a size_t. */
 #define TRAIN_ARGS_MAX_BATCH ((size_t)1 << 20)
 #define TRAIN_ARGS_MAX_WIDTH ((size_t)1 << 20)
+/* Optimizer settings on one command line (--opt, --momentum, --nesterov). */
+#define TRAIN_ARGS_MAX_OPT 16
 
 typedef struct train_args {
     const char *data_dir; /* NULL: MPCL_DATA_DEFAULT_DIR */
@@ -34,8 +36,15 @@ typedef struct train_args {
     const char *model_file;     /* --model FILE.json: Keras model JSON */
     mpcl_optim_kind optimizer;  /* adam */
     float clip_norm;            /* 0: no clipping */
-    float momentum;             /* SGD: 0.9 */
-    bool momentum_set, nesterov;
+    /* --opt NAME=VALUE, --momentum X and --nesterov in command-line order:
+     * set by name on the kind's declaration once the kind is known. */
+    struct {
+        const char *flag;  /* as typed, for messages */
+        char name[32];     /* Keras' name */
+        const char *value; /* text */
+    } opt[TRAIN_ARGS_MAX_OPT];
+    size_t opt_count;
+    mpcl_optim_params optim;         /* the kind's defaults with every setting applied */
     mpcl_policy policy;              /* auto */
     mpcl_loss_scaling loss_scaling;  /* as the plan says, until --loss-scale is given */
     mpcl_loss_scale_mode loss_scale; /* dynamic */
@@ -65,6 +74,10 @@ typedef struct train_args {
 } train_args;
 
 void train_args_defaults(train_args *a);
+
+/* The tool's defaults of an optimizer kind: the library's, except SGD's
+ * momentum, 0.9 (Keras' is 0). */
+mpcl_optim_params train_args_optim_defaults(mpcl_optim_kind kind);
 
 /* Parses argv[1..argc) ("--flag value" and "--flag=value"). Returns true on
  * success; otherwise false with a message in err that names the flag and the

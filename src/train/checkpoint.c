@@ -135,18 +135,16 @@ static mpcl_status write_checkpoint(mpcl_context *ctx, mpcl_model *m,
     meta_add(l, "loss", "%s", mpcl_loss_name(mp->loss));
     meta_add(l, "rng_counter", "%llu", (unsigned long long)mpcl_model_rng_counter(m));
     meta_add(l, "optimizer", "%s", mpcl__ckpt_optim_name(o->kind));
-    /* %.9g gives back the same float when parsed. */
-    meta_add(l, "lr", "%.9g", (double)o->lr);
-    if (o->kind == MPCL_OPTIM_SGD) {
-        meta_add(l, "momentum", "%.9g", (double)o->momentum);
-        meta_add(l, "nesterov", "%d", o->nesterov ? 1 : 0);
-    } else {
-        meta_add(l, "beta1", "%.9g", (double)o->beta1);
-        meta_add(l, "beta2", "%.9g", (double)o->beta2);
-        meta_add(l, "eps", "%.9g", (double)o->eps);
+    /* Each declared hyperparameter under its field's name; %.9g gives back
+     * the same float when parsed. */
+    for (size_t i = 0; i < mpcl_optim_param_count(o->kind); i++) {
+        double v = mpcl_optim_params_value(o, i);
+        const char *key = mpcl_optim_param_field(o->kind, i);
+        if (mpcl_optim_param_is_bool(o->kind, i))
+            meta_add(l, key, "%d", v != 0 ? 1 : 0);
+        else
+            meta_add(l, key, "%.9g", v);
     }
-    meta_add(l, "weight_decay", "%.9g", (double)o->weight_decay);
-    meta_add(l, "clip_norm", "%.9g", (double)o->clip_norm);
     meta_add_schedule(l, &mp->lr_schedule);
     meta_add(l, "step", "%llu", (unsigned long long)pos->step);
     meta_add(l, "optimizer_step", "%lu", (unsigned long)opt_step);

@@ -187,8 +187,10 @@ static mpcl_status parse_widths(const mpcl__ckpt_loader *L, size_t *widths, size
     return MPCL_OK;
 }
 
-/* The optimizer kind and its hyperparameters, under mpcl_optim_params_check's
- * rules. clip_norm is absent from 0.1.0 checkpoints: 0, no clipping. */
+/* The optimizer kind and each hyperparameter its kind declares, under the
+ * key of the mpcl_optim_params field it maps to (include/mpcl/optim.h), and
+ * under the declaration's rules. clip_norm is absent from 0.1.0
+ * checkpoints: 0, no clipping. */
 static mpcl_status parse_optimizer(const mpcl__ckpt_loader *L, mpcl_optim_params *o) {
     const char *v;
     mpcl_status st = mpcl__ckpt_meta_str(L, "optimizer", &v);
@@ -200,27 +202,21 @@ static mpcl_status parse_optimizer(const mpcl__ckpt_loader *L, mpcl_optim_params
                           mpcl_optim_kind_names());
     *o = mpcl_optim_default_params(kind);
     o->clip_norm = 0.0f;
-    uint64_t nesterov = 0;
-    if ((st = meta_float(L, "lr", &o->lr)) != MPCL_OK ||
-        (st = meta_float(L, "weight_decay", &o->weight_decay)) != MPCL_OK)
-        return st;
-    if (mpcl_safetensors_meta_get(L->st, "clip_norm") &&
-        (st = meta_float(L, "clip_norm", &o->clip_norm)) != MPCL_OK)
-        return st;
-    if (kind == MPCL_OPTIM_SGD) {
-        if ((st = meta_float(L, "momentum", &o->momentum)) != MPCL_OK ||
-            (st = meta_uint(L, "nesterov", 0, 1, &nesterov)) != MPCL_OK)
-            return st;
-        o->nesterov = (int)nesterov;
-    } else if ((st = meta_float(L, "beta1", &o->beta1)) != MPCL_OK ||
-               (st = meta_float(L, "beta2", &o->beta2)) != MPCL_OK ||
-               (st = meta_float(L, "eps", &o->eps)) != MPCL_OK) {
-        return st;
-    }
-    if (mpcl_optim_params_check(NULL, o) != MPCL_OK) {
-        char why[256];
-        snprintf(why, sizeof why, "%s", mpcl_errmsg());
-        return MPCL_ERROR(L->ctx, MPCL_ERR_FORMAT, "checkpoint %s: metadata: %s", L->path, why);
+    for (size_t i = 0; i < mpcl_optim_param_count(kind); i++) {
+        const char *key = mpcl_optim_param_field(kind, i);
+        if (strcmp(key, "clip_norm") == 0 && !mpcl_safetensors_meta_get(L->st, key)) continue;
+        uint64_t flag = 0;
+        float real = 0.0f;
+        st = mpcl_optim_param_is_bool(kind, i) ? meta_uint(L, key, 0, 1, &flag)
+                                               : meta_float(L, key, &real);
+        if (st != MPCL_OK) return st;
+        double value = mpcl_optim_param_is_bool(kind, i) ? (double)flag : (double)real;
+        if (mpcl_optim_params_set_value(NULL, o, i, value) != MPCL_OK) {
+            char why[256];
+            snprintf(why, sizeof why, "%s", mpcl_errmsg());
+            return MPCL_ERROR(L->ctx, MPCL_ERR_FORMAT, "checkpoint %s: metadata %s %s: %s", L->path,
+                              key, mpcl_safetensors_meta_get(L->st, key), why);
+        }
     }
     return MPCL_OK;
 }

@@ -21,6 +21,7 @@ typedef struct job_field {
     const char *(*names)(int);
 } job_field;
 
+/* 48 fields, at most 8 of them an optimizer's hyperparameters, and two per layer. */
 #define JOB_MAX_FIELDS (48 + 2 * MPCL_MAX_LAYERS)
 
 typedef struct job {
@@ -100,11 +101,10 @@ static void describe(const mpcl_trainer *tr, job *j) {
     add(j, "storage", JOB_NAME, plan->storage, dtype_name);
     add_count(j, "gradient elements", mpcl_model_arena_elements(tr->model));
     add(j, "optimizer", JOB_NAME, m->optim.kind, optimizer_name);
-    add_real(j, "lr", m->optim.lr);
-    add_real(j, "momentum", m->optim.momentum);
-    add_count(j, "nesterov", (uint64_t)m->optim.nesterov);
-    add_real(j, "weight decay", m->optim.weight_decay);
-    add_real(j, "clip norm", m->optim.clip_norm);
+    /* The kind's declared hyperparameters: the kind is compared first, so
+     * ranks whose lists differ in length stop at it. */
+    for (size_t i = 0; i < mpcl_optim_param_count(m->optim.kind); i++)
+        add_real(j, mpcl_optim_param_name(m->optim.kind, i), mpcl_optim_params_value(&m->optim, i));
     add(j, "lr schedule", JOB_NAME, m->lr_schedule.kind, schedule_name);
     add_count(j, "warmup steps", m->lr_schedule.warmup_steps);
     add_count(j, "decay steps", m->lr_schedule.decay_steps);
