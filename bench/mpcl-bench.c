@@ -1,7 +1,7 @@
 /* mpcl-bench: timings as tables (or JSON), each against a reference measured
  * in the same run. Subcommands live in one table; add a row to add one.
  *
- *   mpcl-bench gemm|gemm-rounds|train|train-rounds|elementwise [--device SEL] [--json]
+ *   mpcl-bench gemm|gemm-rounds|train|train-rounds|elementwise|conv [--device SEL] [--json]
  */
 #include <cblas.h>
 #include <math.h>
@@ -374,6 +374,8 @@ static const bench_cmd commands[] = {
      "the three policies' training steps interleaved over 25 rounds: best and median"},
     {"elementwise", bench_cmd_elementwise,
      "bandwidth of the elementwise kernels at 16 MB, against host memcpy"},
+    {"conv", bench_cmd_conv,
+     "the CNN's convolutions: im2col + GEMM against the direct kernels, interleaved"},
 };
 #define COMMAND_COUNT (sizeof commands / sizeof commands[0])
 

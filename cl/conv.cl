@@ -111,14 +111,165 @@ __kernel void mpcl_im2col(__global storage_bits_t *columns, __global const stora
     }
 }
 
-// out[j, i] = in[i, j] for in of rows x cols: the convolution's weights^T
-// for an NN GEMM (src/compute/conv.c). A copy of the bits, so exact. One
-// item per element, (j, i) = global ids (0, 1).
+// Each of `count` rows x cols matrices stored one after the other, transposed
+// in place of the same count: out[t][j, i] = in[t][i, j]. The convolution's
+// weights [taps, channels, filters] as [taps, filters, channels], for the
+// direct input gradient (count = taps) or the NN GEMM (count 1). A copy of
+// the bits, so exact. One item per element: global ids (j, t*rows + i).
 __kernel void mpcl_transpose(__global storage_bits_t *out, __global const storage_bits_t *in,
-                             uint rows, uint cols) {
-    uint j = get_global_id(0), i = get_global_id(1);
-    if (j >= cols || i >= rows) return;
-    out[(size_t)j * rows + i] = in[(size_t)i * cols + j];
+                             uint rows, uint cols, uint count) {
+    uint j = get_global_id(0), y = get_global_id(1);
+    if (j >= cols || y >= rows * count) return;
+    uint t = y / rows, i = y - t * rows;
+    out[((size_t)t * cols + j) * rows + i] = in[(size_t)y * cols + j];
+}
+
+// ---- direct convolution: no columns ----
+//
+// The forward pass and the input's gradient as one register-tiled loop
+// over an NHWC source, without the columns workspace: each item computes
+// CONV_TP rows of the result (output pixels, or input pixels for the
+// gradient) by 16 of its channels (filters, or input channels), held in
+// CONV_TP named float16 accumulators (PoCL spills arrays). For each tap of
+// the window it finds each row's source pixel (or none: the padding, or a
+// stride that skips it), then walks the source channels: per channel one
+// weight row of 16 as a vector, and each row's source value broadcast into
+// an fma. f32 sources are read in place (the fma's broadcast operand);
+// 16-bit ones are converted eight channels at a time into a private array
+// first (a scalar f16 conversion is integer code). Sums are f32 in a fixed
+// order (taps, then channels), rounded once. The result's channel count is
+// a multiple of 16 (the host checks); the last tile's rows past the end
+// repeat the last row and are not stored.
+#define CONV_TP 16
+#define CONV_ROWS(X) \
+    X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15)
+#if defined(MPCL_STORAGE_F32)
+#define CONV_W16(p, o) GLOAD_U(float16, (p) + (o))
+#define CONV_STORE16(p, o, v) GSTORE_U(float16, (p) + (o), (v))
+#else
+#define CONV_W16(p, o) storage_value16(GLOAD_U(ushort16, (__global const ushort *)(p) + (o)))
+#if defined(MPCL_STORAGE_F16)
+#define CONV_STORE16(p, o, v) vstore_half16_rte((v), 0, (__global half *)(p) + (o))
+#else
+#define CONV_STORE16(p, o, v) GSTORE_U(ushort16, (__global ushort *)(p) + (o), mpcl_bf16_bits16(v))
+#endif
+#endif
+
+// Row r's result pixel at##r = (0, column, row, image) of the rows' map
+// [.., RH, RW], and its source pixel for the current tap: src##r, the
+// element offset of the source's channel 0, and ok##r, whether it exists.
+#define CONV_DECL(r)                                                     \
+    float16 acc##r = 0.0f;                                               \
+    const uint4 at##r = split_nhwc(min(m0 + (r), rows - 1u), 1, RW, RH); \
+    size_t src##r = 0;                                                   \
+    bool ok##r = false;
+#define CONV_AND_OK(r) &&ok##r
+#define CONV_NO_INIT(r)
+// One source channel c + j of every row into the fmas (CHECK: skip rows
+// without a source pixel). f32 is read in place, 16-bit from the staging.
+#if defined(MPCL_STORAGE_F32)
+#define CONV_X(r) (src[src##r + c + j])
+#define CONV_STAGE(r)
+#else
+#define CONV_X(r) (xs[8 * (r) + j])
+#define CONV_STAGE(r)                                                     \
+    if (ok##r && n == 8u)                                                 \
+        PSTORE_U(float8, xs + 8 * (r), LOAD8(src, src##r + c));           \
+    else if (ok##r)                                                       \
+        for (uint j = 0; j < n; j++) xs[8 * (r) + j] = LOAD(src, src##r + c + j);
+#endif
+#define CONV_FMA(r) acc##r = fma((float16)(CONV_X(r)), wj, acc##r);
+#define CONV_FMA_CHECKED(r) \
+    if (ok##r) acc##r = fma((float16)(CONV_X(r)), wj, acc##r);
+#define CONV_STORE_ROW(r) \
+    if (m0 + (r) < rows) CONV_STORE16(dst, (size_t)(m0 + (r)) * N + f0, acc##r);
+
+// The body of both kernels. Result: rows x N, N a multiple of 16, rows the
+// pixels of a [.., RH, RW] map; the source has SC channels; the weights are
+// [KH*KW*SC, N]. ROW_INIT(r) sets what a row keeps across taps;
+// TAP_SOURCE(r) sets src##r and ok##r for the tap (kh, kw).
+#define CONV_DIRECT_BODY(ROW_INIT, TAP_SOURCE)                                \
+    const uint f0 = get_global_id(0) * 16u, m0 = get_global_id(1) * CONV_TP; \
+    if (f0 >= N || m0 >= rows) return;                                       \
+    CONV_ROWS(CONV_DECL)                                                      \
+    CONV_ROWS(ROW_INIT)                                                       \
+    float xs[8 * CONV_TP];                                                    \
+    for (uint kh = 0; kh < KH; kh++) {                                        \
+        for (uint kw = 0; kw < KW; kw++) {                                    \
+            CONV_ROWS(TAP_SOURCE)                                             \
+            const bool all_ok = true CONV_ROWS(CONV_AND_OK);                  \
+            __global const storage_t *wrow = wt + (size_t)(kh * KW + kw) * SC * N + f0; \
+            for (uint c = 0; c < SC; c += 8u) {                               \
+                const uint n = min(8u, SC - c);                               \
+                CONV_ROWS(CONV_STAGE)                                         \
+                if (all_ok) {                                                 \
+                    for (uint j = 0; j < n; j++) {                            \
+                        const float16 wj = CONV_W16(wrow, (c + j) * N);       \
+                        CONV_ROWS(CONV_FMA)                                   \
+                    }                                                         \
+                } else {                                                      \
+                    for (uint j = 0; j < n; j++) {                            \
+                        const float16 wj = CONV_W16(wrow, (c + j) * N);       \
+                        CONV_ROWS(CONV_FMA_CHECKED)                           \
+                    }                                                         \
+                }                                                             \
+            }                                                                 \
+        }                                                                     \
+    }                                                                         \
+    CONV_ROWS(CONV_STORE_ROW)
+
+// out[m, f] = the sum over taps and channels of in[b, oh*SH - PT + kh,
+// ow*SW - PL + kw, c] * weights[(kh*KW + kw)*C + c, f], for output pixel m
+// = (b, oh, ow): the forward pass. N = filters, rows = B*OH*OW; items
+// (N / 16, ceil(rows / CONV_TP)).
+// When every window lies inside the image (no padding reached: always so
+// with VALID), a row's source for a tap is its window's corner plus the
+// tap's offset, the same for every row: no per-row bounds per tap (for one
+// input channel they cost more than the fmas).
+#define FWD_CORNER(r)                                                                       \
+    const size_t corner##r =                                                                \
+        (((size_t)at##r.w * H + at##r.z * SH) * W + at##r.y * SW) * C;
+#define FWD_SOURCE(r)                                                                   \
+    if (inside) {                                                                       \
+        src##r = corner##r + tap_offset;                                                \
+        ok##r = true;                                                                   \
+    } else {                                                                            \
+        const int ih = (int)(at##r.z * SH + kh) - (int)PT;                              \
+        const int iw = (int)(at##r.y * SW + kw) - (int)PL;                              \
+        ok##r = ih >= 0 && ih < (int)H && iw >= 0 && iw < (int)W;                       \
+        src##r = ok##r ? (((size_t)at##r.w * H + (uint)ih) * W + (uint)iw) * C : 0;     \
+    }
+__kernel void mpcl_conv2d_direct(__global storage_t *dst, __global const storage_t *src,
+                                 __global const storage_t *wt, WINDOW_PARAMS, uint N,
+                                 uint rows) {
+    const uint RH = OH, RW = OW, SC = C;
+    const bool inside = PT == 0u && PL == 0u && (OH - 1u) * SH + KH <= H &&
+                        (OW - 1u) * SW + KW <= W;
+#define tap_offset (((size_t)kh * W + kw) * C)
+    CONV_DIRECT_BODY(FWD_CORNER, FWD_SOURCE)
+#undef tap_offset
+}
+
+// d_in[p, c] = the sum over taps (kh, kw) and filters f of d_out[b, oh, ow,
+// f] * weights_t[(kh*KW + kw)*F + f, c], for input pixel p = (b, h, w) and
+// the windows (oh, ow) whose tap (kh, kw) is (h, w): oh*SH + kh = h + PT,
+// likewise for w. weights_t is the weights transposed per tap
+// (mpcl_transpose, count KH*KW). N = C, rows = B*H*W, the source has F
+// channels; items (C / 16, ceil(rows / CONV_TP)).
+#define BWD_SOURCE(r)                                                                \
+    {                                                                                \
+        const int hp = (int)(at##r.z + PT) - (int)kh;                                \
+        const int wp = (int)(at##r.y + PL) - (int)kw;                                \
+        const uint oh = hp >= 0 ? (uint)hp / SH : 0u, ow = wp >= 0 ? (uint)wp / SW : 0u; \
+        ok##r = hp >= 0 && wp >= 0 && oh * SH == (uint)hp && ow * SW == (uint)wp &&  \
+                oh < OH && ow < OW;                                                  \
+        src##r = ok##r ? (((size_t)at##r.w * OH + oh) * OW + ow) * SC : 0;           \
+    }
+__kernel void mpcl_conv2d_direct_d_in(__global storage_t *dst, __global const storage_t *src,
+                                      __global const storage_t *wt, WINDOW_PARAMS, uint F,
+                                      uint rows) {
+    const uint RH = H, RW = W, SC = F, N = C;
+    CONV_DIRECT_BODY(CONV_NO_INIT, BWD_SOURCE)
 }
 
 // d_in[b, h, w, c] = the sum of d_columns over the (window, tap) pairs that

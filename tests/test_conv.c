@@ -380,6 +380,16 @@ static const mpcl_conv2d_shape conv_cases[] = {
     {1, 3, 2, 3, 5, 4, 2, 1, 1, MPCL_PADDING_SAME},  /* kernel beyond the image */
     {3, 7, 7, 1, 1, 1, 3, 3, 3, MPCL_PADDING_VALID}, /* stride > kernel: pixels skipped */
     {3, 7, 5, 3, 2, 2, 17, 2, 2, MPCL_PADDING_SAME}, /* pad after only; 17 filters */
+    /* Multiples of 16 filters (and channels): the direct kernels on mpcl's
+     * GEMM paths, with the edges above. */
+    {3, 7, 5, 16, 3, 3, 16, 2, 2, MPCL_PADDING_SAME},  /* stride 2, odd sizes, padded */
+    {2, 6, 5, 3, 3, 3, 32, 1, 1, MPCL_PADDING_VALID},  /* 3 channels: a partial chunk */
+    {2, 5, 5, 1, 3, 3, 16, 1, 1, MPCL_PADDING_SAME},   /* 1 channel, as a first layer */
+    {3, 4, 3, 16, 4, 3, 16, 1, 1, MPCL_PADDING_VALID}, /* kernel = image: 1x1 output */
+    {1, 3, 2, 32, 5, 4, 16, 1, 1, MPCL_PADDING_SAME},  /* kernel beyond the image */
+    {2, 7, 7, 16, 1, 1, 16, 3, 3, MPCL_PADDING_VALID}, /* stride > kernel: pixels skipped */
+    {1, 6, 5, 16, 4, 2, 32, 2, 1, MPCL_PADDING_SAME},  /* even kernels, mixed strides */
+    {2, 5, 5, 16, 2, 2, 16, 2, 2, MPCL_PADDING_SAME},  /* no padding before, some after */
 };
 
 /* One storage dtype and GEMM path: a precision policy as a layer runs it. */
@@ -542,6 +552,14 @@ static void test_conv(void **state) {
     for (size_t vi = 0; vi < nv; vi++)
         for (size_t ci = 0; ci < sizeof conv_cases / sizeof conv_cases[0]; ci++)
             run_conv_case(ctx, &r, &vs[vi], &conv_cases[ci]);
+    /* The direct kernels run by default on mpcl-f32 only; MPCL_CONV=direct
+     * puts them on every path and dtype, for the cases they take. */
+    setenv("MPCL_CONV", "direct", 1);
+    for (size_t vi = 0; vi < nv; vi++)
+        for (size_t ci = 0; ci < sizeof conv_cases / sizeof conv_cases[0]; ci++)
+            if (conv_cases[ci].filters % 16 == 0 || conv_cases[ci].channels % 16 == 0)
+                run_conv_case(ctx, &r, &vs[vi], &conv_cases[ci]);
+    unsetenv("MPCL_CONV");
     mpcl_context_destroy(ctx);
 }
 

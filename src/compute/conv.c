@@ -1,11 +1,13 @@
 /* Convolution and max pooling (include/mpcl/conv.h): the window arithmetic,
- * the launchers of cl/conv.cl, and the convolution as im2col + mpcl_gemm.
+ * the launchers of cl/conv.cl, and the convolution as im2col + mpcl_gemm or
+ * as the direct kernels.
  *
- * im2col rather than an implicit-GEMM kernel: the three GEMMs of a
- * convolution then run on every GEMM path of the precision plan (mpcl's
- * kernel on CPUs, CLBlast on GPUs, f16/bf16 staged or mixed) with no kernel
- * of their own, at the cost of the columns workspace (kernel_h * kernel_w
- * times the input) and one copy each way. */
+ * im2col + GEMM runs on every GEMM path of the precision plan (mpcl's kernel
+ * on CPUs, CLBlast on GPUs, f16/bf16 staged or mixed) with no kernel of its
+ * own, at the cost of the columns workspace (kernel_h * kernel_w times the
+ * input) and one copy each way. Where they measured faster, the forward pass
+ * and the input's gradient run as direct kernels instead (see
+ * direct_path). */
 #include <stdint.h>
 #include <string.h>
 
@@ -318,15 +320,58 @@ mpcl_status mpcl_col2im(mpcl_context *ctx, const mpcl_conv2d_shape *s, mpcl_tens
 
 /* ---- convolution ---- */
 
-/* out = in^T, bits copied; out is in's count in cols x rows. */
-static mpcl_status transpose(mpcl_context *ctx, mpcl_tensor *out, const mpcl_tensor *in) {
+/* in holds `count` matrices of in->rows / count x in->cols, one after the
+ * other; out gets each transposed, in the same order (bits copied). */
+static mpcl_status transpose(mpcl_context *ctx, mpcl_tensor *out, const mpcl_tensor *in,
+                             size_t count) {
     static const char name[] = "mpcl_transpose";
     cl_kernel k;
     TRY(mpcl__kernel(ctx, in->dtype, name, &k));
-    cl_uint rows = (cl_uint)in->rows, cols = (cl_uint)in->cols;
+    cl_uint rows = (cl_uint)(in->rows / count), cols = (cl_uint)in->cols, n = (cl_uint)count;
     TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(out->mem), MPCL_ARG(in->mem), MPCL_ARG(rows),
-                       MPCL_ARG(cols), MPCL_ARGS_END));
+                       MPCL_ARG(cols), MPCL_ARG(n), MPCL_ARGS_END));
     return mpcl__launch_2d(ctx, k, name, in->cols, in->rows, NULL);
+}
+
+/* ---- the direct convolution ---- */
+
+/* The direct kernels (cl/conv.cl) compute 16 result channels per item
+ * without the columns: the forward pass and the input's gradient skip
+ * im2col's write and read and col2im's pass (the weight gradient stays
+ * columns^T x d_out). Chosen where they measured faster (`mpcl-bench conv`,
+ * bench/README.md): f32 on mpcl's own GEMM path, the CPU's. In f16 and bf16
+ * the GEMM's blocked conversions beat the direct kernels' per-row staging,
+ * and CLBlast's GEMMs (GPUs) are not ours to replace, so those stay im2col +
+ * GEMM. MPCL_CONV=direct or im2col overrides the choice (benchmarks,
+ * tests); the direct kernels need a multiple of 16 result channels. */
+#define DIRECT_CHANNELS 16
+#define DIRECT_ROWS 16 /* CONV_TP */
+
+static bool direct_path(mpcl_gemm_path path, size_t result_channels) {
+    const char *conv = mpcl__env_value(MPCL_ENV_CONV); /* NULL: by the path */
+    if (result_channels % DIRECT_CHANNELS != 0 || (conv && strcmp(conv, "im2col") == 0))
+        return false;
+    return conv || path == MPCL_GEMM_MPCL_F32;
+}
+
+/* Launches a direct kernel: dst [rows, n] from src through weights, the
+ * window's arguments, then n (or the filters, for d_in: `last`) and rows. */
+static mpcl_status direct(mpcl_context *ctx, const char *name, mpcl_tensor *dst,
+                          const mpcl_tensor *src, const mpcl_tensor *weights, const window_spec *w,
+                          const mpcl_window2d *win, size_t last, size_t rows, size_t n) {
+    cl_kernel k;
+    TRY(mpcl__kernel(ctx, dst->dtype, name, &k));
+    TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(dst->mem), MPCL_ARG(src->mem), MPCL_ARG(weights->mem),
+                       MPCL_ARGS_END));
+    TRY(set_window_args(ctx, k, name, 3, w, win));
+    cl_uint last32 = (cl_uint)last, rows32 = (cl_uint)rows;
+    TRY(mpcl__set_arg(ctx, k, name, 3 + WINDOW_ARGS, sizeof last32, &last32));
+    TRY(mpcl__set_arg(ctx, k, name, 4 + WINDOW_ARGS, sizeof rows32, &rows32));
+    /* One item per work-group, as mpcl's GEMM: each item's tile is the unit
+     * of work, and PoCL spreads work-groups over the cores. */
+    const size_t local[2] = {1, 1};
+    return mpcl__launch_2d(ctx, k, name, n / DIRECT_CHANNELS,
+                           (rows + DIRECT_ROWS - 1) / DIRECT_ROWS, local);
 }
 
 /* The convolution's tensors, all in in's dtype; d_in may be NULL. The GEMMs
@@ -367,6 +412,9 @@ mpcl_status mpcl_conv2d_forward(mpcl_context *ctx, mpcl_gemm_path path, const mp
     conv_tensors t = {.in = in, .weights = weights, .out_map = out, .columns = columns};
     TRY(check_conv(ctx, path, &w, &win, &t, false));
     mpcl_tensor map = mpcl__tensor_reshape(out, columns->rows, s->filters);
+    if (direct_path(path, s->filters))
+        return direct(ctx, "mpcl_conv2d_direct", &map, in, weights, &w, &win, s->filters,
+                      columns->rows, s->filters);
     TRY(im2col(ctx, &w, &win, columns, in));
     return mpcl_gemm(ctx, path, false, false, 1.0f, columns, weights, 0.0f, &map);
 }
@@ -392,9 +440,18 @@ mpcl_status mpcl_conv2d_backward(mpcl_context *ctx, mpcl_gemm_path path, const m
      * order). mpcl's GEMM gathers a transposed B element by element: the NN
      * form took 4.1-4.7 ms where NT took 9.2-9.4 (conv2 of the CNN on PoCL),
      * with the same fmas in the same k order per element, so the same bits. */
-    if (d_in) {
+    size_t taps = s->kernel_h * s->kernel_w;
+    if (d_in && direct_path(path, s->channels)) {
+        /* weights [taps, C, F] as [taps, F, C]: each tap's rows of C. */
+        mpcl_tensor weights_t = mpcl__tensor_reshape(d_weights, taps * s->filters, s->channels);
+        mpcl_tensor d_image =
+            mpcl__tensor_reshape(d_in, s->batch * s->height * s->width, s->channels);
+        TRY(transpose(ctx, &weights_t, weights, taps));
+        TRY(direct(ctx, "mpcl_conv2d_direct_d_in", &d_image, d_out, &weights_t, &w, &win,
+                   s->filters, d_image.rows, s->channels));
+    } else if (d_in) {
         mpcl_tensor weights_t = mpcl__tensor_reshape(d_weights, s->filters, weights->rows);
-        TRY(transpose(ctx, &weights_t, weights));
+        TRY(transpose(ctx, &weights_t, weights, 1));
         TRY(mpcl_gemm(ctx, path, false, false, 1.0f, &map, &weights_t, 0.0f, columns));
         TRY(col2im(ctx, &w, &win, d_in, columns));
     }

@@ -19,6 +19,7 @@ static const struct {
     [MPCL_ENV_AUTO] = {"MPCL_AUTO", (const char *const[]){"capability", NULL}},
     [MPCL_ENV_CACHE] = {"MPCL_CACHE", (const char *const[]){"0", NULL}},
     [MPCL_ENV_DATA] = {"MPCL_DATA", (const char *const[]){"auto", "device", "stream", NULL}},
+    [MPCL_ENV_CONV] = {"MPCL_CONV", (const char *const[]){"direct", "im2col", NULL}},
     [MPCL_ENV_PROFILE] = {"MPCL_PROFILE", (const char *const[]){"1", NULL}},
 };
 

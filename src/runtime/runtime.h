@@ -141,6 +141,7 @@ typedef enum mpcl__env_var {
     MPCL_ENV_AUTO,    /* capability */
     MPCL_ENV_CACHE,   /* 0 */
     MPCL_ENV_DATA,    /* auto, device, stream: where the trainer's data sets go */
+    MPCL_ENV_CONV,    /* direct, im2col: the convolution's kernels (compute/conv.c) */
     MPCL_ENV_PROFILE, /* 1: time every launch on the device (profile.c) */
     MPCL_ENV_COUNT
 } mpcl__env_var;
