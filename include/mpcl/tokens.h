@@ -126,7 +126,9 @@ uint64_t mpcl_token_window_start(uint64_t seed, uint64_t step, uint64_t b, uint6
  * part, and inputs[b, t] = its token t, targets[b, t] = its token t + 1, for
  * t < context. inputs and targets: [B, context] i32 (MPCL_ERR_DTYPE,
  * MPCL_ERR_SHAPE otherwise, B >= 1); MPCL_ERR_INVALID_ARG for the evaluation
- * part of a stream without one. A refused call enqueues nothing. */
+ * part of a stream without one. A refused call enqueues nothing. An
+ * evaluation that passes the same seed and steps each time measures the
+ * same held-out windows. */
 mpcl_status mpcl_token_stream_windows(mpcl_context *ctx, const mpcl_token_stream *s,
                                       mpcl_token_part part, uint64_t seed, uint64_t step,
                                       mpcl_tensor *inputs, mpcl_tensor *targets);
