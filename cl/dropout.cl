@@ -4,11 +4,18 @@
 // it on the host with the same integer operations.
 
 // splitmix64's output function: a bijection of 64-bit words in which every
-// output bit depends on every input bit. The host's copy is in dropout.c.
+// output bit depends on every input bit. The host's copy is mpcl__mix64 in
+// src/runtime/rng.c.
 inline ulong mpcl_mix64(ulong z) {
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9UL;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebUL;
     return z ^ (z >> 31);
+}
+
+// Draw `index` of the stream whose key is mix64(seed ^ mix64(counter)),
+// computed on the host: mpcl__counter_draw's bits. Also used by tokens.cl.
+inline ulong mpcl_counter_draw(ulong key, ulong index) {
+    return mpcl_mix64(key + 0x9e3779b97f4a7c15UL * (index + 1UL));
 }
 
 // out[i] = in[i] * scale where the element is kept, 0 where it is dropped:
@@ -26,7 +33,7 @@ __kernel void mpcl_dropout(__global storage_t *out, __global const storage_t *in
         ((__global storage_bits_t *)out)[i] = ((__global const storage_bits_t *)in)[i];
         return;
     }
-    ulong h = mpcl_mix64(key + 0x9e3779b97f4a7c15UL * ((ulong)i + 1UL));
+    ulong h = mpcl_counter_draw(key, i);
     float u = (float)(uint)(h >> 40) * 0x1p-24f;
     STORE(out, i, u >= rate ? LOAD(in, i) * scale : 0.0f);
 }

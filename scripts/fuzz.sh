@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-60}
 shift || true
 harnesses=("$@")
-[ ${#harnesses[@]} -gt 0 ] || harnesses=(fuzz_idx fuzz_npy fuzz_json fuzz_safetensors fuzz_st_header fuzz_train_args fuzz_checkpoint)
+[ ${#harnesses[@]} -gt 0 ] || harnesses=(fuzz_idx fuzz_npy fuzz_json fuzz_safetensors fuzz_st_header fuzz_train_args fuzz_checkpoint fuzz_tokens_bin)
 
 if ! command -v clang >/dev/null; then
     echo "fuzz: clang is not installed (scripts/setup.sh installs it)" >&2

@@ -14,7 +14,7 @@ packages=(
     ocl-icd-opencl-dev opencl-headers clinfo
     pocl-opencl-icd mesa-opencl-icd oclgrind
     libclblast-dev libcmocka-dev zlib1g-dev libdeflate-dev libopenblas-dev
-    dataset-fashion-mnist
+    dataset-fashion-mnist fortunes
     python3-numpy python3-pytest python3-pil python3-pip python3-setuptools librsvg2-bin
     libopenmpi-dev openmpi-bin
 )

@@ -24,6 +24,7 @@
 #include "mpcl/npy.h"
 #include "mpcl/safetensors.h"
 #include "mpcl/batch.h"
+#include "mpcl/tokens.h"
 #include "mpcl/layer_spec.h"
 #include "mpcl/model.h"
 #include "mpcl/model_file.h"

@@ -9,22 +9,8 @@
  * range), as ops.c's elementwise ones. */
 #define DROPOUT_WG 64
 
-static const uint64_t golden = 0x9e3779b97f4a7c15u; /* splitmix64's increment */
-
-/* splitmix64's output function, as mpcl_mix64 in cl/dropout.cl. */
-static uint64_t mix64(uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
-    return z ^ (z >> 31);
-}
-
-/* The per-call part of the hash, which the host passes to the kernel. */
-static uint64_t dropout_key(uint64_t seed, uint64_t counter) {
-    return mix64(seed ^ mix64(counter));
-}
-
 bool mpcl_dropout_keep(uint64_t seed, uint64_t counter, uint64_t index, float rate) {
-    uint64_t h = mix64(dropout_key(seed, counter) + golden * (index + 1));
+    uint64_t h = mpcl__counter_draw(mpcl__counter_key(seed, counter), index);
     float u = (float)(uint32_t)(h >> 40) * 0x1p-24f; /* exact: 24 bits */
     return u >= rate;
 }
@@ -45,7 +31,8 @@ static mpcl_status dropout(mpcl_context *ctx, const char *op, const char *out_na
     static const char name[] = "mpcl_dropout";
     cl_kernel k;
     TRY(mpcl__kernel(ctx, in->dtype, name, &k));
-    cl_ulong key = dropout_key(seed, counter);
+    /* The per-call part of the draws. */
+    cl_ulong key = mpcl__counter_key(seed, counter);
     float scale = 1.0f / (1.0f - rate); /* 1 exactly at rate 0 */
     cl_uint n = (cl_uint)(in->rows * in->cols);
     TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(out->mem), MPCL_ARG(in->mem), MPCL_ARG(key),

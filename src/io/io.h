@@ -10,6 +10,7 @@
 #include "mpcl/data.h"
 #include "mpcl/npy.h"
 #include "mpcl/safetensors.h"
+#include "mpcl/tokens.h"
 #include "compute/compute.h"
 
 #define MPCL__DATA_PATH_BYTES 4096
@@ -83,5 +84,11 @@ mpcl_status mpcl__npy_parse(const char *name, const void *bytes, size_t size, mp
  * shape checks; `name` stands for the path in messages. */
 mpcl_status mpcl__npy_from_memory(const char *name, const void *data, mpcl_npy_dtype dtype,
                                   size_t ndim, const size_t *shape, mpcl_npy **out);
+
+/* mpcl_tokens_read_bin on a file image already in memory (size bytes);
+ * `name` stands for the path in messages. For the fuzz harness and tests:
+ * the same checks, the same statuses. */
+mpcl_status mpcl__tokens_bin_parse(const char *name, const void *bytes, size_t size, size_t vocab,
+                                   mpcl_tokens **out);
 
 #endif

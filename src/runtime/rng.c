@@ -2,11 +2,26 @@
  * (include/mpcl/rng.h). */
 #include "mpcl/rng.h"
 
-uint64_t mpcl_rng_next(uint64_t *state) {
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+#include "runtime/runtime.h"
+
+#define GOLDEN 0x9e3779b97f4a7c15ull /* splitmix64's increment */
+
+uint64_t mpcl__mix64(uint64_t z) {
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     return z ^ (z >> 31);
+}
+
+uint64_t mpcl__counter_key(uint64_t seed, uint64_t counter) {
+    return mpcl__mix64(seed ^ mpcl__mix64(counter));
+}
+
+uint64_t mpcl__counter_draw(uint64_t key, uint64_t index) {
+    return mpcl__mix64(key + GOLDEN * (index + 1));
+}
+
+uint64_t mpcl_rng_next(uint64_t *state) {
+    return mpcl__mix64(*state += GOLDEN);
 }
 
 uint64_t mpcl_rng_below(uint64_t *state, uint64_t bound) {

@@ -124,6 +124,19 @@ typedef enum mpcl__cache_outcome {
 } mpcl__cache_outcome;
 mpcl__cache_outcome mpcl__cache_last_outcome(const mpcl_context *ctx);
 
+/* ---- counter-based random numbers (rng.c) ---- */
+
+/* splitmix64's output function (mpcl_rng_next's): a bijection of 64-bit
+ * words in which every output bit depends on every input bit. */
+uint64_t mpcl__mix64(uint64_t z);
+/* Draw `index` of the stream that (seed, counter) names: mix64(key +
+ * 0x9e3779b97f4a7c15 * (index + 1)) with key = mpcl__counter_key(seed,
+ * counter) = mix64(seed ^ mix64(counter)), all mod 2^64. Any draw is
+ * computed alone, on the host or on the device (mpcl_counter_draw in
+ * cl/dropout.cl, the same bits): the dropout masks and the token windows. */
+uint64_t mpcl__counter_key(uint64_t seed, uint64_t counter);
+uint64_t mpcl__counter_draw(uint64_t key, uint64_t index);
+
 /* ---- cached text (number.c) ---- */
 
 /* Cache bodies are read back only in the exact form written: fields split at
