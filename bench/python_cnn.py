@@ -27,13 +27,13 @@ import mpcl
 L = mpcl.layers
 
 
-def build(policy, seed):
+def build(policy, seed, lr=1e-3):
     mpcl.mixed_precision.set_global_policy(policy)
     m = mpcl.Sequential([L.Conv2D(32, 3, activation="relu", input_shape=(28, 28, 1)),
                          L.MaxPooling2D(2), L.Conv2D(64, 3, activation="relu"),
                          L.MaxPooling2D(2), L.Flatten(), L.Dense(128, activation="relu"),
                          L.Dense(10)], seed=seed)
-    m.compile(optimizer=mpcl.optimizers.Adam(1e-3),
+    m.compile(optimizer=mpcl.optimizers.Adam(lr),
               loss=mpcl.losses.SparseCategoricalCrossentropy(from_logits=True),
               metrics=["accuracy"])
     return m
@@ -49,6 +49,8 @@ def main(argv=None):
     ap.add_argument("--data", default=mpcl.datasets.FASHION_MNIST_DIR)
     ap.add_argument("--train-limit", type=int, default=0, help="first N training samples")
     ap.add_argument("--test-limit", type=int, default=0, help="first N test samples")
+    ap.add_argument("--lr-schedule", default="constant", choices=("constant", "cosine"),
+                    help="cosine: Keras' CosineDecay from 1e-3 to 0 over the run's steps")
     ap.add_argument("--verbose", type=int, default=0, choices=(0, 1, 2))
     a = ap.parse_args(argv)
     (x, y), (xt, yt) = mpcl.datasets.fashion_mnist.load_data(a.data)
@@ -58,7 +60,11 @@ def main(argv=None):
         xt, yt = xt[:a.test_limit], yt[:a.test_limit]
     # uint8 pixels: mpcl scales them by 1/255 on the device.
     x, xt = x.reshape(-1, 28, 28, 1), xt.reshape(-1, 28, 28, 1)
-    model = build(a.policy, a.seed)
+    lr = 1e-3
+    if a.lr_schedule == "cosine":
+        steps = a.epochs * -(-len(x) // a.batch)
+        lr = mpcl.optimizers.schedules.CosineDecay(1e-3, decay_steps=steps)
+    model = build(a.policy, a.seed, lr)
     t0 = time.perf_counter()
     history = model.fit(x, y, epochs=a.epochs, batch_size=a.batch, verbose=a.verbose)
     fit_s = time.perf_counter() - t0
@@ -67,6 +73,7 @@ def main(argv=None):
     print(json.dumps({
         "model": "conv32-pool-conv64-pool-dense128-dense10", "policy": a.policy,
         "epochs": len(history.history.get("loss", [])), "batch": a.batch,
+        "lr_schedule": a.lr_schedule,
         "train_samples": len(x), "test_samples": len(xt),
         "test_accuracy": acc, "test_loss": loss, "train_loss": history.history["loss"][-1],
         "fit_seconds": fit_s,
