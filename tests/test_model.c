@@ -529,6 +529,55 @@ static void layer_spec_builds_the_model(void **state) {
     mpcl_context_destroy(ctx);
 }
 
+/* A Dense input gradient with weights of 16384 elements or more runs as an
+ * NN GEMM on W^T staged in the weight gradient's memory (nn/dense.c); on
+ * CLBlast's path it stays NT. The two paths' parameters after SGD steps agree
+ * to f32 rounding: a wrong staging (shape, order, or the weight gradient
+ * read before it is rewritten) would put dense_0's gradient far off. */
+static void wide_dense_input_gradient_matches_clblast(void **state) {
+    (void)state;
+    mpcl_model_params p = small_params(MPCL_POLICY_FLOAT32);
+    p.optim = mpcl_optim_default_params(MPCL_OPTIM_SGD);
+    p.optim.lr = 0.1f;
+    static const size_t units[] = {256, 96, OUT}; /* dense_1: 256 x 96 = 24576 */
+    static const mpcl_activation acts[] = {MPCL_ACT_RELU, MPCL_ACT_TANH, MPCL_ACT_IDENTITY};
+    for (size_t l = 0; l < 3; l++) {
+        TU_ASSERT_OK(mpcl_layer_spec_init(NULL, "dense", &p.layers[l]));
+        p.layers[l].units = units[l];
+        p.layers[l].activation = acts[l];
+    }
+    p.layer_count = 3;
+    float *state_of[2];
+    size_t n[2];
+    for (int path = 0; path < 2; path++) {
+        if (path) setenv("MPCL_GEMM", "clblast-sgemm", 1);
+        mpcl_context *ctx = tu_context();
+        unsetenv("MPCL_GEMM");
+        mpcl_model *m = NULL;
+        TU_ASSERT_OK(mpcl_model_create(ctx, &p, &m));
+        assert_int_equal(mpcl_model_plan(m)->gemm,
+                         path ? MPCL_GEMM_CLBLAST_SGEMM : MPCL_GEMM_MPCL_F32);
+        mpcl_tensor *x = NULL, *y = NULL;
+        random_batch(ctx, MPCL_DTYPE_F32, 21, &x, &y);
+        for (int step = 0; step < 3; step++) TU_ASSERT_OK(mpcl_model_train_step(m, x, y));
+        state_of[path] = tu_model_state(m, &n[path]);
+        mpcl_tensor_destroy(x);
+        mpcl_tensor_destroy(y);
+        mpcl_model_destroy(m);
+        mpcl_context_destroy(ctx);
+    }
+    assert_int_equal(n[0], n[1]);
+    size_t bad = 0;
+    for (size_t i = 0; i < n[0]; i++) {
+        double a = state_of[0][i], b = state_of[1][i];
+        if (!(fabs(a - b) <= 1e-5 * (1 + fabs(b))) && bad++ < 5)
+            fprintf(stderr, "state %zu: mpcl-f32 %.9g, clblast-sgemm %.9g\n", i, a, b);
+    }
+    free(state_of[0]);
+    free(state_of[1]);
+    if (bad) fail_msg("%zu of %zu state values differ beyond f32 rounding", bad, n[0]);
+}
+
 /* A softmax output layer is the cross-entropy's own: the model keeps it as
  * declared and trains bit for bit as the linear output; a softmax on
  * another layer, or with a loss that does not apply it, is refused. */
@@ -581,6 +630,7 @@ int main(void) {
         cmocka_unit_test(arena_layout_is_aligned_and_disjoint),
         cmocka_unit_test(phases_compose_the_step),
         cmocka_unit_test(layer_spec_builds_the_model),
+        cmocka_unit_test(wide_dense_input_gradient_matches_clblast),
         cmocka_unit_test(output_activation_is_the_losss),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -320,10 +320,8 @@ mpcl_status mpcl_col2im(mpcl_context *ctx, const mpcl_conv2d_shape *s, mpcl_tens
 
 /* ---- convolution ---- */
 
-/* in holds `count` matrices of in->rows / count x in->cols, one after the
- * other; out gets each transposed, in the same order (bits copied). */
-static mpcl_status transpose(mpcl_context *ctx, mpcl_tensor *out, const mpcl_tensor *in,
-                             size_t count) {
+mpcl_status mpcl__transpose(mpcl_context *ctx, mpcl_tensor *out, const mpcl_tensor *in,
+                            size_t count) {
     static const char name[] = "mpcl_transpose";
     cl_kernel k;
     TRY(mpcl__kernel(ctx, in->dtype, name, &k));
@@ -446,12 +444,12 @@ mpcl_status mpcl_conv2d_backward(mpcl_context *ctx, mpcl_gemm_path path, const m
         mpcl_tensor weights_t = mpcl__tensor_reshape(d_weights, taps * s->filters, s->channels);
         mpcl_tensor d_image =
             mpcl__tensor_reshape(d_in, s->batch * s->height * s->width, s->channels);
-        TRY(transpose(ctx, &weights_t, weights, taps));
+        TRY(mpcl__transpose(ctx, &weights_t, weights, taps));
         TRY(direct(ctx, "mpcl_conv2d_direct_d_in", &d_image, d_out, &weights_t, &w, &win,
                    s->filters, d_image.rows, s->channels));
     } else if (d_in) {
         mpcl_tensor weights_t = mpcl__tensor_reshape(d_weights, s->filters, weights->rows);
-        TRY(transpose(ctx, &weights_t, weights, 1));
+        TRY(mpcl__transpose(ctx, &weights_t, weights, 1));
         TRY(mpcl_gemm(ctx, path, false, false, 1.0f, &map, &weights_t, 0.0f, columns));
         TRY(col2im(ctx, &w, &win, d_in, columns));
     }
