@@ -64,6 +64,9 @@ def parse_args(doc, extra=None):
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--lr-schedule", choices=["constant", "cosine"], default="constant",
+                    help="cosine: from 1e-3 to 0 over the run's steps (mpcl-train's "
+                         "--lr-schedule cosine, Keras' CosineDecay)")
     ap.add_argument("--train-limit", type=int, default=0)
     ap.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
     if extra:
@@ -81,6 +84,10 @@ def run(a, model, shape, memory_format=torch.contiguous_format, report=None):
     glorot_zero(model)
     model = model.to(memory_format=memory_format)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3, eps=1e-7)
+    steps = a.epochs * -(-x.shape[0] // a.batch)
+    # Stepped after every batch: the lr of step t is 1e-3 * (1 + cos(pi t / steps)) / 2.
+    sched = (torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=steps)
+             if a.lr_schedule == "cosine" else None)
     loss_fn = torch.nn.CrossEntropyLoss()
     dtype = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}[a.precision]
     scaler = torch.amp.GradScaler("cpu") if a.precision == "fp16" else None
@@ -113,6 +120,8 @@ def run(a, model, shape, memory_format=torch.contiguous_format, report=None):
             else:
                 loss.backward()
                 opt.step()
+            if sched:
+                sched.step()
         rates.append(n / (time.perf_counter() - t0))
         t1 = time.perf_counter()
         test_accuracy = accuracy()
@@ -124,6 +133,8 @@ def run(a, model, shape, memory_format=torch.contiguous_format, report=None):
                 "torch": torch.__version__,
                 "mkldnn": torch.backends.mkldnn.is_available(),
                 "precision": a.precision,
+                "lr_schedule": a.lr_schedule,
+                "batch": a.batch,
                 "threads": torch.get_num_threads(),
                 **(report or {}),
                 "epoch_samples_per_s": rates,
