@@ -5,9 +5,8 @@
 // bn_group_sum after each item's own sum in index order: f32, a fixed
 // order, deterministic, no atomics.
 
-// The forward: per row, mean and biased variance over the C channels in
-// two passes (the second sums squares of x - mean, which stays accurate
-// when the mean is large against the spread); y = (x - mean) inv_std gamma
+// The forward: per row, mean and biased variance over the C channels
+// (batchnorm.cl's two-pass bn_group_mean_var); y = (x - mean) inv_std gamma
 // + beta with inv_std = 1 / sqrt(var + epsilon); save_mean and
 // save_inv_std keep the row's statistics for the backward.
 __kernel __attribute__((reqd_work_group_size(BN_WG, 1, 1))) void mpcl_layernorm_forward(
@@ -17,15 +16,8 @@ __kernel __attribute__((reqd_work_group_size(BN_WG, 1, 1))) void mpcl_layernorm_
     __local float acc[BN_WG];
     uint r = get_group_id(0), lid = get_local_id(0);
     size_t row = (size_t)r * cols;
-    float s = 0.0f;
-    for (uint c = lid; c < cols; c += BN_WG) s += LOAD(x, row + c);
-    float mean = bn_group_sum(acc, s) / (float)cols;
-    float q = 0.0f;
-    for (uint c = lid; c < cols; c += BN_WG) {
-        float d = LOAD(x, row + c) - mean;
-        q = fma(d, d, q);
-    }
-    float var = bn_group_sum(acc, q) / (float)cols;
+    float2 stats = bn_group_mean_var(acc, x, row, 1, cols);
+    float mean = stats.x, var = stats.y;
     float inv_std = 1.0f / sqrt(var + epsilon);
     if (lid == 0) {
         save_mean[r] = mean;
