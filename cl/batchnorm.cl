@@ -22,6 +22,23 @@ inline float bn_group_sum(__local float *acc, float v) {
     return s;
 }
 
+// The mean and biased variance of the count values x[first + i stride] in
+// two passes (the second sums squares of x - mean, which stays accurate
+// when the mean is large against the spread); every item gets them. Batch
+// norm's statistics per channel, layer norm's (layernorm.cl) per row.
+inline float2 bn_group_mean_var(__local float *acc, __global const storage_t *x, size_t first,
+                                size_t stride, uint count) {
+    float s = 0.0f;
+    for (uint i = get_local_id(0); i < count; i += BN_WG) s += LOAD(x, first + i * stride);
+    float mean = bn_group_sum(acc, s) / (float)count;
+    float q = 0.0f;
+    for (uint i = get_local_id(0); i < count; i += BN_WG) {
+        float d = LOAD(x, first + i * stride) - mean;
+        q = fma(d, d, q);
+    }
+    return (float2)(mean, bn_group_sum(acc, q) / (float)count);
+}
+
 // y = gamma (x - mean) inv_std + beta over the item's rows of channel c.
 inline void bn_normalize(__global storage_t *y, __global const storage_t *x, float mean,
                          float inv_std, float gamma, float beta, uint rows, uint cols, uint c) {
@@ -33,10 +50,9 @@ inline void bn_normalize(__global storage_t *y, __global const storage_t *x, flo
 }
 
 // The training forward: mean and biased variance of the channel over the
-// rows in two passes (the second sums squares of x - mean, which stays
-// accurate when the mean is large against the spread); inv_std = 1 /
-// sqrt(var + epsilon); save_mean and save_inv_std get them, and the moving
-// averages move towards them by 1 - momentum. A kernel of its own, not a
+// rows (bn_group_mean_var); inv_std = 1 / sqrt(var + epsilon); save_mean
+// and save_inv_std get them, and the moving averages move towards them by
+// 1 - momentum. A kernel of its own, not a
 // flag of one forward kernel: with the reductions' barriers under a uniform
 // `if (train)`, PoCL 3.1 (LLVM 15) left most rows of y unwritten and the
 // moving averages wrong.
@@ -47,15 +63,8 @@ __kernel __attribute__((reqd_work_group_size(BN_WG, 1, 1))) void mpcl_batchnorm_
     uint rows, uint cols) {
     __local float acc[BN_WG];
     uint c = get_group_id(0), lid = get_local_id(0);
-    float s = 0.0f;
-    for (uint r = lid; r < rows; r += BN_WG) s += LOAD(x, (size_t)r * cols + c);
-    float mean = bn_group_sum(acc, s) / (float)rows;
-    float q = 0.0f;
-    for (uint r = lid; r < rows; r += BN_WG) {
-        float d = LOAD(x, (size_t)r * cols + c) - mean;
-        q = fma(d, d, q);
-    }
-    float var = bn_group_sum(acc, q) / (float)rows;
+    float2 stats = bn_group_mean_var(acc, x, c, cols, rows);
+    float mean = stats.x, var = stats.y;
     float inv_std = 1.0f / sqrt(var + epsilon);
     if (lid == 0) {
         save_mean[c] = mean;

@@ -176,6 +176,15 @@ static void gradients_match_finite_differences(void **state) {
                                      "units=3",
                                      3, true),
                      10);
+    /* Layer norm over the channels of each pixel and over a dense layer's
+     * features, passing its input gradient on to both: gamma and beta too. */
+    assert_int_equal(check_gradients(ctx,
+                                     "input_shape=4,3,2; conv2d filters=3 kernel_size=2 "
+                                     "activation=tanh; layer_normalization; flatten; dense "
+                                     "units=5 activation=sigmoid; layer_normalization "
+                                     "epsilon=0.01; dense units=3",
+                                     3, true),
+                     10);
     mpcl_context_destroy(ctx);
 }
 
@@ -730,7 +739,7 @@ static mpcl_trainer *kinds_trainer(mpcl_context *ctx, const mpcl_dataset *ds, ui
         NULL,
         "input_shape=8,8,1; conv2d filters=4 kernel_size=3 activation=relu; "
         "batch_normalization; max_pooling2d; dropout rate=0.25; flatten; dense units=8 "
-        "activation=tanh; batch_normalization momentum=0.9; dense units=3",
+        "activation=tanh; batch_normalization momentum=0.9; layer_normalization; dense units=3",
         &p.model));
     p.model.policy = policy;
     p.train_data = ds;

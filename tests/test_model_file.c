@@ -125,6 +125,67 @@ static void reads_keras2(void **state) {
     assert_int_equal(p.layers[1].units, 64);
 }
 
+/* Keras 3.x: LayerNormalization over a (T, C) input, its config as
+ * get_config() writes it (axis, epsilon, center, scale, rms_scaling, the
+ * initializers, regularizers and constraints). */
+static const char KERAS3_LAYER_NORM[] =
+    "{\"module\": \"keras\", \"class_name\": \"Sequential\", \"config\": {\"name\": \"seq\",\n"
+    " \"layers\": [\n"
+    " {\"class_name\": \"InputLayer\", \"config\": {\"batch_shape\": [null, 16, 8],\n"
+    "  \"dtype\": \"float32\", \"sparse\": false, \"name\": \"input_layer\"}},\n"
+    " {\"module\": \"keras.layers\", \"class_name\": \"LayerNormalization\", \"config\":\n"
+    "  {\"name\": \"layer_normalization\", \"trainable\": true, \"dtype\": \"float32\",\n"
+    "  \"axis\": -1, \"epsilon\": 1e-05, \"center\": true, \"scale\": true,\n"
+    "  \"rms_scaling\": false, \"beta_initializer\": {\"module\": \"keras.initializers\",\n"
+    "  \"class_name\": \"Zeros\", \"config\": {}, \"registered_name\": null},\n"
+    "  \"gamma_initializer\": {\"module\": \"keras.initializers\", \"class_name\": \"Ones\",\n"
+    "  \"config\": {}, \"registered_name\": null}, \"beta_regularizer\": null,\n"
+    "  \"gamma_regularizer\": null, \"beta_constraint\": null, \"gamma_constraint\": null},\n"
+    "  \"registered_name\": null, \"build_config\": {\"input_shape\": [null, 16, 8]}},\n"
+    " {\"class_name\": \"Flatten\", \"config\": {\"name\": \"flatten\"}},\n"
+    " {\"class_name\": \"LayerNormalization\", \"config\": {\"axis\": [-1]}},\n"
+    " {\"class_name\": \"Dense\", \"config\": {\"units\": 4}}\n"
+    "]}, \"keras_version\": \"3.3.3\", \"backend\": \"tensorflow\"}\n";
+
+static void reads_keras3_layer_norm(void **state) {
+    (void)state;
+    mpcl_model_params p = mpcl_model_default_params();
+    TU_ASSERT_OK(mpcl_model_file_read(write_file("ln.json", KERAS3_LAYER_NORM), &p));
+    assert_int_equal(p.input_rank, 2);
+    assert_int_equal(p.input_shape[0], 16);
+    assert_int_equal(p.input_shape[1], 8);
+    assert_int_equal(p.layer_count, 4);
+    const char *kinds[] = {"layer_normalization", "flatten", "layer_normalization", "dense"};
+    for (size_t i = 0; i < 4; i++) assert_string_equal(p.layers[i].kind, kinds[i]);
+    assert_true(p.layers[0].epsilon == 1e-5);
+    assert_true(p.layers[2].epsilon == 1e-3); /* Keras' default */
+    /* gamma and beta per channel: 8, then the 128 flattened features. */
+    p.classes = 4;
+    mpcl_layer_summary s[MPCL_MAX_LAYERS];
+    size_t n = 0;
+    TU_ASSERT_OK(mpcl_model_summary(NULL, &p, s, &n));
+    assert_int_equal(s[0].params, 2 * 8);
+    assert_int_equal(s[2].params, 2 * 128);
+    /* What mpcl cannot honour is refused by key. */
+    static const char *const cases[][3] = {
+        {"\"rms_scaling\": false", "\"rms_scaling\": true", "rms_scaling is true"},
+        {"\"center\": true", "\"center\": false", "center is false"},
+        {"\"axis\": -1", "\"axis\": 1", "axis is 1; mpcl supports only -1"},
+        {"\"epsilon\": 1e-05", "\"epsilon\": 0", "epsilon=\"0\""},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *at = strstr(KERAS3_LAYER_NORM, cases[i][0]);
+        assert_non_null(at);
+        char text[sizeof KERAS3_LAYER_NORM + 16];
+        snprintf(text, sizeof text, "%.*s%s%s", (int)(at - KERAS3_LAYER_NORM), KERAS3_LAYER_NORM,
+                 cases[i][1], at + strlen(cases[i][0]));
+        assert_int_equal(mpcl_model_file_read(write_file("bad_ln.json", text), &p),
+                         MPCL_ERR_FORMAT);
+        if (!strstr(mpcl_errmsg(), cases[i][2]) || !strstr(mpcl_errmsg(), "LayerNormalization"))
+            fail_msg("case %zu: wanted '%s' in: %s", i, cases[i][2], mpcl_errmsg());
+    }
+}
+
 /* KERAS3 with the first `from` replaced by `to`. */
 static char *edited(const char *from, const char *to) {
     const char *at = strstr(KERAS3, from);
@@ -192,6 +253,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(reads_keras3),
         cmocka_unit_test(reads_keras2),
+        cmocka_unit_test(reads_keras3_layer_norm),
         cmocka_unit_test(refuses_with_reason),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -11,8 +11,9 @@
  *     regularizers, constraints, a dropout seed (masks come from the
  *     model's seed), and any key whose value is null;
  *   - a key whose value mpcl has one way to honour, which must hold it:
- *     data_format "channels_last", dilation_rate 1, groups 1, a batch
- *     norm's axis -1 (or 3 for images), center and scale true.
+ *     data_format "channels_last", dilation_rate 1, groups 1, a batch or
+ *     layer norm's axis -1 (or 3 for images), center and scale true, a
+ *     layer norm's rms_scaling false.
  * Anything else is refused, naming the layer and key. The input shape comes
  * from an InputLayer's batch_shape (Keras 3) or batch_input_shape (Keras 2),
  * or the first layer's batch_input_shape or build_config. A softmax (or a

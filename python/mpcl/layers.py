@@ -190,12 +190,18 @@ class BatchNormalization(Layer):
         super().__init__(name, input_shape, momentum=momentum, epsilon=epsilon)
 
 
+class LayerNormalization(Layer):
+    kind = "layer_normalization"
+
+    def __init__(self, epsilon=0.001, input_shape=None, name=None):
+        super().__init__(name, input_shape, epsilon=epsilon)
+
+
 def from_spec(spec, name=None, input_shape=None):
     """The layer of a library spec (a checkpoint's), of the class of its
     kind."""
     kind = spec.kind.decode()
-    cls = next((c for c in (Dense, Conv2D, MaxPooling2D, Flatten, Dropout, BatchNormalization)
-                if c.kind == kind), None)
+    cls = next((c for c in Layer.__subclasses__() if c.kind == kind), None)
     if cls is None:
         raise ValueError(f"layer kind {kind!r} has no class in this mpcl package")
     layer = cls.__new__(cls)

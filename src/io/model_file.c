@@ -49,6 +49,7 @@ static const struct {
     {"axis", {"-1", "3", "[-1]"}},
     {"center", {"true"}},
     {"scale", {"true"}},
+    {"rms_scaling", {"false"}},
     {"renorm", {"false"}},
     {"synchronized", {"false"}},
 };

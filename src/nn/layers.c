@@ -11,10 +11,16 @@ extern const mpcl__layer_kind mpcl__conv2d_layer;
 extern const mpcl__layer_kind mpcl__max_pooling2d_layer;
 extern const mpcl__layer_kind mpcl__dropout_layer;
 extern const mpcl__layer_kind mpcl__batch_normalization_layer;
+extern const mpcl__layer_kind mpcl__layer_normalization_layer;
 
 static const mpcl__layer_kind *const KINDS[] = {
-    &mpcl__dense_layer,         &mpcl__flatten_layer, &mpcl__conv2d_layer,
-    &mpcl__max_pooling2d_layer, &mpcl__dropout_layer, &mpcl__batch_normalization_layer,
+    &mpcl__dense_layer,
+    &mpcl__flatten_layer,
+    &mpcl__conv2d_layer,
+    &mpcl__max_pooling2d_layer,
+    &mpcl__dropout_layer,
+    &mpcl__batch_normalization_layer,
+    &mpcl__layer_normalization_layer,
 };
 
 #define KIND_COUNT (sizeof KINDS / sizeof KINDS[0])

@@ -52,7 +52,8 @@ static const char usage[] =
     "                          (an unknown name lists them all)\n"
     "  --model FILE.json       the model as Keras' model.to_json() writes it (Sequential:\n"
     "                          Dense, Conv2D, MaxPooling2D, Flatten, Dropout,\n"
-    "                          BatchNormalization), instead of --hidden/--activation;\n"
+    "                          BatchNormalization, LayerNormalization), instead of\n"
+    "                          --hidden/--activation;\n"
     "                          a softmax last layer (sigmoid with binary_crossentropy)\n"
     "                          is the loss's: trained on logits, kept in --save\n";
 /* In two parts: C11 compilers need take no string literal over 4095 bytes. */

@@ -199,3 +199,57 @@ def test_weights_of_layers_with_their_own_names():
     assert [a.shape for a in m.get_weights()] == [(3, 4), (4,), (4, 2), (2,)]
     with pytest.raises(ValueError, match=r"head\.bias has shape \(2,\); got \(3,\)"):
         m.set_weights([np.zeros((3, 4)), np.zeros(4), np.zeros((4, 2)), np.zeros(3)])
+
+
+def layer_norm_reference(x, gamma, beta, eps):
+    x = x.astype(np.float64)
+    mean = x.mean(axis=-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + eps) * gamma + beta
+
+
+def test_layer_normalization_predicts_the_reference():
+    if not has_kind("layer_normalization"):
+        pytest.skip("this libmpcl has no layer_normalization kind")
+    m = mpcl.Sequential([L.LayerNormalization(epsilon=1e-5, input_shape=(5,))])
+    m.compile(loss="mse")
+    assert [a.shape for a in m.get_weights()] == [(5,), (5,)]
+    rng = np.random.default_rng(4)
+    gamma, beta = rng.uniform(0.5, 1.5, 5), rng.uniform(-1, 1, 5)
+    m.set_weights([gamma.astype(np.float32), beta.astype(np.float32)])
+    # A mean far from 0 against the spread: the statistics hold up in f32.
+    x = (100 + rng.standard_normal((7, 5))).astype(np.float32)
+    want = layer_norm_reference(x, gamma.astype(np.float32), beta.astype(np.float32), 1e-5)
+    np.testing.assert_allclose(m.predict(x), want, rtol=1e-4, atol=1e-4)
+    cfg = m.layers[0].get_config()
+    assert cfg["epsilon"] == 1e-5 and set(cfg) == {"name", "trainable", "dtype", "epsilon"}
+    with pytest.raises(ValueError, match="epsilon"):
+        L.LayerNormalization(epsilon=0)
+
+
+def test_layer_normalization_fits_saves_and_loads(tmp_path):
+    if not has_kind("layer_normalization"):
+        pytest.skip("this libmpcl has no layer_normalization kind")
+    # (T, C) sequences: the class is the channel with the largest sum over
+    # time, which the per-position normalization keeps.
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((384, 6, 4)) * 3 + 10).astype(np.float32)
+    y = (x - x.mean(axis=-1, keepdims=True)).sum(axis=1).argmax(axis=1)
+    m = mpcl.Sequential([L.LayerNormalization(input_shape=(6, 4)), L.Flatten(),
+                         L.Dense(4, activation="softmax")])
+    m.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    assert [a.shape for a in m.get_weights()] == [(4,), (4,), (24, 4), (4,)]
+    h = m.fit(x[:320], y[:320], epochs=4, batch_size=32, verbose=0)
+    assert h.history["loss"][-1] < h.history["loss"][0]
+    p = m.predict(x[320:])
+    assert p.shape == (64, 4) and np.all(np.isfinite(p))
+    m.save(tmp_path / "ln.safetensors")
+    loaded = mpcl.models.load_model(tmp_path / "ln.safetensors")
+    assert [type(l).__name__ for l in loaded.layers] == ["LayerNormalization", "Flatten",
+                                                        "Dense"]
+    assert loaded.layers[0].input_shape == (6, 4)
+    layers = json.loads(loaded.to_json())["config"]["layers"]
+    assert layers[1]["class_name"] == "LayerNormalization"
+    np.testing.assert_array_equal(loaded.predict(x[320:]), p)
+    for a, b in zip(loaded.get_weights(), m.get_weights()):
+        np.testing.assert_array_equal(a, b)

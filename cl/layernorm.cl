@@ -1,0 +1,74 @@
+// Layer normalization over the last axis of an [N, C] tensor (a (T, C) or
+// (H, W, C) batch reshaped to [B * positions, C]). The forward and dx take
+// one work-group of BN_WG items per row, gamma's and beta's gradients one
+// per channel, over the rows. Every reduction is batchnorm.cl's
+// bn_group_sum after each item's own sum in index order: f32, a fixed
+// order, deterministic, no atomics.
+
+// The forward: per row, mean and biased variance over the C channels
+// (batchnorm.cl's two-pass bn_group_mean_var); y = (x - mean) inv_std gamma
+// + beta with inv_std = 1 / sqrt(var + epsilon); save_mean and
+// save_inv_std keep the row's statistics for the backward.
+__kernel __attribute__((reqd_work_group_size(BN_WG, 1, 1))) void mpcl_layernorm_forward(
+    __global storage_t *y, __global const storage_t *x, __global const float *gamma,
+    __global const float *beta, __global float *save_mean, __global float *save_inv_std,
+    float epsilon, uint cols) {
+    __local float acc[BN_WG];
+    uint r = get_group_id(0), lid = get_local_id(0);
+    size_t row = (size_t)r * cols;
+    float2 stats = bn_group_mean_var(acc, x, row, 1, cols);
+    float mean = stats.x, var = stats.y;
+    float inv_std = 1.0f / sqrt(var + epsilon);
+    if (lid == 0) {
+        save_mean[r] = mean;
+        save_inv_std[r] = inv_std;
+    }
+    for (uint c = lid; c < cols; c += BN_WG)
+        STORE(y, row + c, fma((LOAD(x, row + c) - mean) * inv_std, gamma[c], beta[c]));
+}
+
+// d_beta = sum over the rows of dy, d_gamma = sum of dy xhat with xhat =
+// (x - mean) inv_std (the forward's saves), rounded into the storage dtype.
+__kernel __attribute__((reqd_work_group_size(BN_WG, 1, 1))) void mpcl_layernorm_backward_params(
+    __global storage_t *d_gamma, __global storage_t *d_beta, __global const storage_t *dy,
+    __global const storage_t *x, __global const float *save_mean,
+    __global const float *save_inv_std, uint rows, uint cols) {
+    __local float acc[BN_WG];
+    uint c = get_group_id(0), lid = get_local_id(0);
+    float s = 0.0f, t = 0.0f;
+    for (uint r = lid; r < rows; r += BN_WG) {
+        size_t i = (size_t)r * cols + c;
+        float g = LOAD(dy, i);
+        s += g;
+        t = fma(g, (LOAD(x, i) - save_mean[r]) * save_inv_std[r], t);
+    }
+    float sum_dy = bn_group_sum(acc, s), sum_dy_xhat = bn_group_sum(acc, t);
+    if (lid == 0) {
+        STORE(d_beta, c, sum_dy);
+        STORE(d_gamma, c, sum_dy_xhat);
+    }
+}
+
+// dx = inv_std (g - mean(g) - xhat mean(g xhat)) per row, with g = dy gamma
+// and the means over the row's C channels.
+__kernel __attribute__((reqd_work_group_size(BN_WG, 1, 1))) void mpcl_layernorm_backward_x(
+    __global storage_t *dx, __global const storage_t *dy, __global const storage_t *x,
+    __global const float *gamma, __global const float *save_mean,
+    __global const float *save_inv_std, uint cols) {
+    __local float acc[BN_WG];
+    uint r = get_group_id(0), lid = get_local_id(0);
+    size_t row = (size_t)r * cols;
+    float mean = save_mean[r], inv_std = save_inv_std[r];
+    float s = 0.0f, t = 0.0f;
+    for (uint c = lid; c < cols; c += BN_WG) {
+        float g = LOAD(dy, row + c) * gamma[c];
+        s += g;
+        t = fma(g, (LOAD(x, row + c) - mean) * inv_std, t);
+    }
+    float mean_g = bn_group_sum(acc, s) / (float)cols;
+    float mean_g_xhat = bn_group_sum(acc, t) / (float)cols;
+    for (uint c = lid; c < cols; c += BN_WG) {
+        float xhat = (LOAD(x, row + c) - mean) * inv_std;
+        STORE(dx, row + c, inv_std * (LOAD(dy, row + c) * gamma[c] - mean_g - xhat * mean_g_xhat));
+    }
+}

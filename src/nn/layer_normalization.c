@@ -1,0 +1,167 @@
+/* LayerNormalization over the last axis (Keras' axis=-1): each sample's
+ * values at each position -- a (T, C) or (H, W, C) input's C channels, a
+ * flat input's features -- normalized by their own mean and variance, y =
+ * gamma (x - mean) / sqrt(var + epsilon) + beta, the same in training and
+ * evaluation. The statistics are f32 in every policy, computed on the
+ * device in two passes; x and y are in the storage dtype. gamma and beta
+ * ([C], f32 masters) train; there are no buffers. The launchers of
+ * cl/layernorm.cl live here: the layer is their one caller. */
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "nn/nn.h"
+
+static const mpcl__attr LN_ATTRS[] = {
+    {"epsilon", MPCL_ATTR_REAL, offsetof(mpcl_layer_spec, epsilon), "0.001", 1e-30, 1, false},
+};
+
+enum { GAMMA, BETA, ROWS };
+
+typedef struct ln {
+    size_t channels;
+    size_t row[ROWS];
+    mpcl_tensor *param[ROWS];              /* [1, C] f32 views of the master arena */
+    mpcl_tensor *grad[ROWS];               /* [1, C] views of the gradient arena */
+    mpcl_tensor *save_mean, *save_inv_std; /* f32, one per normalized row, for backward */
+} ln;
+
+static mpcl_status ln_declare(mpcl__layer *L, mpcl__tables *t) {
+    mpcl_context *ctx = L->env->ctx;
+    ln *n = calloc(1, sizeof *n);
+    if (!n) return MPCL_ERROR(ctx, MPCL_ERR_OUT_OF_MEMORY, "allocating a layer norm layer");
+    L->state = n;
+    mpcl__layer_set_output(L, L->in_rank, L->in_shape);
+    n->channels = L->in_shape[L->in_rank - 1];
+    char layer[32], name[64];
+    mpcl__layer_name(layer, sizeof layer, L);
+    static const char *const params[ROWS] = {"gamma", "beta"};
+    static const mpcl__param_init init[ROWS] = {MPCL__INIT_ONES, MPCL__INIT_ZEROS};
+    mpcl_status st = MPCL_OK;
+    for (int i = 0; i < ROWS && st == MPCL_OK; i++) {
+        snprintf(name, sizeof name, "%s.%s", layer, params[i]);
+        st = mpcl__params_add(ctx, &t->params, name, 1, &n->channels, init[i], &n->row[i]);
+    }
+    return st;
+}
+
+/* Rows normalized for a batch of max_batch: one per sample and position. */
+static size_t max_rows(const mpcl__layer *L, const mpcl__layer_env *env) {
+    const ln *n = L->state;
+    return env->max_batch * (L->inputs / n->channels);
+}
+
+static double ln_activation_bytes(const mpcl__layer *L, const mpcl__layer_env *env) {
+    return mpcl__layer_io_bytes(L) + 2.0 * (double)max_rows(L, env) * sizeof(float);
+}
+
+static mpcl_status ln_create(mpcl__layer *L, const mpcl__tables *t, const mpcl__arenas *a) {
+    ln *n = L->state;
+    const mpcl__layer_env *env = L->env;
+    size_t C = n->channels, rows = max_rows(L, env);
+    mpcl_status st = MPCL_OK;
+    for (int i = 0; i < ROWS && st == MPCL_OK; i++) {
+        size_t off = t->params.rows[n->row[i]].offset;
+        if ((st = mpcl__tensor_view(a->master, off, 1, C, &n->param[i])) == MPCL_OK)
+            st = mpcl__tensor_view(a->grads, off, 1, C, &n->grad[i]);
+    }
+    if (st == MPCL_OK) st = mpcl_tensor_create(env->ctx, MPCL_DTYPE_F32, 1, rows, &n->save_mean);
+    if (st == MPCL_OK) st = mpcl_tensor_create(env->ctx, MPCL_DTYPE_F32, 1, rows, &n->save_inv_std);
+    if (st == MPCL_OK) st = mpcl__layer_create_io(L);
+    return st;
+}
+
+/* A batch [B, features] as its [B * positions, channels] matrix. */
+static mpcl_tensor by_channel(const mpcl_tensor *t, size_t channels) {
+    return mpcl__tensor_reshape(t, t->rows * t->cols / channels, channels);
+}
+
+/* Launches `name`, compiled for x's storage dtype, over `groups`
+ * work-groups of MPCL_ABI_BATCHNORM_WG items: the group size of
+ * batchnorm.cl's reduction, which cl/layernorm.cl reuses. */
+static mpcl_status launch(mpcl_context *ctx, cl_kernel k, const char *name, size_t groups) {
+    return mpcl__launch_1d(ctx, k, name, groups * MPCL_ABI_BATCHNORM_WG, MPCL_ABI_BATCHNORM_WG);
+}
+
+static mpcl_status ln_forward(mpcl__layer *L, const mpcl_tensor *in, bool training) {
+    (void)training; /* the same normalization either way; the saves are cheap */
+    ln *n = L->state;
+    mpcl_context *ctx = L->env->ctx;
+    mpcl_tensor rows = mpcl__tensor_rows(L->output, in->rows);
+    mpcl_tensor y = by_channel(&rows, n->channels), x = by_channel(in, n->channels);
+    static const char name[] = "mpcl_layernorm_forward";
+    TRY(mpcl__check_count(ctx, &x, name));
+    cl_kernel k;
+    TRY(mpcl__kernel(ctx, x.dtype, name, &k));
+    float eps = (float)L->spec.epsilon;
+    cl_uint cols = (cl_uint)x.cols;
+    TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(y.mem), MPCL_ARG(x.mem),
+                       MPCL_ARG(n->param[GAMMA]->mem), MPCL_ARG(n->param[BETA]->mem),
+                       MPCL_ARG(n->save_mean->mem), MPCL_ARG(n->save_inv_std->mem), MPCL_ARG(eps),
+                       MPCL_ARG(cols), MPCL_ARGS_END));
+    return launch(ctx, k, name, x.rows);
+}
+
+/* d_gamma and d_beta: column sums over the rows of dy and dy xhat. */
+static mpcl_status backward_params(ln *n, mpcl_context *ctx, const mpcl_tensor *dy,
+                                   const mpcl_tensor *x) {
+    static const char name[] = "mpcl_layernorm_backward_params";
+    cl_kernel k;
+    TRY(mpcl__kernel(ctx, x->dtype, name, &k));
+    cl_uint rows = (cl_uint)x->rows, cols = (cl_uint)x->cols;
+    TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(n->grad[GAMMA]->mem), MPCL_ARG(n->grad[BETA]->mem),
+                       MPCL_ARG(dy->mem), MPCL_ARG(x->mem), MPCL_ARG(n->save_mean->mem),
+                       MPCL_ARG(n->save_inv_std->mem), MPCL_ARG(rows), MPCL_ARG(cols),
+                       MPCL_ARGS_END));
+    return launch(ctx, k, name, x->cols);
+}
+
+/* dx, row by row. */
+static mpcl_status backward_x(ln *n, mpcl_context *ctx, mpcl_tensor *dx, const mpcl_tensor *dy,
+                              const mpcl_tensor *x) {
+    static const char name[] = "mpcl_layernorm_backward_x";
+    cl_kernel k;
+    TRY(mpcl__kernel(ctx, x->dtype, name, &k));
+    cl_uint cols = (cl_uint)x->cols;
+    TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(dx->mem), MPCL_ARG(dy->mem), MPCL_ARG(x->mem),
+                       MPCL_ARG(n->param[GAMMA]->mem), MPCL_ARG(n->save_mean->mem),
+                       MPCL_ARG(n->save_inv_std->mem), MPCL_ARG(cols), MPCL_ARGS_END));
+    return launch(ctx, k, name, x->rows);
+}
+
+static mpcl_status ln_backward(mpcl__layer *L, const mpcl_tensor *in, mpcl_tensor *d_in) {
+    ln *n = L->state;
+    mpcl_context *ctx = L->env->ctx;
+    mpcl_tensor d_rows = mpcl__tensor_rows(L->d_output, in->rows);
+    mpcl_tensor dy = by_channel(&d_rows, n->channels), x = by_channel(in, n->channels);
+    TRY(backward_params(n, ctx, &dy, &x));
+    if (!d_in) return MPCL_OK;
+    mpcl_tensor dx = by_channel(d_in, n->channels);
+    return backward_x(n, ctx, &dx, &dy, &x);
+}
+
+static void ln_destroy(mpcl__layer *L) {
+    ln *n = L->state;
+    if (!n) return;
+    for (int i = 0; i < ROWS; i++) {
+        mpcl_tensor_destroy(n->param[i]);
+        mpcl_tensor_destroy(n->grad[i]);
+    }
+    mpcl_tensor_destroy(n->save_mean);
+    mpcl_tensor_destroy(n->save_inv_std);
+    free(n);
+    L->state = NULL;
+}
+
+const mpcl__layer_kind mpcl__layer_normalization_layer = {
+    .name = "layer_normalization",
+    .keras_name = "LayerNormalization",
+    .attrs = LN_ATTRS,
+    .attr_count = sizeof LN_ATTRS / sizeof LN_ATTRS[0],
+    .declare = ln_declare,
+    .activation_bytes = ln_activation_bytes,
+    .create = ln_create,
+    .forward = ln_forward,
+    .backward = ln_backward,
+    .destroy = ln_destroy,
+};
