@@ -55,7 +55,8 @@ mpcl__json_type mpcl__json_type_of(const mpcl__json_value *v);
 /* "null", "a boolean", "a number", "a string", "an array", "an object": for
  * messages such as "'layers' is a string, not an array". */
 const char *mpcl__json_type_name(mpcl__json_type t);
-/* Where v starts in the text (1-based; columns count bytes). */
+/* Where v starts in the text, 1-based (columns count bytes); for an object
+ * member, where its key starts. */
 unsigned mpcl__json_line(const mpcl__json_value *v);
 unsigned mpcl__json_column(const mpcl__json_value *v);
 
