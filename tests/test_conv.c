@@ -380,8 +380,8 @@ static const mpcl_conv2d_shape conv_cases[] = {
     {1, 3, 2, 3, 5, 4, 2, 1, 1, MPCL_PADDING_SAME},  /* kernel beyond the image */
     {3, 7, 7, 1, 1, 1, 3, 3, 3, MPCL_PADDING_VALID}, /* stride > kernel: pixels skipped */
     {3, 7, 5, 3, 2, 2, 17, 2, 2, MPCL_PADDING_SAME}, /* pad after only; 17 filters */
-    /* Multiples of 16 filters (and channels): the direct kernels on mpcl's
-     * GEMM paths, with the edges above. */
+    /* Multiples of 16 filters (and channels), which the direct kernels take
+     * (run again below with MPCL_CONV=direct), with the edges above. */
     {3, 7, 5, 16, 3, 3, 16, 2, 2, MPCL_PADDING_SAME},  /* stride 2, odd sizes, padded */
     {2, 6, 5, 3, 3, 3, 32, 1, 1, MPCL_PADDING_VALID},  /* 3 channels: a partial chunk */
     {2, 5, 5, 1, 3, 3, 16, 1, 1, MPCL_PADDING_SAME},   /* 1 channel, as a first layer */
@@ -552,8 +552,8 @@ static void test_conv(void **state) {
     for (size_t vi = 0; vi < nv; vi++)
         for (size_t ci = 0; ci < sizeof conv_cases / sizeof conv_cases[0]; ci++)
             run_conv_case(ctx, &r, &vs[vi], &conv_cases[ci]);
-    /* The direct kernels run by default on mpcl-f32 only; MPCL_CONV=direct
-     * puts them on every path and dtype, for the cases they take. */
+    /* MPCL_CONV=direct: the direct kernels on every path and dtype, for the
+     * cases they take (a multiple of 16 filters or channels). */
     setenv("MPCL_CONV", "direct", 1);
     for (size_t vi = 0; vi < nv; vi++)
         for (size_t ci = 0; ci < sizeof conv_cases / sizeof conv_cases[0]; ci++)

@@ -5,9 +5,8 @@
  * im2col + GEMM runs on every GEMM path of the precision plan (mpcl's kernel
  * on CPUs, CLBlast on GPUs, f16/bf16 staged or mixed) with no kernel of its
  * own, at the cost of the columns workspace (kernel_h * kernel_w times the
- * input) and one copy each way. Where they measured faster, the forward pass
- * and the input's gradient run as direct kernels instead (see
- * direct_path). */
+ * input) and one copy each way. MPCL_CONV=direct runs the forward pass and
+ * the input's gradient as direct kernels instead (see direct_path). */
 #include <stdint.h>
 #include <string.h>
 
@@ -336,20 +335,18 @@ mpcl_status mpcl__transpose(mpcl_context *ctx, mpcl_tensor *out, const mpcl_tens
 /* The direct kernels (cl/conv.cl) compute 16 result channels per item
  * without the columns: the forward pass and the input's gradient skip
  * im2col's write and read and col2im's pass (the weight gradient stays
- * columns^T x d_out). Chosen where they measured faster (`mpcl-bench conv`,
- * bench/README.md): f32 on mpcl's own GEMM path, the CPU's. In f16 and bf16
- * the GEMM's blocked conversions beat the direct kernels' per-row staging,
- * and CLBlast's GEMMs (GPUs) are not ours to replace, so those stay im2col +
- * GEMM. MPCL_CONV=direct or im2col overrides the choice (benchmarks,
- * tests); the direct kernels need a multiple of 16 result channels. */
+ * columns^T x d_out). They run only when MPCL_CONV=direct asks: measured on
+ * the CNN (bench/README.md), conv2's forward alone ran 1.44x faster in f32,
+ * but a whole training step was no faster (9,114 samples/s against 9,500 for
+ * im2col + GEMM, medians of six interleaved runs) and f16/bf16 were slower
+ * even alone (their per-row staging costs more than the GEMM's blocked
+ * conversions). They need a multiple of 16 result channels. */
 #define DIRECT_CHANNELS 16
 #define DIRECT_ROWS 16 /* CONV_TP */
 
-static bool direct_path(mpcl_gemm_path path, size_t result_channels) {
-    const char *conv = mpcl__env_value(MPCL_ENV_CONV); /* NULL: by the path */
-    if (result_channels % DIRECT_CHANNELS != 0 || (conv && strcmp(conv, "im2col") == 0))
-        return false;
-    return conv || path == MPCL_GEMM_MPCL_F32;
+static bool direct_path(size_t result_channels) {
+    const char *conv = mpcl__env_value(MPCL_ENV_CONV); /* NULL: im2col */
+    return conv && strcmp(conv, "direct") == 0 && result_channels % DIRECT_CHANNELS == 0;
 }
 
 /* Launches a direct kernel: dst [rows, n] from src through weights, the
@@ -410,7 +407,7 @@ mpcl_status mpcl_conv2d_forward(mpcl_context *ctx, mpcl_gemm_path path, const mp
     conv_tensors t = {.in = in, .weights = weights, .out_map = out, .columns = columns};
     TRY(check_conv(ctx, path, &w, &win, &t, false));
     mpcl_tensor map = mpcl__tensor_reshape(out, columns->rows, s->filters);
-    if (direct_path(path, s->filters))
+    if (direct_path(s->filters))
         return direct(ctx, "mpcl_conv2d_direct", &map, in, weights, &w, &win, s->filters,
                       columns->rows, s->filters);
     TRY(im2col(ctx, &w, &win, columns, in));
@@ -439,7 +436,7 @@ mpcl_status mpcl_conv2d_backward(mpcl_context *ctx, mpcl_gemm_path path, const m
      * form took 4.1-4.7 ms where NT took 9.2-9.4 (conv2 of the CNN on PoCL),
      * with the same fmas in the same k order per element, so the same bits. */
     size_t taps = s->kernel_h * s->kernel_w;
-    if (d_in && direct_path(path, s->channels)) {
+    if (d_in && direct_path(s->channels)) {
         /* weights [taps, C, F] as [taps, F, C]: each tap's rows of C. */
         mpcl_tensor weights_t = mpcl__tensor_reshape(d_weights, taps * s->filters, s->channels);
         mpcl_tensor d_image =
