@@ -78,7 +78,7 @@ static mpcl_status time_pass(mpcl_context *ctx, mpcl_gemm_path path, const conv_
         }
         st = pass == 0 ? mpcl_conv2d_forward(ctx, path, &c->shape, t->out, t->in, t->w, t->columns)
                        : mpcl_conv2d_backward(ctx, path, &c->shape, c->d_in ? t->d_in : NULL,
-                                              t->d_w, t->out, t->in, t->w, t->columns);
+                                              t->d_w, t->out, t->in, t->w, t->columns, false);
     }
     if (st == MPCL_OK) st = mpcl_context_finish(ctx);
     *seconds = (bench_now_s() - t0) / REPS;

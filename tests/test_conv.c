@@ -235,12 +235,12 @@ static void test_tensor_errors(void **state) {
     /* A GEMM path that cannot take f32: refused before im2col writes. */
     tu_expect_error(mpcl_conv2d_forward(ctx, MPCL_GEMM_MPCL_MIXED, &s, out, in, w, cols),
                     MPCL_ERR_DTYPE, "mpcl-mixed");
-    tu_expect_error(mpcl_conv2d_backward(ctx, path, &s, d_in, d_w, ints, in, w, cols),
+    tu_expect_error(mpcl_conv2d_backward(ctx, path, &s, d_in, d_w, ints, in, w, cols, false),
                     MPCL_ERR_DTYPE, "d_out is i32");
-    tu_expect_error(mpcl_conv2d_backward(ctx, path, &s, bad_rows, d_w, out, in, w, cols),
+    tu_expect_error(mpcl_conv2d_backward(ctx, path, &s, bad_rows, d_w, out, in, w, cols, false),
                     MPCL_ERR_SHAPE, "d_in is 3x60");
     tu_expect_error(
-        mpcl_conv2d_backward(ctx, MPCL_GEMM_MPCL_MIXED, &s, d_in, d_w, out, in, w, cols),
+        mpcl_conv2d_backward(ctx, MPCL_GEMM_MPCL_MIXED, &s, d_in, d_w, out, in, w, cols, false),
         MPCL_ERR_DTYPE, "mpcl-mixed");
     tu_expect_error(mpcl_im2col(ctx, &s, wrong_cols, in), MPCL_ERR_SHAPE, "columns is 40x17");
     tu_expect_error(mpcl_col2im(ctx, &s, half_in, cols), MPCL_ERR_DTYPE,
@@ -474,8 +474,8 @@ static void run_conv_case(mpcl_context *ctx, tu_rng *r, const conv_variant *v,
 
     TU_ASSERT_OK(mpcl_conv2d_forward(ctx, v->path, s, &out.view, t_x, t_w, &cols.view));
     tu_poison(cols.whole);
-    TU_ASSERT_OK(
-        mpcl_conv2d_backward(ctx, v->path, s, &d_in.view, &d_w.view, t_dy, t_x, t_w, &cols.view));
+    TU_ASSERT_OK(mpcl_conv2d_backward(ctx, v->path, s, &d_in.view, &d_w.view, t_dy, t_x, t_w,
+                                      &cols.view, false));
     guarded *all[] = {&out, &cols, &d_in, &d_w};
     for (size_t i = 0; i < 4; i++) guarded_check_tail(all[i], "conv2d");
 
@@ -525,6 +525,21 @@ static void run_conv_case(mpcl_context *ctx, tu_rng *r, const conv_variant *v,
     }
     snprintf(what, sizeof what, CASE_FMT, "d_in", CASE_ARGS);
     check_with(what, dx, want_dx, tol, n_in);
+
+    /* A training step's order: the forward, then the backward taking the
+     * columns the forward left (columns_hold_in), the same bits as the
+     * backward that ran im2col again above. */
+    TU_ASSERT_OK(mpcl_conv2d_forward(ctx, v->path, s, &out.view, t_x, t_w, &cols.view));
+    tu_poison(d_in.whole);
+    tu_poison(d_w.whole);
+    TU_ASSERT_OK(mpcl_conv2d_backward(ctx, v->path, s, &d_in.view, &d_w.view, t_dy, t_x, t_w,
+                                      &cols.view, true));
+    float *dx2 = download(&d_in.view), *dw2 = download(&d_w.view);
+    snprintf(what, sizeof what, CASE_FMT, "columns taken from the forward", CASE_ARGS);
+    if (memcmp(dx2, dx, n_in * sizeof *dx) != 0 || memcmp(dw2, dw, n_w * sizeof *dw) != 0)
+        fail_msg("%s: d_in or d_weights differ from the recomputing backward", what);
+    free(dx2);
+    free(dw2);
 #undef CASE_FMT
 #undef CASE_ARGS
 
@@ -587,14 +602,14 @@ static void test_conv_no_d_in(void **state) {
     mpcl_tensor *dw1 = tu_tensor(ctx, dt, patch, s.filters),
                 *dw2 = tu_tensor(ctx, dt, patch, s.filters);
     mpcl_tensor *dx1 = tu_tensor(ctx, dt, s.batch, img), *dx2 = tu_tensor(ctx, dt, s.batch, img);
-    TU_ASSERT_OK(mpcl_conv2d_backward(ctx, path, &s, dx1, dw1, t_dy, t_x, t_w, cols));
-    TU_ASSERT_OK(mpcl_conv2d_backward(ctx, path, &s, dx2, dw2, t_dy, t_x, t_w, cols));
+    TU_ASSERT_OK(mpcl_conv2d_backward(ctx, path, &s, dx1, dw1, t_dy, t_x, t_w, cols, false));
+    TU_ASSERT_OK(mpcl_conv2d_backward(ctx, path, &s, dx2, dw2, t_dy, t_x, t_w, cols, false));
     float *a = download(dx1), *b = download(dx2);
     assert_memory_equal(a, b, s.batch * img * sizeof *a);
     free(a);
     free(b);
     tu_poison(dw2);
-    TU_ASSERT_OK(mpcl_conv2d_backward(ctx, path, &s, NULL, dw2, t_dy, t_x, t_w, cols));
+    TU_ASSERT_OK(mpcl_conv2d_backward(ctx, path, &s, NULL, dw2, t_dy, t_x, t_w, cols, false));
     a = download(dw1);
     b = download(dw2);
     assert_memory_equal(a, b, patch * s.filters * sizeof *a);
@@ -806,8 +821,9 @@ static void test_conv_finite_differences(void **state) {
     conv_loss(ctx, &s, out, t_x, t_w, cols, x, w, r); /* uploads x and w */
     tu_poison(d_x); /* a gradient never written fails, however flat L is */
     tu_poison(d_w);
+    /* conv_loss ran the forward at (x, w) last: its columns are taken. */
     TU_ASSERT_OK(mpcl_conv2d_backward(ctx, mpcl_gemm_default_path(ctx, dt), &s, d_x, d_w, t_r, t_x,
-                                      t_w, cols));
+                                      t_w, cols, true));
     float *gx = download(d_x), *gw = download(d_w);
     const float h = 0.5f; /* x +- h rounds by 2^-24 at most: negligible */
     const double tol = 1e-3;

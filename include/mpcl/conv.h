@@ -108,15 +108,20 @@ mpcl_status mpcl_conv2d_forward(mpcl_context *ctx, mpcl_gemm_path path, const mp
                                 mpcl_tensor *columns);
 
 /* The gradients of the forward's output given d_out (shaped as out):
- * unless d_in is NULL, d_in = col2im(d_out weights^T) (weights^T copied into
- * d_weights' memory, a GEMM into `columns`, then mpcl_col2im), then
- * d_weights = columns(in)^T d_out (im2col again into `columns`, then a GEMM).
- * Overwrites d_weights and d_in; d_in must not share memory with in or
- * d_out. Tensors as in mpcl_conv2d_forward; d_weights in the storage dtype. */
+ * d_weights = columns(in)^T d_out (a GEMM on the columns), then, unless d_in
+ * is NULL, d_in = col2im(d_out weights^T) (a GEMM into `columns`, then
+ * mpcl_col2im; weights^T is staged in d_in's memory when it fits there).
+ * columns_hold_in: nothing has written `columns` since mpcl_conv2d_forward
+ * of this same `in` on this path, so the columns im2col left there are
+ * taken as they are (a training step: one im2col instead of two); false
+ * runs im2col again. Overwrites d_weights, d_in and the columns; d_in must
+ * not share memory with in or d_out. Tensors as in mpcl_conv2d_forward;
+ * d_weights in the storage dtype. */
 mpcl_status mpcl_conv2d_backward(mpcl_context *ctx, mpcl_gemm_path path, const mpcl_conv2d_shape *s,
                                  mpcl_tensor *d_in, mpcl_tensor *d_weights,
                                  const mpcl_tensor *d_out, const mpcl_tensor *in,
-                                 const mpcl_tensor *weights, mpcl_tensor *columns);
+                                 const mpcl_tensor *weights, mpcl_tensor *columns,
+                                 bool columns_hold_in);
 
 /* out[b, oh, ow, c] = the largest in[b, h, w, c] of the window, h in
  * [oh*stride_h - pad_top, + pool_h), w likewise, inside the image; NaN wins

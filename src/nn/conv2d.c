@@ -27,6 +27,9 @@ typedef struct conv2d {
     mpcl_tensor *w;       /* view: [kh*kw*channels, filters] of the working arena */
     mpcl_tensor *dw;      /* view: the same of the gradient arena */
     mpcl_tensor *columns; /* [max_batch * pixels, kh*kw*channels] workspace */
+    /* The columns hold the last training forward's input, untouched since:
+     * the backward takes them as they are. */
+    bool columns_hold_input;
 } conv2d;
 
 /* The convolution of a layer's spec over its input, for batches of
@@ -119,6 +122,7 @@ static mpcl_status conv2d_forward(mpcl__layer *L, const mpcl_tensor *in, bool tr
     mpcl_tensor columns, out = mpcl__tensor_rows(L->output, B);
     mpcl_conv2d_shape s = batch_shape(c, B, &columns);
     mpcl_status st = mpcl_conv2d_forward(env->ctx, env->gemm, &s, &out, in, c->w, &columns);
+    c->columns_hold_input = st == MPCL_OK && training;
     if (st != MPCL_OK) return st;
     mpcl_tensor h = mpcl__tensor_reshape(&out, B * c->pixels, s.filters);
     return mpcl__bias_act_forward(&c->epilogue, env->ctx, &h, training);
@@ -135,8 +139,13 @@ static mpcl_status conv2d_backward(mpcl__layer *L, const mpcl_tensor *in, mpcl_t
                 h = mpcl__tensor_reshape(&out, B * c->pixels, s.filters);
     mpcl_status st = mpcl__bias_act_backward(&c->epilogue, env->ctx, &dpre, &h);
     if (st != MPCL_OK) return st;
-    /* Without d_in (the first layer) the op skips the input's gradient. */
-    return mpcl_conv2d_backward(env->ctx, env->gemm, &s, d_in, c->dw, &d_out, in, c->w, &columns);
+    /* Without d_in (the first layer) the op skips the input's gradient. The
+     * model runs each backward after its step's training forward, on the
+     * same input; the backward then overwrites the columns. */
+    bool reuse = c->columns_hold_input;
+    c->columns_hold_input = false;
+    return mpcl_conv2d_backward(env->ctx, env->gemm, &s, d_in, c->dw, &d_out, in, c->w, &columns,
+                                reuse);
 }
 
 static void conv2d_destroy(mpcl__layer *L) {
