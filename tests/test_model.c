@@ -529,11 +529,11 @@ static void layer_spec_builds_the_model(void **state) {
     mpcl_context_destroy(ctx);
 }
 
-/* A Dense input gradient with weights of 16384 elements or more runs as an
- * NN GEMM on W^T staged in the weight gradient's memory (nn/dense.c); on
+/* A Dense input gradient with weights of 16384 elements or more runs, on
+ * mpcl's GEMM path, as an NN GEMM on W^T staged in a workspace (gemm.c); on
  * CLBlast's path it stays NT. The two paths' parameters after SGD steps agree
- * to f32 rounding: a wrong staging (shape, order, or the weight gradient
- * read before it is rewritten) would put dense_0's gradient far off. */
+ * to f32 rounding: a wrong staging (shape, order, or a workspace overwritten
+ * before it is read) would put dense_0's gradient far off. */
 static void wide_dense_input_gradient_matches_clblast(void **state) {
     (void)state;
     mpcl_model_params p = small_params(MPCL_POLICY_FLOAT32);

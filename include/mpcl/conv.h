@@ -110,7 +110,7 @@ mpcl_status mpcl_conv2d_forward(mpcl_context *ctx, mpcl_gemm_path path, const mp
 /* The gradients of the forward's output given d_out (shaped as out):
  * d_weights = columns(in)^T d_out (a GEMM on the columns), then, unless d_in
  * is NULL, d_in = col2im(d_out weights^T) (a GEMM into `columns`, then
- * mpcl_col2im; weights^T is staged in d_in's memory when it fits there).
+ * mpcl_col2im).
  * columns_hold_in: nothing has written `columns` since mpcl_conv2d_forward
  * of this same `in` on this path, so the columns im2col left there are
  * taken as they are (a training step: one im2col instead of two); false

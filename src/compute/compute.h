@@ -141,10 +141,9 @@ void mpcl__gemm_force_tiles(mpcl_context *ctx, mpcl__gemm_tiles tiles, unsigned 
 
 /* in holds `count` matrices of in->rows / count x in->cols, one after the
  * other; out (as many elements, in's dtype) gets each transposed, in the same
- * order: bits copied, one launch (cl/conv.cl's mpcl_transpose). mpcl's GEMM
- * gathers a transposed B element by element; B^T staged this way and an NN
- * GEMM do the same fmas in the same order, so the same bits, faster where B
- * is large (conv.c, nn/dense.c). */
+ * order: bits copied, one launch (cl/conv.cl's mpcl_transpose). The GEMM
+ * stages a large transposed B with it (gemm.c); the direct convolution its
+ * weights per tap (conv.c). */
 mpcl_status mpcl__transpose(mpcl_context *ctx, mpcl_tensor *out, const mpcl_tensor *in,
                             size_t count);
 

@@ -431,13 +431,10 @@ mpcl_status mpcl_conv2d_backward(mpcl_context *ctx, mpcl_gemm_path path, const m
                       .d_weights = d_weights};
     TRY(check_conv(ctx, path, &w, &win, &t, true));
     mpcl_tensor map = mpcl__tensor_reshape(d_out, columns->rows, s->filters);
-    /* weights^T is staged for the input gradient: mpcl's GEMM gathers a
-     * transposed B element by element (conv2 of the CNN on PoCL: NT 9.2-9.4
-     * ms, NN on a staged copy 4.1-4.7), with the same fmas in the same k
-     * order per element, so the same bits. The direct input gradient leaves
-     * the columns alone, so it goes first, staging in d_weights' memory,
-     * which the weight gradient then overwrites (the queue is in order). */
-    size_t taps = s->kernel_h * s->kernel_w, patch = weights->rows;
+    /* The direct input gradient leaves the columns alone, so it goes first,
+     * staging the weights transposed per tap in d_weights' memory, which the
+     * weight gradient then overwrites (the queue is in order). */
+    size_t taps = s->kernel_h * s->kernel_w;
     if (d_in && direct_path(s->channels)) {
         /* weights [taps, C, F] as [taps, F, C]: each tap's rows of C. */
         mpcl_tensor weights_t = mpcl__tensor_reshape(d_weights, taps * s->filters, s->channels);
@@ -454,17 +451,9 @@ mpcl_status mpcl_conv2d_backward(mpcl_context *ctx, mpcl_gemm_path path, const m
     TRY(mpcl_gemm(ctx, path, true, false, 1.0f, columns, &map, 0.0f, d_weights));
     if (!d_in || direct_path(s->channels)) return MPCL_OK;
     /* Then d_columns = d_out weights^T into the columns, gathered by col2im
-     * into d_in; weights^T is staged in d_in's memory when it fits there
-     * (col2im overwrites it last), else the GEMM reads weights as NT. */
-    mpcl_tensor d_columns = *columns;
-    if (d_in->rows * d_in->cols >= patch * s->filters) {
-        mpcl_tensor weights_t = mpcl__tensor_reshape(d_in, s->filters, patch);
-        TRY(mpcl__transpose(ctx, &weights_t, weights, 1));
-        TRY(mpcl_gemm(ctx, path, false, false, 1.0f, &map, &weights_t, 0.0f, &d_columns));
-    } else {
-        TRY(mpcl_gemm(ctx, path, false, true, 1.0f, &map, weights, 0.0f, &d_columns));
-    }
-    return col2im(ctx, &w, &win, d_in, &d_columns);
+     * into d_in. */
+    TRY(mpcl_gemm(ctx, path, false, true, 1.0f, &map, weights, 0.0f, columns));
+    return col2im(ctx, &w, &win, d_in, columns);
 }
 
 /* ---- max pooling ---- */

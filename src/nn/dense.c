@@ -63,34 +63,16 @@ static mpcl_status dense_forward(mpcl__layer *L, const mpcl_tensor *in, bool tra
     return mpcl__bias_act_forward(&d->epilogue, env->ctx, &h, training);
 }
 
-/* Whether the input gradient stages W^T for an NN GEMM: on mpcl's GEMM
- * paths (CLBlast transposes in its own kernels), for weights of 16384
- * elements or more. The CNN's 1600x128 Dense: NT 759 us against NN 363 us
- * (MPCL_PROFILE, PoCL, two threads); below the threshold the transpose's
- * launch costs about what it saves (the MLP's 128x10 output layer). */
-static bool stage_weights_t(const mpcl__layer_env *env, const mpcl_tensor *w) {
-    return (env->gemm == MPCL_GEMM_MPCL_F32 || env->gemm == MPCL_GEMM_MPCL_MIXED) &&
-           w->rows * w->cols >= 16384;
-}
-
 static mpcl_status dense_backward(mpcl__layer *L, const mpcl_tensor *in, mpcl_tensor *d_in) {
     dense *d = L->state;
     const mpcl__layer_env *env = L->env;
     size_t B = in->rows;
     mpcl_tensor dpre = mpcl__tensor_rows(L->d_output, B), h = mpcl__tensor_rows(L->output, B);
     mpcl_status st = mpcl__bias_act_backward(&d->epilogue, env->ctx, &dpre, &h);
-    if (st == MPCL_OK && d_in && stage_weights_t(env, d->w)) {
-        /* d_in = dpre x W^T as an NN GEMM on W^T staged in dw's memory, which
-         * the weight gradient overwrites next (the queue is in order). */
-        mpcl_tensor w_t = mpcl__tensor_reshape(d->dw, d->w->cols, d->w->rows);
-        st = mpcl__transpose(env->ctx, &w_t, d->w, 1);
-        if (st == MPCL_OK)
-            st = mpcl_gemm(env->ctx, env->gemm, false, false, 1.0f, &dpre, &w_t, 0.0f, d_in);
-    } else if (st == MPCL_OK && d_in) {
-        st = mpcl_gemm(env->ctx, env->gemm, false, true, 1.0f, &dpre, d->w, 0.0f, d_in);
-    }
     if (st == MPCL_OK)
         st = mpcl_gemm(env->ctx, env->gemm, true, false, 1.0f, in, &dpre, 0.0f, d->dw);
+    if (st == MPCL_OK && d_in)
+        st = mpcl_gemm(env->ctx, env->gemm, false, true, 1.0f, &dpre, d->w, 0.0f, d_in);
     return st;
 }
 
