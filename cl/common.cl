@@ -233,3 +233,15 @@ inline ushort8 storage_bits8(float8 v) {
     return r;
 }
 #endif
+
+// AVX512-BF16's dot product of bf16 pairs, for CPU devices only: the host
+// defines MPCL_BF16_DOT_X86 after its probe (cl/bf16_dot_probe.cl) ran this
+// very macro and got the host model's bits. Lane j of acc (float16) gains
+// a.bf16[2j+1] * b.bf16[2j+1], then a.bf16[2j] * b.bf16[2j] (uint16 a and b
+// hold the pairs, the even element in the low half), each sum rounded to
+// nearest even, bf16 subnormals in and f32 subnormals out read as zero. An
+// inline instruction: LLVM has the intrinsic, but PoCL's build of kernels
+// failed to select it for the devices it targets.
+#if defined(MPCL_BF16_DOT_X86)
+#define MPCL_BF16_DOT16(acc, a, b) __asm__("vdpbf16ps %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b))
+#endif

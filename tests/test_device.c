@@ -135,6 +135,28 @@ static void fp16_verification_on_the_suite_device(void **state) {
     /* Four probe kernels (scalar, 4-, 8- and 16-wide) x 32 loads and 32
      * stores each. */
     assert_non_null(strstr(d->bf16_detail, "256/256 exact"));
+    /* AVX512-BF16's dot product: verified (all 64 lanes with the host
+     * model's bits) exactly where it may run, a CPU device on a host whose
+     * CPU has it; elsewhere never run, and the detail says why. */
+    fprintf(stderr, "bf16 dot %s: %s\n", mpcl_bf16_dot_name(d->bf16_dot), d->bf16_dot_detail);
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    bool host_dot = __builtin_cpu_supports("avx512bf16");
+#else
+    bool host_dot = false;
+#endif
+    bool pocl_cpu =
+        strstr(d->platform, "Portable Computing Language") && d->type == MPCL_DEVICE_TYPE_CPU;
+    if (pocl_cpu && host_dot) {
+        assert_int_equal(d->bf16_dot, MPCL_BF16_DOT_VERIFIED);
+        assert_non_null(strstr(d->bf16_dot_detail, "vdpbf16ps: 64/64 exact"));
+    }
+    if (!host_dot || d->type != MPCL_DEVICE_TYPE_CPU) {
+        assert_int_equal(d->bf16_dot, MPCL_BF16_DOT_NONE);
+        assert_true(strstr(d->bf16_dot_detail, "not a CPU device") ||
+                    strstr(d->bf16_dot_detail, "no AVX512-BF16") ||
+                    strstr(d->bf16_dot_detail, "not an x86-64 host"));
+    }
     bool known_without_fp16 = strstr(d->platform, "Portable Computing Language") ||
                               strstr(d->platform, "rusticl") || strstr(d->name, "Oclgrind");
     if (known_without_fp16) assert_int_equal(d->fp16_math, MPCL_FP16_MATH_NONE);

@@ -48,6 +48,10 @@ static const gemm_case cases[] = {
      * shifted back), two strips of 3 with the second partial; rows staged
      * once per strip, from a shifted last row tile (M = 40). */
     {40, 70, 75, false, false},
+    /* AVX512-BF16's 4x64 tiles (cl/gemm_bf16_dot.cl), transposed A packed
+     * too (N >= 128): a last row tile and a last column tile shifted back,
+     * an odd K's half pair. Its 8x32 tiles: {18, 36, 27} above. */
+    {37, 130, 33, false, false},
 };
 
 /* One (path, C dtype) combination to test. */
@@ -183,6 +187,55 @@ static size_t variants_for(mpcl_context *ctx, gemm_variant *out) {
     return n;
 }
 
+/* Whether mpcl's bf16 GEMM on AVX512-BF16 (cl/gemm_bf16_dot.cl) runs this
+ * variant here; says once per variant when it does not, and why. */
+static bool dot_here(mpcl_context *ctx, const gemm_variant *v) {
+    if (v->in != MPCL_DTYPE_BF16) return false;
+    const mpcl_device_info *d = mpcl_context_device(ctx);
+    if (d->bf16_dot == MPCL_BF16_DOT_VERIFIED) return true;
+    printf("bf16 dot kernel skipped for %s: %s (%s)\n", mpcl_gemm_path_name(v->path),
+           mpcl_bf16_dot_name(d->bf16_dot), d->bf16_dot_detail);
+    return false;
+}
+
+/* An odd K ends the bf16 dot kernel's k loop with a half pair: row i's
+ * element k+1 there is the next row's first one, which must not be read
+ * (inf times B's zero is NaN). Row 1 starts with inf, so only row 1's C
+ * may be non-finite. */
+static void test_bf16_dot_half_pair(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    gemm_variant v = {MPCL_GEMM_MPCL_MIXED, MPCL_DTYPE_BF16, MPCL_DTYPE_F32};
+    if (!dot_here(ctx, &v)) {
+        mpcl_context_destroy(ctx);
+        return;
+    }
+    enum { M = 16, N = 64, K = 3 };
+    float a_h[M * K], b_h[K * N], got[M * N];
+    for (size_t i = 0; i < M * K; i++) a_h[i] = 1.0f;
+    for (size_t i = 0; i < K * N; i++) b_h[i] = 0.5f;
+    a_h[1 * K + 0] = INFINITY;
+    mpcl_tensor *a = tu_tensor(ctx, MPCL_DTYPE_BF16, M, K),
+                *b = tu_tensor(ctx, MPCL_DTYPE_BF16, K, N);
+    mpcl_tensor *c = tu_tensor(ctx, MPCL_DTYPE_F32, M, N);
+    TU_ASSERT_OK(mpcl_tensor_upload_f32(a, a_h, M * K));
+    TU_ASSERT_OK(mpcl_tensor_upload_f32(b, b_h, K * N));
+    tu_poison(c);
+    mpcl__gemm_force_tiles(ctx, MPCL__GEMM_TILES_BF16_DOT, 0);
+    TU_ASSERT_OK(mpcl_gemm(ctx, MPCL_GEMM_MPCL_MIXED, false, false, 1.0f, a, b, 0.0f, c));
+    TU_ASSERT_OK(mpcl_tensor_download_f32(c, got, M * N));
+    for (size_t i = 0; i < M; i++)
+        for (size_t j = 0; j < N; j++) {
+            float want = i == 1 ? INFINITY : 1.5f;
+            if (got[i * N + j] != want)
+                fail_msg("C(%zu, %zu) = %g, want %g", i, j, (double)got[i * N + j], (double)want);
+        }
+    mpcl_tensor_destroy(a);
+    mpcl_tensor_destroy(b);
+    mpcl_tensor_destroy(c);
+    mpcl_context_destroy(ctx);
+}
+
 static void run_variant(mpcl_gemm_path path) {
     mpcl_context *ctx = tu_context();
     gemm_variant vs[16];
@@ -209,13 +262,17 @@ static void run_variant(mpcl_gemm_path path) {
         } forced[] = {{MPCL__GEMM_TILES_16X16, 0}, {MPCL__GEMM_TILES_16X16, 3},
                       {MPCL__GEMM_TILES_4X16, 1},  {MPCL__GEMM_TILES_4X16, 3},
                       {MPCL__GEMM_TILES_4X16, 8},  {MPCL__GEMM_TILES_4X16, 0},
-                      {MPCL__GEMM_TILES_8X8, 0},   {MPCL__GEMM_TILES_AUTO, 0}};
+                      {MPCL__GEMM_TILES_8X8, 0},   {MPCL__GEMM_TILES_BF16_DOT, 0},
+                      {MPCL__GEMM_TILES_AUTO, 0}};
         size_t nf = sizeof forced / sizeof forced[0];
         for (size_t fi = own ? 0 : nf - 1; fi < nf; fi++) {
             /* Oclgrind interprets (~1e6 ops/s): there, strips of 3 stand for
              * every strip length (a partial last strip included). */
             bool other_strip = forced[fi].tiles == MPCL__GEMM_TILES_4X16 && forced[fi].strip != 3;
             if (slow && other_strip) continue;
+            /* AVX512-BF16's kernel takes bf16 only, where the device verified
+             * it; elsewhere the forced choice falls back to the others. */
+            if (forced[fi].tiles == MPCL__GEMM_TILES_BF16_DOT && !dot_here(ctx, &vs[vi])) continue;
             mpcl__gemm_force_tiles(ctx, forced[fi].tiles, forced[fi].strip);
             bool auto_tiles = forced[fi].tiles == MPCL__GEMM_TILES_AUTO;
             for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
@@ -477,15 +534,11 @@ static void test_default_path_and_override(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_mpcl_f32),
-        cmocka_unit_test(test_mpcl_mixed),
-        cmocka_unit_test(test_clblast_sgemm),
-        cmocka_unit_test(test_clblast_hgemm),
-        cmocka_unit_test(test_clblast_staged),
-        cmocka_unit_test(test_staged_workspace),
-        cmocka_unit_test(test_shape_errors),
-        cmocka_unit_test(test_dtype_errors),
-        cmocka_unit_test(test_default_path_and_override),
+        cmocka_unit_test(test_mpcl_f32),           cmocka_unit_test(test_mpcl_mixed),
+        cmocka_unit_test(test_bf16_dot_half_pair), cmocka_unit_test(test_clblast_sgemm),
+        cmocka_unit_test(test_clblast_hgemm),      cmocka_unit_test(test_clblast_staged),
+        cmocka_unit_test(test_staged_workspace),   cmocka_unit_test(test_shape_errors),
+        cmocka_unit_test(test_dtype_errors),       cmocka_unit_test(test_default_path_and_override),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -359,12 +359,13 @@ static void a_verdict_not_in_its_written_form_is_verified_again(void **state) {
     const char *rest = strchr(good, '\n');
     assert_non_null(rest);
     const mpcl_device_info *a = mpcl_context_device(first);
-    int m = (int)a->fp16_math, s = (int)a->fp16_storage, b = (int)a->bf16_storage;
-    const char *forms[] = {"%d %d %d",  "+%d %d %d", "%d  %d %d",  " %d %d %d",
-                           "%d %d %d ", "%d %d",     "%d %d %d 0", "0x%d %d %d"};
+    int m = (int)a->fp16_math, s = (int)a->fp16_storage, b = (int)a->bf16_storage,
+        d = (int)a->bf16_dot;
+    const char *forms[] = {"%d %d %d %d",  "+%d %d %d %d", "%d  %d %d %d",  " %d %d %d %d",
+                           "%d %d %d %d ", "%d %d %d",     "%d %d %d %d 0", "0x%d %d %d %d"};
     for (size_t i = 0; i < sizeof forms / sizeof *forms; i++) {
         char text[4200];
-        int n = snprintf(text, sizeof text, forms[i], m, s, b);
+        int n = snprintf(text, sizeof text, forms[i], m, s, b, d);
         snprintf(text + n, sizeof text - (size_t)n, "%s", rest);
         mpcl__cache_write(folder, key, (const unsigned char *)text, strlen(text));
         mpcl_context *ctx = tu_context();

@@ -288,10 +288,12 @@ def test_signals(d):
           f"({doc.get('steps')} steps, {waited:.1f} s after the signal)")
     # A FIFO that appears at --plot's path during training (after the start-up
     # check) is refused when the plot is written, never waited on (the
-    # timeout of interrupt's communicate() guards against a hang).
+    # timeout of interrupt's communicate() guards against a hang). Made after
+    # the settle: start-up ends ~10 ms after the model line, and a signal
+    # that came sooner (a loaded machine) stopped the run in start-up.
     fifo = os.path.join(d, "late.svg")
     rc, _, err, _, _ = interrupt(args + ["--plot", fifo], "model", signal.SIGINT,
-                                 before=lambda: os.mkfifo(fifo))
+                                 before=lambda: (settle(), os.mkfifo(fifo)))
     check(rc == 1 and "--plot" in err and "a FIFO" in err and stat.S_ISFIFO(os.lstat(fifo).st_mode),
           f"--plot onto a FIFO made during training: exit 1, left as it is ({rc}: {err[-300:]!r})")
     # A signal during start-up: nothing trained or written.

@@ -48,6 +48,17 @@ typedef enum mpcl_bf16_storage {
     MPCL_BF16_STORAGE_UNTESTED,
 } mpcl_bf16_storage;
 
+/* AVX512-BF16's dot product of bf16 pairs (vdpbf16ps) inside OpenCL C, for
+ * mpcl's bf16 GEMM on CPU devices: run only on a CPU device of an x86 host
+ * whose CPU has the instruction, and checked bit for bit against the host's
+ * model of it. */
+typedef enum mpcl_bf16_dot {
+    MPCL_BF16_DOT_NONE,     /* not a CPU device, or the host CPU lacks the instruction */
+    MPCL_BF16_DOT_VERIFIED, /* built, ran, and every result had the model's bits */
+    MPCL_BF16_DOT_BROKEN,   /* did not build or run, or a result was wrong */
+    MPCL_BF16_DOT_UNTESTED,
+} mpcl_bf16_dot;
+
 /* cl_device_fp_config decoded; `present` is false when the query failed or the
  * device has no such precision (half on most devices, double on some). */
 typedef struct mpcl_fp_config {
@@ -84,6 +95,8 @@ typedef struct mpcl_device_info {
     char fp16_detail[MPCL_INFO_STR]; /* what the verification saw, for reports */
     mpcl_bf16_storage bf16_storage;  /* filled by the same verification as fp16 */
     char bf16_detail[MPCL_INFO_STR];
+    mpcl_bf16_dot bf16_dot; /* filled by the same verification */
+    char bf16_dot_detail[MPCL_INFO_STR];
 } mpcl_device_info;
 
 /* A platform that was found but contributed no device, and why. */
@@ -131,6 +144,7 @@ const char *mpcl_device_type_name(mpcl_device_type type);
 const char *mpcl_fp16_math_name(mpcl_fp16_math math);
 const char *mpcl_fp16_storage_name(mpcl_fp16_storage storage);
 const char *mpcl_bf16_storage_name(mpcl_bf16_storage storage);
+const char *mpcl_bf16_dot_name(mpcl_bf16_dot dot);
 
 #pragma GCC visibility pop
 

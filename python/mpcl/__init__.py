@@ -73,6 +73,8 @@ def devices():
             s["fp16_detail"] = _text(d.fp16_detail)
             s["bf16_storage"] = _text(_clib.mpcl_bf16_storage_name(d.bf16_storage))
             s["bf16_detail"] = _text(d.bf16_detail)
+            s["bf16_dot"] = _text(_clib.mpcl_bf16_dot_name(d.bf16_dot))
+            s["bf16_dot_detail"] = _text(d.bf16_dot_detail)
             s["fp64"] = bool(d.has_fp64)
             s["fp_config"] = {"half": _fp(d.half_fp), "single": _fp(d.single_fp),
                               "double": _fp(d.double_fp)}

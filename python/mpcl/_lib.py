@@ -180,7 +180,8 @@ class DeviceInfo(Structure):
         ("max_subgroups", c_uint32), ("has_fp16_extension", c_bool), ("has_fp64", c_bool),
         ("intel_bfloat16_conversions", c_bool), ("integer_dot_product", c_bool),
         ("fp16_math", c_int), ("fp16_storage", c_int), ("fp16_detail", c_char * INFO_STR),
-        ("bf16_storage", c_int), ("bf16_detail", c_char * INFO_STR)]
+        ("bf16_storage", c_int), ("bf16_detail", c_char * INFO_STR),
+        ("bf16_dot", c_int), ("bf16_dot_detail", c_char * INFO_STR)]
 
 
 class SkippedPlatform(Structure):
@@ -254,6 +255,7 @@ _PROTOTYPES = {
     "mpcl_fp16_math_name": (c_char_p, [c_int]),
     "mpcl_fp16_storage_name": (c_char_p, [c_int]),
     "mpcl_bf16_storage_name": (c_char_p, [c_int]),
+    "mpcl_bf16_dot_name": (c_char_p, [c_int]),
     "mpcl_plan_overrides_from_env": (_S, [POINTER(PlanOverrides)]),
     "mpcl_plan_resolve": (Plan, [POINTER(DeviceInfo), c_int, POINTER(PlanOverrides)]),
     "mpcl_plan_fp16_math_usable": (c_bool, [POINTER(DeviceInfo), c_int]),

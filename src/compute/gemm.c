@@ -3,6 +3,7 @@
  * that picks a path lives in plan.c. */
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "runtime/clblast_status.h"
 #include "compute/compute.h"
@@ -79,7 +80,9 @@ void mpcl__gemm_force_tiles(mpcl_context *ctx, mpcl__gemm_tiles tiles, unsigned 
  * A 16x16 tile on AVX2 spills (32 accumulator registers): the five MLP GEMMs
  * took 900-943 us there against 757-878 us in 8x8 tiles (bench/README.md). */
 static mpcl__gemm_tiles pick_tiles(const mpcl_context *ctx, size_t n, bool tb) {
-    if (ctx->gemm_tiles != MPCL__GEMM_TILES_AUTO) return ctx->gemm_tiles;
+    /* Forced BF16_DOT tiles where that kernel does not apply: the usual choice. */
+    if (ctx->gemm_tiles != MPCL__GEMM_TILES_AUTO && ctx->gemm_tiles != MPCL__GEMM_TILES_BF16_DOT)
+        return ctx->gemm_tiles;
     bool wide_vectors = ctx->info.native_vector_width_float >= MPCL_ABI_GEMM_TILE_WIDE;
     if (n < MPCL_ABI_GEMM_TILE_WIDE)
         return wide_vectors && !tb && n > MPCL_ABI_GEMM_TILE_NARROW ? MPCL__GEMM_TILES_16X16
@@ -250,6 +253,77 @@ static mpcl_status run_staged(mpcl_context *ctx, bool ta, bool tb, size_t m, siz
     return st;
 }
 
+/* bf16 on AVX512-BF16 (cl/gemm_bf16_dot.cl), where the device verified the
+ * instruction and the shape fills its tiles: 4x64 from 64 columns on, 8x32
+ * from 32. AUTO and forced BF16_DOT tiles take it; MPCL_BF16_DOT=off and the
+ * other forced tiles do not. */
+static const char *dot_kernel(const mpcl_context *ctx, bool ta, const mpcl_tensor *a,
+                              const mpcl_tensor *c, size_t m, size_t n) {
+    /* A transposed A is packed first, a pass over all of it (run_dot): that
+     * costs about what 64 columns of C save. The CNN's conv2 weight
+     * gradient (288x64x15488 TN) ran 0.71-1.02x cl/gemm.cl's time so, its
+     * 1600x128x128 Dense 1.44x. */
+    if (ta && n < 128) return NULL;
+    if (a->dtype != MPCL_DTYPE_BF16 || ctx->info.bf16_dot != MPCL_BF16_DOT_VERIFIED ||
+        mpcl__env_value(MPCL_ENV_BF16_DOT) ||
+        (ctx->gemm_tiles != MPCL__GEMM_TILES_AUTO && ctx->gemm_tiles != MPCL__GEMM_TILES_BF16_DOT))
+        return NULL;
+    bool f32_out = c->dtype == MPCL_DTYPE_F32;
+    if (n >= 64 && m >= 4) return f32_out ? "mpcl_gemm_dot_r4w64_cf32" : "mpcl_gemm_dot_r4w64";
+    if (n >= 32 && m >= 8) return f32_out ? "mpcl_gemm_dot_r8w32_cf32" : "mpcl_gemm_dot_r8w32";
+    return NULL;
+}
+
+/* Packs the K x N matrix x (stored transposed with x_t) in pairs of k into
+ * workspace `slot`: as [K/2][N] pairs, or as [N][K/2] with out_t. */
+static mpcl_status dot_pack(mpcl_context *ctx, int slot, const mpcl_tensor *x, size_t k, size_t n,
+                            bool x_t, bool out_t, mpcl_tensor *out) {
+    static const char name[] = "mpcl_gemm_dot_pack";
+    size_t pairs = (k + 1) / 2;
+    cl_kernel kern;
+    mpcl_status st = scratch(ctx, slot, out_t ? n : pairs, out_t ? pairs : n, out);
+    if (st == MPCL_OK) st = mpcl__kernel(ctx, MPCL_DTYPE_BF16, name, &kern);
+    cl_uint k32 = (cl_uint)k, n32 = (cl_uint)n, xt32 = x_t, outt32 = out_t;
+    if (st == MPCL_OK)
+        st = mpcl__set_args(ctx, kern, name, MPCL_ARG(x->mem), MPCL_ARG(out->mem), MPCL_ARG(k32),
+                            MPCL_ARG(n32), MPCL_ARG(xt32), MPCL_ARG(outt32), MPCL_ARGS_END);
+    if (st != MPCL_OK) return st;
+    /* Groups of 16 items along the output's rows (PoCL pays per group). */
+    size_t blocks = (n + 15) / 16;
+    const size_t local[2] = {16, 1};
+    return mpcl__launch_2d(ctx, kern, name, out_t ? pairs : blocks, out_t ? blocks : pairs, local);
+}
+
+/* op(B) packed in pairs of k into workspace 1 (it reads a transposed B as
+ * readily); a transposed A into rows of pairs in workspace 0 (read in place
+ * otherwise: the convolutions' columns, the largest operand); then the
+ * tiles. */
+static mpcl_status run_dot(mpcl_context *ctx, const char *name, bool ta, bool tb, size_t m,
+                           size_t n, size_t k, float alpha, const mpcl_tensor *a,
+                           const mpcl_tensor *b, float beta, mpcl_tensor *c) {
+    mpcl_tensor b2, a2;
+    const mpcl_tensor *arows = a;
+    cl_uint ars = (cl_uint)k;
+    mpcl_status st = dot_pack(ctx, 1, b, k, n, tb, false, &b2);
+    if (st == MPCL_OK && ta) {
+        st = dot_pack(ctx, 0, a, k, m, false, true, &a2);
+        arows = &a2;
+        ars = (cl_uint)(2 * ((k + 1) / 2));
+    }
+    cl_kernel kern;
+    if (st == MPCL_OK) st = mpcl__kernel(ctx, MPCL_DTYPE_BF16, name, &kern);
+    cl_uint m32 = (cl_uint)m, n32 = (cl_uint)n, k32 = (cl_uint)k;
+    if (st == MPCL_OK)
+        st = mpcl__set_args(ctx, kern, name, MPCL_ARG(arows->mem), MPCL_ARG(ars), MPCL_ARG(b2.mem),
+                            MPCL_ARG(c->mem), MPCL_ARG(m32), MPCL_ARG(n32), MPCL_ARG(k32),
+                            MPCL_ARG(alpha), MPCL_ARG(beta), MPCL_ARGS_END);
+    if (st != MPCL_OK) return st;
+    bool wide = strstr(name, "r4w64") != NULL;
+    size_t rows = wide ? 4 : 8, cols = wide ? 64 : 32;
+    const size_t local[2] = {1, 1};
+    return mpcl__launch_2d(ctx, kern, name, (n + cols - 1) / cols, (m + rows - 1) / rows, local);
+}
+
 mpcl_status mpcl__gemm_check(mpcl_context *ctx, mpcl_gemm_path path, bool trans_a, bool trans_b,
                              const mpcl_tensor *a, const mpcl_tensor *b, const mpcl_tensor *c) {
     if (!a || !b || !c)
@@ -296,6 +370,8 @@ mpcl_status mpcl_gemm(mpcl_context *ctx, mpcl_gemm_path path, bool trans_a, bool
         return run_clblast(ctx, path, trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
     if (path == MPCL_GEMM_CLBLAST_STAGED)
         return run_staged(ctx, trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
+    const char *dot = path == MPCL_GEMM_MPCL_MIXED ? dot_kernel(ctx, trans_a, a, c, m, n) : NULL;
+    if (dot) return run_dot(ctx, dot, trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
     if (trans_b && b->rows * b->cols >= STAGE_BT_MIN) {
         /* B^T staged in workspace 1 (free on mpcl's paths), then NN. */
         mpcl_tensor bt;

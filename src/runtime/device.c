@@ -131,6 +131,8 @@ mpcl_status mpcl__device_query(cl_platform_id platform, cl_device_id d, mpcl_dev
     snprintf(info->fp16_detail, sizeof info->fp16_detail, "not verified");
     info->bf16_storage = MPCL_BF16_STORAGE_UNTESTED;
     snprintf(info->bf16_detail, sizeof info->bf16_detail, "not verified");
+    info->bf16_dot = MPCL_BF16_DOT_UNTESTED;
+    snprintf(info->bf16_dot_detail, sizeof info->bf16_dot_detail, "not verified");
     return MPCL_OK;
 }
 
@@ -270,6 +272,9 @@ cleanup:
                  "could not create a context to verify: %s", mpcl_status_name(st));
         e->info.bf16_storage = MPCL_BF16_STORAGE_BROKEN;
         snprintf(e->info.bf16_detail, sizeof e->info.bf16_detail, "%s", e->info.fp16_detail);
+        e->info.bf16_dot = MPCL_BF16_DOT_BROKEN;
+        snprintf(e->info.bf16_dot_detail, sizeof e->info.bf16_dot_detail, "%s",
+                 e->info.fp16_detail);
     }
     return st;
 }
@@ -379,6 +384,15 @@ const char *mpcl_fp16_storage_name(mpcl_fp16_storage storage) {
     switch (storage) {
     case MPCL_FP16_STORAGE_VERIFIED: return "verified";
     case MPCL_FP16_STORAGE_BROKEN: return "broken";
+    default: return "untested";
+    }
+}
+
+const char *mpcl_bf16_dot_name(mpcl_bf16_dot dot) {
+    switch (dot) {
+    case MPCL_BF16_DOT_NONE: return "none";
+    case MPCL_BF16_DOT_VERIFIED: return "verified";
+    case MPCL_BF16_DOT_BROKEN: return "broken";
     default: return "untested";
     }
 }

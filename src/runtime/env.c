@@ -21,6 +21,7 @@ static const struct {
     [MPCL_ENV_DATA] = {"MPCL_DATA", (const char *const[]){"auto", "device", "stream", NULL}},
     [MPCL_ENV_CONV] = {"MPCL_CONV", (const char *const[]){"direct", "im2col", NULL}},
     [MPCL_ENV_PROFILE] = {"MPCL_PROFILE", (const char *const[]){"1", NULL}},
+    [MPCL_ENV_BF16_DOT] = {"MPCL_BF16_DOT", (const char *const[]){"off", NULL}},
 };
 
 /* The variable's value, NULL when unset or empty. */

@@ -96,7 +96,10 @@ static mpcl_status library_source(char **out) {
     if (!all) return MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "assembling kernel sources");
     for (size_t i = 0; i < mpcl__cl_source_count; i++) {
         const char *name = mpcl__cl_sources[i].name;
-        if (strcmp(name, "fp16_probe.cl") == 0 || strcmp(name, "bf16_probe.cl") == 0) continue;
+        size_t len = strlen(name);
+        if (len >= sizeof "_probe.cl" - 1 &&
+            strcmp(name + len - (sizeof "_probe.cl" - 1), "_probe.cl") == 0)
+            continue;
         size_t n = 0;
         char *text = NULL;
         mpcl_status st = mpcl__cl_source_read(name, &text, &n);
@@ -241,7 +244,14 @@ mpcl_status mpcl__program(mpcl_context *ctx, mpcl_dtype storage, cl_program *out
             mpcl__error_append(ctx, ", assembling the kernel program"); /* and onto ctx */
             return st;
         }
-        st = mpcl__program_build(ctx, source, storage_options[storage], &ctx->programs[storage]);
+        /* The bf16 program takes the AVX512-BF16 GEMM (cl/gemm_bf16_dot.cl)
+         * where the verification ran its instruction and got the right bits. */
+        char options[128];
+        snprintf(options, sizeof options, "%s%s", storage_options[storage],
+                 storage == MPCL_DTYPE_BF16 && ctx->info.bf16_dot == MPCL_BF16_DOT_VERIFIED
+                     ? " -DMPCL_BF16_DOT_X86=1"
+                     : "");
+        st = mpcl__program_build(ctx, source, options, &ctx->programs[storage]);
         free(source);
         if (st != MPCL_OK) return st;
     }

@@ -114,6 +114,7 @@ typedef enum mpcl__gemm_tiles {
     MPCL__GEMM_TILES_16X16,
     MPCL__GEMM_TILES_4X16,
     MPCL__GEMM_TILES_8X8,
+    MPCL__GEMM_TILES_BF16_DOT, /* bf16 on AVX512-BF16 where verified (gemm.c's dot_kernel) */
 } mpcl__gemm_tiles;
 
 typedef enum mpcl__cache_outcome {
@@ -149,13 +150,14 @@ char *mpcl__next_field(char **rest);
 
 /* mpcl's environment variables with a fixed set of values. */
 typedef enum mpcl__env_var {
-    MPCL_ENV_FP16,    /* force, off */
-    MPCL_ENV_GEMM,    /* a GEMM path's name */
-    MPCL_ENV_AUTO,    /* capability */
-    MPCL_ENV_CACHE,   /* 0 */
-    MPCL_ENV_DATA,    /* auto, device, stream: where the trainer's data sets go */
-    MPCL_ENV_CONV,    /* direct, im2col: the convolution's kernels (compute/conv.c) */
-    MPCL_ENV_PROFILE, /* 1: time every launch on the device (profile.c) */
+    MPCL_ENV_FP16,     /* force, off */
+    MPCL_ENV_GEMM,     /* a GEMM path's name */
+    MPCL_ENV_AUTO,     /* capability */
+    MPCL_ENV_CACHE,    /* 0 */
+    MPCL_ENV_DATA,     /* auto, device, stream: where the trainer's data sets go */
+    MPCL_ENV_CONV,     /* direct, im2col: the convolution's kernels (compute/conv.c) */
+    MPCL_ENV_PROFILE,  /* 1: time every launch on the device (profile.c) */
+    MPCL_ENV_BF16_DOT, /* off: bf16 GEMMs without AVX512-BF16's dot product (gemm.c) */
     MPCL_ENV_COUNT
 } mpcl__env_var;
 /* Every variable checked: a value outside its set (empty counts as unset) is

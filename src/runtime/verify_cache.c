@@ -15,10 +15,11 @@
 #include "mpcl/number.h"
 #include "runtime/runtime.h"
 
-#define VERDICT_MAGIC "mpcl verification 1"
+#define VERDICT_MAGIC "mpcl verification 2"
 
 /* The probe sources the verification builds (fp16_verify.c). */
-static const char *const PROBE_SOURCES[] = {"common.cl", "fp16_probe.cl", "bf16_probe.cl"};
+static const char *const PROBE_SOURCES[] = {"common.cl", "fp16_probe.cl", "bf16_probe.cl",
+                                            "bf16_dot_probe.cl"};
 #define NSOURCES (sizeof PROBE_SOURCES / sizeof PROBE_SOURCES[0])
 
 static bool verdict_key(const mpcl_device_info *d, mpcl__cache_key *key) {
@@ -37,19 +38,21 @@ static bool verdict_key(const mpcl_device_info *d, mpcl__cache_key *key) {
                                d->opencl_c_version,
                                src[0],
                                src[1],
-                               src[2]};
+                               src[2],
+                               src[3]};
         *key = mpcl__cache_key_make(parts, sizeof parts / sizeof parts[0]);
     }
     for (size_t i = 0; i < NSOURCES; i++) free(src[i]);
     return ok;
 }
 
-/* The verdict as text: the three outcomes as numbers, then the two details,
- * one per line (details never hold a newline: fp16_verify.c writes one
- * line). */
+/* The verdict as text: the four outcomes as numbers, then the three
+ * details, one per line (details never hold a newline: fp16_verify.c writes
+ * one line). */
 static int verdict_format(const mpcl_device_info *d, char *buf, size_t size) {
-    return snprintf(buf, size, "%d %d %d\n%s\n%s\n", (int)d->fp16_math, (int)d->fp16_storage,
-                    (int)d->bf16_storage, d->fp16_detail, d->bf16_detail);
+    return snprintf(buf, size, "%d %d %d %d\n%s\n%s\n%s\n", (int)d->fp16_math, (int)d->fp16_storage,
+                    (int)d->bf16_storage, (int)d->bf16_dot, d->fp16_detail, d->bf16_detail,
+                    d->bf16_dot_detail);
 }
 
 static void copy_line(char *dst, size_t size, const char *src, const char *end) {
@@ -58,14 +61,14 @@ static void copy_line(char *dst, size_t size, const char *src, const char *end) 
     dst[n] = '\0';
 }
 
-/* The first line's three outcomes, exactly as verdict_format writes them:
+/* The first line's four outcomes, exactly as verdict_format writes them:
  * single spaces, plain decimal (the strict parser), nothing else. */
-static bool outcomes_parse(const char *line, const char *end, int out[3]) {
+static bool outcomes_parse(const char *line, const char *end, int out[4]) {
     char text[64];
     if ((size_t)(end - line) >= sizeof text) return false;
     copy_line(text, sizeof text, line, end);
     char *rest = text;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         uint64_t v;
         if (mpcl_parse_uint(mpcl__next_field(&rest), INT32_MAX, &v) != MPCL_NUMBER_OK) return false;
         out[i] = (int)v;
@@ -75,20 +78,23 @@ static bool outcomes_parse(const char *line, const char *end, int out[3]) {
 
 /* Parses what verdict_format wrote; false (info untouched) for anything else. */
 static bool verdict_parse(const char *text, mpcl_device_info *info) {
-    int outcome[3];
+    int outcome[4];
     const char *l1 = strchr(text, '\n'), *l2 = l1 ? strchr(l1 + 1, '\n') : NULL;
-    const char *l3 = l2 ? strchr(l2 + 1, '\n') : NULL;
-    if (!l3 || l3[1] != '\0' || !outcomes_parse(text, l1, outcome)) return false;
-    int math = outcome[0], storage = outcome[1], bf16 = outcome[2];
+    const char *l3 = l2 ? strchr(l2 + 1, '\n') : NULL, *l4 = l3 ? strchr(l3 + 1, '\n') : NULL;
+    if (!l4 || l4[1] != '\0' || !outcomes_parse(text, l1, outcome)) return false;
+    int math = outcome[0], storage = outcome[1], bf16 = outcome[2], dot = outcome[3];
     if (math < MPCL_FP16_MATH_NONE || math > MPCL_FP16_MATH_UNDECLARED_BUT_WORKS ||
         (storage != MPCL_FP16_STORAGE_VERIFIED && storage != MPCL_FP16_STORAGE_BROKEN) ||
-        (bf16 != MPCL_BF16_STORAGE_VERIFIED && bf16 != MPCL_BF16_STORAGE_BROKEN))
+        (bf16 != MPCL_BF16_STORAGE_VERIFIED && bf16 != MPCL_BF16_STORAGE_BROKEN) ||
+        dot < MPCL_BF16_DOT_NONE || dot > MPCL_BF16_DOT_BROKEN)
         return false;
     info->fp16_math = (mpcl_fp16_math)math;
     info->fp16_storage = (mpcl_fp16_storage)storage;
     info->bf16_storage = (mpcl_bf16_storage)bf16;
+    info->bf16_dot = (mpcl_bf16_dot)dot;
     copy_line(info->fp16_detail, sizeof info->fp16_detail, l1 + 1, l2);
     copy_line(info->bf16_detail, sizeof info->bf16_detail, l2 + 1, l3);
+    copy_line(info->bf16_dot_detail, sizeof info->bf16_dot_detail, l3 + 1, l4);
     return true;
 }
 

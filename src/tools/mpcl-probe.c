@@ -83,6 +83,7 @@ static void print_text(const probe *p, const mpcl_plan_overrides *o) {
     printf("  fp16 check   %s\n", d->fp16_detail);
     printf("  bf16 storage %s\n", mpcl_bf16_storage_name(d->bf16_storage));
     printf("  bf16 check   %s\n", d->bf16_detail);
+    printf("  bf16 dot     %s (%s)\n", mpcl_bf16_dot_name(d->bf16_dot), d->bf16_dot_detail);
     printf("  fp64         %s\n", d->has_fp64 ? "yes" : "no");
     printf("  fp configs\n");
     print_fp("half", &d->half_fp);
@@ -165,6 +166,8 @@ static void json_device(jsonw *w, const probe *p, const mpcl_plan_overrides *o) 
     jsonw_kv_string(w, "fp16_detail", d->fp16_detail);
     jsonw_kv_string(w, "bf16_storage", mpcl_bf16_storage_name(d->bf16_storage));
     jsonw_kv_string(w, "bf16_detail", d->bf16_detail);
+    jsonw_kv_string(w, "bf16_dot", mpcl_bf16_dot_name(d->bf16_dot));
+    jsonw_kv_string(w, "bf16_dot_detail", d->bf16_dot_detail);
     jsonw_kv_bool(w, "fp64", d->has_fp64);
     jsonw_key(w, "fp_config");
     jsonw_object_begin(w);

@@ -280,6 +280,8 @@ static const abi_row rows[] = {
     FIELD(mpcl_device_info, fp16_detail),
     FIELD(mpcl_device_info, bf16_storage),
     FIELD(mpcl_device_info, bf16_detail),
+    FIELD(mpcl_device_info, bf16_dot),
+    FIELD(mpcl_device_info, bf16_dot_detail),
 
     SIZE(mpcl_skipped_platform),
     FIELD(mpcl_skipped_platform, platform_index),
