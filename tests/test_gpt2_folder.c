@@ -445,6 +445,35 @@ static void refuses_bad_tensors(void **state) {
     mpcl_gpt2_weights_destroy(w);
 }
 
+/* The child of checks_before_allocating: 0 when the read fails for the
+ * missing tensor (not for memory). */
+static int read_huge_config(void *folder) {
+    mpcl_gpt2_weights *w = NULL;
+    mpcl_status st = mpcl_gpt2_folder_read(folder, &w);
+    if (st != MPCL_ERR_FORMAT ||
+        !strstr(mpcl_errmsg(), "'transformer.h.2.ln_1.weight' is missing")) {
+        fprintf(stderr, "got %s: %s\n", mpcl_status_name(st), mpcl_errmsg());
+        return 1;
+    }
+    return 0;
+}
+
+/* A config of 16777215 layers (58 GB of weights) beside a file of two: the
+ * file is checked against the config before anything of the config's size
+ * is allocated, so the read fails for the missing layer within 64 MiB. */
+static void checks_before_allocating(void **state) {
+    (void)state;
+    mpcl_gpt2_weights *w = tiny_weights();
+    char folder[256];
+    make_folder(folder, "huge-config", w,
+                &(edits){.config = "{\"n_layer\": 16777215, \"n_head\": 2, \"n_embd\": 8, "
+                                   "\"n_positions\": 16, \"vocab_size\": 32}"});
+    bool limited;
+    assert_int_equal(tu_run_memory_limited((size_t)64 << 20, read_huge_config, folder, &limited),
+                     0);
+    mpcl_gpt2_weights_destroy(w);
+}
+
 static void refuses_missing_files(void **state) {
     (void)state;
     char folder[256], path[320];
@@ -484,7 +513,7 @@ static void refuses_bad_configs(void **state) {
          "\"vocab_size\": 3}",
          "n_positions is 16777217"},
         {"{\"n_layer\": 2, \"n_head\": 3, \"n_embd\": 8, \"n_positions\": 16, \"vocab_size\": 3}",
-         "n_embd 8 is not a multiple of n_head 3"},
+         "'cfg.json': n_embd 8 is not a multiple of n_head 3"},
         {"{" SIZES ", \"vocab_size\": 3, \"model_type\": \"llama\"}",
          "model_type is \"llama\"; mpcl's GPT-2 needs \"gpt2\""},
         {"{" SIZES ", \"vocab_size\": 3, \"n_ctx\": 8}",
@@ -503,6 +532,9 @@ static void refuses_bad_configs(void **state) {
         {"{" SIZES ", \"vocab_size\": 3, \"layer_norm_epsilon\": 0}", "layer_norm_epsilon is 0"},
         {"{" SIZES ", \"vocab_size\": 3, \"layer_norm_epsilon\": \"1e-5\"}",
          "layer_norm_epsilon is a string"},
+        {"{\"n_layer\": 16777216, \"n_head\": 1, \"n_embd\": 16777216, \"n_positions\": 1, "
+         "\"vocab_size\": 1}",
+         "'cfg.json': the weights (5.67e+22 floats) do not fit in memory"},
         {"{" SIZES ", \"vocab_size\": 3,}", "line 1, column"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -656,6 +688,7 @@ int main(void) {
         cmocka_unit_test(reads_f16_bf16_and_bare_names),
         cmocka_unit_test(buffers_and_lm_head),
         cmocka_unit_test(refuses_bad_tensors),
+        cmocka_unit_test(checks_before_allocating),
         cmocka_unit_test(refuses_missing_files),
         cmocka_unit_test(refuses_bad_configs),
         cmocka_unit_test(checks_configs_and_names),

@@ -76,8 +76,8 @@ static const char *shape_text(char buf[64], size_t ndim, const size_t *shape) {
     return buf;
 }
 
-mpcl_status mpcl_gpt2_config_check(const mpcl_gpt2_config *c) {
-    if (!c) return MPCL_ERROR(NULL, MPCL_ERR_INVALID_ARG, "GPT-2 config: NULL");
+/* What is wrong with c, into why; false when nothing is. */
+static bool config_problem(const mpcl_gpt2_config *c, char *why, size_t size) {
     const struct {
         const char *key;
         size_t value;
@@ -87,31 +87,37 @@ mpcl_status mpcl_gpt2_config_check(const mpcl_gpt2_config *c) {
                  {"n_positions", c->n_positions},
                  {"vocab_size", c->vocab_size}};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
-        if (sizes[i].value < 1 || sizes[i].value > MPCL_GPT2_MAX_SIZE)
-            return MPCL_ERROR(NULL, MPCL_ERR_INVALID_ARG,
-                              "GPT-2 config: %s is %zu; it must be from 1 to %u", sizes[i].key,
-                              sizes[i].value, MPCL_GPT2_MAX_SIZE);
-    if (c->n_embd % c->n_head != 0)
-        return MPCL_ERROR(NULL, MPCL_ERR_INVALID_ARG,
-                          "GPT-2 config: n_embd %zu is not a multiple of n_head %zu", c->n_embd,
-                          c->n_head);
-    if (!(c->layer_norm_epsilon > 0) || !isfinite(c->layer_norm_epsilon))
-        return MPCL_ERROR(NULL, MPCL_ERR_INVALID_ARG,
-                          "GPT-2 config: layer_norm_epsilon is %g; it must be finite and above 0",
-                          c->layer_norm_epsilon);
-    /* Every size is at most 2^24, so a tensor has at most 2^50 elements: it
-     * is the sum of them all that must fit. */
-    size_t total = 0;
-    for (size_t i = 0; i < tensor_count(c); i++) {
-        mpcl_gpt2_tensor t;
-        describe(c, i, &t);
-        uint64_t n = (uint64_t)t.shape[0] * t.shape[1];
-        if (n > SIZE_MAX / sizeof(float) - total)
-            return MPCL_ERROR(NULL, MPCL_ERR_INVALID_ARG,
-                              "GPT-2 config: the weights do not fit in memory (%s alone is %s)",
-                              t.name, shape_text((char[64]){0}, t.ndim, t.shape));
-        total += (size_t)n;
+        if (sizes[i].value < 1 || sizes[i].value > MPCL_GPT2_MAX_SIZE) {
+            snprintf(why, size, "%s is %zu; it must be from 1 to %u", sizes[i].key, sizes[i].value,
+                     MPCL_GPT2_MAX_SIZE);
+            return true;
+        }
+    if (c->n_embd % c->n_head != 0) {
+        snprintf(why, size, "n_embd %zu is not a multiple of n_head %zu", c->n_embd, c->n_head);
+        return true;
     }
+    if (!(c->layer_norm_epsilon > 0) || !isfinite(c->layer_norm_epsilon)) {
+        snprintf(why, size, "layer_norm_epsilon is %g; it must be finite and above 0",
+                 c->layer_norm_epsilon);
+        return true;
+    }
+    /* In doubles: each size is at most 2^24, so only the sum can overflow,
+     * and a bound needs no exact figure. */
+    double C = (double)c->n_embd;
+    double floats = ((double)c->vocab_size + (double)c->n_positions + 2) * C +
+                    (double)c->n_layer * (12 * C * C + 13 * C);
+    if (floats * sizeof(float) >= (double)SIZE_MAX) {
+        snprintf(why, size, "the weights (%.3g floats) do not fit in memory", floats);
+        return true;
+    }
+    return false;
+}
+
+mpcl_status mpcl_gpt2_config_check(const mpcl_gpt2_config *c) {
+    char why[256];
+    if (!c) return MPCL_ERROR(NULL, MPCL_ERR_INVALID_ARG, "GPT-2 config: NULL");
+    if (config_problem(c, why, sizeof why))
+        return MPCL_ERROR(NULL, MPCL_ERR_INVALID_ARG, "GPT-2 config: %s", why);
     return MPCL_OK;
 }
 
@@ -330,12 +336,8 @@ static mpcl_status config_from_json(const char *path, const mpcl__json_value *ro
     TRY(read_size(path, root, "vocab_size", &c->vocab_size));
     TRY(read_epsilon(path, root, &c->layer_norm_epsilon));
     TRY(check_model_keys(path, root, c));
-    if (mpcl_gpt2_config_check(c) != MPCL_OK) {
-        char why[512];
-        snprintf(why, sizeof why, "%s", mpcl_errmsg());
-        return config_error(path, NULL, "%s", why);
-    }
-    return MPCL_OK;
+    char why[256];
+    return config_problem(c, why, sizeof why) ? config_error(path, NULL, "%s", why) : MPCL_OK;
 }
 
 mpcl_status mpcl__gpt2_config_parse(const char *name, const char *text, size_t size,
@@ -453,7 +455,7 @@ static mpcl_status match_all(matcher *m) {
     }
     /* Names are unique and each has one place: only a missing one leaves
      * fewer than the list. The search stops at it, within params + 1 steps. */
-    for (size_t i = 0; params < tensor_count(m->c); i++) {
+    for (size_t i = 0; params < tensor_count(m->c) && i < tensor_count(m->c); i++) {
         mpcl_gpt2_tensor t;
         describe(m->c, i, &t);
         char name[MPCL_GPT2_NAME_MAX + sizeof PREFIX];
@@ -472,12 +474,12 @@ static mpcl_status match_all(matcher *m) {
 static void to_f32(const mpcl_st_tensor *t, size_t first, float *dst, size_t n) {
     const unsigned char *src =
         (const unsigned char *)t->data + first * mpcl_st_dtype_size(t->dtype);
+    if (t->dtype == MPCL_ST_F32) {
+        memcpy(dst, src, n * sizeof *dst);
+        return;
+    }
     for (size_t i = 0; i < n; i++) {
         uint16_t h;
-        if (t->dtype == MPCL_ST_F32) {
-            memcpy(&dst[i], src + 4 * i, 4);
-            continue;
-        }
         memcpy(&h, src + 2 * i, 2);
         dst[i] = t->dtype == MPCL_ST_F16 ? mpcl_f16_to_f32(h) : mpcl_bf16_to_f32(h);
     }
