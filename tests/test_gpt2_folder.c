@@ -625,6 +625,7 @@ static void writer_folder_rules(void **state) {
     (void)state;
     mpcl_gpt2_weights *w = tiny_weights();
     char folder[256], path[320];
+    int before;
 
     /* An empty folder is filled; a missing parent is refused, leaving nothing. */
     tmp_path(folder, "empty");
@@ -634,6 +635,16 @@ static void writer_folder_rules(void **state) {
     tmp_path(folder, "no-parent/out");
     tu_expect_error(mpcl_gpt2_folder_write(folder, w), MPCL_ERR_IO, "no-parent");
     assert_false(exists(tmp_path(path, "no-parent")));
+
+    /* "out/" is the folder out, made whole beside it like any other. */
+    before = count_entries(tmp);
+    TU_ASSERT_OK(mpcl_gpt2_folder_write(tmp_path(folder, "slash/"), w));
+    assert_int_equal(count_entries(tmp_path(path, "slash")), 2);
+    assert_int_equal(count_entries(tmp), before + 1);
+    mpcl_gpt2_weights *back = NULL;
+    TU_ASSERT_OK(mpcl_gpt2_folder_read(folder, &back));
+    expect_same(w, back);
+    mpcl_gpt2_weights_destroy(back);
 
     /* A folder with anything else, or a file, is refused and left as it was. */
     tmp_path(folder, "notes");
@@ -655,14 +666,13 @@ static void writer_folder_rules(void **state) {
     w->data[5] = 42.0f;
     TU_ASSERT_OK(mpcl_gpt2_folder_write(folder, w));
     assert_int_equal(count_entries(folder), 3);
-    mpcl_gpt2_weights *back = NULL;
     TU_ASSERT_OK(mpcl_gpt2_folder_read(folder, &back));
     expect_same(w, back);
     mpcl_gpt2_weights_destroy(back);
 
     /* A killed writer's temporary folder goes at the next write; no temporary
      * folder stays behind a finished one. */
-    int before = count_entries(tmp);
+    before = count_entries(tmp);
     tmp_path(path, "fresh.tmp-2147483646-1");
     assert_int_equal(mkdir(path, 0777), 0);
     char inner[400];

@@ -298,17 +298,24 @@ static mpcl_status check_dir_target(const char *path) {
     return MPCL_OK;
 }
 
-mpcl_status mpcl__atomic_dir_begin(mpcl__atomic_dir *ad, const char *path) {
+mpcl_status mpcl__atomic_dir_begin(mpcl__atomic_dir *ad, const char *path_given) {
     memset(ad, 0, sizeof *ad);
-    ad->path = path;
-    mpcl_status st = check_dir_target(path);
-    if (st != MPCL_OK) return st;
-    char *parent = folder_of(path);
-    ad->tmp = malloc(strlen(path) + 64);
+    /* "out/" is the folder "out": its temporary folder goes beside it. */
+    char *path = ad->path = strdup(path_given);
+    size_t len = path ? strlen(path) : 0;
+    while (len > 1 && path[len - 1] == '/') path[--len] = '\0';
+    char *parent = path ? folder_of(path) : NULL;
+    ad->tmp = malloc(len + 64);
     if (!parent || !ad->tmp) {
         free(parent);
         mpcl__atomic_dir_abort(ad);
-        return MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "writing '%s'", path);
+        return MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "writing '%s'", path_given);
+    }
+    mpcl_status st = check_dir_target(path);
+    if (st != MPCL_OK) {
+        free(parent);
+        mpcl__atomic_dir_abort(ad);
+        return st;
     }
     st = refuse_long_name(path, parent);
     if (st == MPCL_OK) remove_stale(parent, path);
@@ -327,8 +334,7 @@ mpcl_status mpcl__atomic_dir_begin(mpcl__atomic_dir *ad, const char *path) {
     if (made != 0) {
         st = MPCL_ERROR(NULL, MPCL_ERR_IO, "cannot make a folder beside '%s': %s", path,
                         strerror(errno));
-        free(ad->tmp);
-        ad->tmp = NULL;
+        mpcl__atomic_dir_abort(ad);
         return st;
     }
     ad->made = 1;
@@ -362,5 +368,6 @@ void mpcl__atomic_dir_abort(mpcl__atomic_dir *ad) {
     if (ad->made && ad->tmp) remove_flat_folder(AT_FDCWD, ad->tmp);
     ad->made = 0;
     free(ad->tmp);
-    ad->tmp = NULL;
+    free(ad->path);
+    ad->tmp = ad->path = NULL;
 }

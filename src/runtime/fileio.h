@@ -51,7 +51,7 @@ void mpcl__atomic_abort(mpcl__atomic_file *af);
  * removed by the next begin on the same path, as the files of
  * mpcl__atomic_begin are. */
 typedef struct mpcl__atomic_dir {
-    const char *path;
+    char *path; /* a copy, without trailing slashes */
     char *tmp;
     int made; /* tmp exists on disk */
 } mpcl__atomic_dir;
