@@ -23,6 +23,7 @@
 #include "mpcl/data.h"
 #include "mpcl/npy.h"
 #include "mpcl/safetensors.h"
+#include "mpcl/gpt2_folder.h"
 #include "mpcl/batch.h"
 #include "mpcl/tokens.h"
 #include "mpcl/layer_spec.h"

@@ -8,6 +8,7 @@
 
 #include "mpcl/batch.h"
 #include "mpcl/data.h"
+#include "mpcl/gpt2_folder.h"
 #include "mpcl/npy.h"
 #include "mpcl/safetensors.h"
 #include "mpcl/tokens.h"
@@ -90,5 +91,11 @@ mpcl_status mpcl__npy_from_memory(const char *name, const void *data, mpcl_npy_d
  * the same checks, the same statuses. */
 mpcl_status mpcl__tokens_bin_parse(const char *name, const void *bytes, size_t size, size_t vocab,
                                    mpcl_tokens **out);
+
+/* The config of a config.json text in memory (size bytes), as
+ * mpcl_gpt2_config_read reads it; `name` stands for the file in messages.
+ * For the fuzz harness and tests: the same checks, the same statuses. */
+mpcl_status mpcl__gpt2_config_parse(const char *name, const char *text, size_t size,
+                                    mpcl_gpt2_config *out);
 
 #endif

@@ -80,6 +80,23 @@ static char *folder_of(const char *path) {
     return d;
 }
 
+/* Removes the folder `name` in the folder dfd (or AT_FDCWD) with the files in
+ * it: a temporary folder of mpcl__atomic_dir, which holds no subfolder. */
+static void remove_flat_folder(int dfd, const char *name) {
+    int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d)) != NULL)
+            if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+                (void)unlinkat(dirfd(d), e->d_name, 0);
+        closedir(d);
+    } else if (fd >= 0) {
+        close(fd);
+    }
+    (void)unlinkat(dfd, name, AT_REMOVEDIR);
+}
+
 /* Removes BASE.tmp-PID-* in dir whose PID no longer runs: what a writer
  * killed between naming its file and the rename left behind. A live writer's
  * file (another process saving to the same path) is left alone. */
@@ -97,7 +114,7 @@ static void remove_stale(const char *dir, const char *path) {
         long pid = strtol(n + blen + 5, &end, 10);
         if (pid <= 0 || !end || *end != '-') continue;
         if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
-        (void)unlinkat(dirfd(d), n, 0);
+        if (unlinkat(dirfd(d), n, 0) != 0 && errno == EISDIR) remove_flat_folder(dirfd(d), n);
     }
     closedir(d);
 }
@@ -254,4 +271,103 @@ void mpcl__atomic_abort(mpcl__atomic_file *af) {
     free(af->tmp);
     free(af->dir);
     af->tmp = af->dir = NULL;
+}
+
+/* ---- a new folder, made whole ---- */
+
+/* An empty folder or none at path: what a new folder may replace. */
+static mpcl_status check_dir_target(const char *path) {
+    struct stat sb;
+    if (lstat(path, &sb) != 0)
+        return errno == ENOENT
+                   ? MPCL_OK
+                   : MPCL_ERROR(NULL, MPCL_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
+    if (!S_ISDIR(sb.st_mode))
+        return MPCL_ERROR(NULL, MPCL_ERR_IO, "cannot write folder '%s': it is %s", path,
+                          mpcl__file_kind((unsigned)sb.st_mode));
+    DIR *d = opendir(path);
+    if (!d) return MPCL_ERROR(NULL, MPCL_ERR_IO, "cannot read '%s': %s", path, strerror(errno));
+    struct dirent *e;
+    int empty = 1;
+    while (empty && (e = readdir(d)) != NULL)
+        empty = strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0;
+    closedir(d);
+    if (!empty)
+        return MPCL_ERROR(NULL, MPCL_ERR_IO, "cannot write folder '%s': it exists and is not empty",
+                          path);
+    return MPCL_OK;
+}
+
+mpcl_status mpcl__atomic_dir_begin(mpcl__atomic_dir *ad, const char *path_given) {
+    memset(ad, 0, sizeof *ad);
+    /* "out/" is the folder "out": its temporary folder goes beside it. */
+    char *path = ad->path = strdup(path_given);
+    size_t len = path ? strlen(path) : 0;
+    while (len > 1 && path[len - 1] == '/') path[--len] = '\0';
+    char *parent = path ? folder_of(path) : NULL;
+    ad->tmp = malloc(len + 64);
+    if (!parent || !ad->tmp) {
+        free(parent);
+        mpcl__atomic_dir_abort(ad);
+        return MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "writing '%s'", path_given);
+    }
+    mpcl_status st = check_dir_target(path);
+    if (st != MPCL_OK) {
+        free(parent);
+        mpcl__atomic_dir_abort(ad);
+        return st;
+    }
+    st = refuse_long_name(path, parent);
+    if (st == MPCL_OK) remove_stale(parent, path);
+    free(parent);
+    if (st != MPCL_OK) {
+        mpcl__atomic_dir_abort(ad);
+        return st;
+    }
+    /* 0777 and the umask decide the mode, as for any folder a tool creates. */
+    int made = -1;
+    for (int tries = 0; tries < 16 && made != 0; tries++) {
+        temp_name(ad->tmp, strlen(path) + 64, path);
+        made = mkdir(ad->tmp, 0777);
+        if (made != 0 && errno != EEXIST) break;
+    }
+    if (made != 0) {
+        st = MPCL_ERROR(NULL, MPCL_ERR_IO, "cannot make a folder beside '%s': %s", path,
+                        strerror(errno));
+        mpcl__atomic_dir_abort(ad);
+        return st;
+    }
+    ad->made = 1;
+    return MPCL_OK;
+}
+
+mpcl_status mpcl__atomic_dir_commit(mpcl__atomic_dir *ad) {
+    mpcl_status st = MPCL_OK;
+    /* rename replaces an empty folder, and fails on a non-empty one that
+     * appeared since begin (ENOTEMPTY or EEXIST), which stays as it was. */
+    if (rename(ad->tmp, ad->path) != 0) {
+        st = MPCL_ERROR(NULL, MPCL_ERR_IO, "cannot rename '%s' to '%s': %s", ad->tmp, ad->path,
+                        strerror(errno));
+        mpcl__atomic_dir_abort(ad);
+        return st;
+    }
+    ad->made = 0;
+    char *parent = folder_of(ad->path);
+    int dfd = parent ? open(parent, O_RDONLY | O_CLOEXEC) : -1;
+    if (dfd >= 0) {
+        if (fsync(dfd) != 0 && errno != EINVAL && errno != ENOTSUP)
+            st = MPCL_ERROR(NULL, MPCL_ERR_IO, "fsync of folder '%s': %s", parent, strerror(errno));
+        close(dfd);
+    }
+    free(parent);
+    mpcl__atomic_dir_abort(ad);
+    return st;
+}
+
+void mpcl__atomic_dir_abort(mpcl__atomic_dir *ad) {
+    if (ad->made && ad->tmp) remove_flat_folder(AT_FDCWD, ad->tmp);
+    ad->made = 0;
+    free(ad->tmp);
+    free(ad->path);
+    ad->tmp = ad->path = NULL;
 }

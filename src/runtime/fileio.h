@@ -44,4 +44,23 @@ mpcl_status mpcl__atomic_commit(mpcl__atomic_file *af);
 /* Closes and removes the temporary file (after a failure). Accepts a closed af. */
 void mpcl__atomic_abort(mpcl__atomic_file *af);
 
+/* A new folder made whole: the caller writes its files (none in subfolders)
+ * into ad->tmp, a folder PATH.tmp-PID-N beside path, which commit renames to
+ * path. path may be missing or an empty folder; anything else is refused by
+ * begin (MPCL_ERR_IO) and left alone. The folder of a writer that is gone is
+ * removed by the next begin on the same path, as the files of
+ * mpcl__atomic_begin are. */
+typedef struct mpcl__atomic_dir {
+    char *path; /* a copy, without trailing slashes */
+    char *tmp;
+    int made; /* tmp exists on disk */
+} mpcl__atomic_dir;
+
+mpcl_status mpcl__atomic_dir_begin(mpcl__atomic_dir *ad, const char *path);
+/* Renames tmp to path and fsyncs the parent folder; ad is closed either way
+ * (tmp removed with its files on failure). */
+mpcl_status mpcl__atomic_dir_commit(mpcl__atomic_dir *ad);
+/* Removes tmp and its files (after a failure). Accepts a closed ad. */
+void mpcl__atomic_dir_abort(mpcl__atomic_dir *ad);
+
 #endif
