@@ -25,6 +25,7 @@
 #include "mpcl/safetensors.h"
 #include "mpcl/batch.h"
 #include "mpcl/tokens.h"
+#include "mpcl/bpe.h"
 #include "mpcl/layer_spec.h"
 #include "mpcl/model.h"
 #include "mpcl/model_file.h"

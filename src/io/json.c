@@ -110,7 +110,15 @@ static mpcl_status no_memory(const parser *p) {
 /* ---- UTF-8 ---- */
 
 size_t mpcl__utf8_seq(const unsigned char *s, size_t n) {
-    if (s[0] < 0x80) return 1;
+    uint32_t cp;
+    return mpcl__utf8_decode(s, n, &cp);
+}
+
+size_t mpcl__utf8_decode(const unsigned char *s, size_t n, uint32_t *out) {
+    if (s[0] < 0x80) {
+        *out = s[0];
+        return 1;
+    }
     size_t len;
     uint32_t cp, min;
     if ((s[0] & 0xe0) == 0xc0) {
@@ -128,6 +136,7 @@ size_t mpcl__utf8_seq(const unsigned char *s, size_t n) {
         cp = (cp << 6) | (s[i] & 0x3fu);
     }
     if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+    *out = cp;
     return len;
 }
 
