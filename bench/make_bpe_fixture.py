@@ -7,7 +7,12 @@ fixed list of texts.
                           the ByteLevel pre-tokenizer and GPT-2's 256 byte
                           characters as the first alphabet, MERGES merges,
                           "<|endoftext|>" as a special token) on the text of
-                          Debian's fortunes (/usr/share/games/fortunes).
+                          Debian's fortunes (/usr/share/games/fortunes),
+                          then EXTRA merges added by hand at the end (their
+                          tokens after the trained ones) that only a wrong
+                          split would use: "' S" ('S is no contraction: the
+                          pattern is case-sensitive) and "f Ã" (byte 0xC3
+                          after 'f' when it is not UTF-8 is a word of its own).
   expected.json           {"cases": [{"name", "hex", "ids"}]}: each text's
                           bytes in hex and its ids from the reference below.
 
@@ -49,6 +54,8 @@ OUT = os.path.join(ROOT, "tests", "data", "bpe")
 FORTUNES = "/usr/share/games/fortunes"
 MERGES = 400
 SPECIAL = "<|endoftext|>"
+# (first, second) in GPT-2's byte characters: "Ã" is byte 0xC3.
+EXTRA = [("'", "S"), ("f", "Ã")]
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 
 # (name, text): str is encoded as UTF-8, bytes are taken as they are.
@@ -97,6 +104,16 @@ def train(out_dir):
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     tok.train_from_iterator(fortune_texts(), trainer)
     tok.model.save(out_dir)
+    vocab_path, merges_path = (os.path.join(out_dir, n) for n in ("vocab.json", "merges.txt"))
+    with open(vocab_path, encoding="utf-8") as f:
+        vocab = json.load(f)
+    with open(merges_path, "a", encoding="utf-8") as f:
+        for first, second in EXTRA:
+            assert first in vocab and second in vocab and first + second not in vocab
+            vocab[first + second] = len(vocab)
+            f.write(f"{first} {second}\n")
+    with open(vocab_path, "w", encoding="utf-8") as f:
+        json.dump(vocab, f, ensure_ascii=False, separators=(",", ":"))
 
 
 def reference_split(tok, data):
