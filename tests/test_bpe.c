@@ -195,6 +195,24 @@ static void test_tokens_and_buffers(void **state) {
                     "id 659 (position 2 of 4) is not below the vocabulary size 659");
     if (!strstr(mpcl_errmsg(), fixture_vocab)) fail_msg("no file in \"%s\"", mpcl_errmsg());
     assert_int_equal(out[0], 'x'); /* nothing written */
+
+    /* Pointers that may not be NULL, each named. */
+    tu_expect_error(mpcl_bpe_encode(NULL, "a", 1, ids, 4, &count), MPCL_ERR_INVALID_ARG,
+                    "the tokenizer is NULL");
+    tu_expect_error(mpcl_bpe_encode(b, NULL, 1, ids, 4, &count), MPCL_ERR_INVALID_ARG,
+                    "text is NULL");
+    tu_expect_error(mpcl_bpe_encode(b, "a", 1, ids, 4, NULL), MPCL_ERR_INVALID_ARG,
+                    "count is NULL");
+    tu_expect_error(mpcl_bpe_decode(b, NULL, 1, out, 8, &size), MPCL_ERR_INVALID_ARG,
+                    "ids is NULL");
+    tu_expect_error(mpcl_bpe_decode(b, ids, 1, out, 8, NULL), MPCL_ERR_INVALID_ARG, "size is NULL");
+    TU_ASSERT_OK(mpcl_bpe_encode(b, NULL, 0, NULL, 0, &count)); /* nothing to encode */
+    assert_int_equal(count, 0);
+    mpcl_bpe *none = (mpcl_bpe *)&none;
+    tu_expect_error(mpcl_bpe_load(NULL, fixture_merges, &none), MPCL_ERR_INVALID_ARG,
+                    "the vocabulary path is NULL");
+    assert_null(none);
+    tu_expect_error(mpcl_bpe_load(fixture_vocab, NULL, NULL), MPCL_ERR_INVALID_ARG, "out is NULL");
     mpcl_bpe_destroy(b);
 }
 

@@ -114,28 +114,25 @@ static pair_entry *pair_slot(const mpcl_bpe *b, uint16_t first, uint16_t second)
 
 /* ---- messages ---- */
 
-static mpcl_status vocab_error(const char *path, const mpcl__json_value *v, const char *fmt, ...)
-    MPCL_PRINTF(3, 4);
-static mpcl_status vocab_error(const char *path, const mpcl__json_value *v, const char *fmt, ...) {
-    char what[512];
+/* "'<path>': line L, column C: <what>" (column 0: no column). */
+static mpcl_status place_error(const char *path, unsigned line, unsigned column, const char *fmt,
+                               ...) MPCL_PRINTF(4, 5);
+static mpcl_status place_error(const char *path, unsigned line, unsigned column, const char *fmt,
+                               ...) {
+    char what[512], where[48];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
-    return mpcl__format_error(path, __FILE__, __LINE__, "line %u, column %u: %s",
-                              mpcl__json_line(v), mpcl__json_column(v), what);
+    snprintf(where, sizeof where, column ? "line %u, column %u" : "line %u", line, column);
+    return mpcl__format_error(path, __FILE__, __LINE__, "%s: %s", where, what);
 }
 
-static mpcl_status merges_error(const char *path, size_t line, const char *fmt, ...)
-    MPCL_PRINTF(3, 4);
-static mpcl_status merges_error(const char *path, size_t line, const char *fmt, ...) {
-    char what[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(what, sizeof what, fmt, ap);
-    va_end(ap);
-    return mpcl__format_error(path, __FILE__, __LINE__, "line %zu: %s", line, what);
-}
+/* At the member v of vocab.json. */
+#define VOCAB_ERROR(path, v, ...) \
+    place_error((path), mpcl__json_line(v), mpcl__json_column(v), __VA_ARGS__)
+/* At a line of merges.txt. */
+#define MERGES_ERROR(path, line, ...) place_error((path), (unsigned)(line), 0, __VA_ARGS__)
 
 static mpcl_status no_memory(const char *path) {
     return MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "'%s': the tokenizer's tables", path);
@@ -177,16 +174,16 @@ static const char *char_name(uint32_t cp, char buf[40]) {
 static mpcl_status member_id(const char *path, const mpcl__json_value *v, const char *key, size_t n,
                              size_t *id) {
     if (mpcl__json_type_of(v) != MPCL__JSON_NUMBER)
-        return vocab_error(path, v, "token \"%.200s\": the id is %s, not a number", key,
+        return VOCAB_ERROR(path, v, "token \"%.200s\": the id is %s, not a number", key,
                            mpcl__json_type_name(mpcl__json_type_of(v)));
     const char *text = mpcl__json_number_text(v);
     uint64_t value;
     mpcl_number_error e = mpcl_parse_uint(text, UINT64_MAX, &value);
     if (e != MPCL_NUMBER_OK)
-        return vocab_error(path, v, "token \"%.200s\": the id '%s' %s (ids are whole numbers)", key,
+        return VOCAB_ERROR(path, v, "token \"%.200s\": the id '%s' %s (ids are whole numbers)", key,
                            text, mpcl_number_error_text(e));
     if (value >= n)
-        return vocab_error(path, v,
+        return VOCAB_ERROR(path, v,
                            "token \"%.200s\": id %s is not below the token count %zu (ids are "
                            "0..%zu, each once)",
                            key, text, n, n - 1);
@@ -205,7 +202,7 @@ static mpcl_status vocab_ids(const char *path, const mpcl__json_value *root, siz
         TRY(member_id(path, v, key, n, &id));
         if (member_of[id] != SIZE_MAX) {
             const mpcl__json_value *first = mpcl__json_at(root, member_of[id]);
-            return vocab_error(path, v,
+            return VOCAB_ERROR(path, v,
                                "token \"%.200s\": id %zu is already the id of \"%.200s\" (line "
                                "%u, column %u)",
                                key, id, mpcl__json_key_at(root, member_of[id]),
@@ -226,12 +223,12 @@ static mpcl_status vocab_bytes(mpcl_bpe *b, const char *path, const mpcl__json_v
         const mpcl__json_value *v = mpcl__json_at(root, i);
         const char *key = mpcl__json_key_at(root, i);
         size_t key_len = strlen(key);
-        if (key_len == 0) return vocab_error(path, v, "id %zu: the token is empty", id);
+        if (key_len == 0) return VOCAB_ERROR(path, v, "id %zu: the token is empty", id);
         b->start[id] = used;
         if (!chars_to_bytes(to_byte, (const unsigned char *)key, key_len, b->bytes + used, &len,
                             &bad, &cp)) {
             char buf[40];
-            return vocab_error(path, v,
+            return VOCAB_ERROR(path, v,
                                "token \"%.200s\": the character at byte %zu, %s, is not one of "
                                "GPT-2's 256 byte characters",
                                key, bad, char_name(cp, buf));
@@ -311,14 +308,14 @@ static mpcl_status merge_token(const mpcl_bpe *b, const char *path, size_t line,
     uint32_t cp;
     if (!chars_to_bytes(to_byte, (const unsigned char *)s, n, scratch, &len, &bad, &cp)) {
         char buf[40];
-        return merges_error(path, line,
+        return MERGES_ERROR(path, line,
                             "\"%.*s\": the character at byte %zu, %s, is not one of GPT-2's 256 "
                             "byte characters%s",
                             (int)(n < 200 ? n : 200), s, bad, char_name(cp, buf),
                             cp == '\r' ? " (a line ending \"\\r\\n\"?)" : "");
     }
     if (!find_token(b, scratch, len, id))
-        return merges_error(path, line, "the token \"%.*s\" is not in the vocabulary '%s'",
+        return MERGES_ERROR(path, line, "the token \"%.*s\" is not in the vocabulary '%s'",
                             (int)(n < 200 ? n : 200), s, b->vocab_path);
     return MPCL_OK;
 }
@@ -331,7 +328,7 @@ static mpcl_status add_merge(mpcl_bpe *b, const char *path, size_t line, size_t 
     const char *space = memchr(s, ' ', n);
     if (!space || space == s || space == s + n - 1 ||
         memchr(space + 1, ' ', n - (size_t)(space + 1 - s)))
-        return merges_error(path, line, "\"%.*s\" is not two tokens with one space between them",
+        return MERGES_ERROR(path, line, "\"%.*s\" is not two tokens with one space between them",
                             (int)(n < 200 ? n : 200), s);
     size_t left = (size_t)(space - s);
     uint16_t a, c, merged;
@@ -341,13 +338,13 @@ static mpcl_status add_merge(mpcl_bpe *b, const char *path, size_t line, size_t 
     memcpy(scratch, b->bytes + b->start[a], la);
     memcpy(scratch + la, b->bytes + b->start[c], lc);
     if (!find_token(b, scratch, la + lc, &merged))
-        return merges_error(
+        return MERGES_ERROR(
             path, line, "the merge makes \"%.*s%.*s\", which is not in the vocabulary '%s'",
             (int)(left < 200 ? left : 200), s, (int)(n - left - 1 < 200 ? n - left - 1 : 200),
             space + 1, b->vocab_path);
     pair_entry *p = pair_slot(b, a, c);
     if (p->rank1)
-        return merges_error(path, line, "\"%.*s\" repeats the merge of line %zu",
+        return MERGES_ERROR(path, line, "\"%.*s\" repeats the merge of line %zu",
                             (int)(n < 200 ? n : 200), s, first_line + p->rank1 - 1);
     *p = (pair_entry){
         .key = (uint32_t)a << 16 | c, .rank1 = (uint32_t)++b->merge_count, .merged = merged};
@@ -381,7 +378,7 @@ static mpcl_status parse_merges(mpcl_bpe *b, const char *path, const char *text,
         const char *s = text + at, *nl = memchr(s, '\n', size - at);
         size_t n = nl ? (size_t)(nl - s) : size - at;
         if (n == 0)
-            st = merges_error(path, line,
+            st = MERGES_ERROR(path, line,
                               "the line is empty (only the last line may lack "
                               "a merge, and only by being absent)");
         else
