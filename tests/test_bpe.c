@@ -338,11 +338,52 @@ static void test_merges_forms(void **state) {
     }
 }
 
+/* GPT-2's merge step: the pair of lowest rank, every occurrence of it left
+ * to right, before any pair that step makes. With "ab a" ranked before "a b"
+ * (a list no training makes: "ab" comes from a later merge), "ababa" is
+ * "a b" twice, then "ab a": "ab", "aba". Merging one pair at a time, lowest
+ * rank first, would take "ab a" as soon as it appears: "aba", "b", "a".
+ * Overlapping pairs ("Ġ Ġ" in three spaces) merge leftmost first. */
+static void test_merge_step(void **state) {
+    (void)state;
+    size_t n;
+    unsigned char *fixture = tu_slurp(fixture_vocab, &n);
+    char *close = strrchr((char *)fixture, '}');
+    assert_non_null(close);
+    *close = '\0';
+    char *text = malloc(n + 32);
+    assert_non_null(text);
+    snprintf(text, n + 32, "%s,\"aba\":659}", (char *)fixture);
+    char v[256], m[256];
+    write_text(v, "vocab.json", text);
+    free(text);
+    free(fixture);
+    mpcl_bpe *b = NULL;
+    TU_ASSERT_OK(mpcl_bpe_load(v, write_text(m, "merges.txt", "ab a\na b\nĠ Ġ\n"), &b));
+    uint16_t ab, aba, ids[8];
+    TU_ASSERT_OK(mpcl_bpe_token_id(b, "ab", 2, &ab));
+    TU_ASSERT_OK(mpcl_bpe_token_id(b, "aba", 3, &aba));
+    size_t count;
+    TU_ASSERT_OK(mpcl_bpe_encode(b, "ababa", 5, ids, 8, &count));
+    assert_int_equal(count, 2);
+    assert_int_equal(ids[0], ab);
+    assert_int_equal(ids[1], aba);
+    uint16_t sp, sp2; /* overlapping pairs: the leftmost first */
+    TU_ASSERT_OK(mpcl_bpe_token_id(b, " ", 1, &sp));
+    TU_ASSERT_OK(mpcl_bpe_token_id(b, "  ", 2, &sp2));
+    TU_ASSERT_OK(mpcl_bpe_encode(b, "   ", 3, ids, 8, &count));
+    assert_int_equal(count, 2);
+    assert_int_equal(ids[0], sp2);
+    assert_int_equal(ids[1], sp);
+    mpcl_bpe_destroy(b);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matches_hugging_face), cmocka_unit_test(test_round_trip_random),
         cmocka_unit_test(test_tokens_and_buffers),   cmocka_unit_test(test_bad_vocab),
         cmocka_unit_test(test_bad_merges),           cmocka_unit_test(test_merges_forms),
+        cmocka_unit_test(test_merge_step),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
