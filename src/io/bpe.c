@@ -35,6 +35,26 @@ typedef struct cache_slot {
     uint16_t ids[CACHE_WORD_BYTES];
 } cache_slot;
 
+/* A candidate merge: the pair that starts at symbol pos, of rank rank1 - 1
+ * when it was found (it may be gone when its turn comes). */
+typedef struct candidate {
+    size_t pos;
+    uint32_t rank1;
+} candidate;
+
+/* The word being merged: its symbols as a list (next and prev; NONE at the
+ * ends, DEAD for a symbol merged into the one before it), the candidates
+ * by (rank, pos) in a binary heap, and those the current step makes. */
+typedef struct word_scratch {
+    uint16_t *sym;
+    size_t *next, *prev;
+    candidate *heap, *made;
+    size_t cap; /* the longest word the arrays hold */
+} word_scratch;
+
+#define NONE SIZE_MAX
+#define DEAD (SIZE_MAX - 1)
+
 struct mpcl_bpe {
     char *vocab_path; /* for messages */
     size_t vocab, merge_count;
@@ -45,8 +65,7 @@ struct mpcl_bpe {
     pair_entry *pairs;
     size_t pair_mask;
     uint16_t byte_token[256]; /* the token of each single byte */
-    uint16_t *word;           /* scratch: the symbols of the word being merged */
-    size_t word_cap;
+    word_scratch word;        /* the word being merged */
     cache_slot *cache;
 };
 
@@ -407,7 +426,11 @@ void mpcl_bpe_destroy(mpcl_bpe *b) {
     free(b->start);
     free(b->token_slots);
     free(b->pairs);
-    free(b->word);
+    free(b->word.sym);
+    free(b->word.next);
+    free(b->word.prev);
+    free(b->word.heap);
+    free(b->word.made);
     free(b->cache);
     free(b);
 }
@@ -543,37 +566,108 @@ static size_t word_length(const unsigned char *s, size_t n, size_t i) {
 
 /* ---- merging ---- */
 
-/* Every occurrence of p's pair in sym[0..n), left to right, replaced by its
- * result (GPT-2's bpe()); the new length. */
-static size_t merge_all(uint16_t *sym, size_t n, const pair_entry *p) {
-    uint16_t first = (uint16_t)(p->key >> 16), second = (uint16_t)(p->key & 0xffff);
-    size_t j = 0;
-    for (size_t i = 0; i < n;) {
-        if (i + 1 < n && sym[i] == first && sym[i + 1] == second) {
-            sym[j++] = p->merged;
-            i += 2;
-        } else {
-            sym[j++] = sym[i++];
-        }
-    }
-    return j;
+static int comes_first(const candidate *x, const candidate *y) {
+    return x->rank1 != y->rank1 ? x->rank1 < y->rank1 : x->pos < y->pos;
 }
 
-/* The word's n bytes as tokens in b->word: merged by lowest rank first until
- * no adjacent pair has a merge. The count of tokens. */
-static size_t merge_word(mpcl_bpe *b, const unsigned char *s, size_t n) {
-    uint16_t *sym = b->word;
-    for (size_t i = 0; i < n; i++) sym[i] = b->byte_token[s[i]];
-    while (n > 1) {
-        const pair_entry *best = NULL;
-        for (size_t i = 0; i + 1 < n; i++) {
-            const pair_entry *p = pair_slot(b, sym[i], sym[i + 1]);
-            if (p->rank1 && (!best || p->rank1 < best->rank1)) best = p;
-        }
-        if (!best) break;
-        n = merge_all(sym, n, best);
+static void heap_push(candidate *h, size_t *n, candidate c) {
+    size_t i = (*n)++;
+    for (; i > 0 && comes_first(&c, &h[(i - 1) / 2]); i = (i - 1) / 2) h[i] = h[(i - 1) / 2];
+    h[i] = c;
+}
+
+static candidate heap_pop(candidate *h, size_t *n) {
+    candidate top = h[0], last = h[--*n];
+    size_t i = 0;
+    for (size_t c; (c = 2 * i + 1) < *n; i = c) {
+        if (c + 1 < *n && comes_first(&h[c + 1], &h[c])) c++;
+        if (!comes_first(&h[c], &last)) break;
+        h[i] = h[c];
     }
-    return n;
+    h[i] = last;
+    return top;
+}
+
+/* The pair that starts at symbol i, if it has a merge, into `to`. */
+static void add_candidate(const mpcl_bpe *b, size_t i, candidate *to, size_t *n) {
+    const word_scratch *w = &b->word;
+    if (i == NONE || w->next[i] == NONE) return;
+    const pair_entry *p = pair_slot(b, w->sym[i], w->sym[w->next[i]]);
+    if (p->rank1) to[(*n)++] = (candidate){.pos = i, .rank1 = p->rank1};
+}
+
+/* Merges the pair at c.pos if it is still the pair c was found for (its
+ * rank names it) and records the pairs the merge makes. */
+static void merge_at(mpcl_bpe *b, candidate c, size_t *made) {
+    word_scratch *w = &b->word;
+    size_t i = c.pos, j = w->next[i];
+    if (j == NONE || j == DEAD) return;
+    const pair_entry *p = pair_slot(b, w->sym[i], w->sym[j]);
+    if (p->rank1 != c.rank1) return;
+    w->sym[i] = p->merged;
+    w->next[i] = w->next[j];
+    if (w->next[j] != NONE) w->prev[w->next[j]] = i;
+    w->next[j] = DEAD;
+    add_candidate(b, w->prev[i], w->made, made);
+    add_candidate(b, i, w->made, made);
+}
+
+/* The word's n bytes as tokens in b->word.sym, as GPT-2's bpe() merges
+ * them: step by step, the pair of lowest rank, every occurrence of it left
+ * to right (a merge never makes its own pair again, so one step is the
+ * candidates of one rank in position order); the pairs a step makes wait
+ * for the next step. The heap keeps a step to O(k log n) for k merges,
+ * not a scan of the word. The count of tokens. */
+static size_t merge_word(mpcl_bpe *b, const unsigned char *s, size_t n) {
+    word_scratch *w = &b->word;
+    for (size_t i = 0; i < n; i++) {
+        w->sym[i] = b->byte_token[s[i]];
+        w->next[i] = i + 1 < n ? i + 1 : NONE;
+        w->prev[i] = i > 0 ? i - 1 : NONE;
+    }
+    size_t queued = 0;
+    for (size_t i = 0; i + 1 < n; i++) add_candidate(b, i, w->heap, &queued);
+    for (size_t i = queued / 2; i-- > 0;) { /* heapify: push in place */
+        size_t k = i;
+        candidate c = w->heap[k];
+        for (size_t child; (child = 2 * k + 1) < queued; k = child) {
+            if (child + 1 < queued && comes_first(&w->heap[child + 1], &w->heap[child])) child++;
+            if (!comes_first(&w->heap[child], &c)) break;
+            w->heap[k] = w->heap[child];
+        }
+        w->heap[k] = c;
+    }
+    while (queued) {
+        uint32_t rank1 = w->heap[0].rank1;
+        size_t made = 0;
+        while (queued && w->heap[0].rank1 == rank1) merge_at(b, heap_pop(w->heap, &queued), &made);
+        for (size_t k = 0; k < made; k++) heap_push(w->heap, &queued, w->made[k]);
+    }
+    size_t count = 0;
+    for (size_t i = 0; i != NONE; i = w->next[i]) w->sym[count++] = w->sym[i];
+    return count;
+}
+
+/* Room in b->word for a word of n bytes: n - 1 first candidates and two
+ * for each of at most n - 1 merges in the heap, two a merge made. */
+static mpcl_status word_room(mpcl_bpe *b, size_t n) {
+    word_scratch *w = &b->word;
+    if (n <= w->cap) return MPCL_OK;
+    uint16_t *sym = realloc(w->sym, n * sizeof *sym);
+    if (sym) w->sym = sym;
+    size_t *next = sym ? realloc(w->next, n * sizeof *next) : NULL;
+    if (next) w->next = next;
+    size_t *prev = next ? realloc(w->prev, n * sizeof *prev) : NULL;
+    if (prev) w->prev = prev;
+    candidate *heap =
+        prev && n <= SIZE_MAX / 3 / sizeof *heap ? realloc(w->heap, 3 * n * sizeof *heap) : NULL;
+    if (heap) w->heap = heap;
+    candidate *made = heap ? realloc(w->made, 2 * n * sizeof *made) : NULL;
+    if (made) w->made = made;
+    if (!made)
+        return MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "mpcl_bpe_encode: a word of %zu bytes", n);
+    w->cap = n;
+    return MPCL_OK;
 }
 
 /* The tokens of the word's n bytes (*ids points into b: valid until the next
@@ -589,21 +683,14 @@ static mpcl_status encode_word(mpcl_bpe *b, const unsigned char *s, size_t n, co
             return MPCL_OK;
         }
     }
-    if (n > b->word_cap) {
-        uint16_t *w = realloc(b->word, n * sizeof *w);
-        if (!w)
-            return MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "mpcl_bpe_encode: a word of %zu bytes",
-                              n);
-        b->word = w;
-        b->word_cap = n;
-    }
+    TRY(word_room(b, n));
     *count = merge_word(b, s, n);
-    *ids = b->word;
+    *ids = b->word.sym;
     if (slot) {
         slot->len = (uint8_t)n;
         slot->n = (uint8_t)*count;
         memcpy(slot->bytes, s, n);
-        memcpy(slot->ids, b->word, *count * sizeof *b->word);
+        memcpy(slot->ids, b->word.sym, *count * sizeof *slot->ids);
     }
     return MPCL_OK;
 }
