@@ -576,15 +576,20 @@ static void heap_push(candidate *h, size_t *n, candidate c) {
     h[i] = c;
 }
 
-static candidate heap_pop(candidate *h, size_t *n) {
-    candidate top = h[0], last = h[--*n];
-    size_t i = 0;
-    for (size_t c; (c = 2 * i + 1) < *n; i = c) {
-        if (c + 1 < *n && comes_first(&h[c + 1], &h[c])) c++;
-        if (!comes_first(&h[c], &last)) break;
-        h[i] = h[c];
+/* Places c at i or below it in the heap h of n candidates. */
+static void sift_down(candidate *h, size_t n, size_t i, candidate c) {
+    for (size_t child; (child = 2 * i + 1) < n; i = child) {
+        if (child + 1 < n && comes_first(&h[child + 1], &h[child])) child++;
+        if (!comes_first(&h[child], &c)) break;
+        h[i] = h[child];
     }
-    h[i] = last;
+    h[i] = c;
+}
+
+static candidate heap_pop(candidate *h, size_t *n) {
+    candidate top = h[0];
+    --*n;
+    sift_down(h, *n, 0, h[*n]);
     return top;
 }
 
@@ -627,16 +632,7 @@ static size_t merge_word(mpcl_bpe *b, const unsigned char *s, size_t n) {
     }
     size_t queued = 0;
     for (size_t i = 0; i + 1 < n; i++) add_candidate(b, i, w->heap, &queued);
-    for (size_t i = queued / 2; i-- > 0;) { /* heapify: push in place */
-        size_t k = i;
-        candidate c = w->heap[k];
-        for (size_t child; (child = 2 * k + 1) < queued; k = child) {
-            if (child + 1 < queued && comes_first(&w->heap[child + 1], &w->heap[child])) child++;
-            if (!comes_first(&w->heap[child], &c)) break;
-            w->heap[k] = w->heap[child];
-        }
-        w->heap[k] = c;
-    }
+    for (size_t i = queued / 2; i-- > 0;) sift_down(w->heap, queued, i, w->heap[i]); /* heapify */
     while (queued) {
         uint32_t rank1 = w->heap[0].rank1;
         size_t made = 0;
@@ -648,8 +644,9 @@ static size_t merge_word(mpcl_bpe *b, const unsigned char *s, size_t n) {
     return count;
 }
 
-/* Room in b->word for a word of n bytes: n - 1 first candidates and two
- * for each of at most n - 1 merges in the heap, two a merge made. */
+/* Room in b->word for a word of n bytes. The heap holds at most the n - 1
+ * first candidates and the two each of at most n - 1 merges makes; `made`
+ * the two each merge of one step makes. */
 static mpcl_status word_room(mpcl_bpe *b, size_t n) {
     word_scratch *w = &b->word;
     if (n <= w->cap) return MPCL_OK;
