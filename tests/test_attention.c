@@ -312,13 +312,13 @@ static double max_abs(const double *x, size_t n) {
 
 /* The tolerance, relative to each element and to the tensor's largest:
  * rel_f32 for the f32 sums, plus the roundings into a 16-bit storage dtype
- * on the way (qkv, y, dy, dqkv and the result each round once: 5 units of
+ * on the way (qkv, y, dy, dqkv and the result each round once: 6 units of
  * its roundoff; 4 times that for HGEMM, which also accumulates in f16).
- * Measured on PoCL over 10 seeds, the worst errors were 0.02 of these in
- * f32 with rel_f32 = 1e-5, 0.21 of them with 8 units in f16 and bf16. */
+ * Measured on PoCL over 10 seeds: the worst error was 0.33 of this in f16
+ * and bf16, 0.1 in f32 (rel_f32 = 2e-6). */
 static double tolerance(const variant *v, double rel_f32) {
     double u = tu_storage_rounding(v->dt).rel;
-    return rel_f32 + 5 * u * (v->gemm == MPCL_GEMM_CLBLAST_HGEMM ? 4 : 1);
+    return rel_f32 + 6 * u * (v->gemm == MPCL_GEMM_CLBLAST_HGEMM ? 4 : 1);
 }
 
 static void check(const harness *h, const variant *v, const char *what, const float *got,
@@ -413,17 +413,15 @@ static double run_case(harness *h, tu_rng *rng, const variant *v, float x_range,
 
 /* Every variant on small odd shapes: {B, T, C, H, bias}. T = 1 (a single
  * key), odd T, 3 and 5 channels per head, one head, more heads than
- * channels per head, no biases. */
+ * channels per head, no biases; 8 and 11 channels per head, a whole group
+ * of the kernels' eight lanes and one with a tail. */
 static void matches_the_reference(void **state) {
     (void)state;
     static const struct {
         size_t B, T, C, H;
         bool bias;
-    } shapes[] = {{1, 1, 4, 2, true},
-                  {2, 7, 6, 2, true},
-                  {3, 5, 15, 5, true},
-                  {2, 7, 5, 1, true},
-                  {1, 9, 8, 4, false}};
+    } shapes[] = {{1, 1, 4, 2, true},  {2, 7, 6, 2, true},  {3, 5, 15, 5, true}, {2, 7, 5, 1, true},
+                  {1, 9, 8, 4, false}, {2, 6, 16, 2, true}, {2, 5, 22, 2, true}};
     mpcl_context *ctx = tu_context();
     tu_rng rng = tu_rng_make(tu_seed("matches_the_reference"));
     for (size_t vi = 0; vi < VARIANTS; vi++) {
