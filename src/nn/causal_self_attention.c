@@ -11,6 +11,7 @@
  * gradients are in the storage dtype. */
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -68,6 +69,12 @@ static mpcl_status attn_declare(mpcl__layer *L, mpcl__tables *t) {
                           "%s: its %zu channels do not split into num_heads=%zu heads of equal "
                           "size",
                           layer, C, H);
+    /* The kernels count the rows (b, h, t) in a uint (their offsets are size_t). */
+    if ((double)L->env->max_batch * (double)H * (double)T > (double)UINT32_MAX)
+        return MPCL_ERROR(ctx, MPCL_ERR_SHAPE,
+                          "%s: %zu samples of %zu heads by %zu positions are more attention rows "
+                          "than its kernels count (2^32 - 1)",
+                          layer, L->env->max_batch, H, T);
     attn *a = calloc(1, sizeof *a);
     if (!a) return MPCL_ERROR(ctx, MPCL_ERR_OUT_OF_MEMORY, "allocating %s", layer);
     L->state = a;
@@ -146,8 +153,6 @@ static mpcl_status launch_rows(const attn *a, mpcl_context *ctx, cl_kernel k, co
 /* att and y from qkv, for a batch of B. */
 static mpcl_status attend(attn *a, mpcl_context *ctx, mpcl_dtype storage, size_t B) {
     static const char name[] = "mpcl_attention_forward";
-    mpcl_tensor att = mpcl__tensor_rows(a->att, B * a->H * a->T);
-    TRY(mpcl__check_count(ctx, &att, name));
     cl_kernel k;
     TRY(mpcl__kernel(ctx, storage, name, &k));
     TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(a->att->mem), MPCL_ARG(a->y->mem),
