@@ -46,6 +46,7 @@ static const abi_row rows[] = {
     FIELD(mpcl_layer_spec, rate),
     FIELD(mpcl_layer_spec, momentum),
     FIELD(mpcl_layer_spec, epsilon),
+    FIELD(mpcl_layer_spec, num_heads),
 
     SIZE(mpcl_optim_params),
     FIELD(mpcl_optim_params, kind),
