@@ -19,11 +19,18 @@ writes tests/data/gpt2-ref/:
                                    text, and how far the f32 values are from
                                    the same computation in float64
 
+Before writing, it checks the semantics a C implementation follows: the
+forward pass written out from the canonical tensors (spec_logits) and
+torch.optim.AdamW written out (spec_run) must give transformers' and
+torch.optim's logits, loss, gradients and losses within 1e-9 in float64,
+or the script stops.
+
 A rerun on the same machine writes the same bytes (one thread, deterministic
 algorithms). tests/test_gpt_reference.c checks the dump is consistent;
 tests/gpt_reference.h loads it for the model's test.
 """
 import json
+import math
 import os
 import sys
 
@@ -134,6 +141,89 @@ def errors(f32, f64):
     return {k: {n: float(f"{x:.3g}") for n, x in v.items()} for k, v in kinds.items()}
 
 
+# ---- the semantics a C implementation follows, written out and checked ----
+
+def spec_logits(params, tokens):
+    """GPT2LMHeadModel's forward pass from the canonical tensors, written
+    out step by step as a C implementation computes it; spec_check holds it
+    to transformers' in float64."""
+    cfg = GPT2Config(**CONFIG)
+    C, H = cfg.n_embd, cfg.n_head
+    D = C // H  # head dim
+    Bn, Tn = tokens.shape
+
+    def layer_norm(x, name):  # biased variance, eps inside the square root
+        mean = x.mean(-1, keepdim=True)
+        var = ((x - mean) ** 2).mean(-1, keepdim=True)
+        return (x - mean) / torch.sqrt(var + cfg.layer_norm_epsilon) * params[name + ".weight"] \
+            + params[name + ".bias"]
+
+    def linear(x, name):  # Conv1D: W is [in, out], y = x W + b
+        return x @ params[name + ".weight"] + params[name + ".bias"]
+
+    def gelu_tanh(x):
+        return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+
+    causal = torch.ones(Tn, Tn, dtype=torch.bool).tril()  # query t sees keys 0..t
+    x = params["wte.weight"][tokens] + params["wpe.weight"][:Tn]
+    for n in range(cfg.n_layer):
+        h = f"h.{n}."
+        qkv = linear(layer_norm(x, h + "ln_1"), h + "attn.c_attn")  # columns: q | k | v
+        q, k, v = (t.view(Bn, Tn, H, D).transpose(1, 2) for t in qkv.split(C, dim=-1))
+        scores = (q @ k.transpose(-1, -2)) / math.sqrt(D)
+        attn = scores.masked_fill(~causal, float("-inf")).softmax(-1)
+        y = (attn @ v).transpose(1, 2).reshape(Bn, Tn, C)  # heads side by side
+        x = x + linear(y, h + "attn.c_proj")
+        x = x + linear(gelu_tanh(linear(layer_norm(x, h + "ln_2"), h + "mlp.c_fc")),
+                       h + "mlp.c_proj")
+    return layer_norm(x, "ln_f") @ params["wte.weight"].T  # the tied head
+
+
+def spec_run(tokens, targets):
+    """spec_logits' loss and gradients before the first step, and torch.optim.AdamW
+    written out (decoupled decay first, then Adam with bias correction)."""
+    model = build_model().double()
+    params = {canonical(n): p.detach().clone().requires_grad_(True)
+              for n, p in model.named_parameters()}
+    lr, (beta1, beta2), eps, wd = ADAMW["lr"], ADAMW["betas"], ADAMW["eps"], ADAMW["weight_decay"]
+    m = {n: torch.zeros_like(p) for n, p in params.items()}
+    v = {n: torch.zeros_like(p) for n, p in params.items()}
+    out, losses = {}, []
+    for step in range(1, STEPS + 1):
+        logits = spec_logits(params, tokens)
+        loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+        grads = torch.autograd.grad(loss, list(params.values()))
+        losses.append(loss.detach())
+        if step == 1:
+            out["logits"], out["loss"] = logits.detach(), loss.detach()
+            out.update({"grad." + n: g for n, g in zip(params, grads)})
+        with torch.no_grad():
+            for (n, p), g in zip(params.items(), grads):
+                if p.dim() >= 2:
+                    p.mul_(1 - lr * wd)
+                m[n] = beta1 * m[n] + (1 - beta1) * g
+                v[n] = beta2 * v[n] + (1 - beta2) * g * g
+                m_hat = m[n] / (1 - beta1 ** step)
+                v_hat = v[n] / (1 - beta2 ** step)
+                p.sub_(lr * m_hat / (torch.sqrt(v_hat) + eps))
+    out["losses"] = torch.stack(losses)
+    return out
+
+
+def spec_check(ref64, tokens, targets):
+    """The largest |spec - PyTorch| in float64, per kind; fails above 1e-9."""
+    spec = spec_run(tokens, targets)
+    assert set(spec) == set(ref64), set(spec) ^ set(ref64)
+    worst = {}
+    for name, a in spec.items():
+        kind = "grad" if name.startswith("grad.") else name
+        worst[kind] = max(worst.get(kind, 0.0), (a - ref64[name]).abs().max().item())
+    bad = {k: d for k, d in worst.items() if not d <= 1e-9}
+    if bad:
+        raise SystemExit(f"the written-out semantics differ from PyTorch: {bad}")
+    return {k: float(f"{d:.3g}") for k, d in worst.items()}
+
+
 def main():
     if len(sys.argv) != 1:
         print(__doc__, file=sys.stderr)
@@ -142,6 +232,7 @@ def main():
     torch.use_deterministic_algorithms(True)
     model, tokens, targets, ref = run(torch.float32)
     _, _, _, ref64 = run(torch.float64)
+    spec_error = spec_check(ref64, tokens, targets)
 
     # The initial weights, as transformers saves them.
     initial = build_model()
@@ -175,6 +266,7 @@ def main():
         "attn_implementation": "eager",
         "dtype": "float32",
         "f32_error_vs_float64": errors(ref, ref64),
+        "written_out_semantics_vs_pytorch_float64": spec_error,
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
                      "safetensors": safetensors.__version__,
                      "python": sys.version.split()[0]},
@@ -187,6 +279,7 @@ def main():
     print(f"wrote {FOLDER}: {', '.join(sorted(os.listdir(FOLDER)))} ({total} bytes)")
     print(f"loss {ref['loss'].item():.6f}, losses {[round(x, 6) for x in ref['losses'].tolist()]}")
     print("f32 error vs float64:", json.dumps(info["f32_error_vs_float64"]))
+    print("written-out semantics vs PyTorch (float64):", json.dumps(spec_error))
     return 0
 
 
