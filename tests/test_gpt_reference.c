@@ -242,26 +242,22 @@ static const corruption corruptions[] = {
     {"no optimizer.eps", unchanged, JSON_WITHOUT_EPS, "optimizer.eps is not a number"},
 };
 
-static void copy_file(const char *from_folder, const char *to_folder, const char *name) {
-    char from[800], to[800];
-    snprintf(from, sizeof from, "%s/%s", from_folder, name);
-    snprintf(to, sizeof to, "%s/%s", to_folder, name);
-    size_t n;
-    unsigned char *bytes = tu_slurp(from, &n);
-    FILE *f = fopen(to, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(bytes, 1, n, f), n);
-    assert_int_equal(fclose(f), 0);
-    free(bytes);
-}
-
-static void write_text(const char *folder, const char *name, const char *text) {
+static void write_file(const char *folder, const char *name, const void *bytes, size_t n) {
     char path[800];
     snprintf(path, sizeof path, "%s/%s", folder, name);
     FILE *f = fopen(path, "wb");
     assert_non_null(f);
-    assert_int_equal(fputs(text, f) >= 0, 1);
+    assert_int_equal(fwrite(bytes, 1, n, f), n);
     assert_int_equal(fclose(f), 0);
+}
+
+static void copy_file(const char *from_folder, const char *to_folder, const char *name) {
+    char from[800];
+    snprintf(from, sizeof from, "%s/%s", from_folder, name);
+    size_t n;
+    unsigned char *bytes = tu_slurp(from, &n);
+    write_file(to_folder, name, bytes, n);
+    free(bytes);
 }
 
 /* A copy of the dump in <tmp>/case-<index>, changed by c. */
@@ -272,7 +268,7 @@ static void write_copy(const char *real, const mpcl_safetensors *st, const corru
     copy_file(real, folder, "config.json");
     copy_file(real, folder, "model.safetensors");
     if (c->json)
-        write_text(folder, "reference.json", c->json);
+        write_file(folder, "reference.json", c->json, strlen(c->json));
     else
         copy_file(real, folder, "reference.json");
     dump d = {.n = mpcl_safetensors_count(st)};
