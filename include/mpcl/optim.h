@@ -27,6 +27,12 @@
  * not). The step counter lives on the device; the host reads it only when
  * asked.
  *
+ * Weight decay applies where the optimizer's decay flags say, one flag per
+ * MPCL_OPTIM_DECAY_CHUNK elements, read once per eight-element work-item: all
+ * 1 after create (every element decays, the same bits as without flags); a
+ * model with decay_vectors = 0 clears the chunks of its rank-1 parameters
+ * (mpcl_optimizer_write_decay).
+ *
  * Clipping by global norm (clip_norm > 0): before the update, two launches
  * compute the L2 norm of the whole unscaled gradient arena on the device (a
  * fixed-order reduction, so the same inputs give the same bits) and the factor

@@ -338,7 +338,8 @@ static mpcl_status create_arenas(mpcl_model *m) {
  * row's elements (and padding after its end): the chunk takes that row's
  * flag. */
 static mpcl_status write_decay_flags(mpcl_model *m) {
-    if (m->params.optim.decay_vectors) return MPCL_OK; /* the optimizer's default */
+    /* Every flag 1 is the optimizer's default; without decay they are moot. */
+    if (m->params.optim.decay_vectors || m->params.optim.weight_decay == 0.0f) return MPCL_OK;
     const mpcl__param_table *t = &m->tables.params;
     size_t chunks = (t->total + MPCL_OPTIM_DECAY_CHUNK - 1) / MPCL_OPTIM_DECAY_CHUNK;
     uint8_t *flags = calloc(chunks, 1);
