@@ -53,7 +53,7 @@ class LayerSpec(Structure):
 class OptimParams(Structure):
     _fields_ = [("kind", c_int), ("lr", c_float), ("beta1", c_float), ("beta2", c_float),
                 ("eps", c_float), ("weight_decay", c_float), ("momentum", c_float),
-                ("nesterov", c_int), ("clip_norm", c_float)]
+                ("nesterov", c_int), ("clip_norm", c_float), ("decay_vectors", c_int)]
 
 
 class LrSchedule(Structure):

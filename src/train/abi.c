@@ -58,6 +58,7 @@ static const abi_row rows[] = {
     FIELD(mpcl_optim_params, momentum),
     FIELD(mpcl_optim_params, nesterov),
     FIELD(mpcl_optim_params, clip_norm),
+    FIELD(mpcl_optim_params, decay_vectors),
 
     SIZE(mpcl_lr_schedule),
     FIELD(mpcl_lr_schedule, kind),
