@@ -1,7 +1,8 @@
 /* mpcl-bench: timings as tables (or JSON), each against a reference measured
  * in the same run. Subcommands live in one table; add a row to add one.
  *
- *   mpcl-bench gemm|gemm-rounds|train|train-rounds|elementwise|conv|gemm-cnn [--device SEL] [--json]
+ *   mpcl-bench gemm|gemm-rounds|train|train-rounds|elementwise|conv|gemm-cnn [--device SEL]
+ * [--json]
  */
 #include <cblas.h>
 #include <math.h>
