@@ -26,9 +26,7 @@ inline size_t attn_row_at(uint b, uint t, uint h, uint T, uint C, uint hs) {
 // once per channel made the kernel 72% of a GPT-2 layer's step on PoCL.
 inline float8 attn_load8(__global const storage_t *p, size_t i, uint n) {
     float8 v = n == 8u ? LOAD8(p, i) : LOAD8_PART(p, i, n);
-    // n > lane, not lane < n: Oclgrind 21.10 selected zeros in every lane of
-    // the latter (its forward failed the reference on every shape).
-    return select((float8)(0.0f), v, (int8)((int)n) > (int8)(0, 1, 2, 3, 4, 5, 6, 7));
+    return select((float8)(0.0f), v, (int8)(0, 1, 2, 3, 4, 5, 6, 7) < (int8)((int)n));
 }
 
 // Lanes 0 .. n - 1 of v into p[i ..].
