@@ -46,7 +46,9 @@ class LayerSpec(Structure):
     _fields_ = [("kind", c_char * LAYER_KIND_MAX), ("activation", c_int), ("units", c_size_t),
                 ("filters", c_size_t), ("kernel_size", c_size_t * 2), ("pool_size", c_size_t * 2),
                 ("strides", c_size_t * 2), ("padding", c_int), ("use_bias", c_bool),
-                ("rate", c_double), ("momentum", c_double), ("epsilon", c_double)]
+                ("rate", c_double), ("momentum", c_double), ("epsilon", c_double),
+                ("vocabulary_size", c_size_t), ("sequence_length", c_size_t),
+                ("embedding_dim", c_size_t)]
 
 
 class OptimParams(Structure):
