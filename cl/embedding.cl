@@ -36,20 +36,41 @@ __kernel void mpcl_embedding_backward_positions(__global storage_t *d_wpe,
     STORE(d_wpe, i, s);
 }
 
-// d_wte[v, c] = sum of dy[p, c] over the positions p holding token v, in
-// p's order. One item per element of d_wte [vocab, channels], each scanning
-// all `positions` tokens (neighbouring items read the same token): vocab
-// channels positions reads, cheap for vocabularies of bytes, not for
-// GPT-2's 50257 (see token_pos_embedding.c).
+// The token gradient in two passes, with no sort and no atomics. First the
+// positions holding each token as a chain: links[p] = the next position
+// after p with p's token (`positions` when none), and links[positions + p]
+// = 1 when p is the first position with its token (its chain's head) and
+// the token is in [0, vocab). One item per position, scanning back to the
+// first earlier match and on to the next later one: at most `positions`
+// reads each, all items reading the same ids at once.
+__kernel void mpcl_embedding_token_links(__global int *links, __global const int *tokens,
+                                         uint positions, uint vocab) {
+    uint p = get_global_id(0);
+    if (p >= positions) return;
+    int id = tokens[p];
+    int head = id >= 0 && (uint)id < vocab;
+    for (uint q = 0; head && q < p; q++)
+        if (tokens[q] == id) head = 0;
+    uint next = p + 1;
+    while (next < positions && tokens[next] != id) next++;
+    links[p] = (int)next;
+    links[positions + p] = head;
+}
+
+// d_wte[id, c] = sum of dy[p, c] over the chain of the head p of token id,
+// in p's order: one item per (position, channel) of dy, of which the heads
+// sum. The rows of tokens the batch does not hold are zeroed before
+// (token_pos_embedding.c).
 __kernel void mpcl_embedding_backward_tokens(__global storage_t *d_wte,
                                              __global const storage_t *dy,
-                                             __global const int *tokens, uint positions,
+                                             __global const int *tokens,
+                                             __global const int *links, uint positions,
                                              uint channels, uint n) {
     uint i = get_global_id(0);
     if (i >= n) return;
-    uint v = i / channels, c = i - v * channels;
+    uint p = i / channels, c = i - p * channels;
+    if (!links[positions + p]) return;
     float s = 0.0f;
-    for (uint p = 0; p < positions; p++)
-        if (tokens[p] == (int)v) s += LOAD(dy, (size_t)p * channels + c);
-    STORE(d_wte, i, s);
+    for (uint q = p; q < positions; q = (uint)links[q]) s += LOAD(dy, (size_t)q * channels + c);
+    STORE(d_wte, (size_t)tokens[p] * channels + c, s);
 }

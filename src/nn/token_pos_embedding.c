@@ -11,13 +11,13 @@
  * bounds, and the labels' own check (the loss's bad-label count) or the
  * data reader reports bad ids.
  *
- * The backward is deterministic (sums in a fixed order, no atomics). The
- * token gradient takes one item per element of d_wte, each scanning the
- * batch's B*T ids: vocabulary_size * C * B * T reads, 2M for a vocabulary
- * of 256, C 32 and B*T 256, but 3.2e11 for GPT-2's 50257 x 768 and B*T
- * 8192. A vocabulary that large wants the ids sorted (positions grouped by
- * token, a deterministic counting sort) and one pass over each token's
- * positions: B*T*C reads. */
+ * The backward is deterministic: every sum runs in position order, with no
+ * atomics. The token gradient zeroes d_wte (V C writes), chains the
+ * positions that hold each token (cl/embedding.cl: at most (B T)^2 id
+ * reads, 6.7e7 for GPT-2's B T = 8 x 1024) and sums each chain once
+ * (B T C reads of dy). For GPT-2's V = 50257, C = 768 the zeroing of the
+ * 38.6M-element d_wte dominates; the chaining grows with (B T)^2, so
+ * batches far above 8192 positions would want the ids sorted instead. */
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,6 +40,7 @@ typedef struct emb {
     size_t rows_of[ROWS];     /* vocabulary_size, sequence_length */
     mpcl_tensor *table[ROWS]; /* [rows, C] views of the working arena */
     mpcl_tensor *grad[ROWS];  /* [rows, C] views of the gradient arena */
+    mpcl_tensor *links;       /* int32 [2, max_batch T]: the token chains of a batch */
 } emb;
 
 static mpcl_status emb_declare(mpcl__layer *L, mpcl__tables *t) {
@@ -79,6 +80,9 @@ static mpcl_status emb_create(mpcl__layer *L, const mpcl__tables *t, const mpcl_
         if ((st = mpcl__tensor_view(a->working, off, e->rows_of[i], C, &e->table[i])) == MPCL_OK)
             st = mpcl__tensor_view(a->grads, off, e->rows_of[i], C, &e->grad[i]);
     }
+    if (st == MPCL_OK)
+        st = mpcl_tensor_create(L->env->ctx, MPCL_DTYPE_I32, 2, L->env->max_batch * L->inputs,
+                                &e->links);
     return st == MPCL_OK ? mpcl__layer_create_io(L) : st;
 }
 
@@ -119,17 +123,32 @@ static mpcl_status backward_positions(emb *e, mpcl_context *ctx, const mpcl_tens
     return launch(ctx, k, name, n);
 }
 
+/* links: the chains of the positions holding each token. */
+static mpcl_status token_links(emb *e, mpcl_context *ctx, const mpcl_tensor *in) {
+    static const char name[] = "mpcl_embedding_token_links";
+    cl_kernel k;
+    TRY(mpcl__kernel(ctx, MPCL_DTYPE_F32, name, &k));
+    cl_uint positions = (cl_uint)(in->rows * in->cols), vocab = (cl_uint)e->rows_of[TOKENS];
+    TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(e->links->mem), MPCL_ARG(in->mem),
+                       MPCL_ARG(positions), MPCL_ARG(vocab), MPCL_ARGS_END));
+    return launch(ctx, k, name, positions);
+}
+
+/* d_wte: zeros, then each token's chain summed into its row. */
 static mpcl_status backward_tokens(emb *e, mpcl_context *ctx, const mpcl_tensor *dy,
                                    const mpcl_tensor *in) {
     static const char name[] = "mpcl_embedding_backward_tokens";
-    const mpcl_tensor *g = e->grad[TOKENS];
+    mpcl_tensor *g = e->grad[TOKENS];
     TRY(mpcl__check_count(ctx, g, name));
+    TRY(mpcl_tensor_fill(g, 0.0f));
+    TRY(token_links(e, ctx, in));
     cl_kernel k;
     TRY(mpcl__kernel(ctx, g->dtype, name, &k));
     cl_uint positions = (cl_uint)(in->rows * in->cols), C = (cl_uint)g->cols;
-    cl_uint n = (cl_uint)(g->rows * g->cols);
+    cl_uint n = (cl_uint)(dy->rows * dy->cols);
     TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(g->mem), MPCL_ARG(dy->mem), MPCL_ARG(in->mem),
-                       MPCL_ARG(positions), MPCL_ARG(C), MPCL_ARG(n), MPCL_ARGS_END));
+                       MPCL_ARG(e->links->mem), MPCL_ARG(positions), MPCL_ARG(C), MPCL_ARG(n),
+                       MPCL_ARGS_END));
     return launch(ctx, k, name, n);
 }
 
@@ -151,13 +170,13 @@ static void emb_destroy(mpcl__layer *L) {
         mpcl_tensor_destroy(e->table[i]);
         mpcl_tensor_destroy(e->grad[i]);
     }
+    mpcl_tensor_destroy(e->links);
     free(e);
     L->state = NULL;
 }
 
 static double emb_activation_bytes(const mpcl__layer *L, const mpcl__layer_env *env) {
-    (void)env;
-    return mpcl__layer_io_bytes(L);
+    return mpcl__layer_io_bytes(L) + 2.0 * (double)env->max_batch * (double)L->inputs * 4;
 }
 
 const mpcl__layer_kind mpcl__token_pos_embedding_layer = {
