@@ -275,14 +275,11 @@ static double eval_loss(mpcl_model *m, const mpcl_tensor *x, const mpcl_tensor *
     return s->loss_sum / (double)s->terms;
 }
 
-static float *param_grads(mpcl_model *m, size_t index) {
-    const mpcl_param_info *r = mpcl_model_param(m, index);
-    float *arena = tu_download(mpcl_model_grad_arena(m));
-    float *g = malloc(r->count * sizeof *g);
-    assert_non_null(g);
-    memcpy(g, arena + r->offset, r->count * sizeof *g);
-    free(arena);
-    return g;
+/* eval_loss of a batch {x, y} as a tu_loss_fn. */
+static double batch_loss(mpcl_model *m, void *arg) {
+    mpcl_tensor **xy = arg;
+    mpcl_loss_stats s;
+    return eval_loss(m, xy[0], xy[1], &s);
 }
 
 /* Every parameter's gradient against (L(w + h) - L(w - h)) / 2h of the mean
@@ -312,31 +309,9 @@ static void per_position_gradients(void **state) {
     assert_int_equal(s.terms, B * T);
     float *arena = tu_download(mpcl_model_grad_arena(m));
     size_t total = mpcl_model_arena_elements(m);
-    for (size_t i = 0; i < mpcl_model_param_count(m); i++) {
-        const mpcl_param_info *r = mpcl_model_param(m, i);
-        float *g = param_grads(m, i), *w = malloc(r->count * sizeof *w);
-        double *fd = malloc(r->count * sizeof *fd);
-        assert_non_null(w);
-        assert_non_null(fd);
-        TU_ASSERT_OK(mpcl_model_read_param(m, i, MPCL_OPTIM_SLOT_MASTER, w, r->count));
-        for (size_t j = 0; j < r->count; j++) {
-            float w0 = w[j], up = (float)((double)w0 + h), down = (float)((double)w0 - h);
-            w[j] = up;
-            TU_ASSERT_OK(mpcl_model_write_param(m, i, MPCL_OPTIM_SLOT_MASTER, w, r->count));
-            double l_up = eval_loss(m, x, y, &s);
-            w[j] = down;
-            TU_ASSERT_OK(mpcl_model_write_param(m, i, MPCL_OPTIM_SLOT_MASTER, w, r->count));
-            double l_down = eval_loss(m, x, y, &s);
-            w[j] = w0;
-            fd[j] = (l_up - l_down) / ((double)up - (double)down);
-        }
-        TU_ASSERT_OK(mpcl_model_write_param(m, i, MPCL_OPTIM_SLOT_MASTER, w, r->count));
-        if (!tu_check_close(r->name, g, fd, r->count, 3e-4, 2e-2, 2e-2))
-            fail_msg("%s: the analytic gradient is not the finite difference", r->name);
-        free(g);
-        free(w);
-        free(fd);
-    }
+    mpcl_tensor *xy[2] = {x, y};
+    assert_int_equal(tu_check_param_gradients(m, h, batch_loss, xy, 3e-4, 2e-2, 2e-2),
+                     (V + P) * C + C * V + V);
     /* A slice of a global batch of 2B: each gradient is half, exactly (a
      * power of two). */
     TU_ASSERT_OK(mpcl_model_forward_slice(m, x, y, 2 * B));
