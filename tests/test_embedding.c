@@ -357,10 +357,14 @@ static void bad_models_refused(void **state) {
                    "token_pos_embedding_0: sequences of 9 tokens; its sequence_length is 8");
     expect_refused(ctx, "input_shape=4; token_pos_embedding vocabulary_size=4 embedding_dim=3",
                    "sequence_length");
-    /* A per-position output needs a label per position: a sparse loss. */
-    mpcl_model_params p = token_params(4, 4, 4, 3, 2, MPCL_POLICY_FLOAT32);
-    p.loss = MPCL_LOSS_MSE;
+    mpcl_model_params p = token_params(8, 4, 8, 3, (size_t)1 << 28, MPCL_POLICY_FLOAT32);
     mpcl_model *m = NULL;
+    tu_expect_error(mpcl_model_create(ctx, &p, &m), MPCL_ERR_INVALID_ARG,
+                    "token_pos_embedding_0: batches of 268435456 sequences of 8 tokens: more "
+                    "than 2^31 - 1 positions");
+    /* A per-position output needs a label per position: a sparse loss. */
+    p = token_params(4, 4, 4, 3, 2, MPCL_POLICY_FLOAT32);
+    p.loss = MPCL_LOSS_MSE;
     tu_expect_error(mpcl_model_create(ctx, &p, &m), MPCL_ERR_INVALID_ARG,
                     "the last layer, dense_0, gives (4, 4); the model's output is (4,)");
 

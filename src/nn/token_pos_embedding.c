@@ -19,6 +19,7 @@
  * 38.6M-element d_wte dominates; the chaining grows with (B T)^2, so
  * batches far above 8192 positions would want the ids sorted instead. */
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -53,6 +54,12 @@ static mpcl_status emb_declare(mpcl__layer *L, mpcl__tables *t) {
         return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG,
                           "%s: sequences of %zu tokens; its sequence_length is %zu", layer, T,
                           s->sequence_length);
+    /* The token chains index a batch's positions as int32. */
+    if (L->env->max_batch > INT32_MAX / T)
+        return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG,
+                          "%s: batches of %zu sequences of %zu tokens: more than 2^31 - 1 "
+                          "positions",
+                          layer, L->env->max_batch, T);
     emb *e = calloc(1, sizeof *e);
     if (!e) return MPCL_ERROR(ctx, MPCL_ERR_OUT_OF_MEMORY, "allocating an embedding layer");
     L->state = e;
