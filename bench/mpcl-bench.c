@@ -1,7 +1,8 @@
 /* mpcl-bench: timings as tables (or JSON), each against a reference measured
  * in the same run. Subcommands live in one table; add a row to add one.
  *
- *   mpcl-bench gemm|gemm-rounds|train|train-rounds|elementwise|conv [--device SEL] [--json]
+ *   mpcl-bench gemm|gemm-rounds|train|train-rounds|elementwise|conv|gemm-cnn [--device SEL]
+ * [--json]
  */
 #include <cblas.h>
 #include <math.h>
@@ -376,6 +377,8 @@ static const bench_cmd commands[] = {
      "bandwidth of the elementwise kernels at 16 MB, against host memcpy"},
     {"conv", bench_cmd_conv,
      "the CNN's convolutions: im2col + GEMM against the direct kernels, interleaved"},
+    {"gemm-cnn", bench_cmd_gemm_cnn,
+     "the CNN step's GEMMs in f32 and bf16, with and without AVX512-BF16, interleaved"},
 };
 #define COMMAND_COUNT (sizeof commands / sizeof commands[0])
 

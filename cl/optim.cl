@@ -71,45 +71,55 @@ __kernel void mpcl_optim_advance_scale(LOSS_SCALE_UPDATE_PARAMS, __global uint *
 #define OPTIM_STORE1(p, i, v) ((p)[(i)] = (v))
 
 // Every update kernel takes the same arguments: the master, the state slots
-// its table row keeps (M, then V), the working copy, the gradients, then
-// every generic hyperparameter (mpcl_optim_params), of which it reads the
-// ones its kind declares.
-#define OPTIM_HYPERS                                                                 \
+// its table row keeps (M, then V), the working copy, the gradients, the
+// decay flags, then every generic hyperparameter (mpcl_optim_params), of
+// which it reads the ones its kind declares.
+//
+// decay: one byte per MPCL_ABI_ELEMENTWISE_VEC elements (a v8 item's
+// elements, element i's at i / MPCL_ABI_ELEMENTWISE_VEC): 1 where
+// weight_decay applies, 0 where it does not (a model's vectors under
+// decay_vectors = false; its rows start on such a chunk). Read once per
+// item; a flag of 1 gives weight_decay itself, so the update keeps its bits.
+#define OPTIM_HYPERS                                                                   \
     float lr, float beta1, float beta2, float eps, float weight_decay, float momentum, \
         uint nesterov
 #define OPTIM_COMMON                                                                  \
     __global storage_t *restrict w, __global const storage_t *restrict g, uint base,  \
         __global const float *restrict scale, __global const uint *restrict ls_state, \
-        __global const float *restrict clip, __global const uint *restrict step, OPTIM_HYPERS
-// The element index and the per-work-group constants every update starts with.
-#define OPTIM_BEGIN(N)                                          \
-    uint i = base + N * (uint)get_global_id(0);                 \
-    int skip = ls_state[MPCL_ABI_LS_FOUND_INF] != 0u;           \
-    float gscale = clip[MPCL_ABI_OPTIM_CLIP_FACTOR] / scale[0]; \
-    (void)step;
+        __global const float *restrict clip, __global const uint *restrict step,      \
+        __global const uchar *restrict decay, OPTIM_HYPERS
+// The element index, the per-work-group constants every update starts with
+// and the weight decay of this item's elements.
+#define OPTIM_BEGIN(N)                                                         \
+    uint i = base + N * (uint)get_global_id(0);                                \
+    int skip = ls_state[MPCL_ABI_LS_FOUND_INF] != 0u;                          \
+    float gscale = clip[MPCL_ABI_OPTIM_CLIP_FACTOR] / scale[0];                \
+    float wd = decay[i / MPCL_ABI_ELEMENTWISE_VEC] != 0 ? weight_decay : 0.0f; \
+    (void)step;                                                                \
+    (void)wd;
 
 // Adam (DECOUPLED 0: L2 weight decay) and AdamW (DECOUPLED 1).
-#define OPTIM_ADAM_KERNEL(NAME, DECOUPLED, T, N, LOADF, STOREF, LOADW, STOREW)              \
-    __kernel void NAME(__global float *restrict master, __global float *restrict m,         \
-                       __global float *restrict v, OPTIM_COMMON) {                          \
-        OPTIM_BEGIN(N)                                                                      \
-        /* Per work-group constants: one division and one square root per */                \
-        /* element, not three divisions. */                                                  \
-        float step_size = lr / as_float(step[MPCL_ABI_OPTIM_STEP_BC1]);                     \
-        float inv_bc2 = 1.0f / as_float(step[MPCL_ABI_OPTIM_STEP_BC2]);                     \
-        /* Decoupled decay scales the weight; L2 adds to the gradient. */                   \
-        T x0 = LOADF(master, i), m0 = LOADF(m, i), v0 = LOADF(v, i);                        \
-        T x = DECOUPLED ? x0 - lr * weight_decay * x0 : x0;                                 \
-        T gr = LOADW(g, i) * gscale;                                                        \
-        gr = DECOUPLED ? gr : gr + weight_decay * x0;                                       \
-        T mi = beta1 * m0 + (1.0f - beta1) * gr;                                            \
-        T vi = beta2 * v0 + (1.0f - beta2) * gr * gr;                                       \
-        x -= step_size * mi / (sqrt(vi * inv_bc2) + eps);                                   \
-        x = skip ? x0 : x;                                                                  \
-        STOREF(m, i, skip ? m0 : mi);                                                       \
-        STOREF(v, i, skip ? v0 : vi);                                                       \
-        STOREF(master, i, x);                                                               \
-        STOREW(w, i, x);                                                                    \
+#define OPTIM_ADAM_KERNEL(NAME, DECOUPLED, T, N, LOADF, STOREF, LOADW, STOREW)      \
+    __kernel void NAME(__global float *restrict master, __global float *restrict m, \
+                       __global float *restrict v, OPTIM_COMMON) {                  \
+        OPTIM_BEGIN(N)                                                              \
+        /* Per work-group constants: one division and one square root per */        \
+        /* element, not three divisions. */                                         \
+        float step_size = lr / as_float(step[MPCL_ABI_OPTIM_STEP_BC1]);             \
+        float inv_bc2 = 1.0f / as_float(step[MPCL_ABI_OPTIM_STEP_BC2]);             \
+        /* Decoupled decay scales the weight; L2 adds to the gradient. */           \
+        T x0 = LOADF(master, i), m0 = LOADF(m, i), v0 = LOADF(v, i);                \
+        T x = DECOUPLED ? x0 - lr * wd * x0 : x0;                                   \
+        T gr = LOADW(g, i) * gscale;                                                \
+        gr = DECOUPLED ? gr : gr + wd * x0;                                         \
+        T mi = beta1 * m0 + (1.0f - beta1) * gr;                                    \
+        T vi = beta2 * v0 + (1.0f - beta2) * gr * gr;                               \
+        x -= step_size * mi / (sqrt(vi * inv_bc2) + eps);                           \
+        x = skip ? x0 : x;                                                          \
+        STOREF(m, i, skip ? m0 : mi);                                               \
+        STOREF(v, i, skip ? v0 : vi);                                               \
+        STOREF(master, i, x);                                                       \
+        STOREW(w, i, x);                                                            \
     }
 OPTIM_ADAM_KERNEL(mpcl_optim_adam, 0, float, 1, OPTIM_LOAD1, OPTIM_STORE1, LOAD, STORE)
 OPTIM_ADAM_KERNEL(mpcl_optim_adam_v8, 0, float8, MPCL_ABI_ELEMENTWISE_VEC, LOAD_FLOAT8, STORE_FLOAT8, LOAD8, STORE8)
@@ -117,38 +127,38 @@ OPTIM_ADAM_KERNEL(mpcl_optim_adamw, 1, float, 1, OPTIM_LOAD1, OPTIM_STORE1, LOAD
 OPTIM_ADAM_KERNEL(mpcl_optim_adamw_v8, 1, float8, MPCL_ABI_ELEMENTWISE_VEC, LOAD_FLOAT8, STORE_FLOAT8, LOAD8, STORE8)
 
 // SGD with momentum (PyTorch form, dampening 0).
-#define OPTIM_SGD_KERNEL(NAME, T, N, LOADF, STOREF, LOADW, STOREW)                  \
+#define OPTIM_SGD_KERNEL(NAME, T, N, LOADF, STOREF, LOADW, STOREW)                    \
     __kernel void NAME(__global float *restrict master, __global float *restrict buf, \
                        OPTIM_COMMON) {                                                \
-        OPTIM_BEGIN(N)                                                              \
-        T x0 = LOADF(master, i), b0 = LOADF(buf, i);                                \
-        T gr = LOADW(g, i) * gscale + weight_decay * x0;                            \
-        T b = momentum * b0 + gr;                                                   \
-        T x = x0 - lr * (nesterov ? gr + momentum * b : b);                         \
-        x = skip ? x0 : x;                                                          \
-        STOREF(buf, i, skip ? b0 : b);                                              \
-        STOREF(master, i, x);                                                       \
-        STOREW(w, i, x);                                                            \
+        OPTIM_BEGIN(N)                                                                \
+        T x0 = LOADF(master, i), b0 = LOADF(buf, i);                                  \
+        T gr = LOADW(g, i) * gscale + wd * x0;                                        \
+        T b = momentum * b0 + gr;                                                     \
+        T x = x0 - lr * (nesterov ? gr + momentum * b : b);                           \
+        x = skip ? x0 : x;                                                            \
+        STOREF(buf, i, skip ? b0 : b);                                                \
+        STOREF(master, i, x);                                                         \
+        STOREW(w, i, x);                                                              \
     }
 OPTIM_SGD_KERNEL(mpcl_optim_sgd, float, 1, OPTIM_LOAD1, OPTIM_STORE1, LOAD, STORE)
 OPTIM_SGD_KERNEL(mpcl_optim_sgd_v8, float8, MPCL_ABI_ELEMENTWISE_VEC, LOAD_FLOAT8, STORE_FLOAT8, LOAD8, STORE8)
 
 // RMSprop, not centered (PyTorch form: eps after the square root; beta2 is
 // rho).
-#define OPTIM_RMSPROP_KERNEL(NAME, T, N, LOADF, STOREF, LOADW, STOREW)              \
+#define OPTIM_RMSPROP_KERNEL(NAME, T, N, LOADF, STOREF, LOADW, STOREW)                \
     __kernel void NAME(__global float *restrict master, __global float *restrict buf, \
                        __global float *restrict v, OPTIM_COMMON) {                    \
-        OPTIM_BEGIN(N)                                                              \
-        T x0 = LOADF(master, i), b0 = LOADF(buf, i), v0 = LOADF(v, i);              \
-        T gr = LOADW(g, i) * gscale;                                                \
-        T vi = beta2 * v0 + (1.0f - beta2) * gr * gr;                               \
-        T b = momentum * b0 + gr / (sqrt(vi) + eps);                                \
-        T x = x0 - lr * b;                                                          \
-        x = skip ? x0 : x;                                                          \
-        STOREF(buf, i, skip ? b0 : b);                                              \
-        STOREF(v, i, skip ? v0 : vi);                                               \
-        STOREF(master, i, x);                                                       \
-        STOREW(w, i, x);                                                            \
+        OPTIM_BEGIN(N)                                                                \
+        T x0 = LOADF(master, i), b0 = LOADF(buf, i), v0 = LOADF(v, i);                \
+        T gr = LOADW(g, i) * gscale;                                                  \
+        T vi = beta2 * v0 + (1.0f - beta2) * gr * gr;                                 \
+        T b = momentum * b0 + gr / (sqrt(vi) + eps);                                  \
+        T x = x0 - lr * b;                                                            \
+        x = skip ? x0 : x;                                                            \
+        STOREF(buf, i, skip ? b0 : b);                                                \
+        STOREF(v, i, skip ? v0 : vi);                                                 \
+        STOREF(master, i, x);                                                         \
+        STOREW(w, i, x);                                                              \
     }
 OPTIM_RMSPROP_KERNEL(mpcl_optim_rmsprop, float, 1, OPTIM_LOAD1, OPTIM_STORE1, LOAD, STORE)
 OPTIM_RMSPROP_KERNEL(mpcl_optim_rmsprop_v8, float8, MPCL_ABI_ELEMENTWISE_VEC, LOAD_FLOAT8, STORE_FLOAT8, LOAD8, STORE8)

@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-60}
 shift || true
 harnesses=("$@")
-[ ${#harnesses[@]} -gt 0 ] || harnesses=(fuzz_idx fuzz_npy fuzz_json fuzz_safetensors fuzz_st_header fuzz_train_args fuzz_checkpoint fuzz_tokens_bin fuzz_gpt2_config)
+[ ${#harnesses[@]} -gt 0 ] || harnesses=(fuzz_idx fuzz_npy fuzz_json fuzz_safetensors fuzz_st_header fuzz_train_args fuzz_checkpoint fuzz_tokens_bin fuzz_gpt2_config fuzz_bpe)
 
 if ! command -v clang >/dev/null; then
     echo "fuzz: clang is not installed (scripts/setup.sh installs it)" >&2
@@ -53,7 +53,7 @@ for h in "${harnesses[@]}"; do
     mkdir -p "$dir/corpus/$h"
     dict=()
     case $h in
-    fuzz_json | fuzz_safetensors | fuzz_st_header | fuzz_checkpoint | fuzz_gpt2_config) dict=(-dict=tests/fuzz/json.dict) ;;
+    fuzz_json | fuzz_safetensors | fuzz_st_header | fuzz_checkpoint | fuzz_gpt2_config | fuzz_bpe) dict=(-dict=tests/fuzz/json.dict) ;;
     fuzz_train_args) dict=(-dict=tests/fuzz/args.dict) ;;
     fuzz_npy) dict=(-dict=tests/fuzz/npy.dict) ;;
     esac

@@ -15,14 +15,23 @@ import tempfile
 
 EXPECTED_KERNELS = ("Kernel: probe_half_math",)
 
+# Tests whose kernels Oclgrind 21.10's uninitialized-value checker cannot
+# run: on cl/attention.cl it stopped at LLVM's `freeze` ("Unsupported
+# instruction", printed but not logged) and went on with wrong values, and
+# with the remainders written without `%` it crashed. The API and data-race
+# checks still run on them.
+WITHOUT_UNINITIALIZED = ("test_attention",)
+
 
 def main(argv):
     if len(argv) < 2:
         sys.exit("usage: oclgrind_check.py COMMAND [ARGS...]")
     with tempfile.TemporaryDirectory() as tmp:
         log = os.path.join(tmp, "oclgrind.log")
-        cmd = ["oclgrind", "--check-api", "--data-races", "--uninitialized",
-               "--log", log] + argv[1:]
+        checks = ["--check-api", "--data-races"]
+        if os.path.basename(argv[1]) not in WITHOUT_UNINITIALIZED:
+            checks.append("--uninitialized")
+        cmd = ["oclgrind"] + checks + ["--log", log] + argv[1:]
         rc = subprocess.call(cmd)
         text = open(log, errors="replace").read() if os.path.exists(log) else ""
     blocks = [b.strip() for b in text.split("\n\n") if b.strip()]

@@ -243,11 +243,13 @@ static void test_independent_reader(void **state) {
 }
 
 /* Rewrites src into dst through the library's writer, with one change:
- * tensor `drop` left out, tensor `f16` stored as F16, an extra tensor, or a
- * metadata value replaced. */
+ * tensor `drop` left out, tensor `f16` stored as F16, an extra tensor, a
+ * metadata value replaced or a metadata key left out (as a file from before
+ * that key). */
 typedef struct mutation {
     const char *drop, *f16, *extra;
     const char *meta_key, *meta_value;
+    const char *meta_drop;
     const char *poke; /* this tensor's element poke_index becomes poke_value */
     size_t poke_index;
     float poke_value;
@@ -287,11 +289,15 @@ static void rewrite(const char *src, const char *dst, const mutation *mu) {
         k++;
     }
     mpcl_st_meta *m = calloc(nm, sizeof *m);
+    size_t km = 0;
     for (size_t i = 0; i < nm; i++) {
-        m[i] = *mpcl_safetensors_meta(st, i);
-        if (mu->meta_key && strcmp(m[i].key, mu->meta_key) == 0) m[i].value = mu->meta_value;
+        m[km] = *mpcl_safetensors_meta(st, i);
+        if (mu->meta_drop && strcmp(m[km].key, mu->meta_drop) == 0) continue;
+        if (mu->meta_key && strcmp(m[km].key, mu->meta_key) == 0) m[km].value = mu->meta_value;
+        km++;
     }
-    TU_ASSERT_OK(mpcl_safetensors_write(dst, t, k, m, nm));
+    assert_true(!mu->meta_drop || km == nm - 1);
+    TU_ASSERT_OK(mpcl_safetensors_write(dst, t, k, m, km));
     free(t);
     free(m);
     mpcl_safetensors_destroy(st);
@@ -568,6 +574,7 @@ static void test_checkpoint_reader(void **state) {
     assert_int_equal(mp->classes, 10);
     assert_int_equal(mp->max_batch, 64);
     assert_int_equal(mp->optim.kind, MPCL_OPTIM_ADAM);
+    assert_int_equal(mp->optim.decay_vectors, 1);
     assert_int_equal(mp->policy, MPCL_POLICY_MIXED_FLOAT16);
     assert_int_equal(mp->loss_scaling, MPCL_LOSS_SCALING_ON);
     assert_int_equal(pos->step, 2);
@@ -683,6 +690,27 @@ static void test_checkpoint_reader(void **state) {
     mu.extra = "dense_5.bias";
     rewrite(good, bad, &mu);
     read_refuses(bad, "holds tensor dense_5.bias");
+
+    /* decay_vectors as written: 1, the default (checked above). A file from
+     * before the key, or before clip_norm, has the defaults; 0 reads back as
+     * 0; any other value is refused naming it. */
+    const mutation read_as[] = {{.meta_drop = "decay_vectors"},
+                                {.meta_drop = "clip_norm"},
+                                {.meta_key = "decay_vectors", .meta_value = "0"}};
+    const int want_decay_vectors[] = {1, 1, 0};
+    for (size_t i = 0; i < sizeof read_as / sizeof *read_as; i++) {
+        rewrite(good, bad, &read_as[i]);
+        TU_ASSERT_OK(mpcl_checkpoint_read(bad, &c));
+        assert_int_equal(mpcl_checkpoint_model_params(c)->optim.decay_vectors,
+                         want_decay_vectors[i]);
+        assert_true(mpcl_checkpoint_model_params(c)->optim.clip_norm == 0.0f);
+        mpcl_checkpoint_destroy(c);
+    }
+    memset(&mu, 0, sizeof mu);
+    mu.meta_key = "decay_vectors";
+    mu.meta_value = "2";
+    rewrite(good, bad, &mu);
+    read_refuses(bad, "decay_vectors = \"2\"");
 
     unsnap(&ssrc);
     mpcl_trainer_destroy(src);

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "testutil.h"
 
@@ -39,6 +40,7 @@ static void enumeration_lists_devices_with_stable_ids(void **state) {
         /* Without MPCL_ENUM_VERIFY_FP16 nothing is claimed about fp16 or bf16. */
         assert_int_equal(d->fp16_math, MPCL_FP16_MATH_UNTESTED);
         assert_int_equal(d->bf16_storage, MPCL_BF16_STORAGE_UNTESTED);
+        assert_int_equal(d->bf16_dot, MPCL_BF16_DOT_UNTESTED);
         for (size_t j = 0; j < i; j++)
             assert_string_not_equal(d->id, mpcl_device_list_get(list, j)->id);
     }
@@ -174,6 +176,46 @@ static void fp16_verification_on_the_suite_device(void **state) {
     mpcl_context_destroy(ctx);
 }
 
+/* The dot product's verification refuses numbers that are off: a probe
+ * kernel that adds a little to every lane (through MPCL_CL_DIR, which the
+ * verification's sources come from) must leave bf16_dot broken wherever the
+ * probe runs, and `none` with its reason where it does not. */
+static void a_wrong_bf16_dot_probe_is_broken(void **state) {
+    (void)state;
+    char dir[] = "/tmp/mpcl-dotprobe-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char path[256];
+    snprintf(path, sizeof path, "%s/bf16_dot_probe.cl", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(
+        "__kernel void probe_bf16_dot(__global const uint *a, __global const uint *b,\n"
+        "                             __global const float *acc, __global float *out) {\n"
+        "    const size_t i = get_global_id(0);\n"
+        "    float16 x = vload16(i, acc);\n"
+        "    const uint16 av = vload16(i, a), bv = vload16(i, b);\n"
+        "    MPCL_BF16_DOT16(x, av, bv);\n"
+        "    vstore16(x + 0x1p-20f, i, out);\n"
+        "}\n",
+        f);
+    fclose(f);
+    setenv("MPCL_CL_DIR", dir, 1);
+    mpcl_device_list *list = NULL;
+    TU_ASSERT_OK(mpcl_device_list_create(MPCL_ENUM_VERIFY_FP16, &list));
+    for (size_t i = 0; i < mpcl_device_list_count(list); i++) {
+        const mpcl_device_info *d = mpcl_device_list_get(list, i);
+        fprintf(stderr, "%s with a wrong probe: bf16 dot %s (%s)\n", d->name,
+                mpcl_bf16_dot_name(d->bf16_dot), d->bf16_dot_detail);
+        assert_int_not_equal(d->bf16_dot, MPCL_BF16_DOT_VERIFIED);
+        if (d->bf16_dot == MPCL_BF16_DOT_BROKEN)
+            assert_non_null(strstr(d->bf16_dot_detail, "/64 wrong"));
+    }
+    mpcl_device_list_destroy(list);
+    unsetenv("MPCL_CL_DIR");
+    remove(path);
+    rmdir(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(extension_tokens_match_exactly),
@@ -182,6 +224,7 @@ int main(void) {
         cmocka_unit_test(unknown_selector_lists_the_devices),
         cmocka_unit_test(bad_fp16_override_is_refused),
         cmocka_unit_test(fp16_verification_on_the_suite_device),
+        cmocka_unit_test(a_wrong_bf16_dot_probe_is_broken),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -208,7 +208,10 @@ else:
     for mine, theirs, field in ((["--batch", "64"], ["--batch", "128"], "batch 64 vs 128"),
                                 (["--hidden", "16"], ["--hidden", "32"], "layer 1 units 16 vs 32"),
                                 (["--train-limit", "1000"], ["--train-limit", "2000"],
-                                 "training samples 1000 vs 2000")):
+                                 "training samples 1000 vs 2000"),
+                                (["--optimizer", "adamw"],
+                                 ["--optimizer", "adamw", "--opt", "decay_vectors=false"],
+                                 "decay_vectors 1 vs 0")):
         base = ["--hidden", "16", "--train-limit", "2000"] + tiny
         cmd = [MPIRUN] + MPI_FLAGS[:-2] + ["-np", "1", TRAIN] + base + mine + [
             ":", "-np", "1", TRAIN] + base + theirs

@@ -48,9 +48,10 @@ static const gemm_case cases[] = {
      * shifted back), two strips of 3 with the second partial; rows staged
      * once per strip, from a shifted last row tile (M = 40). */
     {40, 70, 75, false, false},
-    /* AVX512-BF16's 4x64 tiles (cl/gemm_bf16_dot.cl), transposed A packed
-     * too (N >= 128): a last row tile and a last column tile shifted back,
-     * an odd K's half pair. Its 8x32 tiles: {18, 36, 27} above. */
+    /* AVX512-BF16's 4x64 tiles (cl/gemm_bf16_dot.cl): a last row tile and a
+     * last column tile shifted back, an odd K's half pair; a transposed A
+     * packed in a whole block of 16 pairs and a part of one, columns in two
+     * whole blocks of 16 and a part. Its 8x32 tiles: {18, 36, 27} above. */
     {37, 130, 33, false, false},
 };
 

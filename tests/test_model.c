@@ -411,11 +411,103 @@ static void arena_layout_is_aligned_and_disjoint(void **state) {
             if ((r->offset * 2) % align_bytes || (r->offset * 4) % align_bytes)
                 fail_msg("%s at element %zu: not aligned to %zu bytes", r->name, r->offset,
                          align_bytes);
+            /* On a chunk of the optimizer's decay flags (a chunk is one row's). */
+            assert_int_equal(r->offset % MPCL_OPTIM_DECAY_CHUNK, 0);
             assert_true(r->offset >= end); /* after the previous row: no overlap */
             end = r->offset + r->count;
         }
         assert_true(end <= total);
         mpcl_model_destroy(m);
+    }
+    mpcl_context_destroy(ctx);
+}
+
+/* decay_vectors: a tiny 13-7-3 Dense model (odd sizes: every row ends
+ * mid-chunk, and starts on one, asserted) takes one step from the same
+ * random weights (biases too, so that their decay would show) and batch in
+ * three runs: A with weight_decay and decay_vectors=false, B without weight
+ * decay, C with it on every parameter (the default). In A a bias (rank 1)
+ * must be B's bits, a kernel (rank 2) C's bits and, against the host
+ * reference, B's value minus lr * weight_decay * w0: the first step's L2
+ * (SGD) and decoupled (AdamW) decay alike. */
+enum { TINY_IN = 13, TINY_HID = 7, TINY_OUT = 3, TINY_BATCH = 4 };
+
+static mpcl_model *tiny_stepped(mpcl_context *ctx, const mpcl_optim_params *optim, uint64_t seed) {
+    mpcl_model_params p = mpcl_model_default_params();
+    p.inputs = TINY_IN;
+    p.hidden[0] = TINY_HID;
+    p.classes = TINY_OUT;
+    p.max_batch = TINY_BATCH;
+    p.policy = MPCL_POLICY_FLOAT32;
+    p.optim = *optim;
+    mpcl_model *m = NULL;
+    TU_ASSERT_OK(mpcl_model_create(ctx, &p, &m));
+    assert_int_equal(mpcl_model_arena_align(m) % MPCL_OPTIM_DECAY_CHUNK, 0);
+    tu_rng rng = tu_rng_make(seed);
+    float w[TINY_IN * TINY_HID], x[TINY_BATCH * TINY_IN];
+    for (size_t i = 0; i < mpcl_model_param_count(m); i++) {
+        const mpcl_param_info *r = mpcl_model_param(m, i);
+        assert_int_equal(r->offset % MPCL_OPTIM_DECAY_CHUNK, 0);
+        assert_int_not_equal(r->count % MPCL_OPTIM_DECAY_CHUNK, 0); /* ends mid-chunk */
+        tu_fill_uniform(&rng, w, r->count, -1, 1);
+        TU_ASSERT_OK(mpcl_model_write_param(m, i, MPCL_OPTIM_SLOT_MASTER, w, r->count));
+    }
+    tu_fill_uniform(&rng, x, TINY_BATCH * TINY_IN, 0, 1);
+    const int32_t labels[TINY_BATCH] = {0, 2, 1, 2};
+    mpcl_tensor *xt = NULL, *yt = NULL;
+    TU_ASSERT_OK(mpcl_tensor_create(ctx, MPCL_DTYPE_F32, TINY_BATCH, TINY_IN, &xt));
+    TU_ASSERT_OK(mpcl_tensor_create(ctx, MPCL_DTYPE_I32, TINY_BATCH, 1, &yt));
+    TU_ASSERT_OK(mpcl_tensor_upload_f32(xt, x, TINY_BATCH * TINY_IN));
+    TU_ASSERT_OK(mpcl_tensor_upload_i32(yt, labels, TINY_BATCH));
+    TU_ASSERT_OK(mpcl_model_train_step(m, xt, yt));
+    mpcl_tensor_destroy(xt);
+    mpcl_tensor_destroy(yt);
+    return m;
+}
+
+static void decay_vectors_false_decays_matrices_only(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    const mpcl_optim_kind kinds[] = {MPCL_OPTIM_ADAMW, MPCL_OPTIM_SGD};
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        mpcl_optim_params with = mpcl_optim_default_params(kinds[k]), none = with, all = with;
+        assert_int_equal(with.decay_vectors, 1);
+        TU_ASSERT_OK(mpcl_optim_params_set(NULL, &with, "weight_decay", "0.1"));
+        TU_ASSERT_OK(mpcl_optim_params_set(NULL, &with, "decay_vectors", "false"));
+        TU_ASSERT_OK(mpcl_optim_params_set(NULL, &none, "weight_decay", "0"));
+        TU_ASSERT_OK(mpcl_optim_params_set(NULL, &all, "weight_decay", "0.1"));
+        const uint64_t seed = 91;
+        mpcl_model *a = tiny_stepped(ctx, &with, seed), *b = tiny_stepped(ctx, &none, seed),
+                   *c = tiny_stepped(ctx, &all, seed);
+        tu_rng rng = tu_rng_make(seed); /* the initial weights again */
+        size_t ranks[2] = {0, 0};
+        for (size_t i = 0; i < mpcl_model_param_count(a); i++) {
+            const mpcl_param_info *r = mpcl_model_param(a, i);
+            float w0[TINY_IN * TINY_HID], wa[TINY_IN * TINY_HID], wb[TINY_IN * TINY_HID],
+                wc[TINY_IN * TINY_HID];
+            tu_fill_uniform(&rng, w0, r->count, -1, 1);
+            TU_ASSERT_OK(mpcl_model_read_param(a, i, MPCL_OPTIM_SLOT_MASTER, wa, r->count));
+            TU_ASSERT_OK(mpcl_model_read_param(b, i, MPCL_OPTIM_SLOT_MASTER, wb, r->count));
+            TU_ASSERT_OK(mpcl_model_read_param(c, i, MPCL_OPTIM_SLOT_MASTER, wc, r->count));
+            const bool matrix = r->rank >= 2;
+            ranks[matrix]++;
+            assert_memory_equal(wa, matrix ? wc : wb, r->count * sizeof(float));
+            assert_memory_not_equal(wa, matrix ? wb : wc, r->count * sizeof(float));
+            /* Decay takes lr * wd * |w0| <= 1e-3; the rest rounds at 2^-24. */
+            double want_decay = matrix ? (double)with.lr * (double)with.weight_decay : 0.0;
+            for (size_t e = 0; e < r->count; e++) {
+                double want = (double)wb[e] - want_decay * (double)w0[e];
+                if (fabs((double)wa[e] - want) > 1e-6)
+                    fail_msg("%s %s[%zu]: %.9g, want %.9g (B %.9g, w0 %.9g)",
+                             mpcl_optim_kind_name(kinds[k]), r->name, e, (double)wa[e], want,
+                             (double)wb[e], (double)w0[e]);
+            }
+        }
+        assert_int_equal(ranks[0], 2); /* two biases */
+        assert_int_equal(ranks[1], 2); /* two kernels */
+        mpcl_model_destroy(a);
+        mpcl_model_destroy(b);
+        mpcl_model_destroy(c);
     }
     mpcl_context_destroy(ctx);
 }
@@ -629,6 +721,7 @@ int main(void) {
         cmocka_unit_test(bad_batches_are_refused),
         cmocka_unit_test(arena_layout_is_aligned_and_disjoint),
         cmocka_unit_test(phases_compose_the_step),
+        cmocka_unit_test(decay_vectors_false_decays_matrices_only),
         cmocka_unit_test(layer_spec_builds_the_model),
         cmocka_unit_test(wide_dense_input_gradient_matches_clblast),
         cmocka_unit_test(output_activation_is_the_losss),

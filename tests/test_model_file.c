@@ -243,6 +243,45 @@ static void reads_keras_nlp_embedding(void **state) {
     }
 }
 
+/* Keras 3.x: a custom layer registered as CausalSelfAttention (module
+ * null) with num_heads and use_bias in its config, over (T, C) = (16, 8). */
+static const char KERAS3_ATTENTION[] =
+    "{\"module\": \"keras\", \"class_name\": \"Sequential\", \"config\": {\"name\": \"seq\",\n"
+    " \"layers\": [\n"
+    " {\"class_name\": \"InputLayer\", \"config\": {\"batch_shape\": [null, 16, 8],\n"
+    "  \"dtype\": \"float32\", \"sparse\": false, \"name\": \"input_layer\"}},\n"
+    " {\"module\": null, \"class_name\": \"CausalSelfAttention\", \"config\":\n"
+    "  {\"name\": \"attn\", \"trainable\": true, \"dtype\": \"float32\", \"num_heads\": 4,\n"
+    "  \"use_bias\": false}, \"registered_name\": \"CausalSelfAttention\",\n"
+    "  \"build_config\": {\"input_shape\": [null, 16, 8]}},\n"
+    " {\"class_name\": \"Flatten\", \"config\": {\"name\": \"flatten\"}},\n"
+    " {\"class_name\": \"Dense\", \"config\": {\"units\": 4}}\n"
+    "]}, \"keras_version\": \"3.3.3\", \"backend\": \"tensorflow\"}\n";
+
+static void reads_keras3_causal_self_attention(void **state) {
+    (void)state;
+    mpcl_model_params p = mpcl_model_default_params();
+    TU_ASSERT_OK(mpcl_model_file_read(write_file("attn.json", KERAS3_ATTENTION), &p));
+    assert_int_equal(p.layer_count, 3);
+    assert_string_equal(p.layers[0].kind, "causal_self_attention");
+    assert_int_equal(p.layers[0].num_heads, 4);
+    assert_false(p.layers[0].use_bias);
+    /* The c_attn [8, 24] and c_proj [8, 8] kernels, no biases. */
+    p.classes = 4;
+    mpcl_layer_summary s[MPCL_MAX_LAYERS];
+    size_t n = 0;
+    TU_ASSERT_OK(mpcl_model_summary(NULL, &p, s, &n));
+    assert_int_equal(s[0].params, 8 * 24 + 8 * 8);
+    /* Without num_heads, which has no default: refused by name. */
+    const char *at = strstr(KERAS3_ATTENTION, "\"num_heads\": 4,");
+    assert_non_null(at);
+    char text[sizeof KERAS3_ATTENTION];
+    snprintf(text, sizeof text, "%.*s%s", (int)(at - KERAS3_ATTENTION), KERAS3_ATTENTION,
+             at + strlen("\"num_heads\": 4,"));
+    assert_int_equal(mpcl_model_file_read(write_file("bad_attn.json", text), &p), MPCL_ERR_FORMAT);
+    if (!strstr(mpcl_errmsg(), "num_heads")) fail_msg("wanted num_heads in: %s", mpcl_errmsg());
+}
+
 /* KERAS3 with the first `from` replaced by `to`. */
 static char *edited(const char *from, const char *to) {
     const char *at = strstr(KERAS3, from);
@@ -312,6 +351,7 @@ int main(void) {
         cmocka_unit_test(reads_keras2),
         cmocka_unit_test(reads_keras3_layer_norm),
         cmocka_unit_test(reads_keras_nlp_embedding),
+        cmocka_unit_test(reads_keras3_causal_self_attention),
         cmocka_unit_test(refuses_with_reason),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

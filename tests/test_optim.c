@@ -52,6 +52,11 @@ static layout make_layout(const char *name, const size_t *sizes, size_t np, size
     return l;
 }
 
+/* The optimizer's decay flags over n elements: one per chunk. */
+static size_t decay_chunks(size_t n) {
+    return (n + MPCL_OPTIM_DECAY_CHUNK - 1) / MPCL_OPTIM_DECAY_CHUNK;
+}
+
 static bool is_padding(const layout *l, size_t i) {
     for (size_t j = 0; j < l->np; j++)
         if (i >= l->off[j] && i < l->off[j] + l->size[j]) return false;
@@ -92,14 +97,17 @@ static mpcl_optim_kind rmsprop_kind(void) {
     return k;
 }
 
-/* One step over n elements; g is the unscaled (and clipped) gradient. */
-static void ref_step(const mpcl_optim_params *p, ref_state *s, size_t n, const double *g,
-                     unsigned t) {
+/* One step over n elements; g is the unscaled (and clipped) gradient.
+ * decay: the optimizer's flags, one per MPCL_OPTIM_DECAY_CHUNK elements
+ * (weight_decay applies where 1); NULL: everywhere. */
+static void ref_step(const mpcl_optim_params *p, const uint8_t *decay, ref_state *s, size_t n,
+                     const double *g, unsigned t) {
     /* Hyperparameters as the device receives them: the floats, widened. */
-    const double lr = p->lr, b1 = p->beta1, b2 = p->beta2, eps = p->eps, wd = p->weight_decay,
-                 mu = p->momentum;
+    const double lr = p->lr, b1 = p->beta1, b2 = p->beta2, eps = p->eps, mu = p->momentum;
     for (size_t i = 0; i < n; i++) {
         double x = s->x[i], gr = g[i];
+        const double wd =
+            !decay || decay[i / MPCL_OPTIM_DECAY_CHUNK] ? (double)p->weight_decay : 0.0;
         if (p->kind == rmsprop_kind()) {
             double v = b2 * s->v[i] + (1 - b2) * gr * gr; /* beta2 is rho */
             double b = mu * s->m[i] + gr / (sqrt(v) + eps);
@@ -168,6 +176,7 @@ typedef struct run_cfg {
     int omit_at;     /* this step is left out (its gradients drawn, not used) */
     bool ref;        /* check against the reference */
     uint64_t seed;
+    const uint8_t *decay; /* decay flags to write (decay_chunks of lay); NULL: the default */
 } run_cfg;
 
 typedef struct run_out {
@@ -278,6 +287,7 @@ static void run(mpcl_context *ctx, const run_cfg *c, run_out *out) {
     double *gd = malloc(n * sizeof(double));
     mpcl_optimizer *opt = NULL;
     TU_ASSERT_OK(mpcl_optimizer_create(ctx, p, master, working, &opt));
+    if (c->decay) TU_ASSERT_OK(mpcl_optimizer_write_decay(ctx, opt, c->decay, decay_chunks(n)));
     /* Start from f32 masters (not values rounded to the storage dtype). */
     for (size_t j = 0; j < l->np; j++) tu_fill_uniform(&r, buf + l->off[j], l->size[j], -1, 1);
     for (size_t i = 0; i < n; i++) ref.x[i] = buf[i];
@@ -304,7 +314,7 @@ static void run(mpcl_context *ctx, const run_cfg *c, run_out *out) {
             for (size_t i = 0; i < n; i++) gd[i] = (double)buf[i] / (double)scale;
             norm = ref_clip(p, gd, n);
             if (p->clip_norm > 0 && norm > (double)p->clip_norm) out->clipped++;
-            ref_step(p, &ref, n, gd, t + 1);
+            ref_step(p, c->decay, &ref, n, gd, t + 1);
         }
         run_out before = {0};
         if (skip && c->ref) read_all(ctx, opt, p->kind, n, &before);
@@ -398,11 +408,11 @@ enum { STORAGE_DTYPES = sizeof storage_dtypes / sizeof storage_dtypes[0] };
  * against the reference, and bit for bit the run without that step. Returns
  * the clipped steps of the reference runs. */
 static int check_skip_and_reference(mpcl_context *ctx, const mpcl_optim_params *p, const layout *l,
-                                    bool grid, uint64_t seed) {
+                                    bool grid, uint64_t seed, const uint8_t *decay) {
     int clipped = 0;
     for (int d = 0; d < STORAGE_DTYPES; d++) {
         run_out a, b;
-        run_cfg c = {p, storage_dtypes[d], l, true, grid, g_skip_at, -1, true, seed};
+        run_cfg c = {p, storage_dtypes[d], l, true, grid, g_skip_at, -1, true, seed, decay};
         run(ctx, &c, &a);
         c.inf_at = -1;
         c.omit_at = g_skip_at;
@@ -423,7 +433,8 @@ static void check_kind(const mpcl_optim_params *p, uint64_t seed) {
     mpcl_context *ctx = tu_context();
     const layout layouts[] = {padded(), contiguous()};
     const int nl = tu_slow_device(ctx) ? 1 : 2;
-    for (int k = 0; k < nl; k++) check_skip_and_reference(ctx, p, &layouts[k], false, seed + k);
+    for (int k = 0; k < nl; k++)
+        check_skip_and_reference(ctx, p, &layouts[k], false, seed + k, NULL);
     mpcl_context_destroy(ctx);
 }
 
@@ -467,6 +478,54 @@ static void adamw_matches_reference(void **state) {
     check_kind(&p, 31);
 }
 
+/* Decay flags (mpcl_optimizer_write_decay) as a model writes them under
+ * decay_vectors = false: parameters 1 and 2 decay (its matrices), 0 and 3
+ * do not (its vectors). Odd sizes, each starting on a chunk as a model's
+ * rows do, so that 1 and 3 end mid-chunk; n = 2496: with work-groups of 256
+ * the eight-element kernel takes the first 2048 elements, the scalar one
+ * the rest, and parameter 2 spans both. SGD's and Adam's L2 and AdamW's
+ * decoupled decay against the reference with the same flags, with a
+ * weight decay large enough that a flag ignored shows. */
+static void decay_flags_select_the_parameters(void **state) {
+    (void)state;
+    static const size_t sizes[] = {1, 7, 2311, 130};
+    const bool decays[] = {false, true, true, false};
+    const layout l = make_layout("chunked", sizes, 4, 2 * MPCL_OPTIM_DECAY_CHUNK);
+    assert_int_equal(l.n, 2496);
+    uint8_t flags[2496 / MPCL_OPTIM_DECAY_CHUNK] = {0};
+    for (size_t j = 0; j < l.np; j++) {
+        assert_int_equal(l.off[j] % MPCL_OPTIM_DECAY_CHUNK, 0);
+        for (size_t c = l.off[j] / MPCL_OPTIM_DECAY_CHUNK; c < decay_chunks(l.off[j] + l.size[j]);
+             c++)
+            flags[c] = decays[j];
+    }
+    assert_true((l.off[1] + l.size[1]) % MPCL_OPTIM_DECAY_CHUNK != 0); /* ends mid-chunk */
+    mpcl_context *ctx = tu_context();
+    const mpcl_optim_kind kinds[] = {MPCL_OPTIM_SGD, MPCL_OPTIM_ADAM, MPCL_OPTIM_ADAMW};
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        mpcl_optim_params p = mpcl_optim_default_params(kinds[k]);
+        p.weight_decay = 0.1f;
+        if (kinds[k] != MPCL_OPTIM_ADAMW) p.lr = 1e-2f;
+        check_skip_and_reference(ctx, &p, &l, false, 61 + k, flags);
+    }
+    /* The flags' count and values are checked. */
+    mpcl_optim_params p = mpcl_optim_default_params(MPCL_OPTIM_ADAMW);
+    mpcl_tensor *master = tu_tensor(ctx, MPCL_DTYPE_F32, 1, 9);
+    mpcl_tensor *working = tu_tensor(ctx, MPCL_DTYPE_F32, 1, 9);
+    mpcl_optimizer *opt = NULL;
+    TU_ASSERT_OK(mpcl_optimizer_create(ctx, &p, master, working, &opt));
+    const uint8_t two[2] = {1, 0}, bad[2] = {1, 2};
+    TU_ASSERT_OK(mpcl_optimizer_write_decay(ctx, opt, two, 2)); /* 9 elements: 2 chunks */
+    assert_int_equal(mpcl_optimizer_write_decay(ctx, opt, two, 1), MPCL_ERR_SHAPE);
+    assert_non_null(strstr(mpcl_errmsg(), "1 for an arena of 9 elements, which has 2 chunks"));
+    assert_int_equal(mpcl_optimizer_write_decay(ctx, opt, bad, 2), MPCL_ERR_INVALID_ARG);
+    assert_non_null(strstr(mpcl_errmsg(), "decay flag 1 is 2"));
+    mpcl_optimizer_destroy(opt);
+    mpcl_tensor_destroy(master);
+    mpcl_tensor_destroy(working);
+    mpcl_context_destroy(ctx);
+}
+
 /* A 100003-element arena (5003 on slow implementations, still over the 4096
  * work-items of the norm's first pass): AdamW without clipping, and SGD
  * clipped on grid gradients, whose norm is exact to a sqrt's rounding. */
@@ -478,10 +537,10 @@ static void large_arena(void **state) {
     const layout l = make_layout("large", slow ? small : big, 3, 1);
     assert_true(l.n < (size_t)1 << 17); /* grad_norm_rtol's grid bound */
     mpcl_optim_params p = mpcl_optim_default_params(MPCL_OPTIM_ADAMW);
-    check_skip_and_reference(ctx, &p, &l, false, 41);
+    check_skip_and_reference(ctx, &p, &l, false, 41, NULL);
     p = mpcl_optim_default_params(MPCL_OPTIM_SGD);
     p.clip_norm = 10.0f; /* the norm is ~sqrt(0.375 n) >= 43 */
-    assert_int_equal(check_skip_and_reference(ctx, &p, &l, true, 43),
+    assert_int_equal(check_skip_and_reference(ctx, &p, &l, true, 43, NULL),
                      STORAGE_DTYPES * (g_steps - 1));
     mpcl_context_destroy(ctx);
 }
@@ -500,12 +559,12 @@ static void check_clip(mpcl_context *ctx, const mpcl_optim_params *base, float c
     p.clip_norm = clip;
     unclipped.clip_norm = 0.0f;
     const bool below = clip < 5.0f, slow = tu_slow_device(ctx);
-    int clipped = check_skip_and_reference(ctx, &p, &pad, false, seed);
+    int clipped = check_skip_and_reference(ctx, &p, &pad, false, seed, NULL);
     assert_int_equal(clipped, below ? STORAGE_DTYPES * (g_steps - 1) : 0);
     for (int d = 0; d < 2; d++)
         for (int scaled = 0; scaled < (slow ? 1 : 2); scaled++) {
             run_out a, b;
-            run_cfg c = {&p, storage_dtypes[d], &l, scaled, false, -1, -1, true, seed + 1};
+            run_cfg c = {&p, storage_dtypes[d], &l, scaled, false, -1, -1, true, seed + 1, NULL};
             run(ctx, &c, &a);
             assert_int_equal(a.step, g_steps);
             assert_int_equal(a.clipped, below ? g_steps : 0);
@@ -830,7 +889,7 @@ static void no_loss_scaler_and_taken_arenas(void **state) {
     TU_ASSERT_OK(mpcl_optimizer_read_step(ctx, opt, &t));
     assert_int_equal(t, 4);
     ref_state rs = {rx, rm, rv};
-    ref_step(&p, &rs, 9, gd, 4);
+    ref_step(&p, NULL, &rs, 9, gd, 4);
     TU_ASSERT_OK(mpcl_optimizer_read(ctx, opt, MPCL_OPTIM_SLOT_MASTER, 0, x, 9));
     /* One step: the f32 rounding of x (2^-24) and a few ulp of the update. */
     assert_true(tu_check_close("resumed master", x, rx, 9, 1e-6, 1e-6, 1e-6));
@@ -1019,6 +1078,7 @@ int main(void) {
         cmocka_unit_test(adamw_matches_reference),
         cmocka_unit_test(rmsprop_matches_reference),
         cmocka_unit_test(large_arena),
+        cmocka_unit_test(decay_flags_select_the_parameters),
         cmocka_unit_test(clip_norm_matches_reference),
         cmocka_unit_test(clip_norm_by_hand),
         cmocka_unit_test(no_loss_scaler_and_taken_arenas),

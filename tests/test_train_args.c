@@ -358,6 +358,12 @@ static void optimizer_settings_by_name(void **state) {
                       "momentum=0.25", "--opt", "nesterov=true", NULL));
     o = train_args_to_params(&a).model.optim;
     assert_true(o.momentum == 0.25f && o.nesterov == 1);
+    /* decay_vectors: true unless set (every parameter decays, as Keras). */
+    assert_true(parse(&a, err, sizeof err, "--optimizer", "adamw", NULL));
+    assert_int_equal(train_args_to_params(&a).model.optim.decay_vectors, 1);
+    assert_true(
+        parse(&a, err, sizeof err, "--optimizer", "adamw", "--opt", "decay_vectors=false", NULL));
+    assert_int_equal(train_args_to_params(&a).model.optim.decay_vectors, 0);
 
     const struct {
         const char *kind, *setting, *words[3];
@@ -369,6 +375,10 @@ static void optimizer_settings_by_name(void **state) {
         {"adam", "nesterov=true", {"--opt nesterov=true", "adam", "--optimizer sgd"}},
         {"adam", "beta_1", {"--opt", "'beta_1'", "NAME=VALUE"}},
         {"adam", "=0.5", {"--opt", "'=0.5'", "NAME=VALUE"}},
+        {"adamw", "decay_vectors=0", {"--opt decay_vectors=0", "'0'", "true or false"}},
+        {"rmsprop",
+         "decay_vectors=false",
+         {"no hyperparameter 'decay_vectors'", "rmsprop", "--optimizer sgd, adam or adamw"}},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         bool ok =

@@ -26,6 +26,7 @@
 #include "mpcl/gpt2_folder.h"
 #include "mpcl/batch.h"
 #include "mpcl/tokens.h"
+#include "mpcl/bpe.h"
 #include "mpcl/layer_spec.h"
 #include "mpcl/model.h"
 #include "mpcl/model_file.h"

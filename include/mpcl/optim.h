@@ -27,6 +27,12 @@
  * not). The step counter lives on the device; the host reads it only when
  * asked.
  *
+ * Weight decay applies where the optimizer's decay flags say, one flag per
+ * MPCL_OPTIM_DECAY_CHUNK elements, read once per eight-element work-item: all
+ * 1 after create (every element decays, the same bits as without flags); a
+ * model with decay_vectors = 0 clears the chunks of its rank-1 parameters
+ * (mpcl_optimizer_write_decay).
+ *
  * Clipping by global norm (clip_norm > 0): before the update, two launches
  * compute the L2 norm of the whole unscaled gradient arena on the device (a
  * fixed-order reduction, so the same inputs give the same bits) and the factor
@@ -86,6 +92,10 @@ typedef struct mpcl_optim_params {
     float momentum;       /* SGD and RMSprop */
     int nesterov;         /* SGD: 0 or 1 */
     float clip_norm;      /* global_clipnorm: 0: no clipping; else clip the global L2 norm to it */
+    int decay_vectors;    /* SGD, Adam, AdamW: 1 (default): weight_decay applies to every
+                             parameter (Keras); 0: to a model's parameters of rank >= 2 only,
+                             not its biases and normalization vectors (nanoGPT, llm.c). The
+                             model applies it (mpcl_optimizer_write_decay) */
 } mpcl_optim_params;
 
 /* The kind's declared defaults; an unknown kind gives zeros with that kind
@@ -185,6 +195,18 @@ mpcl_status mpcl_optimizer_read(mpcl_context *ctx, const mpcl_optimizer *opt, mp
                                 size_t offset, float *dst, size_t count);
 mpcl_status mpcl_optimizer_write(mpcl_context *ctx, mpcl_optimizer *opt, mpcl_optim_slot slot,
                                  size_t offset, const float *src, size_t count);
+
+/* Where weight_decay applies: one flag per MPCL_OPTIM_DECAY_CHUNK elements,
+ * flags[c] for elements [c * MPCL_OPTIM_DECAY_CHUNK, (c + 1) *
+ * MPCL_OPTIM_DECAY_CHUNK): 1, it applies (every chunk's flag after create),
+ * or 0, it does not. count is the arena's chunk count, n rounded up
+ * (MPCL_ERR_SHAPE otherwise); a flag other than 0 or 1 is
+ * MPCL_ERR_INVALID_ARG. Blocking. A model writes them from its parameters'
+ * ranks when decay_vectors is 0 (its rows start on a chunk); over a bare
+ * arena decay_vectors means nothing and these flags alone decide. */
+#define MPCL_OPTIM_DECAY_CHUNK 8
+mpcl_status mpcl_optimizer_write_decay(mpcl_context *ctx, mpcl_optimizer *opt, const uint8_t *flags,
+                                       size_t count);
 
 /* The step counter (completed, not skipped, updates). Blocking. */
 mpcl_status mpcl_optimizer_read_step(mpcl_context *ctx, const mpcl_optimizer *opt, uint32_t *step);

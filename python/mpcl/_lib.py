@@ -47,6 +47,7 @@ class LayerSpec(Structure):
                 ("filters", c_size_t), ("kernel_size", c_size_t * 2), ("pool_size", c_size_t * 2),
                 ("strides", c_size_t * 2), ("padding", c_int), ("use_bias", c_bool),
                 ("rate", c_double), ("momentum", c_double), ("epsilon", c_double),
+                ("num_heads", c_size_t),
                 ("vocabulary_size", c_size_t), ("sequence_length", c_size_t),
                 ("embedding_dim", c_size_t)]
 
@@ -54,7 +55,7 @@ class LayerSpec(Structure):
 class OptimParams(Structure):
     _fields_ = [("kind", c_int), ("lr", c_float), ("beta1", c_float), ("beta2", c_float),
                 ("eps", c_float), ("weight_decay", c_float), ("momentum", c_float),
-                ("nesterov", c_int), ("clip_norm", c_float)]
+                ("nesterov", c_int), ("clip_norm", c_float), ("decay_vectors", c_int)]
 
 
 class LrSchedule(Structure):

@@ -215,6 +215,18 @@ class TokenAndPositionEmbedding(Layer):
                          sequence_length=sequence_length, embedding_dim=embedding_dim)
 
 
+class CausalSelfAttention(Layer):
+    """GPT-2's masked multi-head self-attention over (T, C) sequences: the
+    c_attn kernel [C, 3C] (q, k, v) and bias, the c_proj kernel [C, C] and
+    bias; num_heads must divide C."""
+    kind = "causal_self_attention"
+
+    def __init__(self, num_heads, use_bias=True, input_shape=None, name=None):
+        if num_heads is None:
+            raise ValueError("CausalSelfAttention: num_heads is required")
+        super().__init__(name, input_shape, num_heads=num_heads, use_bias=use_bias)
+
+
 def from_spec(spec, name=None, input_shape=None):
     """The layer of a library spec (a checkpoint's), of the class of its
     kind."""

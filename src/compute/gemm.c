@@ -257,13 +257,8 @@ static mpcl_status run_staged(mpcl_context *ctx, bool ta, bool tb, size_t m, siz
  * instruction and the shape fills its tiles: 4x64 from 64 columns on, 8x32
  * from 32. AUTO and forced BF16_DOT tiles take it; MPCL_BF16_DOT=off and the
  * other forced tiles do not. */
-static const char *dot_kernel(const mpcl_context *ctx, bool ta, const mpcl_tensor *a,
-                              const mpcl_tensor *c, size_t m, size_t n) {
-    /* A transposed A is packed first, a pass over all of it (run_dot): that
-     * costs about what 64 columns of C save. The CNN's conv2 weight
-     * gradient (288x64x15488 TN) ran 0.71-1.02x cl/gemm.cl's time so, its
-     * 1600x128x128 Dense 1.44x. */
-    if (ta && n < 128) return NULL;
+static const char *dot_kernel(const mpcl_context *ctx, const mpcl_tensor *a, const mpcl_tensor *c,
+                              size_t m, size_t n) {
     if (a->dtype != MPCL_DTYPE_BF16 || ctx->info.bf16_dot != MPCL_BF16_DOT_VERIFIED ||
         mpcl__env_value(MPCL_ENV_BF16_DOT) ||
         (ctx->gemm_tiles != MPCL__GEMM_TILES_AUTO && ctx->gemm_tiles != MPCL__GEMM_TILES_BF16_DOT))
@@ -288,10 +283,12 @@ static mpcl_status dot_pack(mpcl_context *ctx, int slot, const mpcl_tensor *x, s
         st = mpcl__set_args(ctx, kern, name, MPCL_ARG(x->mem), MPCL_ARG(out->mem), MPCL_ARG(k32),
                             MPCL_ARG(n32), MPCL_ARG(xt32), MPCL_ARG(outt32), MPCL_ARGS_END);
     if (st != MPCL_OK) return st;
-    /* Groups of 16 items along the output's rows (PoCL pays per group). */
-    size_t blocks = (n + 15) / 16;
-    const size_t local[2] = {16, 1};
-    return mpcl__launch_2d(ctx, kern, name, out_t ? pairs : blocks, out_t ? blocks : pairs, local);
+    /* Items of 16 x 16 pairs, in groups of 8 along the output's rows (PoCL
+     * pays per group). */
+    size_t jblocks = (n + 15) / 16, kblocks = (pairs + 15) / 16;
+    const size_t local[2] = {8, 1};
+    return mpcl__launch_2d(ctx, kern, name, out_t ? kblocks : jblocks, out_t ? jblocks : kblocks,
+                           local);
 }
 
 /* op(B) packed in pairs of k into workspace 1 (it reads a transposed B as
@@ -370,7 +367,7 @@ mpcl_status mpcl_gemm(mpcl_context *ctx, mpcl_gemm_path path, bool trans_a, bool
         return run_clblast(ctx, path, trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
     if (path == MPCL_GEMM_CLBLAST_STAGED)
         return run_staged(ctx, trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
-    const char *dot = path == MPCL_GEMM_MPCL_MIXED ? dot_kernel(ctx, trans_a, a, c, m, n) : NULL;
+    const char *dot = path == MPCL_GEMM_MPCL_MIXED ? dot_kernel(ctx, a, c, m, n) : NULL;
     if (dot) return run_dot(ctx, dot, trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
     if (trans_b && b->rows * b->cols >= STAGE_BT_MIN) {
         /* B^T staged in workspace 1 (free on mpcl's paths), then NN. */

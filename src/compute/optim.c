@@ -42,6 +42,11 @@ typedef struct optim_hyper {
 #define OPTIM_WEIGHT_DECAY(DEFAULT) \
     OPTIM_REAL("weight_decay", weight_decay, DEFAULT, 0, false, INFINITY, false)
 
+/* decay_vectors, for the kinds with a weight_decay: false decays a model's
+ * matrices only. Last of a kind's own, so that Keras' positional order
+ * stays. */
+#define OPTIM_DECAY_VECTORS OPTIM_BOOL("decay_vectors", decay_vectors, "true")
+
 enum { MAX_HYPERS = 6 };
 
 /* A kind: its names, its update kernel (the same argument list for every
@@ -68,7 +73,7 @@ static const optim_kind_row OPTIM_KINDS[] = {
      false,
      "0.01",
      {OPTIM_REAL("momentum", momentum, "0", 0, false, 1, false),
-      OPTIM_BOOL("nesterov", nesterov, "false"), OPTIM_WEIGHT_DECAY("0")}},
+      OPTIM_BOOL("nesterov", nesterov, "false"), OPTIM_WEIGHT_DECAY("0"), OPTIM_DECAY_VECTORS}},
     /* t the step counter after this step (1 on the first):
      * g += weight_decay * w (L2);  m = beta1 m + (1 - beta1) g;
      * v = beta2 v + (1 - beta2) g^2;
@@ -83,7 +88,7 @@ static const optim_kind_row OPTIM_KINDS[] = {
      true,
      "0.001",
      {OPTIM_RATE("beta_1", beta1, "0.9"), OPTIM_RATE("beta_2", beta2, "0.999"), OPTIM_EPSILON,
-      OPTIM_WEIGHT_DECAY("0")}},
+      OPTIM_WEIGHT_DECAY("0"), OPTIM_DECAY_VECTORS}},
     /* w -= lr * weight_decay * w first (decoupled), then Adam without L2. */
     {"adamw",
      "AdamW",
@@ -92,7 +97,7 @@ static const optim_kind_row OPTIM_KINDS[] = {
      true,
      "0.001",
      {OPTIM_WEIGHT_DECAY("0.004"), OPTIM_RATE("beta_1", beta1, "0.9"),
-      OPTIM_RATE("beta_2", beta2, "0.999"), OPTIM_EPSILON}},
+      OPTIM_RATE("beta_2", beta2, "0.999"), OPTIM_EPSILON, OPTIM_DECAY_VECTORS}},
     /* RMSprop (not centered): v = rho v + (1 - rho) g^2;
      * b = momentum * b + g / (sqrt(v) + eps);  w -= lr * b.
      * PyTorch's RMSprop with alpha = rho (eps added after the square root;
@@ -361,6 +366,7 @@ struct mpcl_optimizer {
     mpcl_tensor *m;       /* f32 [1, n]: Adam first moment or SGD momentum */
     mpcl_tensor *v;       /* f32 [1, n]: Adam second moment; NULL for SGD */
     mpcl_tensor *step;    /* i32 [1, STEP_LEN]: the step state (count, bias corrections) */
+    mpcl_tensor *decay;   /* u8 [1, chunks]: 1 where weight_decay applies (all, at first) */
     size_t local;         /* the vector update's work-group: 0 until the first step asks */
     mpcl_tensor *clip;    /* f32 [1, 2]: {norm, factor}; {NaN, 1} without clipping */
     mpcl_tensor *partial; /* f32 [1, NORM_GROUPS]: the norm's first pass; with clipping */
@@ -395,10 +401,27 @@ mpcl_status mpcl_optim_params_check(mpcl_context *ctx, const mpcl_optim_params *
     return st;
 }
 
+/* The kernels read element i's decay flag at i / MPCL__OPTIM_VEC. */
+_Static_assert(MPCL_OPTIM_DECAY_CHUNK == MPCL__OPTIM_VEC, "one decay flag per v8 work-item");
+
+static size_t decay_chunks(size_t n) {
+    return (n + MPCL_OPTIM_DECAY_CHUNK - 1) / MPCL_OPTIM_DECAY_CHUNK;
+}
+
+/* Every flag 1: weight_decay on every element, as before flags existed. */
+static mpcl_status decay_everywhere(mpcl_context *ctx, mpcl_optimizer *opt) {
+    mpcl_status st = MPCL_OK;
+    const cl_uchar one = 1;
+    CHECK_CL(ctx, clEnqueueFillBuffer(ctx->queue, opt->decay->mem, &one, sizeof one, 0,
+                                      opt->decay->bytes, 0, NULL, NULL));
+cleanup:
+    return st;
+}
+
 void mpcl_optimizer_destroy(mpcl_optimizer *opt) {
     if (!opt) return;
-    mpcl_tensor *own[] = {opt->m,       opt->v,          opt->step,    opt->clip,
-                          opt->partial, opt->unit_scale, opt->no_state};
+    mpcl_tensor *own[] = {opt->m,    opt->v,       opt->step,       opt->decay,
+                          opt->clip, opt->partial, opt->unit_scale, opt->no_state};
     for (size_t i = 0; i < sizeof own / sizeof own[0]; i++) mpcl_tensor_destroy(own[i]);
     free(opt);
 }
@@ -438,6 +461,8 @@ mpcl_status mpcl_optimizer_create(mpcl_context *ctx, const mpcl_optim_params *p,
     if (st == MPCL_OK && kind_row(p->kind)->slot_v)
         st = mpcl_tensor_create(ctx, MPCL_DTYPE_F32, 1, n, &opt->v);
     if (st == MPCL_OK) st = mpcl_tensor_create(ctx, MPCL_DTYPE_I32, 1, STEP_LEN, &opt->step);
+    if (st == MPCL_OK) st = mpcl_tensor_create(ctx, MPCL_DTYPE_U8, 1, decay_chunks(n), &opt->decay);
+    if (st == MPCL_OK) st = decay_everywhere(ctx, opt);
     if (st == MPCL_OK) st = mpcl_tensor_create(ctx, MPCL_DTYPE_F32, 1, CLIP_LEN, &opt->clip);
     if (st == MPCL_OK && p->clip_norm > 0.0f)
         st = mpcl_tensor_create(ctx, MPCL_DTYPE_F32, 1, NORM_GROUPS, &opt->partial);
@@ -528,6 +553,7 @@ static mpcl_status set_update_args(mpcl_context *ctx, mpcl_optimizer *opt, cl_ke
     SET_ARG(state);
     SET_ARG(opt->clip->mem);
     SET_ARG(opt->step->mem); /* Adam's bias corrections */
+    SET_ARG(opt->decay->mem);
     /* Every kind takes every generic field and reads those it declares. */
     cl_uint nesterov = opt->p.nesterov != 0;
     SET_ARG(opt->p.lr);
@@ -668,6 +694,23 @@ mpcl_status mpcl_optimizer_write(mpcl_context *ctx, mpcl_optimizer *opt, mpcl_op
     mpcl_status st = transfer(ctx, opt, slot, offset, count, NULL, src);
     if (st == MPCL_OK && count > 0 && slot == MPCL_OPTIM_SLOT_MASTER)
         st = refresh_working(ctx, opt, offset, count);
+    return st;
+}
+
+mpcl_status mpcl_optimizer_write_decay(mpcl_context *ctx, mpcl_optimizer *opt, const uint8_t *flags,
+                                       size_t count) {
+    size_t chunks = decay_chunks(opt->n);
+    if (count != chunks)
+        return MPCL_ERROR(ctx, MPCL_ERR_SHAPE,
+                          "optimizer decay flags: %zu for an arena of %zu elements, which has %zu "
+                          "chunks of %d",
+                          count, opt->n, chunks, MPCL_OPTIM_DECAY_CHUNK);
+    for (size_t c = 0; c < count; c++)
+        if (flags[c] > 1)
+            return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG,
+                              "optimizer decay flag %zu is %u, not 0 or 1", c, flags[c]);
+    mpcl_status st = mpcl_tensor_upload_raw(opt->decay, flags, count);
+    if (st == MPCL_OK) st = mpcl_context_finish(ctx); /* blocking, as documented */
     return st;
 }
 

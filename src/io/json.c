@@ -8,12 +8,10 @@
  * are decoded in place in the document's copy of the text: a decoded string
  * is never longer than its source. */
 #define _POSIX_C_SOURCE 200809L
-#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "io/io.h"
 #include "io/json.h"
@@ -112,7 +110,15 @@ static mpcl_status no_memory(const parser *p) {
 /* ---- UTF-8 ---- */
 
 size_t mpcl__utf8_seq(const unsigned char *s, size_t n) {
-    if (s[0] < 0x80) return 1;
+    uint32_t cp;
+    return mpcl__utf8_decode(s, n, &cp);
+}
+
+size_t mpcl__utf8_decode(const unsigned char *s, size_t n, uint32_t *out) {
+    if (s[0] < 0x80) {
+        *out = s[0];
+        return 1;
+    }
     size_t len;
     uint32_t cp, min;
     if ((s[0] & 0xe0) == 0xc0) {
@@ -130,6 +136,7 @@ size_t mpcl__utf8_seq(const unsigned char *s, size_t n) {
         cp = (cp << 6) | (s[i] & 0x3fu);
     }
     if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+    *out = cp;
     return len;
 }
 
@@ -510,27 +517,11 @@ mpcl_status mpcl__json_parse(const char *name, const char *text, size_t size, si
 
 mpcl_status mpcl__json_read_file(const char *path, size_t max_bytes, mpcl__json **out) {
     *out = NULL;
-    FILE *f = NULL;
-    mpcl_status st = mpcl__open_regular(path, &f);
-    if (st != MPCL_OK) return st;
-    struct stat sb;
-    char *text = NULL;
-    size_t size = 0;
-    if (fstat(fileno(f), &sb) != 0) {
-        st = MPCL_ERROR(NULL, MPCL_ERR_IO, "'%s': %s", path, strerror(errno));
-    } else if ((uint64_t)sb.st_size > max_bytes || (uint64_t)sb.st_size > UINT32_MAX) {
-        st = too_big(path, (size_t)sb.st_size, max_bytes);
-    } else {
-        size = (size_t)sb.st_size;
-        text = malloc(size ? size : 1);
-        if (!text)
-            st = MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "'%s': %zu bytes", path, size);
-        else if (fread(text, 1, size, f) != size)
-            st = MPCL_ERROR(NULL, MPCL_ERR_IO, "reading '%s': %s", path,
-                            ferror(f) ? strerror(errno) : "file shrank while being read");
-    }
-    fclose(f);
-    if (st == MPCL_OK) st = mpcl__json_parse(path, text, size, max_bytes, out);
+    char *text;
+    size_t size;
+    if (max_bytes > UINT32_MAX) max_bytes = UINT32_MAX;
+    TRY(mpcl__read_regular(path, max_bytes, &text, &size));
+    mpcl_status st = mpcl__json_parse(path, text, size, max_bytes, out);
     free(text);
     return st;
 }

@@ -85,6 +85,9 @@ bool mpcl__json_bool(const mpcl__json_value *v);
  * bytes); the value of the four hex digits at s (avail bytes there), 0 when
  * they are not four hex digits. */
 size_t mpcl__utf8_seq(const unsigned char *s, size_t n);
+/* mpcl__utf8_seq that also gives the sequence's code point in *cp (set only
+ * when the length is not 0). */
+size_t mpcl__utf8_decode(const unsigned char *s, size_t n, uint32_t *cp);
 size_t mpcl__utf8_put(char *o, uint32_t cp);
 int mpcl__hex4(const char *s, size_t avail, uint32_t *out);
 

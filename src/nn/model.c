@@ -383,6 +383,33 @@ static mpcl_status create_arenas(mpcl_model *m) {
     return st;
 }
 
+/* decay_vectors false: weight_decay on the parameters of rank >= 2 only.
+ * Rows start on a decay chunk (mpcl__params_init), so each chunk holds one
+ * row's elements (and padding after its end): the chunk takes that row's
+ * flag. */
+static mpcl_status write_decay_flags(mpcl_model *m) {
+    /* Every flag 1 is the optimizer's default; without decay they are moot. */
+    if (m->params.optim.decay_vectors || m->params.optim.weight_decay == 0.0f) return MPCL_OK;
+    const mpcl__param_table *t = &m->tables.params;
+    size_t chunks = (t->total + MPCL_OPTIM_DECAY_CHUNK - 1) / MPCL_OPTIM_DECAY_CHUNK;
+    uint8_t *flags = calloc(chunks, 1);
+    if (!flags) return MPCL_ERROR(m->ctx, MPCL_ERR_OUT_OF_MEMORY, "allocating decay flags");
+    mpcl_status st = MPCL_OK;
+    for (size_t i = 0; i < t->count && st == MPCL_OK; i++) {
+        const mpcl_param_info *r = &t->rows[i];
+        if (r->offset % MPCL_OPTIM_DECAY_CHUNK != 0)
+            st = MPCL_ERROR(m->ctx, MPCL_ERR_INVALID_ARG,
+                            "parameter %s starts at element %zu, inside a decay chunk of %d",
+                            r->name, r->offset, MPCL_OPTIM_DECAY_CHUNK);
+        else if (r->rank >= 2)
+            memset(flags + r->offset / MPCL_OPTIM_DECAY_CHUNK, 1,
+                   (r->count + MPCL_OPTIM_DECAY_CHUNK - 1) / MPCL_OPTIM_DECAY_CHUNK);
+    }
+    if (st == MPCL_OK) st = mpcl_optimizer_write_decay(m->ctx, m->opt, flags, chunks);
+    free(flags);
+    return st;
+}
+
 static bool wants_loss_scaling(const mpcl_model_params *p, const mpcl_plan *plan) {
     switch (p->loss_scaling) {
     case MPCL_LOSS_SCALING_ON: return true;
@@ -446,6 +473,7 @@ mpcl_status mpcl__model_create_plan(mpcl_context *ctx, const mpcl_model_params *
     const mpcl__layer *top = &m->layers[m->top];
     m->positions = top->out_rank == 2 ? top->out_shape[0] : 1;
     st = mpcl_optimizer_create(ctx, &params->optim, m->arenas.master, m->arenas.working, &m->opt);
+    if (st == MPCL_OK) st = write_decay_flags(m);
     if (st != MPCL_OK) goto fail;
     if (wants_loss_scaling(params, &plan) &&
         (st = mpcl_loss_scale_create(ctx, &params->loss_scale, &m->ls)) != MPCL_OK)

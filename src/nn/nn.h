@@ -32,7 +32,8 @@ typedef struct mpcl__param_table {
 
 /* An empty table whose offsets are aligned for sub-buffers of every arena:
  * align_bytes (CL_DEVICE_MEM_BASE_ADDR_ALIGN) over the smallest element size
- * of any arena (2 bytes, f16 and bf16). */
+ * of any arena (2 bytes, f16 and bf16), and to the optimizer's decay chunks
+ * (MPCL_OPTIM_DECAY_CHUNK elements). */
 void mpcl__params_init(mpcl__param_table *t, size_t align_bytes);
 /* Appends a row; its offset is the previous end rounded up to the alignment.
  * MPCL_ERR_INVALID_ARG for a bad rank or a zero dimension, a full table or

@@ -4,13 +4,23 @@
 
 #include "nn/nn.h"
 
-void mpcl__params_init(mpcl__param_table *t, size_t align_bytes) {
-    memset(t, 0, sizeof *t);
-    t->align = align_bytes / 2 > 0 ? align_bytes / 2 : 1;
-}
-
 static size_t round_up(size_t x, size_t a) {
     return (x + a - 1) / a * a;
+}
+
+/* The least multiple of a that b divides too. */
+static size_t common_multiple(size_t a, size_t b) {
+    size_t m = a;
+    while (m % b != 0) m += a;
+    return m;
+}
+
+void mpcl__params_init(mpcl__param_table *t, size_t align_bytes) {
+    memset(t, 0, sizeof *t);
+    /* Every row also starts on an optimizer decay chunk, so that a chunk's
+     * flag (mpcl_optimizer_write_decay) is one row's. Every device we know
+     * already aligns to more (64 elements on PoCL, 256 on NVIDIA). */
+    t->align = common_multiple(align_bytes / 2 > 0 ? align_bytes / 2 : 1, MPCL_OPTIM_DECAY_CHUNK);
 }
 
 mpcl_status mpcl__params_add(mpcl_context *ctx, mpcl__param_table *t, const char *name, size_t rank,

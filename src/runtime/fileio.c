@@ -68,6 +68,40 @@ mpcl_status mpcl__open_regular(const char *path, FILE **out) {
     return MPCL_ERROR(NULL, MPCL_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
 }
 
+mpcl_status mpcl__read_regular(const char *path, size_t max_bytes, char **text, size_t *size) {
+    *text = NULL;
+    *size = 0;
+    FILE *f;
+    mpcl_status st = mpcl__open_regular(path, &f);
+    if (st != MPCL_OK) return st;
+    struct stat sb;
+    char *buf = NULL;
+    size_t n = 0;
+    if (fstat(fileno(f), &sb) != 0) {
+        st = MPCL_ERROR(NULL, MPCL_ERR_IO, "'%s': %s", path, strerror(errno));
+    } else if ((uint64_t)sb.st_size > max_bytes) {
+        st = MPCL_ERROR(NULL, MPCL_ERR_FORMAT, "'%s': text is %llu bytes, over the limit of %zu",
+                        path, (unsigned long long)sb.st_size, max_bytes);
+    } else {
+        n = (size_t)sb.st_size;
+        buf = malloc(n + 1);
+        if (!buf)
+            st = MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "'%s': %zu bytes", path, n);
+        else if (fread(buf, 1, n, f) != n)
+            st = MPCL_ERROR(NULL, MPCL_ERR_IO, "reading '%s': %s", path,
+                            ferror(f) ? strerror(errno) : "file shrank while being read");
+    }
+    fclose(f);
+    if (st != MPCL_OK) {
+        free(buf);
+        return st;
+    }
+    buf[n] = '\0';
+    *text = buf;
+    *size = n;
+    return MPCL_OK;
+}
+
 static char *folder_of(const char *path) {
     const char *slash = strrchr(path, '/');
     if (!slash) return strdup(".");

@@ -20,6 +20,13 @@ mpcl_status mpcl__open_regular(const char *path, FILE **out);
  * regular file (*mode is 0 otherwise). */
 FILE *mpcl__open_regular_quiet(const char *path, unsigned *mode);
 
+/* The whole regular file at path (opened as mpcl__open_regular), NUL-added,
+ * in *text (the caller frees it) with its size in bytes: MPCL_ERR_IO naming
+ * the path when it cannot be opened or read, MPCL_ERR_FORMAT "'<path>': text
+ * is N bytes, over the limit of M" before anything is read from a file over
+ * max_bytes. *text is NULL after a failure. */
+mpcl_status mpcl__read_regular(const char *path, size_t max_bytes, char **text, size_t *size);
+
 /* "a FIFO", "a folder", "a character device"... for messages. */
 const char *mpcl__file_kind(unsigned mode);
 

@@ -315,8 +315,9 @@ static float dot_model(float acc, uint32_t a, uint32_t b) {
  * else why not. */
 static const char *dot_unavailable(cl_device_id dev) {
     cl_device_type type = 0;
+    /* CPU alone: Oclgrind's simulator says CPU, GPU and accelerator at once. */
     if (clGetDeviceInfo(dev, CL_DEVICE_TYPE, sizeof type, &type, NULL) != CL_SUCCESS ||
-        !(type & CL_DEVICE_TYPE_CPU))
+        !(type & CL_DEVICE_TYPE_CPU) || (type & (CL_DEVICE_TYPE_GPU | CL_DEVICE_TYPE_ACCELERATOR)))
         return "not a CPU device";
 #if defined(__x86_64__) && defined(__GNUC__)
     __builtin_cpu_init();

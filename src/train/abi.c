@@ -46,6 +46,7 @@ static const abi_row rows[] = {
     FIELD(mpcl_layer_spec, rate),
     FIELD(mpcl_layer_spec, momentum),
     FIELD(mpcl_layer_spec, epsilon),
+    FIELD(mpcl_layer_spec, num_heads),
     FIELD(mpcl_layer_spec, vocabulary_size),
     FIELD(mpcl_layer_spec, sequence_length),
     FIELD(mpcl_layer_spec, embedding_dim),
@@ -60,6 +61,7 @@ static const abi_row rows[] = {
     FIELD(mpcl_optim_params, momentum),
     FIELD(mpcl_optim_params, nesterov),
     FIELD(mpcl_optim_params, clip_norm),
+    FIELD(mpcl_optim_params, decay_vectors),
 
     SIZE(mpcl_lr_schedule),
     FIELD(mpcl_lr_schedule, kind),

@@ -187,10 +187,20 @@ static mpcl_status parse_widths(const mpcl__ckpt_loader *L, size_t *widths, size
     return MPCL_OK;
 }
 
+/* The hyperparameters added after checkpoints were first written: an older
+ * file has no key for them, and its run had their default (clip_norm 0, no
+ * clipping, absent from 0.1.0 files; decay_vectors true). */
+static bool added_later(const char *key) {
+    static const char *const keys[] = {"clip_norm", "decay_vectors"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (strcmp(key, keys[i]) == 0) return true;
+    return false;
+}
+
 /* The optimizer kind and each hyperparameter its kind declares, under the
  * key of the mpcl_optim_params field it maps to (include/mpcl/optim.h), and
- * under the declaration's rules. clip_norm is absent from 0.1.0
- * checkpoints: 0, no clipping. */
+ * under the declaration's rules; one added later and absent keeps its
+ * declared default. */
 static mpcl_status parse_optimizer(const mpcl__ckpt_loader *L, mpcl_optim_params *o) {
     const char *v;
     mpcl_status st = mpcl__ckpt_meta_str(L, "optimizer", &v);
@@ -201,10 +211,9 @@ static mpcl_status parse_optimizer(const mpcl__ckpt_loader *L, mpcl_optim_params
                           "checkpoint %s: metadata optimizer = \"%s\" is none of %s", L->path, v,
                           mpcl_optim_kind_names());
     *o = mpcl_optim_default_params(kind);
-    o->clip_norm = 0.0f;
     for (size_t i = 0; i < mpcl_optim_param_count(kind); i++) {
         const char *key = mpcl_optim_param_field(kind, i);
-        if (strcmp(key, "clip_norm") == 0 && !mpcl_safetensors_meta_get(L->st, key)) continue;
+        if (added_later(key) && !mpcl_safetensors_meta_get(L->st, key)) continue;
         uint64_t flag = 0;
         float real = 0.0f;
         st = mpcl_optim_param_is_bool(kind, i) ? meta_uint(L, key, 0, 1, &flag)

@@ -274,3 +274,59 @@ def test_token_and_position_embedding(capsys):
     assert "(None, 8, 32)" in out and f"{(256 + 16) * 32:,}" in out
     doc = json.loads(m.to_json())
     assert doc["config"]["layers"][1]["class_name"] == "TokenAndPositionEmbedding"
+
+
+def causal_attention_reference(x, w_attn, b_attn, w_proj, b_proj, heads):
+    """GPT-2's attention in float64: x (B, T, C)."""
+    x = x.astype(np.float64)
+    B, T, C = x.shape
+    hs = C // heads
+    qkv = x @ w_attn + b_attn
+    q, k, v = (qkv[..., i * C:(i + 1) * C].reshape(B, T, heads, hs).transpose(0, 2, 1, 3)
+               for i in range(3))
+    scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(hs)
+    scores = np.where(np.tril(np.ones((T, T), bool)), scores, -np.inf)
+    att = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    att /= att.sum(axis=-1, keepdims=True)
+    y = (att @ v).transpose(0, 2, 1, 3).reshape(B, T, C)
+    return y @ w_proj + b_proj
+
+
+def test_causal_self_attention_predicts_the_reference():
+    if not has_kind("causal_self_attention"):
+        pytest.skip("this libmpcl has no causal_self_attention kind")
+    # A model's output is flat: the (T, C) output through Flatten.
+    m = mpcl.Sequential([L.CausalSelfAttention(num_heads=2, input_shape=(5, 6)), L.Flatten()])
+    m.compile(loss="mse")
+    assert [a.shape for a in m.get_weights()] == [(6, 18), (18,), (6, 6), (6,)]
+    rng = np.random.default_rng(6)
+    weights = [rng.uniform(-1, 1, a.shape).astype(np.float32) for a in m.get_weights()]
+    m.set_weights(weights)
+    x = rng.standard_normal((3, 5, 6)).astype(np.float32)
+    want = causal_attention_reference(x, *weights, heads=2)
+    np.testing.assert_allclose(m.predict(x), want.reshape(3, 30), rtol=1e-4, atol=1e-4)
+    cfg = m.layers[0].get_config()
+    assert (cfg["num_heads"], cfg["use_bias"]) == (2, True)
+    assert set(cfg) == {"name", "trainable", "dtype", "num_heads", "use_bias"}
+    with pytest.raises(ValueError, match="num_heads"):
+        L.CausalSelfAttention(num_heads=0)
+
+
+def test_causal_self_attention_fits_saves_and_loads(tmp_path):
+    if not has_kind("causal_self_attention"):
+        pytest.skip("this libmpcl has no causal_self_attention kind")
+    # The class is the sign of the first channel's mean over time.
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((256, 4, 6)).astype(np.float32)
+    y = (x[:, :, 0].mean(axis=1) > 0).astype(np.int32)
+    m = mpcl.Sequential([L.CausalSelfAttention(3, input_shape=(4, 6)), L.Flatten(),
+                         L.Dense(2, activation="softmax")])
+    m.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    h = m.fit(x[:192], y[:192], epochs=4, batch_size=32, verbose=0)
+    assert h.history["loss"][-1] < h.history["loss"][0]
+    p = m.predict(x[192:])
+    m.save(tmp_path / "attn.safetensors")
+    loaded = mpcl.models.load_model(tmp_path / "attn.safetensors")
+    assert type(loaded.layers[0]).__name__ == "CausalSelfAttention"
+    assert loaded.layers[0].get_config()["num_heads"] == 3
+    np.testing.assert_array_equal(loaded.predict(x[192:]), p)

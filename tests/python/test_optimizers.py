@@ -21,15 +21,16 @@ def declared(kind):
 
 def test_keras_signatures_and_defaults():
     # Keras' documented signatures (the arguments mpcl supports), written here
-    # by hand: the classes must agree with them.
+    # by hand: the classes must agree with them. decay_vectors is mpcl's own
+    # (False: weight decay on matrices only), after Keras' positional ones.
     o = mpcl.optimizers
     want = {
         o.SGD: dict(learning_rate=0.01, momentum=0.0, nesterov=False, weight_decay=0.0,
-                    global_clipnorm=None),
+                    decay_vectors=True, global_clipnorm=None),
         o.Adam: dict(learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7,
-                     weight_decay=0.0, global_clipnorm=None),
+                     weight_decay=0.0, decay_vectors=True, global_clipnorm=None),
         o.AdamW: dict(learning_rate=0.001, weight_decay=0.004, beta_1=0.9, beta_2=0.999,
-                      epsilon=1e-7, global_clipnorm=None),
+                      epsilon=1e-7, decay_vectors=True, global_clipnorm=None),
         o.RMSprop: dict(learning_rate=0.001, rho=0.9, momentum=0.0, epsilon=1e-7,
                         global_clipnorm=None),
     }

@@ -1,0 +1,237 @@
+/* CausalSelfAttention: GPT-2's masked multi-head self-attention over a
+ * (T, C) sequence. qkv = x W_attn + b_attn (c_attn, [C, 3C]: q, k and v are
+ * its consecutive C-wide thirds, head h their channels h hs .. (h + 1) hs - 1
+ * with hs = C / num_heads); per head, position t attends to the positions
+ * t' <= t with softmax(q k^T / sqrt(hs)); the heads' outputs y (T, C) give
+ * out = y W_proj + b_proj (c_proj, [C, C]). The kernels are Keras Dense's
+ * and GPT-2's [in, out] layout. The projections are GEMMs through the
+ * model's GEMM path; the attention (cl/attention.cl, launched here: the
+ * layer is its one caller) computes in f32 and keeps the probabilities in
+ * f32, B H T T of them, for the backward, as llm.c does; qkv, y and their
+ * gradients are in the storage dtype. */
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "nn/nn.h"
+
+static const mpcl__attr ATTN_ATTRS[] = {
+    {"num_heads", MPCL_ATTR_COUNT, offsetof(mpcl_layer_spec, num_heads), NULL, 1, 1 << 16, false},
+    {"use_bias", MPCL_ATTR_BOOL, offsetof(mpcl_layer_spec, use_bias), "true", 0, 0, false},
+};
+
+/* The two projections: c_attn (C -> 3C) and c_proj (C -> C). */
+enum { C_ATTN, C_PROJ, PROJECTIONS };
+
+typedef struct projection {
+    size_t kernel_row;
+    mpcl__bias_act bias; /* the bias only: the activation is the identity */
+    mpcl_tensor *w;      /* [in, out] view of the working arena (storage) */
+    mpcl_tensor *dw;     /* [in, out] view of the gradient arena */
+} projection;
+
+typedef struct attn {
+    size_t T, C, H;
+    projection proj[PROJECTIONS];
+    mpcl_tensor *qkv, *dqkv; /* [max_batch T, 3C] storage */
+    mpcl_tensor *y, *dy;     /* [max_batch T, C] storage: the heads' outputs */
+    mpcl_tensor *att;        /* [max_batch H T, T] f32: the probabilities */
+    mpcl_tensor *dscore;     /* [max_batch H T, T] f32: the scores' gradient */
+} attn;
+
+static mpcl_status add_projection(mpcl__layer *L, mpcl__tables *t, const char *what, size_t in,
+                                  size_t out, projection *p) {
+    char layer[32], prefix[48], name[64];
+    mpcl__layer_name(layer, sizeof layer, L);
+    snprintf(prefix, sizeof prefix, "%s.%s", layer, what);
+    snprintf(name, sizeof name, "%s.kernel", prefix);
+    size_t shape[2] = {in, out};
+    TRY(mpcl__params_add(L->env->ctx, &t->params, name, 2, shape, MPCL__INIT_GLOROT,
+                         &p->kernel_row));
+    return mpcl__bias_act_add_rows(L->env->ctx, t, prefix, out, L->spec.use_bias, &p->bias);
+}
+
+static mpcl_status attn_declare(mpcl__layer *L, mpcl__tables *t) {
+    mpcl_context *ctx = L->env->ctx;
+    char layer[32], have[64];
+    mpcl__layer_name(layer, sizeof layer, L);
+    if (L->in_rank != 2) {
+        mpcl__shape_str(have, sizeof have, L->in_rank, L->in_shape);
+        return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG,
+                          "%s takes a sequence (time, channels) input; it is given %s", layer,
+                          have);
+    }
+    size_t T = L->in_shape[0], C = L->in_shape[1], H = L->spec.num_heads;
+    if (H == 0 || C % H != 0)
+        return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG,
+                          "%s: its %zu channels do not split into num_heads=%zu heads of equal "
+                          "size",
+                          layer, C, H);
+    /* The kernels count the rows (b, h, t) in a uint (their offsets are size_t). */
+    if ((double)L->env->max_batch * (double)H * (double)T > (double)UINT32_MAX)
+        return MPCL_ERROR(ctx, MPCL_ERR_SHAPE,
+                          "%s: %zu samples of %zu heads by %zu positions are more attention rows "
+                          "than its kernels count (2^32 - 1)",
+                          layer, L->env->max_batch, H, T);
+    attn *a = calloc(1, sizeof *a);
+    if (!a) return MPCL_ERROR(ctx, MPCL_ERR_OUT_OF_MEMORY, "allocating %s", layer);
+    L->state = a;
+    *a = (attn){.T = T, .C = C, .H = H};
+    mpcl__layer_set_output(L, L->in_rank, L->in_shape);
+    TRY(add_projection(L, t, "c_attn", C, 3 * C, &a->proj[C_ATTN]));
+    return add_projection(L, t, "c_proj", C, C, &a->proj[C_PROJ]);
+}
+
+static double attn_activation_bytes(const mpcl__layer *L, const mpcl__layer_env *env) {
+    const attn *a = L->state;
+    double positions = (double)env->max_batch * (double)a->T;
+    double storage = 8.0 * positions * (double)a->C * (double)mpcl_dtype_size(env->storage);
+    double probabilities = 2.0 * positions * (double)a->H * (double)a->T * sizeof(float);
+    return mpcl__layer_io_bytes(L) + storage + probabilities;
+}
+
+static mpcl_status create_projection(projection *p, const mpcl__layer_env *env,
+                                     const mpcl__tables *t, const mpcl__arenas *ar, size_t in,
+                                     size_t out, size_t rows) {
+    size_t off = t->params.rows[p->kernel_row].offset;
+    TRY(mpcl__tensor_view(ar->working, off, in, out, &p->w));
+    TRY(mpcl__tensor_view(ar->grads, off, in, out, &p->dw));
+    return mpcl__bias_act_create(&p->bias, env, t, ar, rows, MPCL_ACT_IDENTITY);
+}
+
+static mpcl_status attn_create(mpcl__layer *L, const mpcl__tables *t, const mpcl__arenas *ar) {
+    attn *a = L->state;
+    const mpcl__layer_env *env = L->env;
+    mpcl_context *ctx = env->ctx;
+    size_t positions = env->max_batch * a->T, C = a->C, rows = positions * a->H;
+    TRY(create_projection(&a->proj[C_ATTN], env, t, ar, C, 3 * C, positions));
+    TRY(create_projection(&a->proj[C_PROJ], env, t, ar, C, C, positions));
+    TRY(mpcl_tensor_create(ctx, env->storage, positions, 3 * C, &a->qkv));
+    TRY(mpcl_tensor_create(ctx, env->storage, positions, 3 * C, &a->dqkv));
+    TRY(mpcl_tensor_create(ctx, env->storage, positions, C, &a->y));
+    TRY(mpcl_tensor_create(ctx, env->storage, positions, C, &a->dy));
+    TRY(mpcl_tensor_create(ctx, MPCL_DTYPE_F32, rows, a->T, &a->att));
+    TRY(mpcl_tensor_create(ctx, MPCL_DTYPE_F32, rows, a->T, &a->dscore));
+    return mpcl__layer_create_io(L);
+}
+
+/* out = in W + b. */
+static mpcl_status project(projection *p, const mpcl__layer_env *env, const mpcl_tensor *in,
+                           mpcl_tensor *out) {
+    TRY(mpcl_gemm(env->ctx, env->gemm, false, false, 1.0f, in, p->w, 0.0f, out));
+    return mpcl__bias_act_forward(&p->bias, env->ctx, out, false);
+}
+
+/* From d_out (the gradient of out = in W + b): the bias's and W's
+ * gradients, and d_in when it is not NULL. */
+static mpcl_status project_backward(projection *p, const mpcl__layer_env *env,
+                                    const mpcl_tensor *in, mpcl_tensor *d_out, mpcl_tensor *d_in) {
+    TRY(mpcl__bias_act_backward(&p->bias, env->ctx, d_out, d_out));
+    TRY(mpcl_gemm(env->ctx, env->gemm, true, false, 1.0f, in, d_out, 0.0f, p->dw));
+    if (!d_in) return MPCL_OK;
+    return mpcl_gemm(env->ctx, env->gemm, false, true, 1.0f, d_out, p->w, 0.0f, d_in);
+}
+
+/* Sets the three kernels' common arguments, from index `first` on (after
+ * their tensors): T, C, H, the scores' scale and the count of rows (b, h,
+ * t) of a batch of B; then launches k, one work-item per row. */
+static mpcl_status launch_rows(const attn *a, mpcl_context *ctx, cl_kernel k, const char *name,
+                               cl_uint first, size_t B) {
+    cl_uint T = (cl_uint)a->T, C = (cl_uint)a->C, H = (cl_uint)a->H;
+    cl_uint rows = (cl_uint)(B * a->H * a->T);
+    float scale = (float)(1.0 / sqrt((double)(a->C / a->H)));
+    TRY(mpcl__set_arg(ctx, k, name, first, sizeof T, &T));
+    TRY(mpcl__set_arg(ctx, k, name, first + 1, sizeof C, &C));
+    TRY(mpcl__set_arg(ctx, k, name, first + 2, sizeof H, &H));
+    TRY(mpcl__set_arg(ctx, k, name, first + 3, sizeof scale, &scale));
+    TRY(mpcl__set_arg(ctx, k, name, first + 4, sizeof rows, &rows));
+    return mpcl__launch_1d(ctx, k, name, rows, 0);
+}
+
+/* att and y from qkv, for a batch of B. */
+static mpcl_status attend(attn *a, mpcl_context *ctx, mpcl_dtype storage, size_t B) {
+    static const char name[] = "mpcl_attention_forward";
+    cl_kernel k;
+    TRY(mpcl__kernel(ctx, storage, name, &k));
+    TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(a->att->mem), MPCL_ARG(a->y->mem),
+                       MPCL_ARG(a->qkv->mem), MPCL_ARGS_END));
+    return launch_rows(a, ctx, k, name, 3, B);
+}
+
+/* dqkv from dy, for a batch of B: the query rows' kernel (dscore, dq),
+ * then the key rows' (dk, dv). */
+static mpcl_status attend_backward(attn *a, mpcl_context *ctx, mpcl_dtype storage, size_t B) {
+    static const char query[] = "mpcl_attention_backward_query";
+    static const char key[] = "mpcl_attention_backward_key";
+    cl_kernel k;
+    TRY(mpcl__kernel(ctx, storage, query, &k));
+    TRY(mpcl__set_args(ctx, k, query, MPCL_ARG(a->dscore->mem), MPCL_ARG(a->dqkv->mem),
+                       MPCL_ARG(a->att->mem), MPCL_ARG(a->qkv->mem), MPCL_ARG(a->dy->mem),
+                       MPCL_ARGS_END));
+    TRY(launch_rows(a, ctx, k, query, 5, B));
+    TRY(mpcl__kernel(ctx, storage, key, &k));
+    TRY(mpcl__set_args(ctx, k, key, MPCL_ARG(a->dqkv->mem), MPCL_ARG(a->dscore->mem),
+                       MPCL_ARG(a->att->mem), MPCL_ARG(a->qkv->mem), MPCL_ARG(a->dy->mem),
+                       MPCL_ARGS_END));
+    return launch_rows(a, ctx, k, key, 5, B);
+}
+
+/* A batch [B, T C] as its [B T, C] matrix. */
+static mpcl_tensor by_position(const mpcl_tensor *t, size_t C) {
+    return mpcl__tensor_reshape(t, t->rows * t->cols / C, C);
+}
+
+static mpcl_status attn_forward(mpcl__layer *L, const mpcl_tensor *in, bool training) {
+    (void)training; /* the probabilities are computed either way; keeping them is free */
+    attn *a = L->state;
+    const mpcl__layer_env *env = L->env;
+    size_t B = in->rows, positions = B * a->T;
+    mpcl_tensor x = by_position(in, a->C), qkv = mpcl__tensor_rows(a->qkv, positions);
+    mpcl_tensor y = mpcl__tensor_rows(a->y, positions), out_rows = mpcl__tensor_rows(L->output, B);
+    mpcl_tensor out = by_position(&out_rows, a->C);
+    TRY(project(&a->proj[C_ATTN], env, &x, &qkv));
+    TRY(attend(a, env->ctx, env->storage, B));
+    return project(&a->proj[C_PROJ], env, &y, &out);
+}
+
+static mpcl_status attn_backward(mpcl__layer *L, const mpcl_tensor *in, mpcl_tensor *d_in) {
+    attn *a = L->state;
+    const mpcl__layer_env *env = L->env;
+    size_t B = in->rows, positions = B * a->T;
+    mpcl_tensor d_rows = mpcl__tensor_rows(L->d_output, B), d_out = by_position(&d_rows, a->C);
+    mpcl_tensor y = mpcl__tensor_rows(a->y, positions), dy = mpcl__tensor_rows(a->dy, positions);
+    mpcl_tensor x = by_position(in, a->C), dqkv = mpcl__tensor_rows(a->dqkv, positions);
+    TRY(project_backward(&a->proj[C_PROJ], env, &y, &d_out, &dy));
+    TRY(attend_backward(a, env->ctx, env->storage, B));
+    mpcl_tensor dx = d_in ? by_position(d_in, a->C) : (mpcl_tensor){0};
+    return project_backward(&a->proj[C_ATTN], env, &x, &dqkv, d_in ? &dx : NULL);
+}
+
+static void attn_destroy(mpcl__layer *L) {
+    attn *a = L->state;
+    if (!a) return;
+    for (int i = 0; i < PROJECTIONS; i++) {
+        mpcl__bias_act_destroy(&a->proj[i].bias);
+        mpcl_tensor_destroy(a->proj[i].w);
+        mpcl_tensor_destroy(a->proj[i].dw);
+    }
+    mpcl_tensor *own[] = {a->qkv, a->dqkv, a->y, a->dy, a->att, a->dscore};
+    for (size_t i = 0; i < sizeof own / sizeof own[0]; i++) mpcl_tensor_destroy(own[i]);
+    free(a);
+    L->state = NULL;
+}
+
+const mpcl__layer_kind mpcl__causal_self_attention_layer = {
+    .name = "causal_self_attention",
+    .keras_name = "CausalSelfAttention",
+    .attrs = ATTN_ATTRS,
+    .attr_count = sizeof ATTN_ATTRS / sizeof ATTN_ATTRS[0],
+    .declare = attn_declare,
+    .activation_bytes = attn_activation_bytes,
+    .create = attn_create,
+    .forward = attn_forward,
+    .backward = attn_backward,
+    .destroy = attn_destroy,
+};
