@@ -7,10 +7,12 @@
  *   two runs giving the same bits;
  * - through the model (token_pos_embedding -> per-position dense -> sparse
  *   cross-entropy): every parameter's gradient against central differences
- *   of the mean loss over the B T positions, a data-parallel slice's
- *   gradient, refusals (a second layer taking tokens, sequences longer
- *   than sequence_length, float x, one label per sample), two trainings
- *   giving the same bits, and a repeating pattern learnt in every policy. */
+ *   of the mean loss over the B T positions (also with causal
+ *   self-attention between them), a data-parallel slice's gradient,
+ *   refusals (a second layer taking tokens, sequences longer than
+ *   sequence_length, float x, one label per sample), the text form, two
+ *   trainings giving the same bits, a repeating pattern learnt in every
+ *   policy, and policy auto timing a model of tokens. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -282,36 +284,56 @@ static double batch_loss(mpcl_model *m, void *arg) {
     return eval_loss(m, xy[0], xy[1], &s);
 }
 
-/* Every parameter's gradient against (L(w + h) - L(w - h)) / 2h of the mean
- * loss over the B T positions, in float32: a gradient divided by B instead
- * of B T would be T = 5 times too large. Also: the loss counts a term per
- * position, and a slice of a global batch twice as large (data parallel)
- * gets exactly half the gradient. */
-static void per_position_gradients(void **state) {
-    (void)state;
-    enum { B = 3, T = 5, V = 6, P = 7, C = 4 };
-    const double h = 5e-3;
-    mpcl_context *ctx = tu_context();
-    mpcl_model_params p = token_params(T, V, P, C, B, MPCL_POLICY_FLOAT32);
+/* A float32 model of p (T ids, vocabulary V, a label per position) after
+ * a forward and backward of B random sequences in xy: every parameter's
+ * gradient checked against (L(w + h) - L(w - h)) / 2h of the mean loss
+ * over the B T positions (a gradient divided by B instead of B T would be
+ * T times too large), the elements checked in *checked. */
+static mpcl_model *checked_token_model(mpcl_context *ctx, const mpcl_model_params *p, size_t B,
+                                       size_t V, const char *seed_name, mpcl_tensor *xy[2],
+                                       size_t *checked) {
+    size_t T = p->inputs;
     mpcl_model *m = NULL;
-    TU_ASSERT_OK(mpcl_model_create(ctx, &p, &m));
+    TU_ASSERT_OK(mpcl_model_create(ctx, p, &m));
     assert_int_equal(mpcl_model_input_dtype(m), MPCL_DTYPE_I32);
     assert_int_equal(mpcl_model_positions(m), T);
-    tu_rng rng = tu_rng_make(tu_seed("per_position_gradients"));
-    int32_t ids[B * T], labels[B * T];
-    random_ids(&rng, ids, B * T, V);
-    random_ids(&rng, labels, B * T, V);
-    mpcl_tensor *x = ids_tensor(ctx, B, T, ids), *y = ids_tensor(ctx, B, T, labels);
-    TU_ASSERT_OK(mpcl_model_forward(m, x, y));
+    tu_rng rng = tu_rng_make(tu_seed(seed_name));
+    int32_t *ids = malloc(2 * B * T * sizeof *ids);
+    assert_non_null(ids);
+    random_ids(&rng, ids, 2 * B * T, V);
+    xy[0] = ids_tensor(ctx, B, T, ids);
+    xy[1] = ids_tensor(ctx, B, T, ids + B * T);
+    free(ids);
+    TU_ASSERT_OK(mpcl_model_forward(m, xy[0], xy[1]));
     TU_ASSERT_OK(mpcl_model_backward(m));
     mpcl_loss_stats s;
     TU_ASSERT_OK(mpcl_model_read_train_stats(m, &s, true));
     assert_int_equal(s.terms, B * T);
+    float *before = tu_download(mpcl_model_grad_arena(m));
+    *checked = tu_check_param_gradients(m, 5e-3, batch_loss, xy, 3e-4, 2e-2, 2e-2);
+    /* The differences ran forwards only: the gradients stand. */
+    float *after = tu_download(mpcl_model_grad_arena(m));
+    assert_memory_equal(before, after, mpcl_model_arena_elements(m) * sizeof *before);
+    free(before);
+    free(after);
+    return m;
+}
+
+/* token_pos_embedding -> dense per position: the gradients, the loss's
+ * term per position, and a slice of a global batch twice as large (data
+ * parallel), which gets exactly half the gradient. */
+static void per_position_gradients(void **state) {
+    (void)state;
+    enum { B = 3, T = 5, V = 6, P = 7, C = 4 };
+    mpcl_context *ctx = tu_context();
+    mpcl_model_params p = token_params(T, V, P, C, B, MPCL_POLICY_FLOAT32);
+    mpcl_tensor *xy[2];
+    size_t checked;
+    mpcl_model *m = checked_token_model(ctx, &p, B, V, "per_position_gradients", xy, &checked);
+    assert_int_equal(checked, (V + P) * C + C * V + V);
+    mpcl_tensor *x = xy[0], *y = xy[1];
     float *arena = tu_download(mpcl_model_grad_arena(m));
     size_t total = mpcl_model_arena_elements(m);
-    mpcl_tensor *xy[2] = {x, y};
-    assert_int_equal(tu_check_param_gradients(m, h, batch_loss, xy, 3e-4, 2e-2, 2e-2),
-                     (V + P) * C + C * V + V);
     /* A slice of a global batch of 2B: each gradient is half, exactly (a
      * power of two). */
     TU_ASSERT_OK(mpcl_model_forward_slice(m, x, y, 2 * B));
@@ -326,6 +348,35 @@ static void per_position_gradients(void **state) {
     free(arena);
     mpcl_tensor_destroy(x);
     mpcl_tensor_destroy(y);
+    mpcl_model_destroy(m);
+    mpcl_context_destroy(ctx);
+}
+
+/* token_pos_embedding -> causal_self_attention -> dense per position: the
+ * embedding's gradient comes through attention's input gradient. */
+static void gradients_through_attention(void **state) {
+    (void)state;
+    enum { B = 2, T = 5, V = 6 };
+    mpcl_context *ctx = tu_context();
+    if (!mpcl_layer_kind_known("causal_self_attention")) {
+        mpcl_context_destroy(ctx);
+        skip();
+    }
+    mpcl_model_params p = mpcl_model_default_params();
+    TU_ASSERT_OK(mpcl_model_spec_parse(NULL,
+                                       "input_shape=5; token_pos_embedding vocabulary_size=6 "
+                                       "sequence_length=7 embedding_dim=4; causal_self_attention "
+                                       "num_heads=2; dense units=6",
+                                       &p));
+    p.classes = V;
+    p.max_batch = B;
+    p.policy = MPCL_POLICY_FLOAT32;
+    mpcl_tensor *xy[2];
+    size_t checked;
+    mpcl_model *m = checked_token_model(ctx, &p, B, V, "gradients_through_attention", xy, &checked);
+    assert_true(checked > (6 + 7) * 4);
+    mpcl_tensor_destroy(xy[0]);
+    mpcl_tensor_destroy(xy[1]);
     mpcl_model_destroy(m);
     mpcl_context_destroy(ctx);
 }
@@ -512,6 +563,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(layer_matches_reference),
         cmocka_unit_test(per_position_gradients),
+        cmocka_unit_test(gradients_through_attention),
         cmocka_unit_test(bad_models_refused),
         cmocka_unit_test(text_form_round_trip),
         cmocka_unit_test(deterministic),
