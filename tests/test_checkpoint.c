@@ -642,9 +642,15 @@ static void test_checkpoint_reader(void **state) {
          "activation=linear use_bias=true",
          "units given twice"},
         {"layers",
-         "input_shape=28,28; dense units=16 activation=relu use_bias=true; dense units=10 "
+         "input_shape=28,28,1; dense units=16 activation=relu use_bias=true; dense units=10 "
          "activation=linear use_bias=true",
          "dense_0 takes a flat"},
+        /* Dense per position, a label per position: classes is the last
+         * dimension of (28, 10), and the tensors are not this model's. */
+        {"layers",
+         "input_shape=28,28; dense units=16 activation=relu use_bias=true; dense units=10 "
+         "activation=linear use_bias=true",
+         "dense_0.kernel has shape [784, 16]"},
         {"loss", "hinge", "loss = \"hinge\""},
         {"rng_counter", "-1", "rng_counter = \"-1\""},
         {"policy", "float64", "policy = \"float64\""},

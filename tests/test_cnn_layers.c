@@ -76,15 +76,15 @@ static double forward_loss(mpcl_model *m, const mpcl_tensor *x, const mpcl_tenso
     return s.loss_sum / (double)s.terms;
 }
 
-/* Parameter `index`'s elements of the gradient arena, as floats. */
-static float *param_grads(mpcl_model *m, size_t index) {
-    const mpcl_param_info *r = mpcl_model_param(m, index);
-    float *arena = tu_download(mpcl_model_grad_arena(m));
-    float *g = malloc(r->count * sizeof *g);
-    assert_non_null(g);
-    memcpy(g, arena + r->offset, r->count * sizeof *g);
-    free(arena);
-    return g;
+/* forward_loss as a tu_loss_fn. */
+typedef struct fd_batch {
+    const mpcl_tensor *x, *y;
+    bool training;
+} fd_batch;
+
+static double fd_loss(mpcl_model *m, void *arg) {
+    const fd_batch *b = arg;
+    return forward_loss(m, b->x, b->y, b->training);
 }
 
 /* ---- gradients against central differences ---- */
@@ -120,33 +120,8 @@ static size_t check_gradients(mpcl_context *ctx, const char *text, size_t classe
     /* The differences' training forwards read statistics of their own. */
     mpcl_loss_stats s;
     TU_ASSERT_OK(mpcl_model_read_train_stats(m, &s, true));
-    size_t checked = 0;
-    for (size_t i = 0; i < mpcl_model_param_count(m); i++) {
-        const mpcl_param_info *r = mpcl_model_param(m, i);
-        float *g = param_grads(m, i), *w = malloc(r->count * sizeof *w);
-        double *fd = malloc(r->count * sizeof *fd);
-        assert_non_null(w);
-        assert_non_null(fd);
-        TU_ASSERT_OK(mpcl_model_read_param(m, i, MPCL_OPTIM_SLOT_MASTER, w, r->count));
-        for (size_t j = 0; j < r->count; j++) {
-            float w0 = w[j], up = (float)((double)w0 + h), down = (float)((double)w0 - h);
-            w[j] = up;
-            TU_ASSERT_OK(mpcl_model_write_param(m, i, MPCL_OPTIM_SLOT_MASTER, w, r->count));
-            double l_up = forward_loss(m, x, y, training);
-            w[j] = down;
-            TU_ASSERT_OK(mpcl_model_write_param(m, i, MPCL_OPTIM_SLOT_MASTER, w, r->count));
-            double l_down = forward_loss(m, x, y, training);
-            w[j] = w0;
-            fd[j] = (l_up - l_down) / ((double)up - (double)down);
-        }
-        TU_ASSERT_OK(mpcl_model_write_param(m, i, MPCL_OPTIM_SLOT_MASTER, w, r->count));
-        if (!tu_check_close(r->name, g, fd, r->count, 3e-4, 2e-2, 2e-2))
-            fail_msg("%s: the analytic gradient is not the finite difference", r->name);
-        checked += r->count;
-        free(g);
-        free(w);
-        free(fd);
-    }
+    fd_batch batch = {x, y, training};
+    size_t checked = tu_check_param_gradients(m, h, fd_loss, &batch, 3e-4, 2e-2, 2e-2);
     size_t params = mpcl_model_param_count(m);
     assert_true(checked > 0);
     mpcl_tensor_destroy(x);
@@ -378,7 +353,7 @@ static void check_against_reference(mpcl_context *ctx, const char *text) {
         double *const wants[2] = {d_w[l], d_b[l]};
         for (int k = 0; k < 2; k++) {
             const mpcl_param_info *r = mpcl_model_param(m, rows[k]);
-            float *g = param_grads(m, rows[k]);
+            float *g = tu_param_grads(m, rows[k]);
             if (!tu_check_close(r->name, g, wants[k], r->count, 1e-5, 1e-4, 1e-4))
                 fail_msg("%s: %s is not the reference's gradient", text, r->name);
             free(g);

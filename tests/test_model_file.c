@@ -186,6 +186,63 @@ static void reads_keras3_layer_norm(void **state) {
     }
 }
 
+/* Keras-NLP's TokenAndPositionEmbedding over int32 ids (its get_config:
+ * vocabulary_size, sequence_length, embedding_dim, embeddings_initializer,
+ * mask_zero), then Dense per position. */
+static const char KERAS_NLP_EMBEDDING[] =
+    "{\"module\": \"keras\", \"class_name\": \"Sequential\", \"config\": {\"name\": \"lm\",\n"
+    " \"layers\": [\n"
+    " {\"class_name\": \"InputLayer\", \"config\": {\"batch_shape\": [null, 8],\n"
+    "  \"dtype\": \"int32\", \"sparse\": false, \"name\": \"input_layer\"}},\n"
+    " {\"module\": \"keras_nlp.layers\", \"class_name\": \"TokenAndPositionEmbedding\",\n"
+    "  \"config\": {\"name\": \"token_and_position_embedding\", \"trainable\": true,\n"
+    "  \"dtype\": \"float32\", \"vocabulary_size\": 256, \"sequence_length\": 16,\n"
+    "  \"embedding_dim\": 32, \"embeddings_initializer\": {\"module\":\n"
+    "  \"keras.initializers\", \"class_name\": \"RandomUniform\", \"config\": {\"minval\":\n"
+    "  -0.05, \"maxval\": 0.05, \"seed\": null}, \"registered_name\": null},\n"
+    "  \"mask_zero\": false},\n"
+    "  \"registered_name\": \"keras_nlp>TokenAndPositionEmbedding\"},\n"
+    " {\"class_name\": \"Dense\", \"config\": {\"units\": 256}}\n"
+    "]}, \"keras_version\": \"3.3.3\", \"backend\": \"tensorflow\"}\n";
+
+static void reads_keras_nlp_embedding(void **state) {
+    (void)state;
+    mpcl_model_params p = mpcl_model_default_params();
+    TU_ASSERT_OK(mpcl_model_file_read(write_file("emb.json", KERAS_NLP_EMBEDDING), &p));
+    assert_int_equal(p.input_rank, 1);
+    assert_int_equal(p.inputs, 8);
+    assert_int_equal(p.layer_count, 2);
+    assert_string_equal(p.layers[0].kind, "token_pos_embedding");
+    assert_int_equal(p.layers[0].vocabulary_size, 256);
+    assert_int_equal(p.layers[0].sequence_length, 16);
+    assert_int_equal(p.layers[0].embedding_dim, 32);
+    /* (8, 32) after the embedding, (8, 256) logits per position. */
+    p.classes = 256;
+    mpcl_layer_summary s[MPCL_MAX_LAYERS];
+    size_t n = 0;
+    TU_ASSERT_OK(mpcl_model_summary(NULL, &p, s, &n));
+    assert_int_equal(s[0].params, (256 + 16) * 32);
+    assert_int_equal(s[1].out_rank, 2);
+    assert_int_equal(s[1].out_shape[1], 256);
+    static const char *const cases[][3] = {
+        {"\"mask_zero\": false", "\"mask_zero\": true", "mask_zero is true"},
+        {"\"embedding_dim\": 32,", "", "embedding_dim"},
+        {"\"sequence_length\": 16", "\"sequence_length\": 0", "sequence_length=\"0\""},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *at = strstr(KERAS_NLP_EMBEDDING, cases[i][0]);
+        assert_non_null(at);
+        char text[sizeof KERAS_NLP_EMBEDDING + 16];
+        snprintf(text, sizeof text, "%.*s%s%s", (int)(at - KERAS_NLP_EMBEDDING),
+                 KERAS_NLP_EMBEDDING, cases[i][1], at + strlen(cases[i][0]));
+        assert_int_equal(mpcl_model_file_read(write_file("bad_emb.json", text), &p),
+                         MPCL_ERR_FORMAT);
+        if (!strstr(mpcl_errmsg(), cases[i][2]) ||
+            !strstr(mpcl_errmsg(), "TokenAndPositionEmbedding"))
+            fail_msg("case %zu: wanted '%s' in: %s", i, cases[i][2], mpcl_errmsg());
+    }
+}
+
 /* Keras 3.x: a custom layer registered as CausalSelfAttention (module
  * null) with num_heads and use_bias in its config, over (T, C) = (16, 8). */
 static const char KERAS3_ATTENTION[] =
@@ -293,6 +350,7 @@ int main(void) {
         cmocka_unit_test(reads_keras3),
         cmocka_unit_test(reads_keras2),
         cmocka_unit_test(reads_keras3_layer_norm),
+        cmocka_unit_test(reads_keras_nlp_embedding),
         cmocka_unit_test(reads_keras3_causal_self_attention),
         cmocka_unit_test(refuses_with_reason),
     };

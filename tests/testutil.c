@@ -207,6 +207,48 @@ float *tu_model_state(mpcl_model *m, size_t *n_out) {
     return buf;
 }
 
+float *tu_param_grads(mpcl_model *m, size_t index) {
+    const mpcl_param_info *r = mpcl_model_param(m, index);
+    float *arena = tu_download(mpcl_model_grad_arena(m));
+    float *g = malloc(r->count * sizeof *g);
+    assert_non_null(g);
+    memcpy(g, arena + r->offset, r->count * sizeof *g);
+    free(arena);
+    return g;
+}
+
+size_t tu_check_param_gradients(mpcl_model *m, double h, tu_loss_fn loss, void *arg, double atol,
+                                double rtol, double norm_tol) {
+    size_t checked = 0;
+    for (size_t i = 0; i < mpcl_model_param_count(m); i++) {
+        const mpcl_param_info *r = mpcl_model_param(m, i);
+        float *g = tu_param_grads(m, i), *w = malloc(r->count * sizeof *w);
+        double *fd = malloc(r->count * sizeof *fd);
+        assert_non_null(w);
+        assert_non_null(fd);
+        TU_ASSERT_OK(mpcl_model_read_param(m, i, MPCL_OPTIM_SLOT_MASTER, w, r->count));
+        for (size_t j = 0; j < r->count; j++) {
+            float w0 = w[j], up = (float)((double)w0 + h), down = (float)((double)w0 - h);
+            w[j] = up;
+            TU_ASSERT_OK(mpcl_model_write_param(m, i, MPCL_OPTIM_SLOT_MASTER, w, r->count));
+            double l_up = loss(m, arg);
+            w[j] = down;
+            TU_ASSERT_OK(mpcl_model_write_param(m, i, MPCL_OPTIM_SLOT_MASTER, w, r->count));
+            double l_down = loss(m, arg);
+            w[j] = w0;
+            fd[j] = (l_up - l_down) / ((double)up - (double)down);
+        }
+        TU_ASSERT_OK(mpcl_model_write_param(m, i, MPCL_OPTIM_SLOT_MASTER, w, r->count));
+        if (!tu_check_close(r->name, g, fd, r->count, atol, rtol, norm_tol))
+            fail_msg("%s: the analytic gradient is not the finite difference", r->name);
+        checked += r->count;
+        free(g);
+        free(w);
+        free(fd);
+    }
+    return checked;
+}
+
 bool tu_cache_dir_make(char *template_path) {
     if (!mkdtemp(template_path)) return false;
     setenv("MPCL_CACHE_DIR", template_path, 1);

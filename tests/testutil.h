@@ -86,6 +86,19 @@ bool tu_still_poisoned(const mpcl_tensor *t);
  * norm's moving averages), malloc'ed; for bitwise comparisons of whole
  * model states. */
 float *tu_model_state(mpcl_model *m, size_t *n_out);
+
+/* Parameter `index`'s elements of m's gradient arena, as floats, malloc'ed. */
+float *tu_param_grads(mpcl_model *m, size_t index);
+
+/* Every element of every parameter of m: its gradient in the gradient
+ * arena (the caller's backward) against the central difference (loss(w +
+ * h) - loss(w - h)) / (the two weights' f32 difference) of loss(m, arg),
+ * the master weight moved each way and put back. Fails naming the
+ * parameter unless tu_check_close(atol, rtol, norm_tol) passes. Returns
+ * the elements checked. */
+typedef double (*tu_loss_fn)(mpcl_model *m, void *arg);
+size_t tu_check_param_gradients(mpcl_model *m, double h, tu_loss_fn loss, void *arg, double atol,
+                                double rtol, double norm_tol);
 #define TU_POISON_F16 ((uint16_t)0x7e55)
 /* bf16: a signaling NaN, which no bf16 store produces (NaN stores as 0x7fc0). */
 #define TU_POISON_BF16 ((uint16_t)0x7fa5)

@@ -48,6 +48,9 @@ typedef struct mpcl_layer_spec {
     double momentum;            /* batch_normalization: of the moving averages, [0, 1] */
     double epsilon;             /* batch_normalization: added to the variance, > 0 */
     size_t num_heads;           /* causal_self_attention: heads, dividing the channels */
+    size_t vocabulary_size;     /* token_pos_embedding: token ids in [0, vocabulary_size) */
+    size_t sequence_length;     /* token_pos_embedding: the longest sequence (positions) */
+    size_t embedding_dim;       /* token_pos_embedding: channels per position */
 } mpcl_layer_spec;
 
 /* ---- the kinds and their declared attributes ---- */

@@ -204,6 +204,14 @@ mpcl_status mpcl_model_eval_step(mpcl_model *m, const mpcl_tensor *x, const mpcl
  * backward and apply a caller may read or rewrite it (owned by the model). */
 mpcl_tensor *mpcl_model_grad_arena(mpcl_model *m);
 
+/* The dtype of a batch's x: int32 token ids when the first layer takes
+ * them (token_pos_embedding), else the plan's storage dtype. */
+mpcl_dtype mpcl_model_input_dtype(const mpcl_model *m);
+/* The labels per sample: T when the model's output is (T, classes) (a
+ * sparse label per position: labels int32 [B, T], the loss and accuracy
+ * the mean over the B T positions), else 1. */
+size_t mpcl_model_positions(const mpcl_model *m);
+
 /* Blocking reads of the statistics of the model's loss (see
  * mpcl_loss_stats_read: MPCL_ERR_LABEL when a target was bad since the last
  * reset). */

@@ -13,7 +13,9 @@
  *   - a key whose value mpcl has one way to honour, which must hold it:
  *     data_format "channels_last", dilation_rate 1, groups 1, a batch or
  *     layer norm's axis -1 (or 3 for images), center and scale true, a
- *     layer norm's rms_scaling false.
+ *     layer norm's rms_scaling false, a token embedding's mask_zero false
+ *     (Keras-NLP's TokenAndPositionEmbedding; its embeddings_initializer
+ *     is an initializer like the others: mpcl starts it normal, std 0.02).
  * Anything else is refused, naming the layer and key. The input shape comes
  * from an InputLayer's batch_shape (Keras 3) or batch_input_shape (Keras 2),
  * or the first layer's batch_input_shape or build_config. A softmax (or a

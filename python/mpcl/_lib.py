@@ -47,7 +47,9 @@ class LayerSpec(Structure):
                 ("filters", c_size_t), ("kernel_size", c_size_t * 2), ("pool_size", c_size_t * 2),
                 ("strides", c_size_t * 2), ("padding", c_int), ("use_bias", c_bool),
                 ("rate", c_double), ("momentum", c_double), ("epsilon", c_double),
-                ("num_heads", c_size_t)]
+                ("num_heads", c_size_t),
+                ("vocabulary_size", c_size_t), ("sequence_length", c_size_t),
+                ("embedding_dim", c_size_t)]
 
 
 class OptimParams(Structure):

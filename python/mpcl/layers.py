@@ -197,6 +197,24 @@ class LayerNormalization(Layer):
         super().__init__(name, input_shape, epsilon=epsilon)
 
 
+class TokenAndPositionEmbedding(Layer):
+    """Keras-NLP's TokenAndPositionEmbedding: int32 token ids (T,), T <=
+    sequence_length, to (T, embedding_dim) = the token's embedding plus the
+    position's (GPT-2's wte and wpe, started normal with std 0.02). Only a
+    model's first layer; the model's x is then int32 token ids."""
+    kind = "token_pos_embedding"
+
+    def __init__(self, vocabulary_size, sequence_length, embedding_dim, input_shape=None,
+                 name=None):
+        for arg, value in (("vocabulary_size", vocabulary_size),
+                           ("sequence_length", sequence_length),
+                           ("embedding_dim", embedding_dim)):
+            if value is None:
+                raise ValueError(f"TokenAndPositionEmbedding: {arg} is required")
+        super().__init__(name, input_shape, vocabulary_size=vocabulary_size,
+                         sequence_length=sequence_length, embedding_dim=embedding_dim)
+
+
 class CausalSelfAttention(Layer):
     """GPT-2's masked multi-head self-attention over (T, C) sequences: the
     c_attn kernel [C, 3C] (q, k, v) and bias, the c_proj kernel [C, C] and

@@ -25,6 +25,7 @@ static const char *const IGNORED[] = {
     "gamma_initializer",
     "moving_mean_initializer",
     "moving_variance_initializer",
+    "embeddings_initializer",
     "kernel_regularizer",
     "bias_regularizer",
     "activity_regularizer",
@@ -52,6 +53,7 @@ static const struct {
     {"rms_scaling", {"false"}},
     {"renorm", {"false"}},
     {"synchronized", {"false"}},
+    {"mask_zero", {"false"}},
 };
 
 typedef struct reader {

@@ -61,26 +61,33 @@ static size_t list_candidates(mpcl_context *ctx, candidate *c) {
 }
 
 /* A model of these params in the candidate's plan and a batch of max_batch
- * random inputs for it. */
+ * random inputs for it (token ids 0 for a model of tokens), with a label
+ * per sample or per position. */
 static mpcl_status candidate_setup(mpcl_context *ctx, const mpcl_model_params *params,
                                    candidate *c) {
-    size_t B = params->max_batch, in = params->inputs;
+    size_t B = params->max_batch, in = params->inputs, n = 0;
+    mpcl_status st = mpcl__model_create_plan(ctx, params, &c->plan, &c->m);
+    if (st != MPCL_OK) return st;
+    size_t P = mpcl_model_positions(c->m);
+    bool tokens = mpcl_model_input_dtype(c->m) == MPCL_DTYPE_I32;
     float *xf = malloc(B * in * sizeof *xf);
-    int32_t *labels = malloc(B * sizeof *labels);
-    mpcl_status st = xf && labels ? MPCL_OK : MPCL_ERR_OUT_OF_MEMORY;
-    if (st == MPCL_OK) st = mpcl__model_create_plan(ctx, params, &c->plan, &c->m);
-    if (st == MPCL_OK) st = mpcl_tensor_create(ctx, c->plan.storage, B, in, &c->x);
-    if (st == MPCL_OK) st = mpcl_tensor_create(ctx, MPCL_DTYPE_I32, B, 1, &c->y);
+    int32_t *labels = malloc(B * P * sizeof *labels), *ids = calloc(tokens ? B * in : 1, 4);
+    if (!xf || !labels || !ids) st = MPCL_ERROR(ctx, MPCL_ERR_OUT_OF_MEMORY, "a timing batch");
+    if (st == MPCL_OK) st = mpcl_tensor_create(ctx, mpcl_model_input_dtype(c->m), B, in, &c->x);
+    if (st == MPCL_OK) st = mpcl_tensor_create(ctx, MPCL_DTYPE_I32, B, P, &c->y);
     if (st == MPCL_OK) {
         uint64_t rng = params->seed;
         size_t classes = mpcl_model_layer(c->m, mpcl_model_layer_count(c->m) - 1)->units;
-        for (size_t i = 0; i < B * in; i++) xf[i] = (float)(mpcl_rng_next(&rng) >> 40) * 0x1p-24f;
-        for (size_t b = 0; b < B; b++) labels[b] = (int32_t)(b % classes);
-        st = mpcl_tensor_upload_f32(c->x, xf, B * in);
+        for (size_t i = 0; !tokens && i < B * in; i++)
+            xf[i] = (float)(mpcl_rng_next(&rng) >> 40) * 0x1p-24f;
+        for (n = 0; n < B * P; n++) labels[n] = (int32_t)(n % classes);
+        st = tokens ? mpcl_tensor_upload_i32(c->x, ids, B * in)
+                    : mpcl_tensor_upload_f32(c->x, xf, B * in);
     }
-    if (st == MPCL_OK) st = mpcl_tensor_upload_i32(c->y, labels, B);
+    if (st == MPCL_OK) st = mpcl_tensor_upload_i32(c->y, labels, n);
     free(xf);
     free(labels);
+    free(ids);
     return st;
 }
 

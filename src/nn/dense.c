@@ -1,4 +1,7 @@
-/* Dense: y = act(x W + b), kernel W [inputs, units], bias b [units]. */
+/* Dense: y = act(x W + b), kernel W [features, units], bias b [units], on
+ * a flat (features,) input, or on each position of a sequence (positions,
+ * features) as Keras' Dense does on its last axis: the batch is then the
+ * [B positions, features] matrix, and the gradients sum over positions. */
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,11 +27,12 @@ static mpcl_status dense_declare(mpcl__layer *L, mpcl__tables *t) {
     dense *d = calloc(1, sizeof *d);
     if (!d) return MPCL_ERROR(ctx, MPCL_ERR_OUT_OF_MEMORY, "allocating a dense layer");
     L->state = d;
-    size_t units = L->spec.units;
-    mpcl__layer_set_output(L, 1, &units);
+    size_t units = L->spec.units, features = L->in_shape[L->in_rank - 1];
+    size_t out[2] = {L->in_shape[0], units};
+    mpcl__layer_set_output(L, L->in_rank, L->in_rank == 2 ? out : &units);
     char layer[32], name[48];
     mpcl__layer_name(layer, sizeof layer, L);
-    size_t kshape[2] = {L->inputs, units};
+    size_t kshape[2] = {features, units};
     snprintf(name, sizeof name, "%s.kernel", layer);
     mpcl_status st =
         mpcl__params_add(ctx, &t->params, name, 2, kshape, MPCL__INIT_GLOROT, &d->kernel_row);
@@ -36,16 +40,29 @@ static mpcl_status dense_declare(mpcl__layer *L, mpcl__tables *t) {
     return mpcl__bias_act_add_rows(ctx, t, layer, units, L->spec.use_bias, &d->epilogue);
 }
 
+/* Positions per sample: 1 for a flat input. */
+static size_t positions(const mpcl__layer *L) {
+    return L->in_rank == 2 ? L->in_shape[0] : 1;
+}
+
 static double dense_activation_bytes(const mpcl__layer *L, const mpcl__layer_env *env) {
-    return mpcl__layer_io_bytes(L) +
-           mpcl__bias_act_bytes(L->spec.activation, env->max_batch, L->outputs, env->storage);
+    return mpcl__layer_io_bytes(L) + mpcl__bias_act_bytes(L->spec.activation,
+                                                          env->max_batch * positions(L),
+                                                          L->spec.units, env->storage);
+}
+
+/* The first B samples of a batch tensor as its [B positions, cols] matrix. */
+static mpcl_tensor by_position(const mpcl__layer *L, const mpcl_tensor *t, size_t B) {
+    mpcl_tensor rows = mpcl__tensor_rows(t, B);
+    return mpcl__tensor_reshape(&rows, B * positions(L), rows.cols / positions(L));
 }
 
 static mpcl_status dense_create(mpcl__layer *L, const mpcl__tables *t, const mpcl__arenas *a) {
     dense *d = L->state;
     const mpcl__layer_env *env = L->env;
     size_t off = t->params.rows[d->kernel_row].offset;
-    size_t in = L->inputs, out = L->outputs, B = env->max_batch;
+    size_t in = L->in_shape[L->in_rank - 1], out = L->spec.units;
+    size_t B = env->max_batch * positions(L);
     mpcl_status st;
     if ((st = mpcl__tensor_view(a->working, off, in, out, &d->w)) != MPCL_OK ||
         (st = mpcl__tensor_view(a->grads, off, in, out, &d->dw)) != MPCL_OK ||
@@ -57,8 +74,8 @@ static mpcl_status dense_create(mpcl__layer *L, const mpcl__tables *t, const mpc
 static mpcl_status dense_forward(mpcl__layer *L, const mpcl_tensor *in, bool training) {
     dense *d = L->state;
     const mpcl__layer_env *env = L->env;
-    mpcl_tensor h = mpcl__tensor_rows(L->output, in->rows);
-    mpcl_status st = mpcl_gemm(env->ctx, env->gemm, false, false, 1.0f, in, d->w, 0.0f, &h);
+    mpcl_tensor h = by_position(L, L->output, in->rows), x = by_position(L, in, in->rows);
+    mpcl_status st = mpcl_gemm(env->ctx, env->gemm, false, false, 1.0f, &x, d->w, 0.0f, &h);
     if (st != MPCL_OK) return st;
     return mpcl__bias_act_forward(&d->epilogue, env->ctx, &h, training);
 }
@@ -67,12 +84,15 @@ static mpcl_status dense_backward(mpcl__layer *L, const mpcl_tensor *in, mpcl_te
     dense *d = L->state;
     const mpcl__layer_env *env = L->env;
     size_t B = in->rows;
-    mpcl_tensor dpre = mpcl__tensor_rows(L->d_output, B), h = mpcl__tensor_rows(L->output, B);
+    mpcl_tensor dpre = by_position(L, L->d_output, B), h = by_position(L, L->output, B);
+    mpcl_tensor x = by_position(L, in, B);
     mpcl_status st = mpcl__bias_act_backward(&d->epilogue, env->ctx, &dpre, &h);
     if (st == MPCL_OK)
-        st = mpcl_gemm(env->ctx, env->gemm, true, false, 1.0f, in, &dpre, 0.0f, d->dw);
-    if (st == MPCL_OK && d_in)
-        st = mpcl_gemm(env->ctx, env->gemm, false, true, 1.0f, &dpre, d->w, 0.0f, d_in);
+        st = mpcl_gemm(env->ctx, env->gemm, true, false, 1.0f, &x, &dpre, 0.0f, d->dw);
+    if (st == MPCL_OK && d_in) {
+        mpcl_tensor dx = by_position(L, d_in, B);
+        st = mpcl_gemm(env->ctx, env->gemm, false, true, 1.0f, &dpre, d->w, 0.0f, &dx);
+    }
     return st;
 }
 
@@ -92,6 +112,7 @@ const mpcl__layer_kind mpcl__dense_layer = {
     .attrs = DENSE_ATTRS,
     .attr_count = sizeof DENSE_ATTRS / sizeof DENSE_ATTRS[0],
     .input_rank = 1,
+    .per_position = true,
     .declare = dense_declare,
     .activation_bytes = dense_activation_bytes,
     .create = dense_create,

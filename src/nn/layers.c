@@ -13,6 +13,7 @@ extern const mpcl__layer_kind mpcl__dropout_layer;
 extern const mpcl__layer_kind mpcl__batch_normalization_layer;
 extern const mpcl__layer_kind mpcl__layer_normalization_layer;
 extern const mpcl__layer_kind mpcl__causal_self_attention_layer;
+extern const mpcl__layer_kind mpcl__token_pos_embedding_layer;
 
 static const mpcl__layer_kind *const KINDS[] = {
     &mpcl__dense_layer,
@@ -23,6 +24,7 @@ static const mpcl__layer_kind *const KINDS[] = {
     &mpcl__batch_normalization_layer,
     &mpcl__layer_normalization_layer,
     &mpcl__causal_self_attention_layer,
+    &mpcl__token_pos_embedding_layer,
 };
 
 #define KIND_COUNT (sizeof KINDS / sizeof KINDS[0])

@@ -26,8 +26,10 @@ struct mpcl_model {
     mpcl_loss_scale *ls;
     mpcl_tensor *train_stats, *eval_stats;
     phase phase;
-    mpcl_tensor x; /* the last forward's input: borrowed until backward */
-    int top;       /* the layer whose output is the model's: the last that computes */
+    mpcl_tensor x;      /* the last forward's input: borrowed until backward */
+    int top;            /* the layer whose output is the model's: the last that computes */
+    mpcl_dtype x_dtype; /* int32 token ids when the first layer takes them, else storage */
+    size_t positions;   /* labels per sample: T for a (T, classes) output, else 1 */
     size_t last_batch;
 };
 
@@ -202,9 +204,31 @@ static void glorot_uniform(uint64_t *rng, float *w, const mpcl_param_info *r) {
     }
 }
 
+/* Normal, mean 0 and std 0.02 (GPT-2's embeddings): Box-Muller's cosine
+ * from two 53-bit uniforms of the generator, u1 in (0, 1]. */
+static void normal_002(uint64_t *rng, float *w, size_t n) {
+    const double two_pi = 6.283185307179586;
+    for (size_t i = 0; i < n; i++) {
+        double u1 = (double)((mpcl_rng_next(rng) >> 11) + 1) * 0x1p-53;
+        double u2 = (double)(mpcl_rng_next(rng) >> 11) * 0x1p-53;
+        w[i] = (float)(0.02 * sqrt(-2.0 * log(u1)) * cos(two_pi * u2));
+    }
+}
+
+/* A row's initial values by its init (not zeros); Glorot rows of rank 1
+ * start at ones. */
+static void init_values(uint64_t *rng, float *w, const mpcl_param_info *r, mpcl__param_init init) {
+    if (init == MPCL__INIT_GLOROT && r->rank >= 2)
+        glorot_uniform(rng, w, r);
+    else if (init == MPCL__INIT_NORMAL_002)
+        normal_002(rng, w, r->count);
+    else
+        for (size_t j = 0; j < r->count; j++) w[j] = 1.0f;
+}
+
 /* The initial values of a table's rows, each in turn, written by `write`:
- * Glorot-uniform kernels in row order (one generator for all), then
- * zeros or ones. A new arena is zero-filled, so zeros cost nothing. */
+ * random rows in row order (one generator for all), then zeros or ones. A
+ * new arena is zero-filled, so zeros cost nothing. */
 static mpcl_status init_rows(mpcl_model *m, const mpcl__param_table *t, uint64_t *rng,
                              bool buffers) {
     mpcl_status st = MPCL_OK;
@@ -213,10 +237,7 @@ static mpcl_status init_rows(mpcl_model *m, const mpcl__param_table *t, uint64_t
         if (t->init[i] == MPCL__INIT_ZEROS) continue;
         float *w = malloc(r->count * sizeof *w);
         if (!w) return MPCL_ERROR(m->ctx, MPCL_ERR_OUT_OF_MEMORY, "initial values of %s", r->name);
-        if (t->init[i] == MPCL__INIT_GLOROT && r->rank >= 2)
-            glorot_uniform(rng, w, r);
-        else
-            for (size_t j = 0; j < r->count; j++) w[j] = 1.0f;
+        init_values(rng, w, r, t->init[i]);
         st = buffers ? mpcl_model_write_buffer(m, i, w, r->count)
                      : mpcl_optimizer_write(m->ctx, m->opt, MPCL_OPTIM_SLOT_MASTER, r->offset, w,
                                             r->count);
@@ -230,6 +251,33 @@ static mpcl_status init_weights(mpcl_model *m) {
     mpcl_status st = init_rows(m, &m->tables.params, &rng, false);
     if (st == MPCL_OK) st = init_rows(m, &m->tables.buffers, &rng, true);
     return st;
+}
+
+/* Whether a kind takes an input of that rank. */
+static bool takes_rank(const mpcl__layer_kind *k, size_t rank) {
+    return !k->input_rank || k->input_rank == rank || (k->per_position && rank == 2);
+}
+
+/* A kind that takes token ids is the model's first layer: the model's x is
+ * its ids. */
+static mpcl_status check_token_layer(mpcl_context *ctx, const mpcl__layer *layers, size_t l) {
+    if (!layers[l].kind->takes_tokens || l == 0) return MPCL_OK;
+    char name[32], before[32];
+    mpcl__layer_name(name, sizeof name, &layers[l]);
+    mpcl__layer_name(before, sizeof before, &layers[l - 1]);
+    return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG,
+                      "%s takes token ids: only a model's first layer may; it is layer %zu, "
+                      "after %s",
+                      name, l, before);
+}
+
+/* The top layer's output is (classes,), or with a sparse loss (positions,
+ * classes): a label per position. */
+static bool output_fits(const mpcl_model_params *p, const mpcl__layer *last) {
+    size_t classes = last->out_shape[last->out_rank - 1];
+    if (last->out_rank == 2 && mpcl_loss_sparse_targets(p->loss))
+        return !p->classes || classes == p->classes;
+    return last->out_rank == 1 && (!p->classes || last->outputs == p->classes);
 }
 
 /* Declares every layer: the tables and the layers' shapes, no device
@@ -252,7 +300,9 @@ mpcl_status mpcl__declare_layers(mpcl_context *ctx, const mpcl_model_params *p,
         size_t k = 0;
         for (size_t j = 0; j < l; j++) k += layers[j].kind == L->kind;
         L->index = k;
-        if (L->kind->input_rank && L->kind->input_rank != rank) {
+        mpcl_status st = check_token_layer(ctx, layers, l);
+        if (st != MPCL_OK) return st;
+        if (!takes_rank(L->kind, rank)) {
             char name[32], have[64], before[64] = "the model's input";
             mpcl__layer_name(name, sizeof name, L);
             mpcl__shape_str(have, sizeof have, rank, shape);
@@ -264,22 +314,22 @@ mpcl_status mpcl__declare_layers(mpcl_context *ctx, const mpcl_model_params *p,
                               L->kind->input_rank == 1 ? ": put a flatten layer between them"
                                                        : ": give the input shape as (H, W, C)");
         }
-        mpcl_status st = L->kind->declare(L, t);
-        if (st != MPCL_OK) return st;
+        if ((st = L->kind->declare(L, t)) != MPCL_OK) return st;
         rank = L->out_rank;
         for (size_t d = 0; d < rank; d++) shape[d] = L->out_shape[d];
     }
     mpcl__layer *last = &layers[count - 1];
-    if (p->layer_count > 0 &&
-        (last->out_rank != 1 || (p->classes && last->outputs != p->classes))) {
+    if (p->layer_count > 0 && !output_fits(p, last)) {
         char name[32], have[64];
         mpcl__layer_name(name, sizeof name, last);
         mpcl__shape_str(have, sizeof have, last->out_rank, last->out_shape);
+        bool sparse = mpcl_loss_sparse_targets(p->loss);
         return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG,
-                          "the last layer, %s, gives %s; the model's output is (%zu,): one per "
+                          "the last layer, %s, gives %s; the model's output is (%zu,)%s: one per "
                           "%s",
                           name, have, p->classes,
-                          mpcl_loss_sparse_targets(p->loss) ? "class" : "target column");
+                          sparse ? ", or (positions, classes) per position" : "",
+                          sparse ? "class" : "target column");
     }
     return MPCL_OK;
 }
@@ -419,6 +469,9 @@ mpcl_status mpcl__model_create_plan(mpcl_context *ctx, const mpcl_model_params *
         st = MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "the model has no layer that computes");
         goto fail;
     }
+    m->x_dtype = m->layers[0].kind->takes_tokens ? MPCL_DTYPE_I32 : plan.storage;
+    const mpcl__layer *top = &m->layers[m->top];
+    m->positions = top->out_rank == 2 ? top->out_shape[0] : 1;
     st = mpcl_optimizer_create(ctx, &params->optim, m->arenas.master, m->arenas.working, &m->opt);
     if (st == MPCL_OK) st = write_decay_flags(m);
     if (st != MPCL_OK) goto fail;
@@ -471,11 +524,17 @@ mpcl_context *mpcl_model_context(const mpcl_model *m) {
 mpcl_tensor *mpcl_model_grad_arena(mpcl_model *m) {
     return m->arenas.grads;
 }
+mpcl_dtype mpcl_model_input_dtype(const mpcl_model *m) {
+    return m->x_dtype;
+}
+size_t mpcl_model_positions(const mpcl_model *m) {
+    return m->positions;
+}
 
 static mpcl_status check_batch(mpcl_model *m, const mpcl_tensor *x, const mpcl_tensor *targets) {
     size_t B = x->rows;
     bool sparse = mpcl_loss_sparse_targets(m->params.loss);
-    size_t tcols = sparse ? 1 : m->layers[m->top].outputs;
+    size_t tcols = sparse ? m->positions : m->layers[m->top].outputs;
     if (B == 0 || B > m->params.max_batch || x->cols != m->params.inputs || targets->rows != B ||
         targets->cols != tcols)
         return MPCL_ERROR(m->ctx, MPCL_ERR_SHAPE,
@@ -485,12 +544,11 @@ static mpcl_status check_batch(mpcl_model *m, const mpcl_tensor *x, const mpcl_t
                           targets->cols, m->params.inputs, sparse ? "labels" : "targets", tcols,
                           m->params.max_batch);
     mpcl_dtype want = sparse ? MPCL_DTYPE_I32 : MPCL_DTYPE_F32;
-    if (x->dtype != m->plan.storage || targets->dtype != want)
-        return MPCL_ERROR(m->ctx, MPCL_ERR_DTYPE,
-                          "batch x is %s and %s %s; this model's plan wants %s and %s",
-                          mpcl_dtype_name(x->dtype), sparse ? "labels" : "targets",
-                          mpcl_dtype_name(targets->dtype), mpcl_dtype_name(m->plan.storage),
-                          mpcl_dtype_name(want));
+    if (x->dtype != m->x_dtype || targets->dtype != want)
+        return MPCL_ERROR(
+            m->ctx, MPCL_ERR_DTYPE, "batch x is %s and %s %s; this model wants %s and %s",
+            mpcl_dtype_name(x->dtype), sparse ? "labels" : "targets",
+            mpcl_dtype_name(targets->dtype), mpcl_dtype_name(m->x_dtype), mpcl_dtype_name(want));
     return MPCL_OK;
 }
 
@@ -514,18 +572,36 @@ mpcl_status mpcl_model_forward(mpcl_model *m, const mpcl_tensor *x, const mpcl_t
     return mpcl_model_forward_slice(m, x, labels, x ? x->rows : 0);
 }
 
+/* The first B rows of a top-layer tensor (logits, their gradient) as the
+ * loss sees them: one row per sample, or per position of a (T, classes)
+ * output, B T rows of classes (contiguous, so a view). */
+static mpcl_tensor loss_rows(const mpcl_model *m, const mpcl_tensor *t, size_t B) {
+    mpcl_tensor rows = mpcl__tensor_rows(t, B);
+    return mpcl__tensor_reshape(&rows, B * m->positions, rows.cols / m->positions);
+}
+
+/* The labels or targets [B, positions * cols] as the loss sees them: B
+ * positions rows. */
+static mpcl_tensor target_rows(const mpcl_model *m, const mpcl_tensor *t) {
+    return mpcl__tensor_reshape(t, t->rows * m->positions, t->cols / m->positions);
+}
+
 mpcl_status mpcl_model_forward_slice(mpcl_model *m, const mpcl_tensor *x, const mpcl_tensor *labels,
                                      size_t batch_rows) {
     mpcl_status st = check_batch(m, x, labels);
     if (st != MPCL_OK) return st;
     m->phase = PHASE_IDLE;
     mpcl__layer *top = &m->layers[m->top];
-    mpcl_tensor logits = mpcl__tensor_rows(top->output, x->rows),
-                dlogits = mpcl__tensor_rows(top->d_output, x->rows);
+    size_t B = x->rows;
+    mpcl_tensor logits = loss_rows(m, top->output, B), dlogits = loss_rows(m, top->d_output, B);
+    /* The gradient is the mean over the global batch's positions. */
+    mpcl_tensor y = target_rows(m, labels);
     if ((st = forward_layers(m, x, true)) != MPCL_OK) return st;
-    st = mpcl__loss_forward_backward_rows(m->ctx, m->params.loss, m->train_stats, &dlogits, &logits,
-                                          labels, m->ls ? mpcl_loss_scale_tensor(m->ls) : NULL,
-                                          batch_rows);
+    /* The loss refuses a divisor below its rows (or past 32 bits). */
+    size_t divisor = batch_rows <= SIZE_MAX / m->positions ? batch_rows * m->positions : 0;
+    st =
+        mpcl__loss_forward_backward_rows(m->ctx, m->params.loss, m->train_stats, &dlogits, &logits,
+                                         &y, m->ls ? mpcl_loss_scale_tensor(m->ls) : NULL, divisor);
     if (st != MPCL_OK) return st;
     m->x = *x;
     m->phase = PHASE_FORWARD;
@@ -581,8 +657,9 @@ mpcl_status mpcl_model_eval_step(mpcl_model *m, const mpcl_tensor *x, const mpcl
     /* The activations are overwritten: a pending backward would read them. */
     m->phase = PHASE_IDLE;
     if ((st = forward_layers(m, x, false)) != MPCL_OK) return st;
-    mpcl_tensor logits = mpcl__tensor_rows(m->layers[m->top].output, x->rows);
-    return mpcl_loss_forward(m->ctx, m->params.loss, m->eval_stats, &logits, labels);
+    mpcl_tensor logits = loss_rows(m, m->layers[m->top].output, x->rows);
+    mpcl_tensor y = target_rows(m, labels);
+    return mpcl_loss_forward(m->ctx, m->params.loss, m->eval_stats, &logits, &y);
 }
 
 mpcl_status mpcl_model_read_train_stats(mpcl_model *m, mpcl_loss_stats *out, bool reset) {

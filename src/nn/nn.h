@@ -12,11 +12,13 @@
 #define MPCL__MAX_PARAMS 64
 
 /* How a row starts: Glorot-uniform kernels (fans from its shape), zeros,
- * or ones (a batch norm's gamma and moving variance). */
+ * ones (a batch norm's gamma and moving variance), or normal with mean 0
+ * and standard deviation 0.02 (GPT-2's embeddings). */
 typedef enum mpcl__param_init {
     MPCL__INIT_GLOROT,
     MPCL__INIT_ZEROS,
     MPCL__INIT_ONES,
+    MPCL__INIT_NORMAL_002,
 } mpcl__param_init;
 
 typedef struct mpcl__param_table {
@@ -92,6 +94,13 @@ typedef struct mpcl__layer_kind {
     /* The input rank it takes: 1 (features), 3 (height, width, channels),
      * or 0 for any. */
     size_t input_rank;
+    /* With input_rank 1, it also takes a sequence (positions, features) and
+     * maps each position on its own (Keras' Dense on a rank-3 batch). */
+    bool per_position;
+    /* Its input is token ids, int32 (positions,), not features: only a
+     * model's first layer may be such a kind, and the model's x is then
+     * int32 [B, positions]. It passes no gradient to its input. */
+    bool takes_tokens;
     /* The output is the input, unchanged in memory (Flatten): the kind has
      * no forward, backward, create or activations, and the model passes
      * tensors through it. */

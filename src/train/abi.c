@@ -47,6 +47,9 @@ static const abi_row rows[] = {
     FIELD(mpcl_layer_spec, momentum),
     FIELD(mpcl_layer_spec, epsilon),
     FIELD(mpcl_layer_spec, num_heads),
+    FIELD(mpcl_layer_spec, vocabulary_size),
+    FIELD(mpcl_layer_spec, sequence_length),
+    FIELD(mpcl_layer_spec, embedding_dim),
 
     SIZE(mpcl_optim_params),
     FIELD(mpcl_optim_params, kind),

@@ -274,7 +274,7 @@ static mpcl_status parse_mlp(const mpcl__ckpt_loader *L, mpcl_model_params *p) {
 }
 
 /* The layers key: the model's text form (model.h), checked as a model
- * would check it; classes is the last layer's width. */
+ * would check it; classes is the last dimension of its output. */
 static mpcl_status parse_layers(const mpcl__ckpt_loader *L, const char *text,
                                 mpcl_model_params *p) {
     mpcl_layer_summary *s = malloc(MPCL_MAX_LAYERS * sizeof *s);
@@ -283,7 +283,7 @@ static mpcl_status parse_layers(const mpcl__ckpt_loader *L, const char *text,
     p->classes = 0;
     mpcl_status st = mpcl_model_spec_parse(NULL, text, p);
     if (st == MPCL_OK) st = mpcl_model_summary(NULL, p, s, &n);
-    if (st == MPCL_OK) p->classes = s[n - 1].out_shape[0];
+    if (st == MPCL_OK) p->classes = s[n - 1].out_shape[s[n - 1].out_rank - 1];
     free(s);
     if (st != MPCL_OK) {
         char why[256];

@@ -255,6 +255,27 @@ def test_layer_normalization_fits_saves_and_loads(tmp_path):
         np.testing.assert_array_equal(a, b)
 
 
+def test_token_and_position_embedding(capsys):
+    if not has_kind("token_pos_embedding"):
+        pytest.skip("this libmpcl has no token_pos_embedding kind")
+    e = L.TokenAndPositionEmbedding(256, 16, 32, input_shape=(8,))
+    cfg = e.get_config()
+    assert set(cfg) == {"name", "trainable", "dtype", "vocabulary_size", "sequence_length",
+                        "embedding_dim"}
+    assert (cfg["vocabulary_size"], cfg["sequence_length"], cfg["embedding_dim"]) == (256, 16, 32)
+    with pytest.raises(ValueError, match="vocabulary_size"):
+        L.TokenAndPositionEmbedding(0, 16, 32)
+    with pytest.raises(ValueError, match="embedding_dim is required"):
+        L.TokenAndPositionEmbedding(256, 16, None)
+    m = mpcl.Sequential([e, L.Flatten(), L.Dense(4)])
+    m.summary()
+    out = capsys.readouterr().out
+    assert "token_pos_embedding_0 (TokenAndPositionEmbedding)" in " ".join(out.split())
+    assert "(None, 8, 32)" in out and f"{(256 + 16) * 32:,}" in out
+    doc = json.loads(m.to_json())
+    assert doc["config"]["layers"][1]["class_name"] == "TokenAndPositionEmbedding"
+
+
 def causal_attention_reference(x, w_attn, b_attn, w_proj, b_proj, heads):
     """GPT-2's attention in float64: x (B, T, C)."""
     x = x.astype(np.float64)
