@@ -414,14 +414,18 @@ static double run_case(harness *h, tu_rng *rng, const variant *v, float x_range,
 /* Every variant on small odd shapes: {B, T, C, H, bias}. T = 1 (a single
  * key), odd T, 3 and 5 channels per head, one head, more heads than
  * channels per head, no biases; 8 and 11 channels per head, a whole group
- * of the kernels' eight lanes and one with a tail. */
+ * of the kernels' eight lanes and one with a tail. mpcl's GEMM paths take
+ * every shape; CLBlast's (whose GEMMs test_gemm covers) the two marked
+ * `clblast`: on PoCL each new shape compiled CLBlast kernels, and the whole
+ * test ran past its 10 minutes in the ASan build with a cold cache. */
 static void matches_the_reference(void **state) {
     (void)state;
     static const struct {
         size_t B, T, C, H;
-        bool bias;
-    } shapes[] = {{1, 1, 4, 2, true},  {2, 7, 6, 2, true},  {3, 5, 15, 5, true}, {2, 7, 5, 1, true},
-                  {1, 9, 8, 4, false}, {2, 6, 16, 2, true}, {2, 5, 22, 2, true}};
+        bool bias, clblast;
+    } shapes[] = {{1, 1, 4, 2, true, false}, {2, 7, 6, 2, true, true},   {3, 5, 15, 5, true, false},
+                  {2, 7, 5, 1, true, false}, {1, 9, 8, 4, false, false}, {2, 6, 16, 2, true, false},
+                  {2, 5, 22, 2, true, true}};
     mpcl_context *ctx = tu_context();
     tu_rng rng = tu_rng_make(tu_seed("matches_the_reference"));
     for (size_t vi = 0; vi < VARIANTS; vi++) {
@@ -430,7 +434,9 @@ static void matches_the_reference(void **state) {
             printf("%s: not usable on this device, skipped\n", mpcl_gemm_path_name(v->gemm));
             continue;
         }
+        bool own = v->gemm == MPCL_GEMM_MPCL_F32 || v->gemm == MPCL_GEMM_MPCL_MIXED;
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            if (!own && !shapes[s].clblast) continue;
             harness *h = harness_make(ctx, &rng, v, shapes[s].B, shapes[s].T, shapes[s].C,
                                       shapes[s].H, shapes[s].bias, 1);
             run_case(h, &rng, v, 1, tolerance(v, 2e-6));
