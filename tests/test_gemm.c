@@ -50,9 +50,10 @@ static const gemm_case cases[] = {
     {40, 70, 75, false, false},
     /* AVX512-BF16's 4x64 tiles (cl/gemm_bf16_dot.cl): a last row tile and a
      * last column tile shifted back, an odd K's half pair; a transposed A
-     * packed in a whole block of 16 pairs and a part of one, columns in two
-     * whole blocks of 16 and a part. Its 8x32 tiles: {18, 36, 27} above. */
-    {37, 130, 33, false, false},
+     * packed (M >= 64) in a whole block of 16 pairs and a part of one, its
+     * columns in four whole blocks of 16 and a part. Its 8x32 tiles:
+     * {18, 36, 27} above. */
+    {67, 130, 33, false, false},
 };
 
 /* One (path, C dtype) combination to test. */

@@ -257,8 +257,14 @@ static mpcl_status run_staged(mpcl_context *ctx, bool ta, bool tb, size_t m, siz
  * instruction and the shape fills its tiles: 4x64 from 64 columns on, 8x32
  * from 32. AUTO and forced BF16_DOT tiles take it; MPCL_BF16_DOT=off and the
  * other forced tiles do not. */
-static const char *dot_kernel(const mpcl_context *ctx, const mpcl_tensor *a, const mpcl_tensor *c,
-                              size_t m, size_t n) {
+static const char *dot_kernel(const mpcl_context *ctx, bool ta, const mpcl_tensor *a,
+                              const mpcl_tensor *c, size_t m, size_t n) {
+    /* A transposed A is packed first (run_dot), a pass over all of it, which
+     * a few rows of C do not repay: conv1's weight gradient (9x32x86528 TN)
+     * ran 0.65x the f32-fma kernel's time so; conv2's (288x64x15488)
+     * 0.95-1.05x, the Dense's (1600x128x128) 1.10-1.19x (mpcl-bench
+     * gemm-cnn, a quiet machine). */
+    if (ta && m < 64) return NULL;
     if (a->dtype != MPCL_DTYPE_BF16 || ctx->info.bf16_dot != MPCL_BF16_DOT_VERIFIED ||
         mpcl__env_value(MPCL_ENV_BF16_DOT) ||
         (ctx->gemm_tiles != MPCL__GEMM_TILES_AUTO && ctx->gemm_tiles != MPCL__GEMM_TILES_BF16_DOT))
@@ -367,7 +373,7 @@ mpcl_status mpcl_gemm(mpcl_context *ctx, mpcl_gemm_path path, bool trans_a, bool
         return run_clblast(ctx, path, trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
     if (path == MPCL_GEMM_CLBLAST_STAGED)
         return run_staged(ctx, trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
-    const char *dot = path == MPCL_GEMM_MPCL_MIXED ? dot_kernel(ctx, a, c, m, n) : NULL;
+    const char *dot = path == MPCL_GEMM_MPCL_MIXED ? dot_kernel(ctx, trans_a, a, c, m, n) : NULL;
     if (dot) return run_dot(ctx, dot, trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
     if (trans_b && b->rows * b->cols >= STAGE_BT_MIN) {
         /* B^T staged in workspace 1 (free on mpcl's paths), then NN. */
