@@ -259,6 +259,24 @@ static int check_bf16_kernel(cl_context cl, cl_command_queue q, cl_program p, co
     return wrong;
 }
 
+/* The probe file `name` after common.cl, built for bf16 storage plus
+ * `options`, so that it runs the library's own macros; NULL when a source
+ * is missing or the build fails. */
+static cl_program build_after_common(cl_context cl, cl_device_id dev, const char *name,
+                                     const char *options, probe_log *log) {
+    char *common = mpcl__cl_source_load("common.cl", NULL);
+    char *probe = mpcl__cl_source_load(name, NULL);
+    char *src = NULL, all_options[160];
+    if (common && probe && (src = malloc(strlen(common) + strlen(probe) + 2)) != NULL)
+        sprintf(src, "%s\n%s", common, probe);
+    free(common);
+    free(probe);
+    snprintf(all_options, sizeof all_options, "-cl-std=CL1.2 -DMPCL_STORAGE_BF16=1%s", options);
+    cl_program p = src ? build(cl, dev, src, all_options, log) : NULL;
+    free(src);
+    return p;
+}
+
 /* The bf16 probe kernels (scalar, 4-, 8- and 16-wide), each checking NB
  * loads and NB stores. */
 #define BF16_KERNELS 4
@@ -267,15 +285,7 @@ static int check_bf16_kernel(cl_context cl, cl_command_queue q, cl_program p, co
 /* Number of wrong results over the kernels (2 * NB checks each),
  * BF16_CHECKS * NB + 1 when the program did not build or a kernel did not run. */
 static int check_bf16(cl_context cl, cl_device_id dev, cl_command_queue q, probe_log *log) {
-    char *common = mpcl__cl_source_load("common.cl", NULL);
-    char *probe = mpcl__cl_source_load("bf16_probe.cl", NULL);
-    char *src = NULL;
-    if (common && probe && (src = malloc(strlen(common) + strlen(probe) + 2)) != NULL)
-        sprintf(src, "%s\n%s", common, probe);
-    free(common);
-    free(probe);
-    cl_program p = src ? build(cl, dev, src, "-cl-std=CL1.2 -DMPCL_STORAGE_BF16=1", log) : NULL;
-    free(src);
+    cl_program p = build_after_common(cl, dev, "bf16_probe.cl", "", log);
     if (!p) return BF16_CHECKS * NB + 1;
     static const char *const names[BF16_KERNELS] = {"probe_bf16_storage", "probe_bf16_storage4",
                                                     "probe_bf16_storage8", "probe_bf16_storage16"};
@@ -333,17 +343,7 @@ static const char *dot_unavailable(cl_device_id dev) {
  * against each other, then pseudo-random bit patterns; the accumulators
  * include subnormals, inf and values that cancel. */
 static int check_bf16_dot(cl_context cl, cl_device_id dev, cl_command_queue q, probe_log *log) {
-    char *common = mpcl__cl_source_load("common.cl", NULL);
-    char *probe = mpcl__cl_source_load("bf16_dot_probe.cl", NULL);
-    char *src = NULL;
-    if (common && probe && (src = malloc(strlen(common) + strlen(probe) + 2)) != NULL)
-        sprintf(src, "%s\n%s", common, probe);
-    free(common);
-    free(probe);
-    cl_program p =
-        src ? build(cl, dev, src, "-cl-std=CL1.2 -DMPCL_STORAGE_BF16=1 -DMPCL_BF16_DOT_X86=1", log)
-            : NULL;
-    free(src);
+    cl_program p = build_after_common(cl, dev, "bf16_dot_probe.cl", " -DMPCL_BF16_DOT_X86=1", log);
     if (!p) return ND + 1;
     uint32_t a[ND], b[ND], seed = 12345u;
     float acc[ND], out[ND];
