@@ -132,28 +132,30 @@ __kernel void mpcl_gemm_dot_pack(__global const ushort *x, __global uint *out, u
 #define DOT_CLOAD_1(p, i) ((p)[(i)])
 #define DOT_CSTORE_0 STORE
 #define DOT_CSTORE_1(p, i, v) ((p)[(i)] = (v))
-// Vector v of row r: whole when the tile owns all of it, else the columns
-// it owns one by one.
-#define DOT_STORE_V(r, v)                                                        \
+// Vector v of row r, C written by CF: whole when the tile owns all of it,
+// else the columns it owns one by one.
+#define DOT_STORE_V(r, v, CF)                                                    \
     {                                                                            \
         const uint cj_ = cj0 + 16 * (v), o_ = i_ * N + cj_;                      \
         if (cj_ >= j0) {                                                         \
             float16 v_ = alpha * acc##r##_##v;                                   \
-            if (beta != 0.0f) v_ = fma((float16)(beta), DOT_CVLOAD(c, o_), v_);  \
-            DOT_CVSTORE(v_, c, o_);                                              \
+            if (beta != 0.0f) v_ = fma((float16)(beta), DOT_CVLOAD_##CF(c, o_), v_); \
+            DOT_CVSTORE_##CF(v_, c, o_);                                         \
         } else if (cj_ + 16 > j0) {                                              \
             PSTORE_U(float16, tmp, acc##r##_##v);                                \
             for (uint l = j0 - cj_; l < 16; l++) {                               \
                 float v_ = alpha * tmp[l];                                       \
-                if (beta != 0.0f) v_ = fma(beta, DOT_CLOAD(c, o_ + l), v_);      \
-                DOT_CSTORE(c, o_ + l, v_);                                       \
+                if (beta != 0.0f) v_ = fma(beta, DOT_CLOAD_##CF(c, o_ + l), v_); \
+                DOT_CSTORE_##CF(c, o_ + l, v_);                                  \
             }                                                                    \
         }                                                                        \
     }
-#define DOT_STORE_ROW(r, P)                          \
-    {                                                \
-        const uint i_ = ri0 + (r);                   \
-        if (i_ >= i0) { DOT_VECS(DOT_STORE_V, r) }   \
+#define DOT_STORE_V_0(r, v) DOT_STORE_V(r, v, 0)
+#define DOT_STORE_V_1(r, v) DOT_STORE_V(r, v, 1)
+#define DOT_STORE_ROW(r, CF)                               \
+    {                                                      \
+        const uint i_ = ri0 + (r);                         \
+        if (i_ >= i0) { DOT_VECS(DOT_STORE_V_##CF, r) }    \
     }
 
 // a: op(A) as rows of ars bf16 (see top); K is op(A)'s columns.
@@ -179,47 +181,22 @@ __kernel void mpcl_gemm_dot_pack(__global const ushort *x, __global uint *out, u
             DOT_CAT(DOT_BLOAD, DOT_NV)                                                       \
             DOT_ROWS(DOT_HALF_ROW, 0)                                                        \
         }                                                                                    \
-        DOT_ROWS(DOT_STORE_ROW, 0)                                                           \
+        DOT_ROWS(DOT_STORE_ROW, CF)                                                          \
     }
 
-// 4 rows x 64 columns, then 8 x 32; C in bf16, then in f32.
+// DOT_TM rows x DOT_NV vectors of 16 columns: 4 x 64, then 8 x 32; each
+// with C in bf16 and in f32.
+#define DOT_W (16 * DOT_NV)
 #define DOT_TM 4
 #define DOT_NV 4
-#define DOT_W 64
-#define DOT_CVLOAD DOT_CVLOAD_0
-#define DOT_CVSTORE DOT_CVSTORE_0
-#define DOT_CLOAD DOT_CLOAD_0
-#define DOT_CSTORE DOT_CSTORE_0
 DOT_KERNEL(mpcl_gemm_dot_r4w64, 0)
-#undef DOT_CVLOAD
-#undef DOT_CVSTORE
-#undef DOT_CLOAD
-#undef DOT_CSTORE
-#define DOT_CVLOAD DOT_CVLOAD_1
-#define DOT_CVSTORE DOT_CVSTORE_1
-#define DOT_CLOAD DOT_CLOAD_1
-#define DOT_CSTORE DOT_CSTORE_1
 DOT_KERNEL(mpcl_gemm_dot_r4w64_cf32, 1)
 #undef DOT_TM
 #undef DOT_NV
-#undef DOT_W
 #define DOT_TM 8
 #define DOT_NV 2
-#define DOT_W 32
-DOT_KERNEL(mpcl_gemm_dot_r8w32_cf32, 1)
-#undef DOT_CVLOAD
-#undef DOT_CVSTORE
-#undef DOT_CLOAD
-#undef DOT_CSTORE
-#define DOT_CVLOAD DOT_CVLOAD_0
-#define DOT_CVSTORE DOT_CVSTORE_0
-#define DOT_CLOAD DOT_CLOAD_0
-#define DOT_CSTORE DOT_CSTORE_0
 DOT_KERNEL(mpcl_gemm_dot_r8w32, 0)
-#undef DOT_CVLOAD
-#undef DOT_CVSTORE
-#undef DOT_CLOAD
-#undef DOT_CSTORE
+DOT_KERNEL(mpcl_gemm_dot_r8w32_cf32, 1)
 #undef DOT_TM
 #undef DOT_NV
 #undef DOT_W

@@ -3,7 +3,6 @@
  * that picks a path lives in plan.c. */
 #include <stdint.h>
 #include <stdio.h>
-#include <string.h>
 
 #include "runtime/clblast_status.h"
 #include "compute/compute.h"
@@ -253,25 +252,35 @@ static mpcl_status run_staged(mpcl_context *ctx, bool ta, bool tb, size_t m, siz
     return st;
 }
 
+/* The tiles of cl/gemm_bf16_dot.cl, widest first: each kernel's name (C in
+ * bf16, C in f32), its rows and columns. */
+typedef struct dot_tiles {
+    const char *name, *name_cf32;
+    size_t rows, cols;
+} dot_tiles;
+static const dot_tiles DOT_TILES[] = {
+    {"mpcl_gemm_dot_r4w64", "mpcl_gemm_dot_r4w64_cf32", 4, 64},
+    {"mpcl_gemm_dot_r8w32", "mpcl_gemm_dot_r8w32_cf32", 8, 32},
+};
+
 /* bf16 on AVX512-BF16 (cl/gemm_bf16_dot.cl), where the device verified the
- * instruction and the shape fills its tiles: 4x64 from 64 columns on, 8x32
- * from 32. AUTO and forced BF16_DOT tiles take it; MPCL_BF16_DOT=off and the
- * other forced tiles do not. */
-static const char *dot_kernel(const mpcl_context *ctx, bool ta, const mpcl_tensor *a,
-                              const mpcl_tensor *c, size_t m, size_t n) {
+ * instruction and the shape fills a tile; NULL otherwise. AUTO and forced
+ * BF16_DOT tiles take it; MPCL_BF16_DOT=off and the other forced tiles do
+ * not. */
+static const dot_tiles *dot_kernel(const mpcl_context *ctx, bool ta, const mpcl_tensor *a, size_t m,
+                                   size_t n) {
+    if (a->dtype != MPCL_DTYPE_BF16 || ctx->info.bf16_dot != MPCL_BF16_DOT_VERIFIED ||
+        mpcl__env_value(MPCL_ENV_BF16_DOT) ||
+        (ctx->gemm_tiles != MPCL__GEMM_TILES_AUTO && ctx->gemm_tiles != MPCL__GEMM_TILES_BF16_DOT))
+        return NULL;
     /* A transposed A is packed first (run_dot), a pass over all of it, which
      * a few rows of C do not repay: conv1's weight gradient (9x32x86528 TN)
      * ran 0.65x the f32-fma kernel's time so; conv2's (288x64x15488)
      * 0.95-1.05x, the Dense's (1600x128x128) 1.10-1.19x (mpcl-bench
      * gemm-cnn, a quiet machine). */
     if (ta && m < 64) return NULL;
-    if (a->dtype != MPCL_DTYPE_BF16 || ctx->info.bf16_dot != MPCL_BF16_DOT_VERIFIED ||
-        mpcl__env_value(MPCL_ENV_BF16_DOT) ||
-        (ctx->gemm_tiles != MPCL__GEMM_TILES_AUTO && ctx->gemm_tiles != MPCL__GEMM_TILES_BF16_DOT))
-        return NULL;
-    bool f32_out = c->dtype == MPCL_DTYPE_F32;
-    if (n >= 64 && m >= 4) return f32_out ? "mpcl_gemm_dot_r4w64_cf32" : "mpcl_gemm_dot_r4w64";
-    if (n >= 32 && m >= 8) return f32_out ? "mpcl_gemm_dot_r8w32_cf32" : "mpcl_gemm_dot_r8w32";
+    for (size_t i = 0; i < sizeof DOT_TILES / sizeof DOT_TILES[0]; i++)
+        if (n >= DOT_TILES[i].cols && m >= DOT_TILES[i].rows) return &DOT_TILES[i];
     return NULL;
 }
 
@@ -301,9 +310,10 @@ static mpcl_status dot_pack(mpcl_context *ctx, int slot, const mpcl_tensor *x, s
  * readily); a transposed A into rows of pairs in workspace 0 (read in place
  * otherwise: the convolutions' columns, the largest operand); then the
  * tiles. */
-static mpcl_status run_dot(mpcl_context *ctx, const char *name, bool ta, bool tb, size_t m,
+static mpcl_status run_dot(mpcl_context *ctx, const dot_tiles *tiles, bool ta, bool tb, size_t m,
                            size_t n, size_t k, float alpha, const mpcl_tensor *a,
                            const mpcl_tensor *b, float beta, mpcl_tensor *c) {
+    const char *name = c->dtype == MPCL_DTYPE_F32 ? tiles->name_cf32 : tiles->name;
     mpcl_tensor b2, a2;
     const mpcl_tensor *arows = a;
     cl_uint ars = (cl_uint)k;
@@ -321,10 +331,9 @@ static mpcl_status run_dot(mpcl_context *ctx, const char *name, bool ta, bool tb
                             MPCL_ARG(c->mem), MPCL_ARG(m32), MPCL_ARG(n32), MPCL_ARG(k32),
                             MPCL_ARG(alpha), MPCL_ARG(beta), MPCL_ARGS_END);
     if (st != MPCL_OK) return st;
-    bool wide = strstr(name, "r4w64") != NULL;
-    size_t rows = wide ? 4 : 8, cols = wide ? 64 : 32;
     const size_t local[2] = {1, 1};
-    return mpcl__launch_2d(ctx, kern, name, (n + cols - 1) / cols, (m + rows - 1) / rows, local);
+    return mpcl__launch_2d(ctx, kern, name, (n + tiles->cols - 1) / tiles->cols,
+                           (m + tiles->rows - 1) / tiles->rows, local);
 }
 
 mpcl_status mpcl__gemm_check(mpcl_context *ctx, mpcl_gemm_path path, bool trans_a, bool trans_b,
@@ -373,7 +382,7 @@ mpcl_status mpcl_gemm(mpcl_context *ctx, mpcl_gemm_path path, bool trans_a, bool
         return run_clblast(ctx, path, trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
     if (path == MPCL_GEMM_CLBLAST_STAGED)
         return run_staged(ctx, trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
-    const char *dot = path == MPCL_GEMM_MPCL_MIXED ? dot_kernel(ctx, trans_a, a, c, m, n) : NULL;
+    const dot_tiles *dot = path == MPCL_GEMM_MPCL_MIXED ? dot_kernel(ctx, trans_a, a, m, n) : NULL;
     if (dot) return run_dot(ctx, dot, trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
     if (trans_b && b->rows * b->cols >= STAGE_BT_MIN) {
         /* B^T staged in workspace 1 (free on mpcl's paths), then NN. */
