@@ -49,6 +49,9 @@ mpcl_tensor mpcl__tensor_rows(const mpcl_tensor *t, size_t B);
  * must equal t's count): an NHWC batch [B, H*W*C] as the [B*H*W, C] matrix of
  * a GEMM or a bias + activation. Never destroyed. */
 mpcl_tensor mpcl__tensor_reshape(const mpcl_tensor *t, size_t rows, size_t cols);
+/* t's elements as rows of `cols` (which divides its count): a batch [B, T C]
+ * as its [B T, C] matrix, one row per position, pixel or channel vector. */
+mpcl_tensor mpcl__tensor_by_last(const mpcl_tensor *t, size_t cols);
 
 /* ---- launcher checks (ops.c), for every launcher of the area ---- */
 

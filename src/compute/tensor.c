@@ -200,6 +200,10 @@ mpcl_tensor mpcl__tensor_reshape(const mpcl_tensor *t, size_t rows, size_t cols)
     return v;
 }
 
+mpcl_tensor mpcl__tensor_by_last(const mpcl_tensor *t, size_t cols) {
+    return mpcl__tensor_reshape(t, t->rows * t->cols / cols, cols);
+}
+
 mpcl_status mpcl__set_arg(mpcl_context *ctx, cl_kernel k, const char *name, cl_uint index,
                           size_t size, const void *value) {
     cl_int err = clSetKernelArg(k, index, size, value);

@@ -78,16 +78,12 @@ static mpcl_status bn_create(mpcl__layer *L, const mpcl__tables *t, const mpcl__
     return st;
 }
 
-/* A batch [B, features] as its [B * positions, channels] matrix. */
-static mpcl_tensor by_channel(const mpcl_tensor *t, size_t channels) {
-    return mpcl__tensor_reshape(t, t->rows * t->cols / channels, channels);
-}
-
 static mpcl_status bn_forward(mpcl__layer *L, const mpcl_tensor *in, bool training) {
     bn *b = L->state;
     mpcl_context *ctx = L->env->ctx;
     mpcl_tensor rows = mpcl__tensor_rows(L->output, in->rows);
-    mpcl_tensor y = by_channel(&rows, b->channels), x = by_channel(in, b->channels);
+    mpcl_tensor y = mpcl__tensor_by_last(&rows, b->channels),
+                x = mpcl__tensor_by_last(in, b->channels);
     float eps = (float)L->spec.epsilon;
     if (!training)
         return mpcl_batchnorm_forward_eval(ctx, eps, &y, &x, b->param[GAMMA], b->param[BETA],
@@ -100,10 +96,11 @@ static mpcl_status bn_forward(mpcl__layer *L, const mpcl_tensor *in, bool traini
 static mpcl_status bn_backward(mpcl__layer *L, const mpcl_tensor *in, mpcl_tensor *d_in) {
     bn *b = L->state;
     mpcl_tensor d_rows = mpcl__tensor_rows(L->d_output, in->rows);
-    mpcl_tensor dy = by_channel(&d_rows, b->channels), x = by_channel(in, b->channels);
+    mpcl_tensor dy = mpcl__tensor_by_last(&d_rows, b->channels),
+                x = mpcl__tensor_by_last(in, b->channels);
     /* Without an input gradient (the first layer), dx goes over dy, which
      * nothing reads after. */
-    mpcl_tensor dx = d_in ? by_channel(d_in, b->channels) : dy;
+    mpcl_tensor dx = d_in ? mpcl__tensor_by_last(d_in, b->channels) : dy;
     return mpcl_batchnorm_backward(L->env->ctx, &dx, b->grad[GAMMA], b->grad[BETA], &dy, &x,
                                    b->param[GAMMA], b->save_mean, b->save_inv_std);
 }

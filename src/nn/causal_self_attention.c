@@ -178,19 +178,14 @@ static mpcl_status attend_backward(attn *a, mpcl_context *ctx, mpcl_dtype storag
     return launch_rows(a, ctx, k, key, 5, B);
 }
 
-/* A batch [B, T C] as its [B T, C] matrix. */
-static mpcl_tensor by_position(const mpcl_tensor *t, size_t C) {
-    return mpcl__tensor_reshape(t, t->rows * t->cols / C, C);
-}
-
 static mpcl_status attn_forward(mpcl__layer *L, const mpcl_tensor *in, bool training) {
     (void)training; /* the probabilities are computed either way; keeping them is free */
     attn *a = L->state;
     const mpcl__layer_env *env = L->env;
     size_t B = in->rows, positions = B * a->T;
-    mpcl_tensor x = by_position(in, a->C), qkv = mpcl__tensor_rows(a->qkv, positions);
+    mpcl_tensor x = mpcl__tensor_by_last(in, a->C), qkv = mpcl__tensor_rows(a->qkv, positions);
     mpcl_tensor y = mpcl__tensor_rows(a->y, positions), out_rows = mpcl__tensor_rows(L->output, B);
-    mpcl_tensor out = by_position(&out_rows, a->C);
+    mpcl_tensor out = mpcl__tensor_by_last(&out_rows, a->C);
     TRY(project(&a->proj[C_ATTN], env, &x, &qkv));
     TRY(attend(a, env->ctx, env->storage, B));
     return project(&a->proj[C_PROJ], env, &y, &out);
@@ -200,12 +195,13 @@ static mpcl_status attn_backward(mpcl__layer *L, const mpcl_tensor *in, mpcl_ten
     attn *a = L->state;
     const mpcl__layer_env *env = L->env;
     size_t B = in->rows, positions = B * a->T;
-    mpcl_tensor d_rows = mpcl__tensor_rows(L->d_output, B), d_out = by_position(&d_rows, a->C);
+    mpcl_tensor d_rows = mpcl__tensor_rows(L->d_output, B),
+                d_out = mpcl__tensor_by_last(&d_rows, a->C);
     mpcl_tensor y = mpcl__tensor_rows(a->y, positions), dy = mpcl__tensor_rows(a->dy, positions);
-    mpcl_tensor x = by_position(in, a->C), dqkv = mpcl__tensor_rows(a->dqkv, positions);
+    mpcl_tensor x = mpcl__tensor_by_last(in, a->C), dqkv = mpcl__tensor_rows(a->dqkv, positions);
     TRY(project_backward(&a->proj[C_PROJ], env, &y, &d_out, &dy));
     TRY(attend_backward(a, env->ctx, env->storage, B));
-    mpcl_tensor dx = d_in ? by_position(d_in, a->C) : (mpcl_tensor){0};
+    mpcl_tensor dx = d_in ? mpcl__tensor_by_last(d_in, a->C) : (mpcl_tensor){0};
     return project_backward(&a->proj[C_ATTN], env, &x, &dqkv, d_in ? &dx : NULL);
 }
 

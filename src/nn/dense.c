@@ -54,7 +54,7 @@ static double dense_activation_bytes(const mpcl__layer *L, const mpcl__layer_env
 /* The first B samples of a batch tensor as its [B positions, cols] matrix. */
 static mpcl_tensor by_position(const mpcl__layer *L, const mpcl_tensor *t, size_t B) {
     mpcl_tensor rows = mpcl__tensor_rows(t, B);
-    return mpcl__tensor_reshape(&rows, B * positions(L), rows.cols / positions(L));
+    return mpcl__tensor_by_last(&rows, t->cols / positions(L));
 }
 
 static mpcl_status dense_create(mpcl__layer *L, const mpcl__tables *t, const mpcl__arenas *a) {

@@ -71,11 +71,6 @@ static mpcl_status ln_create(mpcl__layer *L, const mpcl__tables *t, const mpcl__
     return st;
 }
 
-/* A batch [B, features] as its [B * positions, channels] matrix. */
-static mpcl_tensor by_channel(const mpcl_tensor *t, size_t channels) {
-    return mpcl__tensor_reshape(t, t->rows * t->cols / channels, channels);
-}
-
 /* Launches `name`, compiled for x's storage dtype, over `groups`
  * work-groups of MPCL_ABI_BATCHNORM_WG items: the group size of
  * batchnorm.cl's reduction, which cl/layernorm.cl reuses. */
@@ -88,7 +83,8 @@ static mpcl_status ln_forward(mpcl__layer *L, const mpcl_tensor *in, bool traini
     ln *n = L->state;
     mpcl_context *ctx = L->env->ctx;
     mpcl_tensor rows = mpcl__tensor_rows(L->output, in->rows);
-    mpcl_tensor y = by_channel(&rows, n->channels), x = by_channel(in, n->channels);
+    mpcl_tensor y = mpcl__tensor_by_last(&rows, n->channels),
+                x = mpcl__tensor_by_last(in, n->channels);
     static const char name[] = "mpcl_layernorm_forward";
     TRY(mpcl__check_count(ctx, &x, name));
     cl_kernel k;
@@ -133,10 +129,11 @@ static mpcl_status ln_backward(mpcl__layer *L, const mpcl_tensor *in, mpcl_tenso
     ln *n = L->state;
     mpcl_context *ctx = L->env->ctx;
     mpcl_tensor d_rows = mpcl__tensor_rows(L->d_output, in->rows);
-    mpcl_tensor dy = by_channel(&d_rows, n->channels), x = by_channel(in, n->channels);
+    mpcl_tensor dy = mpcl__tensor_by_last(&d_rows, n->channels),
+                x = mpcl__tensor_by_last(in, n->channels);
     TRY(backward_params(n, ctx, &dy, &x));
     if (!d_in) return MPCL_OK;
-    mpcl_tensor dx = by_channel(d_in, n->channels);
+    mpcl_tensor dx = mpcl__tensor_by_last(d_in, n->channels);
     return backward_x(n, ctx, &dx, &dy, &x);
 }
 

@@ -577,13 +577,13 @@ mpcl_status mpcl_model_forward(mpcl_model *m, const mpcl_tensor *x, const mpcl_t
  * output, B T rows of classes (contiguous, so a view). */
 static mpcl_tensor loss_rows(const mpcl_model *m, const mpcl_tensor *t, size_t B) {
     mpcl_tensor rows = mpcl__tensor_rows(t, B);
-    return mpcl__tensor_reshape(&rows, B * m->positions, rows.cols / m->positions);
+    return mpcl__tensor_by_last(&rows, t->cols / m->positions);
 }
 
 /* The labels or targets [B, positions * cols] as the loss sees them: B
  * positions rows. */
 static mpcl_tensor target_rows(const mpcl_model *m, const mpcl_tensor *t) {
-    return mpcl__tensor_reshape(t, t->rows * m->positions, t->cols / m->positions);
+    return mpcl__tensor_by_last(t, t->cols / m->positions);
 }
 
 mpcl_status mpcl_model_forward_slice(mpcl_model *m, const mpcl_tensor *x, const mpcl_tensor *labels,
