@@ -223,8 +223,8 @@ void mpcl_trainer_summary(const mpcl_trainer *tr, mpcl_train_summary *out);
 
 /* What the trainer made of its data and batch, for a banner or a summary. */
 typedef struct mpcl_train_data_info {
-    size_t train_samples; /* after train_limit */
-    size_t test_samples;  /* 0 without test data */
+    size_t train_samples; /* after train_limit; a token run's training tokens */
+    size_t test_samples;  /* 0 without test data; a token run's windows per evaluation */
     /* The batch every step takes: params.batch, or train_samples when there
      * are fewer (each epoch is then one batch of all of them, as in Keras,
      * and no buffer is sized for more). Checkpoints save this one, so a

@@ -88,7 +88,8 @@ class CheckpointPosition(Structure):
     _fields_ = [("step", c_uint64), ("epoch", c_uint32), ("epoch_step", c_uint64),
                 ("optimizer_step", c_uint32), ("seed", c_uint64), ("batch", c_size_t),
                 ("train_samples", c_size_t), ("scaled", c_bool),
-                ("loss_scale", LossScaleState), ("rng_counter", c_uint64)]
+                ("loss_scale", LossScaleState), ("rng_counter", c_uint64),
+                ("steps_per_epoch", c_uint64)]
 
 
 class TrainReport(Structure):

@@ -130,6 +130,7 @@ static const abi_row rows[] = {
     FIELD(mpcl_checkpoint_position, scaled),
     FIELD(mpcl_checkpoint_position, loss_scale),
     FIELD(mpcl_checkpoint_position, rng_counter),
+    FIELD(mpcl_checkpoint_position, steps_per_epoch),
 
     SIZE(mpcl_train_report),
     FIELD(mpcl_train_report, step),

@@ -617,6 +617,12 @@ static mpcl_status train_step(mpcl_trainer *tr, size_t first, size_t B) {
     return st;
 }
 
+/* Whether the run has done all its steps: its epochs, or a token run's
+ * steps (whose last interval may be short of an epoch). */
+static bool run_done(const mpcl_trainer *tr) {
+    return tr->epoch >= tr->params.epochs || (tr->stream && tr->step >= tr->total_steps);
+}
+
 mpcl_status mpcl_trainer_fit(mpcl_trainer *tr) {
     fit_clock c;
     c.start = c.mark = c.last = now_s();
@@ -631,7 +637,7 @@ mpcl_status mpcl_trainer_fit(mpcl_trainer *tr) {
     mpcl_loss_stats s;
     mpcl_status st = mpcl__train_check_same_job(tr);
     if (st == MPCL_OK) st = read_train_stats(tr, &s);
-    while (st == MPCL_OK && tr->epoch < tr->params.epochs && !tr->stopped) {
+    while (st == MPCL_OK && !run_done(tr) && !tr->stopped) {
         if (!tr->stream && (!tr->order_valid || tr->order_epoch != tr->epoch)) {
             tr->order_valid = false;
             if (tr->params.shuffle)
@@ -661,14 +667,16 @@ mpcl_status mpcl_trainer_fit(mpcl_trainer *tr) {
         tr->train_samples += rows;
         c.samples += rows;
         since++;
-        /* A token run's last interval ends with its steps. */
-        bool end = tr->epoch_step == tr->steps_per_epoch ||
-                   (tr->stream && tr->step == tr->total_steps);
+        /* A token run's last interval ends with its steps, evaluated like
+         * an epoch's end, but the position stays inside the epoch (a
+         * checkpoint's step is epoch * steps per epoch + epoch_step). */
+        bool epoch_done = tr->epoch_step == tr->steps_per_epoch;
+        bool end = epoch_done || (tr->stream && tr->step == tr->total_steps);
         if (end || (every && since == every)) {
             since = 0;
             if ((st = report(tr, &c, end)) != MPCL_OK) break;
         }
-        if (end) {
+        if (epoch_done) {
             tr->epoch++;
             tr->epoch_step = 0;
         }
@@ -680,7 +688,7 @@ mpcl_status mpcl_trainer_fit(mpcl_trainer *tr) {
             if ((st = report(tr, &c, false)) != MPCL_OK) break;
         }
         if (tr->diverged && !tr->params.keep_going_on_nan) {
-            tr->stopped = tr->epoch < tr->params.epochs;
+            tr->stopped = !run_done(tr);
             break;
         }
         if (save && !tr->diverged) {

@@ -11,8 +11,8 @@
 
 /* The model's first layer must take token ids; its vocabulary bounds the
  * stream's ids (the embedding reads its rows unchecked). */
-static mpcl_status token_model(mpcl_context *ctx, const mpcl_model_params *mp,
-                               const mpcl_tokens *t, size_t *context, size_t *vocab) {
+static mpcl_status token_model(mpcl_context *ctx, const mpcl_model_params *mp, const mpcl_tokens *t,
+                               size_t *context, size_t *vocab) {
     const mpcl__layer_kind *first = mp->layer_count ? mpcl__spec_kind(&mp->layers[0]) : NULL;
     if (!first || !first->takes_tokens)
         return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG,
@@ -93,9 +93,10 @@ mpcl_status mpcl__train_tokens_step(mpcl_trainer *tr) {
     mpcl_status st = MPCL_OK;
     for (uint32_t micro = 0; micro < tr->accum && st == MPCL_OK; micro++) {
         uint64_t key = tr->step * tr->accum + micro;
-        st = mpcl_token_stream_windows(tr->ctx, tr->stream, MPCL_TOKENS_TRAIN, tr->params.seed,
-                                       key, tr->x, tr->labels);
-        if (st == MPCL_OK) st = mpcl_model_forward_slice(tr->model, tr->x, tr->labels, B * tr->accum);
+        st = mpcl_token_stream_windows(tr->ctx, tr->stream, MPCL_TOKENS_TRAIN, tr->params.seed, key,
+                                       tr->x, tr->labels);
+        if (st == MPCL_OK)
+            st = mpcl_model_forward_slice(tr->model, tr->x, tr->labels, B * tr->accum);
         if (st == MPCL_OK) st = mpcl_model_backward(tr->model);
         if (st == MPCL_OK && micro + 1 < tr->accum) st = mpcl_model_stash_grads(tr->model);
     }
