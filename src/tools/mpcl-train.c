@@ -244,9 +244,9 @@ static void print_gpt_report(ui *u, const mpcl_train_report *r) {
         u->line_open = false;
     } else if (u->live) {
         char eta[32];
-        format_eta(eta, sizeof eta,
-                   (double)(u->steps - r->step) * (double)u->batch * (double)u->context /
-                       tokens_per_s);
+        format_eta(
+            eta, sizeof eta,
+            (double)(u->steps - r->step) * (double)u->batch * (double)u->context / tokens_per_s);
         fprintf(u->human, "\rstep %llu/%llu  loss %.4f  lr %.3g  %.0f tokens/s  ETA %s   ",
                 (unsigned long long)r->step, (unsigned long long)u->steps, r->loss, r->lr,
                 tokens_per_s, eta);
@@ -577,8 +577,8 @@ static void print_model(FILE *h, const train_args *a, const mpcl_model_params *m
                 (unsigned long long)a->steps, (unsigned long long)a->seed);
     else
         fprintf(h, "; %s, %s lr %g; batch %zu, %u epochs, seed %llu\n", mpcl_loss_name(m->loss),
-                mpcl_optim_kind_name(m->optim.kind), (double)m->optim.lr, m->max_batch,
-                a->epochs, (unsigned long long)a->seed);
+                mpcl_optim_kind_name(m->optim.kind), (double)m->optim.lr, m->max_batch, a->epochs,
+                (unsigned long long)a->seed);
     const mpcl_lr_schedule *s = &m->lr_schedule;
     if (s->warmup_steps || s->kind != MPCL_LR_CONSTANT) {
         fprintf(h, "lr        %s, warm-up %llu steps", mpcl_lr_schedule_kind_name(s->kind),

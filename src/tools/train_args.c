@@ -376,8 +376,9 @@ static bool apply_gpt(train_args *a, const char *f, const char *v, bool *ok, cha
  * data, and runs steps, not epochs. */
 static bool not_for_gpt(const char *f) {
     static const char *const mlp_data[] = {
-        "--data",   "--train-x", "--train-y", "--val-x",   "--val-y",       "--validation-split",
-        "--loss",   "--epochs",  "--hidden",  "--classes", "--train-limit", "--test-limit",
+        "--data",       "--train-x",          "--train-y",     "--val-x",
+        "--val-y",      "--validation-split", "--loss",        "--epochs",
+        "--hidden",     "--classes",          "--train-limit", "--test-limit",
         "--activation",
     };
     for (size_t i = 0; i < sizeof mlp_data / sizeof mlp_data[0]; i++)
@@ -593,8 +594,7 @@ static bool gpt_defaults(train_args *a, char *err, size_t size) {
                     "--steps",
                     a->not_gpt_flag);
     if (a->gpt_embd % a->gpt_heads != 0)
-        return fail(err, size, "--heads %zu does not divide --embd %zu", a->gpt_heads,
-                    a->gpt_embd);
+        return fail(err, size, "--heads %zu does not divide --embd %zu", a->gpt_heads, a->gpt_embd);
     if (!a->gpt_vocab) a->gpt_vocab = a->tokens_bin ? 50257 : MPCL_TOKENS_BYTE_VOCAB;
     if (!a->batch_set) a->batch = 32;
     if (!a->schedule_set && !a->decay_flag) {

@@ -14,8 +14,10 @@ bool train_gpt_setup(const train_args *a, mpcl_train_params *p, mpcl_tokens **to
     mpcl_status st = a->tokens_bin ? mpcl_tokens_read_bin(path, a->gpt_vocab, tokens)
                                    : mpcl_tokens_read_text(path, tokens);
     if (st == MPCL_OK && mpcl_tokens_vocab(*tokens) > a->gpt_vocab) {
-        snprintf(err, size, "--vocab %zu is smaller than the %zu byte values of --text: give --vocab 256 or more",
-                 a->gpt_vocab, mpcl_tokens_vocab(*tokens));
+        snprintf(
+            err, size,
+            "--vocab %zu is smaller than the %zu byte values of --text: give --vocab 256 or more",
+            a->gpt_vocab, mpcl_tokens_vocab(*tokens));
         mpcl_tokens_destroy(*tokens);
         *tokens = NULL;
         return false;
