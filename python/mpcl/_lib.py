@@ -119,6 +119,19 @@ class TrainParams(Structure):
                 ("eval_batches", c_size_t), ("grad_accum", c_uint32)]
 
 
+class Gpt2Config(Structure):
+    """mpcl_gpt2_config (gpt2_folder.h)."""
+    _fields_ = [("n_layer", c_size_t), ("n_head", c_size_t), ("n_embd", c_size_t),
+                ("n_positions", c_size_t), ("vocab_size", c_size_t),
+                ("layer_norm_epsilon", c_double)]
+
+
+class Gpt2Weights(Structure):
+    """mpcl_gpt2_weights (gpt2_folder.h); the package reads its config."""
+    _fields_ = [("config", Gpt2Config), ("count", c_size_t), ("tensors", c_void_p),
+                ("total", c_size_t), ("data", c_void_p)]
+
+
 class ArrayView(Structure):
     """mpcl_array_view: an array in memory, C order (data.h)."""
     _fields_ = [("data", c_void_p), ("dtype", c_int), ("ndim", c_size_t),
@@ -359,6 +372,15 @@ _PROTOTYPES = {
     "mpcl_run_record_add": (_S, [P, POINTER(TrainReport)]),
     "mpcl_run_record_count": (c_size_t, [P]),
     "mpcl_run_record_write_svg": (_S, [P, c_char_p]),
+    "mpcl_tokens_from_memory": (_S, [c_char_p, c_void_p, c_size_t, c_size_t, POINTER(P)]),
+    "mpcl_tokens_destroy": (None, [P]),
+    "mpcl_model_positions": (c_size_t, [P]),
+    "mpcl_gpt2_config_check": (_S, [POINTER(Gpt2Config)]),
+    "mpcl_gpt_model_params": (_S, [P, POINTER(Gpt2Config), c_size_t, POINTER(ModelParams)]),
+    "mpcl_gpt_config_of": (_S, [POINTER(ModelParams), POINTER(Gpt2Config)]),
+    "mpcl_gpt2_folder_read": (_S, [c_char_p, POINTER(POINTER(Gpt2Weights))]),
+    "mpcl_gpt2_folder_write": (_S, [c_char_p, POINTER(Gpt2Weights)]),
+    "mpcl_gpt2_weights_destroy": (None, [POINTER(Gpt2Weights)]),
 }
 
 
@@ -424,6 +446,7 @@ _MIRRORS = {
     FpConfig: "mpcl_fp_config", DeviceInfo: "mpcl_device_info",
     SkippedPlatform: "mpcl_skipped_platform", StTensor: "mpcl_st_tensor",
     ArrayView: "mpcl_array_view", NpyDataParams: "mpcl_npy_data_params",
+    Gpt2Config: "mpcl_gpt2_config", Gpt2Weights: "mpcl_gpt2_weights",
 }
 _SIZE_MAX = ctypes.c_size_t(-1).value
 

@@ -346,12 +346,7 @@ class Sequential:
             call(lib.mpcl_model_summary, None, ctypes.byref(mp), rows, ctypes.byref(n))
         except _lib.MpclError as e:
             raise ValueError(e.message) from None
-        last = rows[n.value - 1]
-        if last.out_rank != 1:
-            raise ValueError(f"the last layer, {last.name.decode()}, gives "
-                             f"{_shape_text(last)}; the model's output must be (None, classes): "
-                             "put a Flatten and a Dense layer at the end")
-        mp.classes = last.out_shape[0]
+        mp.classes = self._classes(rows[n.value - 1])
         # The library's names ("dense_0") name the weights; a layer without
         # a name of its own takes its library name.
         self._lib_names = [r.name.decode() for r in rows[:n.value]]
@@ -359,6 +354,15 @@ class Sequential:
             if l.name is None:
                 l.name = lib_name
         return mp, list(rows[:n.value])
+
+    def _classes(self, last):
+        """The model's classes from the summary row of its last layer, whose
+        output must be (None, classes)."""
+        if last.out_rank != 1:
+            raise ValueError(f"the last layer, {last.name.decode()}, gives "
+                             f"{_shape_text(last)}; the model's output must be (None, classes): "
+                             "put a Flatten and a Dense layer at the end")
+        return last.out_shape[0]
 
     # ---- compile ----
 
@@ -475,10 +479,7 @@ class Sequential:
             yield n, out
 
     def _read_eval(self):
-        s = _lib.LossStats()
-        call(lib.mpcl_model_read_eval_stats, self._model, ctypes.byref(s), True,
-             ctx=_lib.context())
-        return s
+        return _read_eval(self._model)
 
     def _dataset(self, x, y, what=""):
         """The library's data set of x (checked against the input shape) and
@@ -538,35 +539,10 @@ class Sequential:
         p.train_data = train.h
         p.test_data = test.h if test else None
         p.shuffle = shuffle
-        stop = ctypes.c_int(0)
-        p.stop = ctypes.pointer(stop)
-        failure, hooks = [], {}
-
-        def on_report(_user, r):
-            try:
-                call(lib.mpcl_run_record_add, hooks["record"], r)
-                hooks["progress"](r.contents)
-                if r.contents.epoch_end:
-                    stop.value = 1  # pause: the callbacks run before the next epoch
-            except BaseException as e:  # never into C: stop, and raise it afterwards
-                failure.append(e)
-                stop.value = 1
-
-        p.on_report = _lib.REPORT_FN(on_report)
-        tr = _lib.P()
-        call(lib.mpcl_trainer_create, ctx, ctypes.byref(p), ctypes.byref(tr), ctx=ctx)
-        try:
-            self._set_model(lib.mpcl_trainer_model(tr), tr.value)
-        except BaseException:
-            lib.mpcl_trainer_destroy(tr)
-            raise
-        self._checkpoint = None
+        run = _Run()
+        tr, history = self._start_run(p, run)
         train_rows = train.count
         del train, test  # on the device now
-        rec = _lib.P()
-        call(lib.mpcl_run_record_create, tr, ctypes.byref(rec), ctx=ctx)
-        history = History(rec.value)
-        self.history = history
         scaled = bool(lib.mpcl_model_loss_scale(self._model))
         verbose = 1 if verbose == "auto" else verbose
 
@@ -576,7 +552,12 @@ class Sequential:
 
         progress = _Progress(train_rows, batch, epochs, verbose, self._compiled.metrics, scaled,
                              history, on_batch)
-        hooks.update(record=rec, progress=progress)
+
+        def pausing(r):  # the callbacks run before the next epoch
+            progress(r)
+            return r.epoch_end
+
+        run.progress = pausing
         for cb in cbs:
             cb.set_model(self)
             cb.set_params({"epochs": epochs, "verbose": verbose,
@@ -588,13 +569,13 @@ class Sequential:
         for epoch in range(epochs):
             for cb in cbs:
                 cb.on_epoch_begin(epoch)
-            stop.value = 0
+            run.stop.value = 0
             progress.logs = None
-            interrupted = _run_trainer(tr, stop, ctx, failure)
+            interrupted = _run_trainer(tr, run.stop, ctx, run.failure)
             if progress.live and progress.line_open:
                 print(flush=True)
-            if failure:
-                raise failure[0]
+            if run.failure:
+                raise run.failure[0]
             if interrupted:
                 raise KeyboardInterrupt
             if progress.logs is None:  # the trainer stopped itself (a diverged loss)
@@ -610,6 +591,27 @@ class Sequential:
         for cb in cbs:
             cb.on_train_end()
         return history
+
+    def _start_run(self, p, run):
+        """The library's trainer of p, reporting to run, made this model's
+        trainer (the current model's weights and state carried over), and
+        the History of its run record. p.stop and p.on_report are run's."""
+        ctx = _lib.context()
+        p.stop = ctypes.pointer(run.stop)
+        p.on_report = _lib.REPORT_FN(run.on_report)
+        tr = _lib.P()
+        call(lib.mpcl_trainer_create, ctx, ctypes.byref(p), ctypes.byref(tr), ctx=ctx)
+        try:
+            self._set_model(lib.mpcl_trainer_model(tr), tr.value)
+        except BaseException:
+            lib.mpcl_trainer_destroy(tr)
+            raise
+        self._checkpoint = None
+        rec = _lib.P()
+        call(lib.mpcl_run_record_create, tr, ctypes.byref(rec), ctx=ctx)
+        run.record = rec.value
+        self.history = History(rec.value)
+        return tr, self.history
 
     def evaluate(self, x, y, batch_size=None, verbose=0, return_dict=False):
         """Mean loss (and the loss's metric) over x, y in batches of
@@ -780,6 +782,35 @@ class Sequential:
 def _shape_text(row):
     """(None, 26, 26, 32) from a summary row."""
     return str((None,) + tuple(row.out_shape[:row.out_rank]))
+
+
+def _read_eval(m):
+    """The evaluation statistics of device model m, then reset."""
+    s = _lib.LossStats()
+    call(lib.mpcl_model_read_eval_stats, m, ctypes.byref(s), True, ctx=_lib.context())
+    return s
+
+
+class _Run:
+    """A trainer's run as fit() follows it: each report goes into the run
+    record, then to progress(report), which returns whether to pause the
+    trainer (its stop flag); an exception is kept in failure, never raised
+    into C, and stops the trainer."""
+
+    def __init__(self):
+        self.stop = ctypes.c_int(0)
+        self.failure = []
+        self.record = None
+        self.progress = None
+
+    def on_report(self, _user, r):
+        try:
+            call(lib.mpcl_run_record_add, self.record, r)
+            if self.progress(r.contents):
+                self.stop.value = 1
+        except BaseException as e:
+            self.failure.append(e)
+            self.stop.value = 1
 
 
 def _run_trainer(tr, stop, ctx, failure):

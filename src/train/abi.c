@@ -10,6 +10,7 @@
 #include "mpcl/context.h"
 #include "mpcl/data.h"
 #include "mpcl/device.h"
+#include "mpcl/gpt2_folder.h"
 #include "mpcl/layer_spec.h"
 #include "mpcl/loss_scale.h"
 #include "mpcl/losses.h"
@@ -194,6 +195,21 @@ static const abi_row rows[] = {
     FIELD(mpcl_array_view, dtype),
     FIELD(mpcl_array_view, ndim),
     FIELD(mpcl_array_view, shape),
+
+    SIZE(mpcl_gpt2_config),
+    FIELD(mpcl_gpt2_config, n_layer),
+    FIELD(mpcl_gpt2_config, n_head),
+    FIELD(mpcl_gpt2_config, n_embd),
+    FIELD(mpcl_gpt2_config, n_positions),
+    FIELD(mpcl_gpt2_config, vocab_size),
+    FIELD(mpcl_gpt2_config, layer_norm_epsilon),
+
+    SIZE(mpcl_gpt2_weights),
+    FIELD(mpcl_gpt2_weights, config),
+    FIELD(mpcl_gpt2_weights, count),
+    FIELD(mpcl_gpt2_weights, tensors),
+    FIELD(mpcl_gpt2_weights, total),
+    FIELD(mpcl_gpt2_weights, data),
 
     SIZE(mpcl_train_summary),
     FIELD(mpcl_train_summary, steps),
