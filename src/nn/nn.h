@@ -24,6 +24,9 @@ typedef enum mpcl__param_init {
 typedef struct mpcl__param_table {
     mpcl_param_info rows[MPCL__MAX_PARAMS];
     mpcl__param_init init[MPCL__MAX_PARAMS];
+    /* The layers that write each row's gradient: 1 (the row's own layer)
+     * plus each layer above it that shares the row (mpcl__params_share). */
+    unsigned grad_writers[MPCL__MAX_PARAMS];
     size_t count;
     size_t align; /* every row's offset is a multiple of it (elements) */
     size_t total; /* elements of each arena: the last row's end, rounded up to align
@@ -40,6 +43,16 @@ void mpcl__params_init(mpcl__param_table *t, size_t align_bytes);
  * an over-long name. *index receives the row's index. */
 mpcl_status mpcl__params_add(mpcl_context *ctx, mpcl__param_table *t, const char *name, size_t rank,
                              const size_t *shape, mpcl__param_init init, size_t *index);
+/* A layer above the row's own writes its gradient too (a tied LM head, the
+ * token embedding's). *writer receives its place among the row's writers
+ * (the row's own layer is 0). */
+void mpcl__params_share(mpcl__param_table *t, size_t row, size_t *writer);
+/* Whether that writer of the row's gradient adds to it rather than
+ * overwrites it: a layer declared after it writes the row too. Backward
+ * runs from the top, so the last writer declared runs first and
+ * overwrites, and every writer after it in backward adds: nothing needs
+ * zeroing, and the optimizer sees one row. */
+bool mpcl__params_grad_adds(const mpcl__param_table *t, size_t row, size_t writer);
 
 /* A model's two tables: the trainable parameters, which the optimizer
  * updates, and the buffers, state a layer keeps that no gradient reaches

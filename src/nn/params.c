@@ -46,6 +46,7 @@ mpcl_status mpcl__params_add(mpcl_context *ctx, mpcl__param_table *t, const char
     r->rank = rank;
     r->count = count;
     t->init[t->count] = init;
+    t->grad_writers[t->count] = 1;
     r->offset = t->count
                     ? round_up(t->rows[t->count - 1].offset + t->rows[t->count - 1].count, t->align)
                     : 0;
@@ -56,4 +57,12 @@ mpcl_status mpcl__params_add(mpcl_context *ctx, mpcl__param_table *t, const char
     if (index) *index = t->count;
     t->count++;
     return MPCL_OK;
+}
+
+void mpcl__params_share(mpcl__param_table *t, size_t row, size_t *writer) {
+    *writer = t->grad_writers[row]++;
+}
+
+bool mpcl__params_grad_adds(const mpcl__param_table *t, size_t row, size_t writer) {
+    return writer + 1 < t->grad_writers[row];
 }
