@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "nn/nn.h"
+#include "ref_ops.h"
 #include "testutil.h"
 
 /* ---- the layer alone ---- */
@@ -171,18 +172,6 @@ static float *param_grad(const harness *h, int p) {
 }
 
 /* ---- the double reference ---- */
-
-/* c [M, N] = op(a) op(b) (+ bias [N] when not NULL); op(a) is [M, K]. */
-static void ref_gemm(bool ta, bool tb, size_t M, size_t N, size_t K, const double *a,
-                     const double *b, const double *bias, double *c) {
-    for (size_t i = 0; i < M; i++)
-        for (size_t j = 0; j < N; j++) {
-            double s = bias ? bias[j] : 0;
-            for (size_t k = 0; k < K; k++)
-                s += (ta ? a[k * M + i] : a[i * K + k]) * (tb ? b[j * K + k] : b[k * N + j]);
-            c[i * N + j] = s;
-        }
-}
 
 /* What a forward and a backward of the reference compute. */
 typedef struct ref {

@@ -24,17 +24,6 @@ typedef struct ref_model {
     int t;
 } ref_model;
 
-static void matmul(double *c, const double *a, const double *b, size_t M, size_t K, size_t N,
-                   bool ta, bool tb) {
-    for (size_t i = 0; i < M; i++)
-        for (size_t j = 0; j < N; j++) {
-            double s = 0;
-            for (size_t k = 0; k < K; k++)
-                s += (ta ? a[k * M + i] : a[i * K + k]) * (tb ? b[j * K + k] : b[k * N + j]);
-            c[i * N + j] = s;
-        }
-}
-
 static void adam(double *w, double *m, double *v, const double *g, size_t n, int t) {
     const double lr = 1e-3, b1 = 0.9, b2 = 0.999, eps = 1e-7;
     for (size_t i = 0; i < n; i++) {
@@ -49,19 +38,19 @@ static void adam(double *w, double *m, double *v, const double *g, size_t n, int
 static double ref_step(ref_model *r, const double *x, const int32_t *y, size_t B) {
     static double pre0[BATCH * HID], h0[BATCH * HID], logits[BATCH * OUT], dl[BATCH * OUT];
     static double dh0[BATCH * HID], g[IN * HID + HID + HID * OUT + OUT];
-    matmul(pre0, x, r->w0, B, IN, HID, false, false);
+    ref_gemm(false, false, B, HID, IN, x, r->w0, NULL, pre0);
     ref_bias_act_forward(h0, pre0, pre0, r->b0, B, HID, MPCL_ACT_RELU);
-    matmul(logits, h0, r->w1, B, HID, OUT, false, false);
+    ref_gemm(false, false, B, OUT, HID, h0, r->w1, NULL, logits);
     ref_bias_act_forward(logits, NULL, logits, r->b1, B, OUT, MPCL_ACT_IDENTITY);
     double loss = 0;
     size_t correct = 0;
     ref_softmax_xent(logits, y, B, OUT, 1.0, &loss, &correct, dl);
     double *gw0 = g, *gb0 = gw0 + IN * HID, *gw1 = gb0 + HID, *gb1 = gw1 + HID * OUT;
-    matmul(gw1, h0, dl, HID, B, OUT, true, false);
+    ref_gemm(true, false, HID, OUT, B, h0, dl, NULL, gw1);
     ref_bias_grad(gb1, dl, B, OUT);
-    matmul(dh0, dl, r->w1, B, OUT, HID, false, true);
+    ref_gemm(false, true, B, HID, OUT, dl, r->w1, NULL, dh0);
     ref_bias_act_backward(dh0, dh0, pre0, B, HID, MPCL_ACT_RELU);
-    matmul(gw0, x, dh0, IN, B, HID, true, false);
+    ref_gemm(true, false, IN, HID, B, x, dh0, NULL, gw0);
     ref_bias_grad(gb0, dh0, B, HID);
     r->t++;
     adam(r->w0, r->m, r->v, gw0, IN * HID, r->t);

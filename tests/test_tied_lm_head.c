@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "nn/nn.h"
+#include "ref_ops.h"
 #include "testutil.h"
 
 enum { V = 13, C = 6, P = 9 };
@@ -98,19 +99,6 @@ static double *arena_row(const pair *s, const mpcl_tensor *arena, size_t i) {
     return row;
 }
 
-/* c[m, n] = sum over k of a[m, k] b[n, k] (ta: a is [k, m]; tb false: b is
- * [k, n]). */
-static void host_gemm(bool ta, bool tb, size_t M, size_t N, size_t K, const double *a,
-                      const double *b, double *c) {
-    for (size_t m = 0; m < M; m++)
-        for (size_t n = 0; n < N; n++) {
-            double sum = 0;
-            for (size_t k = 0; k < K; k++)
-                sum += (ta ? a[k * M + m] : a[m * K + k]) * (tb ? b[n * K + k] : b[k * N + n]);
-            c[m * N + n] = sum;
-        }
-}
-
 /* got against want, within `rel` of the largest |want| (a storage rounding
  * or two of sums of that size). */
 static void check(const char *what, const pair *s, const float *got, const double *want, size_t n,
@@ -156,11 +144,11 @@ static void run_pair(pair *s, tu_rng *rng, double rel) {
     assert_non_null(want_logits);
     assert_non_null(want_dh);
     assert_non_null(want_dwte);
-    host_gemm(false, true, n, V, C, h, wte, want_logits);
-    host_gemm(false, false, n, C, V, dlogits, wte, want_dh);
+    ref_gemm(false, true, n, V, C, h, wte, NULL, want_logits);
+    ref_gemm(false, false, n, C, V, dlogits, wte, NULL, want_dh);
     /* d_wte: the head's part dlogits^T h plus the embedding's, d_h of each
      * position added to its token's row. */
-    host_gemm(true, false, V, C, n, dlogits, h, want_dwte);
+    ref_gemm(true, false, V, C, n, dlogits, h, NULL, want_dwte);
     for (size_t p = 0; p < n; p++)
         for (size_t c = 0; c < C; c++) want_dwte[(size_t)ids[p] * C + c] += dh[p * C + c];
     check("logits", s, logits, want_logits, n * V, rel);

@@ -79,6 +79,15 @@ mpcl_status mpcl__layer_create_io(mpcl__layer *L) {
     return st;
 }
 
+mpcl_status mpcl__require_sequence(const mpcl__layer *L) {
+    if (L->in_rank == 2) return MPCL_OK;
+    char layer[32], have[64];
+    mpcl__layer_name(layer, sizeof layer, L);
+    mpcl__shape_str(have, sizeof have, L->in_rank, L->in_shape);
+    return MPCL_ERROR(L->env->ctx, MPCL_ERR_INVALID_ARG,
+                      "%s takes a sequence (time, channels) input; it is given %s", layer, have);
+}
+
 void mpcl__layer_set_output(mpcl__layer *L, size_t rank, const size_t *shape) {
     L->out_rank = rank;
     L->outputs = 1;

@@ -171,6 +171,9 @@ void mpcl__layer_name(char *buf, size_t size, const mpcl__layer *L);
 double mpcl__layer_io_bytes(const mpcl__layer *L);
 /* Allocates L->output and L->d_output, [max_batch, outputs] storage. */
 mpcl_status mpcl__layer_create_io(mpcl__layer *L);
+/* MPCL_ERR_INVALID_ARG naming the layer and its input shape unless its
+ * input is a sequence (time, channels). */
+mpcl_status mpcl__require_sequence(const mpcl__layer *L);
 /* The output shape of a layer whose output has `rank` dims: sets
  * out_rank, out_shape and outputs. */
 void mpcl__layer_set_output(mpcl__layer *L, size_t rank, const size_t *shape);

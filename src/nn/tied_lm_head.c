@@ -46,14 +46,9 @@ static mpcl_status find_token_embeddings(mpcl_context *ctx, const char *layer,
 
 static mpcl_status head_declare(mpcl__layer *L, mpcl__tables *t) {
     mpcl_context *ctx = L->env->ctx;
-    char layer[32], have[64];
+    char layer[32];
     mpcl__layer_name(layer, sizeof layer, L);
-    if (L->in_rank != 2) {
-        mpcl__shape_str(have, sizeof have, L->in_rank, L->in_shape);
-        return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG,
-                          "%s takes a sequence (time, channels) input; it is given %s", layer,
-                          have);
-    }
+    TRY(mpcl__require_sequence(L));
     size_t row = 0;
     TRY(find_token_embeddings(ctx, layer, &t->params, &row));
     const mpcl_param_info *r = &t->params.rows[row];
