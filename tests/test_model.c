@@ -11,6 +11,7 @@
 #include "mpcl/cl_interop.h"
 #include "mpcl/data.h"
 #include "mpcl/model.h"
+#include "nn/nn.h"
 #include "ref_ops.h"
 #include "testutil.h"
 
@@ -700,6 +701,28 @@ static void output_activation_is_the_losss(void **state) {
     mpcl_context_destroy(ctx);
 }
 
+/* A parameter table takes MPCL__MAX_PARAMS = 1024 rows (GPT-2 XL has 580);
+ * the 1025th is refused by name. */
+static void param_table_takes_1024_rows(void **state) {
+    (void)state;
+    mpcl__param_table *t = malloc(sizeof *t);
+    assert_non_null(t);
+    mpcl__params_init(t, 128);
+    size_t shape[1] = {3}, index = 0;
+    char name[32];
+    for (size_t i = 0; i < 1024; i++) {
+        snprintf(name, sizeof name, "row_%zu", i);
+        TU_ASSERT_OK(mpcl__params_add(NULL, t, name, 1, shape, MPCL__INIT_ZEROS, &index));
+        assert_int_equal(index, i);
+    }
+    assert_string_equal(t->rows[1023].name, "row_1023");
+    tu_expect_error(mpcl__params_add(NULL, t, "row_1024", 1, shape, MPCL__INIT_ZEROS, &index),
+                    MPCL_ERR_INVALID_ARG,
+                    "parameter row_1024: a model holds at most 1024 parameter tensors");
+    assert_int_equal(t->count, 1024);
+    free(t);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(float32_follows_reference),
@@ -714,6 +737,7 @@ int main(void) {
         cmocka_unit_test(layer_spec_builds_the_model),
         cmocka_unit_test(wide_dense_input_gradient_matches_clblast),
         cmocka_unit_test(output_activation_is_the_losss),
+        cmocka_unit_test(param_table_takes_1024_rows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

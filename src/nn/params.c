@@ -26,7 +26,8 @@ void mpcl__params_init(mpcl__param_table *t, size_t align_bytes) {
 mpcl_status mpcl__params_add(mpcl_context *ctx, mpcl__param_table *t, const char *name, size_t rank,
                              const size_t *shape, mpcl__param_init init, size_t *index) {
     if (t->count == MPCL__MAX_PARAMS)
-        return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "parameter %s: more than %d parameters", name,
+        return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG,
+                          "parameter %s: a model holds at most %d parameter tensors", name,
                           MPCL__MAX_PARAMS);
     if (rank == 0 || rank > MPCL_MAX_RANK)
         return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "parameter %s: rank %zu (1 to %d)", name, rank,
