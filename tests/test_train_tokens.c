@@ -266,6 +266,48 @@ static void resumes_bit_for_bit(void **state) {
     mpcl_context_destroy(ctx);
 }
 
+/* Two local replicas, each drawing its half of every micro-batch, against
+ * one device drawing them all: the same windows, so the same run up to the
+ * order of the sums. */
+static void data_parallel_draws_the_same_windows(void **state) {
+    (void)state;
+    mpcl_context *ctx[2] = {tu_context(), tu_context()};
+    mpcl_tokens *t = pattern_tokens(PERIOD);
+    float *w[2];
+    size_t n[2];
+    for (int replicas = 1; replicas <= 2; replicas++) {
+        reports rs = {0};
+        mpcl_train_params p = token_train_params(t, &rs, 12, 6);
+        p.model.optim = mpcl_optim_default_params(MPCL_OPTIM_SGD);
+        p.model.optim.lr = 0.1f;
+        p.grad_accum = 2;
+        mpcl_dist *d = NULL;
+        if (replicas == 2) {
+            TU_ASSERT_OK(mpcl_dist_create_local(2, MPCL_GRAD_COMPRESSION_NONE, &d));
+            p.dist = d;
+            p.replica_ctx = ctx;
+        }
+        mpcl_trainer *tr = NULL;
+        TU_ASSERT_OK(mpcl_trainer_create(ctx[0], &p, &tr));
+        TU_ASSERT_OK(mpcl_trainer_fit(tr));
+        mpcl_train_summary s;
+        mpcl_trainer_summary(tr, &s);
+        assert_int_equal(s.world_size, (size_t)replicas);
+        w[replicas - 1] = tu_model_state(mpcl_trainer_model(tr), &n[replicas - 1]);
+        mpcl_trainer_destroy(tr);
+        mpcl_dist_destroy(d);
+    }
+    assert_int_equal(n[0], n[1]);
+    double worst = 0;
+    for (size_t i = 0; i < n[0]; i++) worst = fmax(worst, fabs((double)w[0][i] - (double)w[1][i]));
+    if (!(worst < 1e-5)) fail_msg("one device and two replicas end %g apart", worst);
+    free(w[0]);
+    free(w[1]);
+    mpcl_tokens_destroy(t);
+    mpcl_context_destroy(ctx[0]);
+    mpcl_context_destroy(ctx[1]);
+}
+
 static void expect_create_refused(mpcl_context *ctx, const mpcl_train_params *p, mpcl_status want,
                                   const char *needle) {
     mpcl_trainer *tr = NULL;
@@ -310,6 +352,7 @@ int main(void) {
         cmocka_unit_test(stash_needs_a_backward),
         cmocka_unit_test(learns_from_a_token_stream),
         cmocka_unit_test(resumes_bit_for_bit),
+        cmocka_unit_test(data_parallel_draws_the_same_windows),
         cmocka_unit_test(bad_token_runs_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
