@@ -669,15 +669,20 @@ mpcl_status mpcl_model_stash_grads(mpcl_model *m) {
     return MPCL_OK;
 }
 
+mpcl_status mpcl_model_unstash_grads(mpcl_model *m) {
+    if (m->phase != PHASE_BACKWARD)
+        return MPCL_ERROR(m->ctx, MPCL_ERR_INVALID_ARG,
+                          "model unstash_grads without a backward before it");
+    if (!m->stashed) return MPCL_OK;
+    m->stashed = false;
+    return grad_stash_launch(m, "mpcl_grad_unstash", true);
+}
+
 mpcl_status mpcl_model_apply(mpcl_model *m) {
     if (m->phase != PHASE_BACKWARD)
         return MPCL_ERROR(m->ctx, MPCL_ERR_INVALID_ARG, "model apply without a backward before it");
+    mpcl_status st = mpcl_model_unstash_grads(m);
     m->phase = PHASE_IDLE;
-    mpcl_status st = MPCL_OK;
-    if (m->stashed) {
-        m->stashed = false;
-        st = grad_stash_launch(m, "mpcl_grad_unstash", true);
-    }
     if (st == MPCL_OK && m->ls) st = mpcl_loss_scale_check(m->ctx, m->ls, &m->arenas.grads, 1);
     /* The loss-scale update runs in the optimizer's last launch, after the
      * update has read found_inf (loss_scale.h). */
