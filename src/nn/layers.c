@@ -60,7 +60,10 @@ void mpcl__shape_str(char *buf, size_t size, size_t rank, const size_t *shape) {
 }
 
 void mpcl__layer_name(char *buf, size_t size, const mpcl__layer *L) {
-    snprintf(buf, size, "%s_%zu", L->kind->name, L->index);
+    if (L->name)
+        snprintf(buf, size, "%s", L->name);
+    else
+        snprintf(buf, size, "%s_%zu", L->kind->name, L->index);
 }
 
 double mpcl__layer_io_bytes(const mpcl__layer *L) {
