@@ -14,6 +14,7 @@ extern const mpcl__layer_kind mpcl__batch_normalization_layer;
 extern const mpcl__layer_kind mpcl__layer_normalization_layer;
 extern const mpcl__layer_kind mpcl__causal_self_attention_layer;
 extern const mpcl__layer_kind mpcl__token_pos_embedding_layer;
+extern const mpcl__layer_kind mpcl__transformer_decoder_layer;
 
 static const mpcl__layer_kind *const KINDS[] = {
     &mpcl__dense_layer,
@@ -25,6 +26,7 @@ static const mpcl__layer_kind *const KINDS[] = {
     &mpcl__layer_normalization_layer,
     &mpcl__causal_self_attention_layer,
     &mpcl__token_pos_embedding_layer,
+    &mpcl__transformer_decoder_layer,
 };
 
 #define KIND_COUNT (sizeof KINDS / sizeof KINDS[0])
