@@ -9,7 +9,10 @@
 
 /* ---- the parameter table ---- */
 
-#define MPCL__MAX_PARAMS 64
+/* Rows of a table: GPT-2 XL's 48 blocks of 12 rows and its 4 others are
+ * 580, with room for larger stacks. A table is about 110 KB: models and
+ * callers keep tables on the heap. */
+#define MPCL__MAX_PARAMS 1024
 
 /* How a row starts: Glorot-uniform kernels (fans from its shape), zeros,
  * ones (a batch norm's gamma and moving variance), or normal with mean 0
@@ -24,6 +27,9 @@ typedef enum mpcl__param_init {
 typedef struct mpcl__param_table {
     mpcl_param_info rows[MPCL__MAX_PARAMS];
     mpcl__param_init init[MPCL__MAX_PARAMS];
+    /* The layers that write each row's gradient: 1 (the row's own layer)
+     * plus each layer above it that shares the row (mpcl__params_share). */
+    unsigned grad_writers[MPCL__MAX_PARAMS];
     size_t count;
     size_t align; /* every row's offset is a multiple of it (elements) */
     size_t total; /* elements of each arena: the last row's end, rounded up to align
@@ -40,6 +46,16 @@ void mpcl__params_init(mpcl__param_table *t, size_t align_bytes);
  * an over-long name. *index receives the row's index. */
 mpcl_status mpcl__params_add(mpcl_context *ctx, mpcl__param_table *t, const char *name, size_t rank,
                              const size_t *shape, mpcl__param_init init, size_t *index);
+/* A layer above the row's own writes its gradient too (a tied LM head, the
+ * token embedding's). *writer receives its place among the row's writers
+ * (the row's own layer is 0). */
+void mpcl__params_share(mpcl__param_table *t, size_t row, size_t *writer);
+/* Whether that writer of the row's gradient adds to it rather than
+ * overwrites it: a layer declared after it writes the row too. Backward
+ * runs from the top, so the last writer declared runs first and
+ * overwrites, and every writer after it in backward adds: nothing needs
+ * zeroing, and the optimizer sees one row. */
+bool mpcl__params_grad_adds(const mpcl__param_table *t, size_t row, size_t writer);
 
 /* A model's two tables: the trainable parameters, which the optimizer
  * updates, and the buffers, state a layer keeps that no gradient reaches
@@ -132,11 +148,27 @@ typedef struct mpcl__layer_kind {
     void (*destroy)(mpcl__layer *L);
 } mpcl__layer_kind;
 
+/* The longest layer name, its terminating zero included: a composite's
+ * sub-layer ("transformer_decoder_31.attn") and what a kind adds to it for
+ * its rows must fit; a longer one is refused, never cut. */
+#define MPCL__LAYER_NAME_MAX 48
+/* A kind's buffer for a row's name ("<layer>.c_attn.kernel"): longer than
+ * mpcl_param_info's, so that a name too long for the table reaches
+ * mpcl__params_add whole and is refused there. */
+#define MPCL__ROW_NAME_BUF 96
+
 struct mpcl__layer {
     const mpcl__layer_kind *kind;
     const mpcl__layer_env *env;
     mpcl_layer_spec spec;
     size_t index; /* its position among the layers of its kind: dense_<index> */
+    /* A sub-layer of a composite kind: the name the composite gives it
+     * ("transformer_decoder_0.attn"), which its rows and messages carry
+     * instead of <kind>_<index>; NULL for a model's own layers. */
+    const char *name;
+    /* How Dense and CausalSelfAttention start their kernels: Glorot (0, the
+     * default), or what a composite chooses (GPT-2's normal(0, 0.02)). */
+    mpcl__param_init kernel_init;
     size_t in_rank, in_shape[MPCL_MAX_INPUT_RANK];   /* per sample */
     size_t out_rank, out_shape[MPCL_MAX_INPUT_RANK]; /* set by declare */
     size_t inputs, outputs; /* features per sample: the products of the shapes */
@@ -151,13 +183,17 @@ const mpcl__layer_kind *mpcl__layer_kind_find(const char *name);
 const mpcl__layer_kind *mpcl__spec_kind(const mpcl_layer_spec *spec);
 /* "(28, 28, 1)" */
 void mpcl__shape_str(char *buf, size_t size, size_t rank, const size_t *shape);
-/* A layer's name in messages: "conv2d_1". */
+/* A layer's name in messages and rows: "conv2d_1", or the name its
+ * composite gave it. */
 void mpcl__layer_name(char *buf, size_t size, const mpcl__layer *L);
 /* Device bytes of a layer's output and d_output for batches of max_batch,
  * in the storage dtype: what every kind that computes keeps. */
 double mpcl__layer_io_bytes(const mpcl__layer *L);
 /* Allocates L->output and L->d_output, [max_batch, outputs] storage. */
 mpcl_status mpcl__layer_create_io(mpcl__layer *L);
+/* MPCL_ERR_INVALID_ARG naming the layer and its input shape unless its
+ * input is a sequence (time, channels). */
+mpcl_status mpcl__require_sequence(const mpcl__layer *L);
 /* The output shape of a layer whose output has `rank` dims: sets
  * out_rank, out_shape and outputs. */
 void mpcl__layer_set_output(mpcl__layer *L, size_t rank, const size_t *shape);

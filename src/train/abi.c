@@ -50,6 +50,7 @@ static const abi_row rows[] = {
     FIELD(mpcl_layer_spec, vocabulary_size),
     FIELD(mpcl_layer_spec, sequence_length),
     FIELD(mpcl_layer_spec, embedding_dim),
+    FIELD(mpcl_layer_spec, intermediate_dim),
 
     SIZE(mpcl_optim_params),
     FIELD(mpcl_optim_params, kind),
@@ -130,6 +131,7 @@ static const abi_row rows[] = {
     FIELD(mpcl_checkpoint_position, scaled),
     FIELD(mpcl_checkpoint_position, loss_scale),
     FIELD(mpcl_checkpoint_position, rng_counter),
+    FIELD(mpcl_checkpoint_position, steps_per_epoch),
 
     SIZE(mpcl_train_report),
     FIELD(mpcl_train_report, step),
@@ -177,6 +179,12 @@ static const abi_row rows[] = {
     FIELD(mpcl_train_params, val_y),
     FIELD(mpcl_train_params, validation_split),
     FIELD(mpcl_train_params, shuffle),
+    FIELD(mpcl_train_params, tokens),
+    FIELD(mpcl_train_params, steps),
+    FIELD(mpcl_train_params, eval_every),
+    FIELD(mpcl_train_params, eval_fraction),
+    FIELD(mpcl_train_params, eval_batches),
+    FIELD(mpcl_train_params, grad_accum),
 
     SIZE(mpcl_npy_data_params),
     FIELD(mpcl_npy_data_params, float_targets),

@@ -74,14 +74,16 @@ static mpcl_status write_checkpoint(mpcl_context *ctx, mpcl_model *m,
     mpcl_loss_scale *ls = mpcl_model_loss_scale(m);
     if (!path) return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "checkpoint path is NULL");
 
-    mpcl__ckpt_expected e[MPCL__CKPT_MAX_TENSORS];
+    mpcl__ckpt_expected *e = NULL;
     size_t n = 0;
-    mpcl_st_tensor t[MPCL__CKPT_MAX_TENSORS];
-    float *data[MPCL__CKPT_MAX_TENSORS] = {0};
+    mpcl_st_tensor *t = NULL;
+    float **data = NULL;
     char *layers = malloc(MPCL_MODEL_SPEC_MAX);
     mpcl_status st = layers ? model_text(ctx, mp, layers)
                             : MPCL_ERROR(ctx, MPCL_ERR_OUT_OF_MEMORY, "checkpoint metadata");
-    if (st == MPCL_OK) st = mpcl__ckpt_expected_tensors(ctx, mp, e, &n);
+    if (st == MPCL_OK) st = mpcl__ckpt_expected_tensors(ctx, mp, &e, &n);
+    if (st == MPCL_OK && (!(t = calloc(n + 1, sizeof *t)) || !(data = calloc(n + 1, sizeof *data))))
+        st = MPCL_ERROR(ctx, MPCL_ERR_OUT_OF_MEMORY, "checkpoint tensors");
     for (size_t i = 0; i < n && st == MPCL_OK; i++) {
         size_t count = e[i].count;
         data[i] = malloc(count * sizeof(float));
@@ -153,6 +155,7 @@ static mpcl_status write_checkpoint(mpcl_context *ctx, mpcl_model *m,
     meta_add(l, "seed", "%llu", (unsigned long long)pos->seed);
     meta_add(l, "batch", "%zu", pos->batch);
     meta_add(l, "train_samples", "%zu", pos->train_samples);
+    meta_add(l, "steps_per_epoch", "%llu", (unsigned long long)pos->steps_per_epoch);
     meta_add(l, "loss_scale", "%.9g", (double)ls_state.scale);
     meta_add(l, "loss_scale_good_steps", "%lu", (unsigned long)ls_state.good_steps);
     meta_add(l, "loss_scale_skipped", "%lu", (unsigned long)ls_state.skipped_steps);
@@ -162,7 +165,10 @@ static mpcl_status write_checkpoint(mpcl_context *ctx, mpcl_model *m,
     if (st != MPCL_OK) mpcl__train_adopt_error(ctx, st);
 
 cleanup:
-    for (size_t i = 0; i < n; i++) free(data[i]);
+    for (size_t i = 0; data && i < n; i++) free(data[i]);
+    free(data);
+    free(t);
+    free(e);
     free(layers);
     return st;
 }
@@ -176,7 +182,8 @@ mpcl_status mpcl_trainer_save(mpcl_trainer *tr, const char *path) {
                                     .epoch_step = tr->epoch_step,
                                     .seed = tr->params.seed,
                                     .batch = tr->params.batch,
-                                    .train_samples = tr->train_count};
+                                    .train_samples = tr->train_count,
+                                    .steps_per_epoch = tr->steps_per_epoch};
     return write_checkpoint(tr->ctx, tr->model, &pos, false, path);
 }
 
@@ -286,21 +293,23 @@ static mpcl_status check_model_fits(mpcl_context *ctx, const mpcl_checkpoint *c,
  * *scale gets the state written (when *wrote). */
 static mpcl_status apply_state(mpcl_context *ctx, const mpcl_checkpoint *c, mpcl_model *m,
                                bool keep_scale, mpcl_loss_scale_state *scale, bool *wrote) {
-    mpcl__ckpt_expected e[MPCL__CKPT_MAX_TENSORS];
-    size_t n = 0;
+    mpcl__ckpt_expected *e;
+    size_t n;
     *wrote = false;
-    mpcl_status st = mpcl__ckpt_expected_tensors(ctx, mpcl_model_params_of(m), e, &n);
+    mpcl_status st = mpcl__ckpt_expected_tensors(ctx, mpcl_model_params_of(m), &e, &n);
     for (size_t i = 0; i < n && st == MPCL_OK; i++) {
         const mpcl_st_tensor *t = mpcl_safetensors_find(c->file, e[i].name);
         /* The data may be unaligned in a file from another writer. */
         float *buf = malloc(t->bytes ? t->bytes : 1);
-        if (!buf) return MPCL_ERROR(ctx, MPCL_ERR_OUT_OF_MEMORY, "loading %s", e[i].name);
+        if (!buf) st = MPCL_ERROR(ctx, MPCL_ERR_OUT_OF_MEMORY, "loading %s", e[i].name);
+        if (st != MPCL_OK) break;
         memcpy(buf, t->data, t->bytes);
         size_t count = t->bytes / sizeof(float);
         st = e[i].buffer ? mpcl_model_write_buffer(m, e[i].param, buf, count)
                          : mpcl_model_write_param(m, e[i].param, e[i].slot, buf, count);
         free(buf);
     }
+    free(e);
     if (st == MPCL_OK) st = mpcl_model_write_step(m, c->pos.optimizer_step);
     if (st == MPCL_OK) mpcl_model_set_rng_counter(m, c->pos.rng_counter);
     mpcl_loss_scale *ls = mpcl_model_loss_scale(m);
@@ -431,7 +440,15 @@ static mpcl_status check_all(mpcl_trainer *tr, mpcl_checkpoint *c) {
         (st = check_same_model(tr->ctx, MPCL_ERR_FORMAT, c, tr->model)) != MPCL_OK ||
         (st = check_schedule(&L, tr, &c->params.lr_schedule)) != MPCL_OK)
         return st;
-    return check_sequence(&L, tr, p->seed, p->batch, p->train_samples);
+    if ((st = check_sequence(&L, tr, p->seed, p->batch, p->train_samples)) != MPCL_OK) return st;
+    if (p->steps_per_epoch != tr->steps_per_epoch)
+        return MPCL_ERROR(tr->ctx, MPCL_ERR_FORMAT,
+                          "checkpoint %s evaluates every %llu steps, this run every %llu: "
+                          "--eval-every %llu",
+                          c->path, (unsigned long long)p->steps_per_epoch,
+                          (unsigned long long)tr->steps_per_epoch,
+                          (unsigned long long)p->steps_per_epoch);
+    return MPCL_OK;
 }
 
 mpcl_status mpcl_trainer_load(mpcl_trainer *tr, const char *path) {

@@ -27,6 +27,9 @@ mpcl_train_params mpcl_train_default_params(void) {
     p.report_every = 50;
     p.model = mpcl_model_default_params();
     p.shuffle = true;
+    p.eval_fraction = 0.1;
+    p.eval_batches = 20;
+    p.grad_accum = 1;
     return p;
 }
 
@@ -58,7 +61,7 @@ mpcl_status mpcl__train_adopt_error(mpcl_context *ctx, mpcl_status st) {
 
 /* The replicas' contexts, and the batch split they need: every replica takes
  * at least one row of every batch, the last partial one included. */
-static mpcl_status setup_replicas(mpcl_trainer *tr, const mpcl_train_params *params) {
+mpcl_status mpcl__train_setup_replicas(mpcl_trainer *tr, const mpcl_train_params *params) {
     mpcl_context *ctx = tr->ctx;
     tr->dist = params->dist;
     tr->replicas = tr->dist ? mpcl_dist_local_replicas(tr->dist) : 1;
@@ -70,7 +73,8 @@ static mpcl_status setup_replicas(mpcl_trainer *tr, const mpcl_train_params *par
                           tr->replicas, tr->replicas);
     for (size_t r = 1; r < tr->replicas; r++) tr->rep[r].ctx = params->replica_ctx[r];
     size_t batch = tr->params.batch, world = mpcl_dist_world_size(tr->dist);
-    size_t last = tr->train_count % batch;
+    /* A token run's batches are all whole. */
+    size_t last = tr->stream ? 0 : tr->train_count % batch;
     if (batch < world || (last && last < world))
         return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG,
                           "batch %zu (last batch of the epoch: %zu samples) over %zu replicas: "
@@ -93,7 +97,7 @@ static void destroy_models(mpcl_trainer *tr) {
  * MPI, the processes resolved `auto` differently), every replica falls back
  * to float32, the plan every device runs, and plan_note says so. An explicit
  * policy that some replica cannot run is refused. */
-static mpcl_status create_models(mpcl_trainer *tr, mpcl_model_params *mp) {
+mpcl_status mpcl__train_create_models(mpcl_trainer *tr, mpcl_model_params *mp) {
     mpcl_status st = mpcl_model_create(tr->ctx, mp, &tr->model);
     if (st != MPCL_OK) return st;
     tr->rep[0].model = tr->models[0] = tr->model;
@@ -204,7 +208,8 @@ static bool early_model(mpcl_trainer *tr, const mpcl_train_params *params, mpcl_
     mp->seed = params->seed;
     resolve_schedule(&mp->lr_schedule, params->epochs, (count + mp->max_batch - 1) / mp->max_batch);
     if (mp->policy == MPCL_POLICY_AUTO && !mpcl__auto_plan_known(tr->ctx, mp)) return false;
-    if ((*st = setup_replicas(tr, params)) == MPCL_OK) *st = create_models(tr, mp);
+    if ((*st = mpcl__train_setup_replicas(tr, params)) == MPCL_OK)
+        *st = mpcl__train_create_models(tr, mp);
     *msg = *st != MPCL_OK ? strdup(mpcl_errmsg()) : NULL;
     return true;
 }
@@ -253,6 +258,11 @@ mpcl_status mpcl_trainer_create(mpcl_context *ctx, const mpcl_train_params *para
     if (params->num_classes < 0 || params->num_classes > 256) {
         st = MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "num_classes %d outside [0, 256]",
                         params->num_classes);
+        goto cleanup;
+    }
+
+    if (params->tokens) {
+        st = mpcl__train_tokens_setup(tr, params);
         goto cleanup;
     }
 
@@ -309,14 +319,14 @@ mpcl_status mpcl_trainer_create(mpcl_context *ctx, const mpcl_train_params *para
         destroy_models(tr); /* the files changed between the reads: the data decide */
         early = false;
     }
-    if ((st = setup_replicas(tr, params)) != MPCL_OK) goto cleanup;
+    if ((st = mpcl__train_setup_replicas(tr, params)) != MPCL_OK) goto cleanup;
     if (early && early_st != MPCL_OK) {
         st = early_msg
                  ? mpcl__error_restore(ctx, early_st, early_msg)
                  : MPCL_ERROR(ctx, early_st, "creating the model failed (no memory to keep why)");
         goto cleanup;
     }
-    if (!early && (st = create_models(tr, &mp)) != MPCL_OK) goto cleanup;
+    if (!early && (st = mpcl__train_create_models(tr, &mp)) != MPCL_OK) goto cleanup;
     mpcl_dtype storage = mpcl_model_plan(tr->model)->storage;
     /* y: i32 labels, or f32 target columns. */
     mpcl_dtype ytype = tr->float_targets ? MPCL_DTYPE_F32 : MPCL_DTYPE_I32;
@@ -382,6 +392,7 @@ void mpcl_trainer_destroy(mpcl_trainer *tr) {
         mpcl_tensor_destroy(R->labels);
         mpcl_tensor_destroy(R->order);
         mpcl_device_dataset_destroy(R->train);
+        mpcl_token_stream_destroy(R->stream);
         mpcl_model_destroy(R->model);
     }
     mpcl_tensor_destroy(tr->x);
@@ -390,6 +401,7 @@ void mpcl_trainer_destroy(mpcl_trainer *tr) {
     mpcl_tensor_destroy(tr->test_order);
     mpcl_device_dataset_destroy(tr->train);
     mpcl_device_dataset_destroy(tr->test);
+    mpcl_token_stream_destroy(tr->stream);
     mpcl_model_destroy(tr->model);
     free(tr->host_order);
     free(tr->test_host_order);
@@ -411,11 +423,11 @@ const char *mpcl_trainer_plan_note(const mpcl_trainer *tr) {
 }
 
 mpcl_status mpcl_trainer_evaluate(mpcl_trainer *tr, double *loss, double *accuracy) {
-    if (!tr->test)
+    if (!tr->test && !(tr->stream && tr->test_count))
         return MPCL_ERROR(tr->ctx, MPCL_ERR_INVALID_ARG, "this trainer has no test data");
     size_t batch = tr->params.batch;
-    mpcl_status st = MPCL_OK;
-    for (size_t first = 0; first < tr->test_count && st == MPCL_OK; first += batch) {
+    mpcl_status st = tr->stream ? mpcl__train_tokens_evaluate(tr) : MPCL_OK;
+    for (size_t first = 0; !tr->stream && first < tr->test_count && st == MPCL_OK; first += batch) {
         size_t B = tr->test_count - first < batch ? tr->test_count - first : batch;
         mpcl_tensor x = mpcl__tensor_rows(tr->x, B), y = mpcl__tensor_rows(tr->labels, B);
         st = mpcl_device_dataset_batch(tr->ctx, tr->test, tr->test_order, tr->test_host_order,
@@ -499,7 +511,7 @@ static mpcl_status report(mpcl_trainer *tr, fit_clock *c, bool epoch_end) {
     r.epoch_end = epoch_end;
     r.test_loss = NAN;
     r.test_accuracy = NAN;
-    if (epoch_end && tr->test) {
+    if (epoch_end && tr->test_count) {
         if ((st = mpcl_trainer_evaluate(tr, &r.test_loss, &r.test_accuracy)) != MPCL_OK) return st;
         tr->evaluated = true;
         tr->test_loss = r.test_loss;
@@ -583,6 +595,7 @@ static mpcl_status set_step_lr(mpcl_trainer *tr) {
  * the same sum. */
 static mpcl_status train_step(mpcl_trainer *tr, size_t first, size_t B) {
     mpcl_status st = set_step_lr(tr);
+    if (st == MPCL_OK && tr->stream) return mpcl__train_tokens_step(tr);
     if (st == MPCL_OK && !tr->dist) {
         mpcl_tensor x = mpcl__tensor_rows(tr->x, B), y = mpcl__tensor_rows(tr->labels, B);
         st =
@@ -607,6 +620,12 @@ static mpcl_status train_step(mpcl_trainer *tr, size_t first, size_t B) {
     return st;
 }
 
+/* Whether the run has done all its steps: its epochs, or a token run's
+ * steps (whose last interval may be short of an epoch). */
+static bool run_done(const mpcl_trainer *tr) {
+    return tr->epoch >= tr->params.epochs || (tr->stream && tr->step >= tr->total_steps);
+}
+
 mpcl_status mpcl_trainer_fit(mpcl_trainer *tr) {
     fit_clock c;
     c.start = c.mark = c.last = now_s();
@@ -621,8 +640,8 @@ mpcl_status mpcl_trainer_fit(mpcl_trainer *tr) {
     mpcl_loss_stats s;
     mpcl_status st = mpcl__train_check_same_job(tr);
     if (st == MPCL_OK) st = read_train_stats(tr, &s);
-    while (st == MPCL_OK && tr->epoch < tr->params.epochs && !tr->stopped) {
-        if (!tr->order_valid || tr->order_epoch != tr->epoch) {
+    while (st == MPCL_OK && !run_done(tr) && !tr->stopped) {
+        if (!tr->stream && (!tr->order_valid || tr->order_epoch != tr->epoch)) {
             tr->order_valid = false;
             if (tr->params.shuffle)
                 mpcl__train_epoch_order(tr->params.seed, tr->epoch, tr->host_order, n);
@@ -640,21 +659,27 @@ mpcl_status mpcl_trainer_fit(mpcl_trainer *tr) {
             break;
         }
         size_t first = (size_t)tr->epoch_step * batch;
-        size_t B = n - first < batch ? n - first : batch;
+        size_t B = tr->stream || n - first >= batch ? batch : n - first;
         st = train_step(tr, first, B);
         if (st == MPCL_OK) st = ring_mark(tr->ctx, &ring);
         if (st != MPCL_OK) break;
         tr->step++;
         tr->epoch_step++;
-        tr->train_samples += B;
-        c.samples += B;
+        /* A token step takes its micro-batches' windows. */
+        size_t rows = tr->stream ? B * tr->accum : B;
+        tr->train_samples += rows;
+        c.samples += rows;
         since++;
-        bool end = tr->epoch_step == tr->steps_per_epoch;
+        /* A token run's last interval ends with its steps, evaluated like
+         * an epoch's end, but the position stays inside the epoch (a
+         * checkpoint's step is epoch * steps per epoch + epoch_step). */
+        bool epoch_done = tr->epoch_step == tr->steps_per_epoch;
+        bool end = epoch_done || (tr->stream && tr->step == tr->total_steps);
         if (end || (every && since == every)) {
             since = 0;
             if ((st = report(tr, &c, end)) != MPCL_OK) break;
         }
-        if (end) {
+        if (epoch_done) {
             tr->epoch++;
             tr->epoch_step = 0;
         }
@@ -666,7 +691,7 @@ mpcl_status mpcl_trainer_fit(mpcl_trainer *tr) {
             if ((st = report(tr, &c, false)) != MPCL_OK) break;
         }
         if (tr->diverged && !tr->params.keep_going_on_nan) {
-            tr->stopped = tr->epoch < tr->params.epochs;
+            tr->stopped = !run_done(tr);
             break;
         }
         if (save && !tr->diverged) {
