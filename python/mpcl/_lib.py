@@ -381,6 +381,8 @@ _PROTOTYPES = {
     "mpcl_gpt2_folder_read": (_S, [c_char_p, POINTER(POINTER(Gpt2Weights))]),
     "mpcl_gpt2_folder_write": (_S, [c_char_p, POINTER(Gpt2Weights)]),
     "mpcl_gpt2_weights_destroy": (None, [POINTER(Gpt2Weights)]),
+    "mpcl_model_load_gpt2": (_S, [P, POINTER(Gpt2Weights)]),
+    "mpcl_model_gpt2_weights": (_S, [P, POINTER(POINTER(Gpt2Weights))]),
 }
 
 

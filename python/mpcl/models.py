@@ -1,11 +1,15 @@
-"""load_model: a model from a safetensors checkpoint of mpcl-train or save()."""
+"""load_model: a model from a safetensors checkpoint of mpcl-train or save(),
+or from a Hugging Face GPT-2 folder; GPT, the GPT-2 model."""
 
 import ctypes
 import os
 
 from . import _lib, layers, losses, mixed_precision, optimizers
 from ._lib import call, lib
+from .gpt import GPT, gpt2_folder
 from .model import Sequential
+
+__all__ = ["GPT", "load_model"]
 
 
 class _Checkpoint:
@@ -53,31 +57,55 @@ def _layers(mp):
             for i in range(n.value)]
 
 
-def load_model(path):
+def _gpt_config(mp):
+    """The GPT-2 config of a checkpoint's params, or None when they are not
+    a GPT."""
+    c = _lib.Gpt2Config()
+    return c if lib.mpcl_gpt_config_of(ctypes.byref(mp), ctypes.byref(c)) == 0 else None
+
+
+def load_model(path, context=None):
     """The model a checkpoint holds, compiled as it was trained (optimizer,
     its state and step, loss scaling and its state, policy), ready for
-    predict, evaluate, save or more fit. The file is read and checked by
-    libmpcl's checkpoint reader, the checks mpcl-train --resume makes
-    (MpclError MPCL_ERR_FORMAT naming the key or tensor, MPCL_ERR_IO for the
-    file)."""
+    predict, evaluate, save or more fit: a GPT when its layers are one,
+    else a Sequential. The file is read and checked by libmpcl's checkpoint
+    reader, the checks mpcl-train --resume makes (MpclError MPCL_ERR_FORMAT
+    naming the key or tensor, MPCL_ERR_IO for the file).
+
+    A folder is a Hugging Face GPT-2 folder (config.json and
+    model.safetensors): a GPT of its config on windows of context tokens
+    (its n_positions when None), with its weights, compiled with
+    GPT.compile()'s default optimizer, in the global policy."""
     path = os.fspath(path)
+    if os.path.isdir(path):
+        return gpt2_folder(path, context)
+    if context is not None:
+        raise ValueError("load_model: context= applies to a GPT-2 folder; a checkpoint keeps "
+                         "the context it was trained on")
     ck = _Checkpoint(path)
     mp = ck.params
-    ls = _layers(mp)
+    gpt = _gpt_config(mp)
     saved = mixed_precision.global_policy()
     mixed_precision.set_global_policy(_lib.text(lib.mpcl_policy_name(mp.policy)))
     try:
-        model = Sequential(ls, seed=mp.seed)
+        if gpt:
+            model = GPT(gpt.n_layer, gpt.n_head, gpt.n_embd, mp.input_shape[0], gpt.vocab_size,
+                        gpt.n_positions, mp.seed, gpt.layer_norm_epsilon)
+        else:
+            model = Sequential(_layers(mp), seed=mp.seed)
     finally:
         mixed_precision.set_global_policy(saved)
-    loss = losses.get(_lib.LOSSES[mp.loss])
-    if loss.output_activation:
-        # From logits unless the last layer declares the loss's activation
-        # (a checkpoint before output activations were recorded: linear).
-        loss.from_logits = _lib.activation_or_none(
-            lib.mpcl_model_output_activation(ctypes.byref(mp))) is None
-    model.compile(optimizer=_optimizer(mp), loss=loss,
-                  metrics=[_lib.text(lib.mpcl_loss_metric_name(mp.loss))])
+    if gpt:
+        model.compile(optimizer=_optimizer(mp))
+    else:
+        loss = losses.get(_lib.LOSSES[mp.loss])
+        if loss.output_activation:
+            # From logits unless the last layer declares the loss's activation
+            # (a checkpoint before output activations were recorded: linear).
+            loss.from_logits = _lib.activation_or_none(
+                lib.mpcl_model_output_activation(ctypes.byref(mp))) is None
+        model.compile(optimizer=_optimizer(mp), loss=loss,
+                      metrics=[_lib.text(lib.mpcl_loss_metric_name(mp.loss))])
     # The model is the checkpoint's: its params as the reader gives them
     # (loss scaling off for a file without a scaler, whatever the policy;
     # an MLP of 0.1.0 as its widths).

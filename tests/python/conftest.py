@@ -56,7 +56,7 @@ def run_cli(exe, *args, check=True):
 
 def read_safetensors(path):
     """An independent reader (the format is an 8-byte length, a JSON header and
-    the data): {name: float64 array}, metadata."""
+    the data): {name: array (F32 as float32, I32 as int32)}, metadata."""
     with open(path, "rb") as f:
         raw = f.read()
     (n,) = struct.unpack("<Q", raw[:8])
@@ -64,9 +64,9 @@ def read_safetensors(path):
     meta = header.pop("__metadata__", {})
     out = {}
     for name, t in header.items():
-        assert t["dtype"] == "F32"
+        dtype = {"F32": "<f4", "I32": "<i4"}[t["dtype"]]
         a, b = t["data_offsets"]
-        out[name] = np.frombuffer(raw[8 + n + a:8 + n + b], "<f4").reshape(t["shape"])
+        out[name] = np.frombuffer(raw[8 + n + a:8 + n + b], dtype).reshape(t["shape"])
     return out, meta
 
 
