@@ -208,6 +208,52 @@ static void greedy_matches_the_reference(void **state) {
     mpcl_context_destroy(ctx);
 }
 
+/* The logits of cached steps against those of whole windows: the window
+ * of a prompt of `len` tokens is run, then each later position of seq is
+ * stepped alone and its logits compared with those of the whole sequence
+ * at that position. */
+static void check_steps(mpcl_model *m, const int32_t *seq, size_t len, double tol) {
+    mpcl_context *ctx = mpcl_model_context(m);
+    float full[T * V], step[V];
+    int32_t window[T];
+    mpcl_tensor *x = tu_tensor(ctx, MPCL_DTYPE_I32, 1, T);
+    mpcl_tensor *token = tu_tensor(ctx, MPCL_DTYPE_I32, 1, 1);
+    TU_ASSERT_OK(mpcl_tensor_upload_i32(x, seq, T));
+    TU_ASSERT_OK(mpcl_model_predict(m, x));
+    TU_ASSERT_OK(mpcl_model_read_logits(m, full, T * V));
+    for (size_t t = 0; t < T; t++) window[t] = t < len ? seq[t] : 0;
+    TU_ASSERT_OK(mpcl_tensor_upload_i32(x, window, T));
+    TU_ASSERT_OK(mpcl_model_predict(m, x));
+    for (size_t t = len; t < T; t++) {
+        TU_ASSERT_OK(mpcl_tensor_upload_i32(token, &seq[t], 1));
+        TU_ASSERT_OK(mpcl__model_forward_step(m, token, t));
+        TU_ASSERT_OK(mpcl__model_read_step_logits(m, step, V));
+        double *want = tu_to_double(full + t * V, V);
+        char what[64];
+        snprintf(what, sizeof what, "prompt %zu, step at %zu", len, t);
+        assert_true(tu_check_close(what, step, want, V, tol, tol, tol));
+        free(want);
+    }
+    mpcl_tensor_destroy(token);
+    mpcl_tensor_destroy(x);
+}
+
+static void cached_steps_match_whole_windows(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    mpcl_model *m = tiny_gpt(ctx, GPT_LAYERS, 8);
+    assert_true(mpcl__model_can_step(m));
+    const int32_t seq[T] = {3, 1, 4, 1, 5, 9, 2, 6};
+    for (size_t len = 1; len < T; len++) check_steps(m, seq, len, 1e-4);
+    /* A step past the context is refused. */
+    mpcl_tensor *token = tu_tensor(ctx, MPCL_DTYPE_I32, 1, 1);
+    tu_expect_error(mpcl__model_forward_step(m, token, T), MPCL_ERR_INVALID_ARG,
+                    "a step at position 8 of a model of 8 positions");
+    mpcl_tensor_destroy(token);
+    mpcl_model_destroy(m);
+    mpcl_context_destroy(ctx);
+}
+
 typedef struct seen {
     int32_t tokens[32];
     size_t count;
@@ -287,6 +333,7 @@ int main(void) {
         cmocka_unit_test(draws_follow_the_softmax),
         cmocka_unit_test(sampler_errors),
         cmocka_unit_test(greedy_matches_the_reference),
+        cmocka_unit_test(cached_steps_match_whole_windows),
         cmocka_unit_test(reproducible_from_the_seed),
         cmocka_unit_test(generation_errors),
     };

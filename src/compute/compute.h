@@ -47,6 +47,11 @@ uint16_t mpcl__f32_to_bits(mpcl_dtype dtype, float x);
 mpcl_status mpcl__tensor_download_f32_at(const mpcl_tensor *t, size_t first, float *dst,
                                          size_t count);
 
+/* Enqueues a copy of src's elements into dst from element dst_first on (no
+ * alignment needed, unlike a view): a generation step's keys and values
+ * into attention's cache. MPCL_ERR_SHAPE past dst's end or across dtypes. */
+mpcl_status mpcl__tensor_copy_at(mpcl_tensor *dst, size_t dst_first, const mpcl_tensor *src);
+
 /* The first B rows of t as a tensor value sharing t's memory: batches
  * smaller than the buffers allocated for max_batch. Never destroyed. */
 mpcl_tensor mpcl__tensor_rows(const mpcl_tensor *t, size_t B);

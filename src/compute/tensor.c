@@ -201,6 +201,22 @@ mpcl_status mpcl_tensor_fill(mpcl_tensor *t, float value) {
     return mpcl__launch_1d(ctx, k, "mpcl_fill", n, 64);
 }
 
+mpcl_status mpcl__tensor_copy_at(mpcl_tensor *dst, size_t dst_first, const mpcl_tensor *src) {
+    mpcl_context *ctx = dst->ctx;
+    size_t count = src->rows * src->cols, size = mpcl_dtype_size(dst->dtype);
+    if (src->dtype != dst->dtype || dst_first > dst->rows * dst->cols ||
+        count > dst->rows * dst->cols - dst_first)
+        return MPCL_ERROR(ctx, MPCL_ERR_SHAPE,
+                          "copy of a %s %zux%zu tensor to element %zu of a %s %zux%zu tensor",
+                          mpcl_dtype_name(src->dtype), src->rows, src->cols, dst_first,
+                          mpcl_dtype_name(dst->dtype), dst->rows, dst->cols);
+    mpcl_status st = MPCL_OK;
+    CHECK_CL(ctx, clEnqueueCopyBuffer(ctx->queue, src->mem, dst->mem, 0, dst_first * size,
+                                      count * size, 0, NULL, NULL));
+cleanup:
+    return st;
+}
+
 mpcl_tensor mpcl__tensor_rows(const mpcl_tensor *t, size_t B) {
     mpcl_tensor v = *t;
     v.rows = B;
