@@ -130,7 +130,8 @@ static void sampler_errors(void **state) {
 
 enum { T = 8, V = 11 };
 
-static mpcl_model *tiny_gpt(mpcl_context *ctx, const char *layers, uint64_t seed) {
+static mpcl_model *tiny_gpt_in(mpcl_context *ctx, const char *layers, uint64_t seed,
+                               mpcl_policy policy) {
     char text[512];
     snprintf(text, sizeof text,
              "input_shape=%d; token_pos_embedding vocabulary_size=%d sequence_length=%d "
@@ -141,7 +142,7 @@ static mpcl_model *tiny_gpt(mpcl_context *ctx, const char *layers, uint64_t seed
     p.classes = V;
     p.max_batch = 2;
     p.seed = seed;
-    p.policy = MPCL_POLICY_FLOAT32;
+    p.policy = policy;
     mpcl_model *m = NULL;
     TU_ASSERT_OK(mpcl_model_create(ctx, &p, &m));
     /* Weights of U(-1, 1): the initial ones (embeddings of std 0.02) give
@@ -155,6 +156,10 @@ static mpcl_model *tiny_gpt(mpcl_context *ctx, const char *layers, uint64_t seed
         free(w);
     }
     return m;
+}
+
+static mpcl_model *tiny_gpt(mpcl_context *ctx, const char *layers, uint64_t seed) {
+    return tiny_gpt_in(ctx, layers, seed, MPCL_POLICY_FLOAT32);
 }
 
 static const char GPT_LAYERS[] =
@@ -251,6 +256,15 @@ static void cached_steps_match_whole_windows(void **state) {
                     "a step at position 8 of a model of 8 positions");
     mpcl_tensor_destroy(token);
     mpcl_model_destroy(m);
+    /* In f16 and bf16 storage both paths round the same activations; only
+     * the GEMMs' sums of one row against all rows may differ in order. */
+    const mpcl_policy mixed[] = {MPCL_POLICY_MIXED_FLOAT16, MPCL_POLICY_MIXED_BFLOAT16};
+    for (size_t i = 0; i < 2; i++) {
+        if (!mpcl_context_plan(ctx, mixed[i]).usable) continue;
+        m = tiny_gpt_in(ctx, GPT_LAYERS, 8, mixed[i]);
+        for (size_t len = 1; len < T; len += 3) check_steps(m, seq, len, 5e-2);
+        mpcl_model_destroy(m);
+    }
     mpcl_context_destroy(ctx);
 }
 
