@@ -16,3 +16,19 @@ __kernel void mpcl_copy_f32x4(__global float4 *dst, __global const float4 *src, 
     uint i = get_global_id(0);
     if (i < n4) dst[i] = src[i];
 }
+
+// Gradient accumulation over micro-batches (mpcl_model_stash_grads): the
+// stash sums the micro-batches' gradients in f32, so that a 16-bit
+// gradient is rounded once, when the sum goes back before the update.
+// stash[i] = g[i], or stash[i] += g[i] with add.
+__kernel void mpcl_grad_stash(__global float *stash, __global const storage_t *g, uint n, uint add) {
+    uint i = get_global_id(0);
+    if (i < n) stash[i] = (add ? stash[i] : 0.0f) + LOAD(g, i);
+}
+
+// g[i] += stash[i] (the last micro-batch's gradient and the sum before it).
+__kernel void mpcl_grad_unstash(__global const float *stash, __global storage_t *g, uint n,
+                                uint add) {
+    uint i = get_global_id(0);
+    if (i < n) STORE(g, i, (add ? LOAD(g, i) : 0.0f) + stash[i]);
+}

@@ -16,7 +16,7 @@ PUBLIC = {
     "compute": ["tensor", "ops", "activations", "losses", "conv", "dropout", "batchnorm", "gemm", "loss_scale",
                 "optim", "lr_schedule", "quickbench"],
     "nn": ["model", "layer_spec", "generate"],
-    "io": ["data", "npy", "safetensors", "gpt2_folder", "batch", "model_file", "tokens", "bpe"],
+    "io": ["data", "npy", "safetensors", "gpt2_folder", "gpt", "batch", "model_file", "tokens", "bpe"],
     "parallel": ["dist"],
     "train": ["train", "plot", "checkpoint", "abi"],
     "tools": ["mpcl"],

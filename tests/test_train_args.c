@@ -613,8 +613,81 @@ static void data_flags(void **state) {
     assert_non_null(strstr(err, "--train-x: empty value"));
 }
 
+static void gpt_flags(void **state) {
+    (void)state;
+    train_args a;
+    char err[512];
+    /* The GPT defaults where nothing is said. */
+    assert_true(parse(&a, err, sizeof err, "--model", "gpt", NULL));
+    assert_true(a.gpt);
+    assert_null(a.model_file);
+    mpcl_train_params p = train_args_to_params(&a);
+    assert_int_equal(p.batch, 32);
+    assert_int_equal(p.steps, 3000);
+    assert_int_equal(p.eval_every, 250);
+    assert_int_equal(p.eval_batches, 20);
+    assert_int_equal(p.grad_accum, 1);
+    assert_int_equal(a.gpt_vocab, 256);
+    assert_int_equal(p.model.optim.kind, MPCL_OPTIM_ADAMW);
+    assert_true(p.model.optim.weight_decay == 0.1f);
+    assert_true(p.model.optim.beta2 == 0.95f);
+    assert_false(p.model.optim.decay_vectors);
+    assert_int_equal(p.model.lr_schedule.kind, MPCL_LR_COSINE);
+    assert_int_equal(p.model.lr_schedule.warmup_steps, 100);
+    assert_true(p.model.lr_schedule.alpha == 0.1);
+    /* Flags given win over the defaults; a short run warms up a tenth. */
+    assert_true(parse(&a, err, sizeof err, "--model=gpt", "--layers", "2", "--heads", "2", "--embd",
+                      "32", "--context", "16", "--tokens", "t.bin", "--steps", "50", "--eval-every",
+                      "10", "--eval-batches", "3", "--grad-accum", "4", "--batch", "8", "--opt",
+                      "weight_decay=0.01", NULL));
+    p = train_args_to_params(&a);
+    assert_int_equal(a.gpt_layers, 2);
+    assert_int_equal(a.gpt_heads, 2);
+    assert_int_equal(a.gpt_embd, 32);
+    assert_int_equal(a.gpt_context, 16);
+    assert_int_equal(a.gpt_vocab, 50257);
+    assert_string_equal(a.tokens_bin, "t.bin");
+    assert_int_equal(p.batch, 8);
+    assert_int_equal(p.steps, 50);
+    assert_int_equal(p.eval_every, 10);
+    assert_int_equal(p.eval_batches, 3);
+    assert_int_equal(p.grad_accum, 4);
+    assert_true(p.model.optim.weight_decay == 0.01f);
+    assert_int_equal(p.model.lr_schedule.warmup_steps, 5);
+    assert_true(parse(&a, err, sizeof err, "--model", "gpt", "--optimizer", "adam", "--lr-schedule",
+                      "constant", NULL));
+    p = train_args_to_params(&a);
+    assert_int_equal(p.model.optim.kind, MPCL_OPTIM_ADAM);
+    assert_int_equal(p.model.lr_schedule.kind, MPCL_LR_CONSTANT);
+    /* Refusals, each naming the flag. */
+    static const char *const bad[][4] = {
+        {"--layers", "2", NULL, "--layers applies to --model gpt"},
+        {"--model", "gpt", "--epochs", "--epochs does not apply to --model gpt"},
+        {"--model", "gpt", "--hidden", "--hidden does not apply"},
+        {"--model", "gpt", "--data", "--data does not apply"},
+        {"--model", "gpt", "--heads=3", "--heads 3 does not divide --embd 128"},
+        {"--model", "gpt", "--context=0", "--context"},
+        {"--model", "gpt", "--steps=0", "--steps"},
+        {"--model", "gpt", "--vocab=65537", "--vocab"},
+        {"--model", "gpt", "--grad-accum=0", "--grad-accum"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char *argv[6] = {
+            "mpcl-train", (char *)bad[i][0], (char *)bad[i][1], (char *)bad[i][2], NULL, NULL};
+        int argc = bad[i][2] ? 4 : 3;
+        /* Flags that need a value get one. */
+        if (bad[i][2] && !strchr(bad[i][2], '=')) argv[argc++] = "1";
+        assert_false(train_args_parse(&a, argc, argv, err, sizeof err));
+        if (!strstr(err, bad[i][3])) fail_msg("case %zu: '%s' lacks '%s'", i, err, bad[i][3]);
+    }
+    assert_false(
+        parse(&a, err, sizeof err, "--model", "gpt", "--text", "a", "--tokens", "b", NULL));
+    assert_non_null(strstr(err, "--tokens contradicts --text"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(gpt_flags),
         cmocka_unit_test(defaults),
         cmocka_unit_test(every_flag_both_spellings),
         cmocka_unit_test(rejects),

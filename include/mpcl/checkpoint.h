@@ -35,6 +35,10 @@ typedef struct mpcl_checkpoint_position {
     /* scale, good_steps and skipped_steps as saved (the flags are 0). */
     mpcl_loss_scale_state loss_scale;
     uint64_t rng_counter; /* the model's training forwards (dropout masks drawn) */
+    /* The steps of an epoch: ceil(train_samples / batch), or a token run's
+     * evaluation interval (train.h); files from before the key take the
+     * former. */
+    uint64_t steps_per_epoch;
 } mpcl_checkpoint_position;
 
 /* Reads and checks a checkpoint completely: the format; every metadata key

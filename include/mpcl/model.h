@@ -190,6 +190,16 @@ mpcl_status mpcl_model_forward_slice(mpcl_model *m, const mpcl_tensor *x, const 
 /* Gradients of the last forward into the gradient arena (overwritten, not
  * accumulated). MPCL_ERR_INVALID_ARG without a forward before it. */
 mpcl_status mpcl_model_backward(mpcl_model *m);
+/* Gradient accumulation over micro-batches: after the backward of every
+ * micro-batch but the last, this adds the gradient arena into an f32 sum
+ * the model keeps (the first stash after an apply starts it; the sum is
+ * made on first use, 4 bytes a parameter); the last micro-batch's backward
+ * is followed by apply, which adds the sum in, rounded once to the storage
+ * dtype, before its checks and update. With each micro-batch's forward
+ * given the whole step's rows (mpcl_model_forward_slice's batch_rows), the
+ * applied gradient is the whole step's mean. MPCL_ERR_INVALID_ARG without
+ * a backward before it. */
+mpcl_status mpcl_model_stash_grads(mpcl_model *m);
 /* The finite check, the optional clip, the optimizer and the loss-scale
  * update. MPCL_ERR_INVALID_ARG without a backward before it. */
 mpcl_status mpcl_model_apply(mpcl_model *m);

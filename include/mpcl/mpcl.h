@@ -30,6 +30,7 @@
 #include "mpcl/layer_spec.h"
 #include "mpcl/model.h"
 #include "mpcl/generate.h"
+#include "mpcl/gpt.h"
 #include "mpcl/model_file.h"
 #include "mpcl/dist.h"
 #include "mpcl/train.h"

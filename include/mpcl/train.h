@@ -13,6 +13,7 @@
 #include "mpcl/data.h"
 #include "mpcl/dist.h"
 #include "mpcl/model.h"
+#include "mpcl/tokens.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -122,6 +123,31 @@ typedef struct mpcl_train_params {
      * epoch). false: every epoch takes the rows in order, 0 .. N-1 (Keras'
      * shuffle=False). */
     bool shuffle;
+    /* Language-model training on a token stream (tokens.h) instead of the
+     * data above (all of which is then ignored): tokens, borrowed for
+     * mpcl_trainer_create, which uploads them. The model's first layer
+     * takes token ids (token_pos_embedding), whose vocabulary must hold the
+     * stream's, and its input shape (context,) is the window; the trainer
+     * sets model.inputs, classes (the embedding's vocabulary), max_batch and
+     * seed. The stream's last eval_fraction (0.1) is held out. Every step
+     * takes grad_accum (1; 0 is 1) micro-batches of `batch` windows of
+     * context + 1 tokens drawn on the device from the training part
+     * (mpcl_token_stream_windows, keyed by the seed and step * grad_accum +
+     * micro-batch, so that a resumed run draws what it would have), and
+     * applies their mean gradient once. The run is `steps` steps; an
+     * evaluation of eval_batches (20) batches of held-out windows, the same
+     * ones every time, closes every eval_every steps (0: only the last) and
+     * the run. The trainer's epochs are these intervals: a report's
+     * epoch_end, save_every_epochs and the summary's epochs count them, and
+     * epochs itself is ignored. A cosine schedule's decay_steps of 0 decays
+     * over steps - warmup_steps. Data parallel is refused (not supported
+     * yet). */
+    const mpcl_tokens *tokens;
+    uint64_t steps;
+    uint64_t eval_every;
+    double eval_fraction;
+    size_t eval_batches;
+    uint32_t grad_accum;
 } mpcl_train_params;
 
 #define MPCL_TRAIN_QUEUE_AHEAD 2
@@ -197,8 +223,8 @@ void mpcl_trainer_summary(const mpcl_trainer *tr, mpcl_train_summary *out);
 
 /* What the trainer made of its data and batch, for a banner or a summary. */
 typedef struct mpcl_train_data_info {
-    size_t train_samples; /* after train_limit */
-    size_t test_samples;  /* 0 without test data */
+    size_t train_samples; /* after train_limit; a token run's training tokens */
+    size_t test_samples;  /* 0 without test data; a token run's windows per evaluation */
     /* The batch every step takes: params.batch, or train_samples when there
      * are fewer (each epoch is then one batch of all of them, as in Keras,
      * and no buffer is sized for more). Checkpoints save this one, so a

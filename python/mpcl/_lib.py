@@ -88,7 +88,8 @@ class CheckpointPosition(Structure):
     _fields_ = [("step", c_uint64), ("epoch", c_uint32), ("epoch_step", c_uint64),
                 ("optimizer_step", c_uint32), ("seed", c_uint64), ("batch", c_size_t),
                 ("train_samples", c_size_t), ("scaled", c_bool),
-                ("loss_scale", LossScaleState), ("rng_counter", c_uint64)]
+                ("loss_scale", LossScaleState), ("rng_counter", c_uint64),
+                ("steps_per_epoch", c_uint64)]
 
 
 class TrainReport(Structure):
@@ -113,7 +114,9 @@ class TrainParams(Structure):
                 ("test_data", c_void_p), ("dist", c_void_p), ("replica_ctx", c_void_p),
                 ("data_load", c_void_p), ("train_x", c_char_p), ("train_y", c_char_p),
                 ("val_x", c_char_p), ("val_y", c_char_p), ("validation_split", c_double),
-                ("shuffle", c_bool)]
+                ("shuffle", c_bool), ("tokens", c_void_p), ("steps", c_uint64),
+                ("eval_every", c_uint64), ("eval_fraction", c_double),
+                ("eval_batches", c_size_t), ("grad_accum", c_uint32)]
 
 
 class ArrayView(Structure):

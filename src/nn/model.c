@@ -31,6 +31,10 @@ struct mpcl_model {
     mpcl_dtype x_dtype; /* int32 token ids when the first layer takes them, else storage */
     size_t positions;   /* labels per sample: T for a (T, classes) output, else 1 */
     size_t last_batch;
+    /* Gradient accumulation (mpcl_model_stash_grads): the f32 sum of the
+     * micro-batches stashed since the last apply, made on first use. */
+    mpcl_tensor *grad_stash;
+    bool stashed;
 };
 
 mpcl_model_params mpcl_model_default_params(void) {
@@ -500,6 +504,7 @@ void mpcl_model_destroy(mpcl_model *m) {
     mpcl_tensor_destroy(m->arenas.buffers);
     mpcl_tensor_destroy(m->train_stats);
     mpcl_tensor_destroy(m->eval_stats);
+    mpcl_tensor_destroy(m->grad_stash);
     free(m);
 }
 
@@ -688,12 +693,48 @@ mpcl_status mpcl_model_backward(mpcl_model *m) {
     return MPCL_OK;
 }
 
+/* stash = g, or stash += g (f32), over the whole gradient arena; or, with
+ * `unstash`, g += stash (rounded once to the storage dtype). */
+static mpcl_status grad_stash_launch(mpcl_model *m, const char *name, bool add) {
+    mpcl_tensor *g = m->arenas.grads;
+    cl_uint n = (cl_uint)(g->rows * g->cols), add_flag = add;
+    cl_kernel k;
+    mpcl_status st = mpcl__kernel(m->ctx, m->plan.storage, name, &k);
+    if (st == MPCL_OK)
+        st = mpcl__set_args(m->ctx, k, name, MPCL_ARG(m->grad_stash->mem), MPCL_ARG(g->mem),
+                            MPCL_ARG(n), MPCL_ARG(add_flag), MPCL_ARGS_END);
+    return st == MPCL_OK ? mpcl__launch_1d(m->ctx, k, name, n, 64) : st;
+}
+
+mpcl_status mpcl_model_stash_grads(mpcl_model *m) {
+    if (m->phase != PHASE_BACKWARD)
+        return MPCL_ERROR(m->ctx, MPCL_ERR_INVALID_ARG,
+                          "model stash_grads without a backward before it");
+    mpcl_tensor *g = m->arenas.grads;
+    if (g->rows * g->cols > UINT32_MAX)
+        return MPCL_ERROR(m->ctx, MPCL_ERR_SHAPE,
+                          "gradient accumulation over %zu parameters: more than 2^32 - 1",
+                          g->rows * g->cols);
+    mpcl_status st = MPCL_OK;
+    if (!m->grad_stash)
+        st = mpcl_tensor_create(m->ctx, MPCL_DTYPE_F32, 1, g->rows * g->cols, &m->grad_stash);
+    if (st == MPCL_OK) st = grad_stash_launch(m, "mpcl_grad_stash", m->stashed);
+    if (st != MPCL_OK) return st;
+    m->stashed = true;
+    m->phase = PHASE_IDLE;
+    return MPCL_OK;
+}
+
 mpcl_status mpcl_model_apply(mpcl_model *m) {
     if (m->phase != PHASE_BACKWARD)
         return MPCL_ERROR(m->ctx, MPCL_ERR_INVALID_ARG, "model apply without a backward before it");
     m->phase = PHASE_IDLE;
     mpcl_status st = MPCL_OK;
-    if (m->ls) st = mpcl_loss_scale_check(m->ctx, m->ls, &m->arenas.grads, 1);
+    if (m->stashed) {
+        m->stashed = false;
+        st = grad_stash_launch(m, "mpcl_grad_unstash", true);
+    }
+    if (st == MPCL_OK && m->ls) st = mpcl_loss_scale_check(m->ctx, m->ls, &m->arenas.grads, 1);
     /* The loss-scale update runs in the optimizer's last launch, after the
      * update has read found_inf (loss_scale.h). */
     if (st == MPCL_OK) st = mpcl_optimizer_step_scaled(m->ctx, m->opt, m->arenas.grads, m->ls);

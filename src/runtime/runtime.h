@@ -54,6 +54,9 @@ void mpcl__error_append(mpcl_context *ctx, const char *text);
 /* Records `text`, a whole message another thread recorded (mpcl_errmsg
  * there), as this thread's and ctx's message, word for word; returns status. */
 mpcl_status mpcl__error_restore(mpcl_context *ctx, mpcl_status status, const char *text);
+/* The failure this thread just recorded without a context (a call that
+ * takes none) recorded on ctx too; returns status. */
+mpcl_status mpcl__error_to_context(mpcl_context *ctx, mpcl_status status);
 
 /* ---- device ---- */
 

@@ -66,6 +66,11 @@ mpcl_status mpcl__error_restore(mpcl_context *ctx, mpcl_status status, const cha
     return status;
 }
 
+mpcl_status mpcl__error_to_context(mpcl_context *ctx, mpcl_status status) {
+    copy_to_context(ctx);
+    return status;
+}
+
 mpcl_status mpcl__cl_status(cl_int err) {
     switch (err) {
     case CL_SUCCESS: return MPCL_OK;

@@ -18,6 +18,7 @@
 #include "train_args.h"
 #include "train_data.h"
 #include "train_dist.h"
+#include "train_gpt.h"
 
 enum { EXIT_OK = 0, EXIT_ERROR = 1, EXIT_NO_DEVICE = 2, EXIT_DIVERGED = 3 };
 
@@ -56,7 +57,28 @@ static const char usage[] =
     "                          --hidden/--activation;\n"
     "                          a softmax last layer (sigmoid with binary_crossentropy)\n"
     "                          is the loss's: trained on logits, kept in --save\n";
-/* In two parts: C11 compilers need take no string literal over 4095 bytes. */
+/* In parts: C11 compilers need take no string literal over 4095 bytes. */
+static const char usage_gpt[] =
+    "A GPT on text (--model gpt; GPT-2's pre-norm blocks, its LM head tied to the\n"
+    "token embedding, next-token cross-entropy; the data flags above do not apply):\n"
+    "  --model gpt             the built-in GPT instead of an MLP or a Keras file\n"
+    "  --layers N --heads N    blocks (default 4) and attention heads (default 4,\n"
+    "                          dividing --embd)\n"
+    "  --embd N --context N    channels (default 128) and window in tokens (default 64)\n"
+    "  --vocab N               vocabulary (default 256 for --text, 50257 for --tokens)\n"
+    "  --text FILE|DIR         byte tokens from a text file or a folder's files\n"
+    "                          (default " MPCL_TOKENS_DEFAULT_DIR
+    ")\n"
+    "  --tokens FILE.bin       llm.c's token file (uint16 tokens) instead of --text\n"
+    "  --steps N               training steps (default 3000)\n"
+    "  --eval-every N          steps between evaluations on the held-out tenth (default\n"
+    "                          250; the run's end is evaluated too)\n"
+    "  --eval-batches N        held-out batches per evaluation (default 20)\n"
+    "  --grad-accum N          micro-batches of --batch windows per step (default 1)\n"
+    "  Defaults where no flag says otherwise: --batch 32, --optimizer adamw with\n"
+    "  beta_2=0.95 weight_decay=0.1 decay_vectors=false, --lr-schedule cosine\n"
+    "  --lr-min-ratio 0.1 after 100 warm-up steps (a tenth of runs under 1000).\n"
+    "\n";
 static const char usage_rest[] =
     "Training:\n"
     "  --epochs N              epochs to train, in total when resuming (default 10)\n"
@@ -165,6 +187,10 @@ typedef struct ui {
     mpcl_run_record *plot; /* NULL without --plot */
     bool plot_failed;
     mpcl_loss loss; /* its metric is what "acc" reports */
+    /* --model gpt: lines by step, rates in tokens (context per sample). */
+    bool gpt;
+    uint64_t steps;
+    size_t context;
 } ui;
 
 /* The metric's short label and value as printed: accuracies in percent. */
@@ -204,6 +230,31 @@ static bool scaling_on(const train_args *a, const mpcl_plan *plan) {
            (a->loss_scaling == MPCL_LOSS_SCALING_PLAN && plan->loss_scaling);
 }
 
+/* --model gpt's lines: by step, with the evaluation at each interval's end. */
+static void print_gpt_report(ui *u, const mpcl_train_report *r) {
+    double tokens_per_s = r->samples_per_s * (double)u->context;
+    if (r->epoch_end) {
+        if (u->line_open) fputs("\r", u->human);
+        fprintf(u->human,
+                "step %llu/%llu  loss %.4f  eval loss %.4f  lr %.3g  scale %g  skipped %u  "
+                "%.0f tokens/s  %.1f s%s\n",
+                (unsigned long long)r->step, (unsigned long long)u->steps, r->loss, r->test_loss,
+                r->lr, (double)r->loss_scale, r->skipped, tokens_per_s, r->elapsed_s,
+                u->live ? "          " : "");
+        u->line_open = false;
+    } else if (u->live) {
+        char eta[32];
+        format_eta(
+            eta, sizeof eta,
+            (double)(u->steps - r->step) * (double)u->batch * (double)u->context / tokens_per_s);
+        fprintf(u->human, "\rstep %llu/%llu  loss %.4f  lr %.3g  %.0f tokens/s  ETA %s   ",
+                (unsigned long long)r->step, (unsigned long long)u->steps, r->loss, r->lr,
+                tokens_per_s, eta);
+        u->line_open = true;
+    }
+    fflush(u->human);
+}
+
 static void on_report(void *user, const mpcl_train_report *r) {
     ui *u = user;
     if (u->plot && mpcl_run_record_add(u->plot, r) != MPCL_OK) u->plot_failed = true;
@@ -223,6 +274,10 @@ static void on_report(void *user, const mpcl_train_report *r) {
         }
     }
     if (!u->human) return;
+    if (u->gpt) {
+        print_gpt_report(u, r);
+        return;
+    }
     if (r->epoch_end) {
         if (u->line_open) fputs("\r", u->human);
         char train[32], test[32];
@@ -393,7 +448,7 @@ static void write_schedule_json(jsonw *w, const mpcl_lr_schedule *sched,
 static void write_json(const train_args *a, const mpcl_device_info *dev, const mpcl_plan *plan,
                        const mpcl_lr_schedule *sched, const mpcl_train_data_info *di,
                        const mpcl_train_summary *s, const train_dist *td, const double *rates,
-                       double startup_s) {
+                       double startup_s, const mpcl_tokens *t) {
     jsonw w;
     jsonw_init(&w, stdout);
     jsonw_object_begin(&w);
@@ -410,7 +465,10 @@ static void write_json(const train_args *a, const mpcl_device_info *dev, const m
     jsonw_kv_bool(&w, "loss_scaling", scaling_on(a, plan));
     jsonw_kv_string(&w, "reason", plan->reason);
     jsonw_object_end(&w);
-    write_data_json(&w, a, di);
+    if (t)
+        train_gpt_json(&w, a, t, s);
+    else
+        write_data_json(&w, a, di);
     train_data_json(&w, di);
     jsonw_kv_uint(&w, "epochs", s->epochs_done);
     jsonw_kv_uint(&w, "steps", s->steps);
@@ -456,7 +514,9 @@ static void write_json(const train_args *a, const mpcl_device_info *dev, const m
 static void print_start(FILE *h, const train_args *a, const mpcl_device_info *dev) {
     fprintf(h, "mpcl-train %s\n", mpcl_version());
     fprintf(h, "device    %s: %s (%s)\n", dev->id, dev->name, dev->platform);
-    if (a->train_x)
+    if (a->gpt) {
+        /* The corpus, once the trainer has split it (train_gpt_print_data). */
+    } else if (a->train_x)
         fprintf(h, "data      train %s, %s; loss %s\n", a->train_x, a->train_y,
                 mpcl_loss_name(a->loss));
     else
@@ -511,9 +571,14 @@ static void print_model(FILE *h, const train_args *a, const mpcl_model_params *m
     } else {
         print_layers(h, m);
     }
-    fprintf(h, "; %s, %s lr %g; batch %zu, %u epochs, seed %llu\n", mpcl_loss_name(m->loss),
-            mpcl_optim_kind_name(m->optim.kind), (double)m->optim.lr, m->max_batch, a->epochs,
-            (unsigned long long)a->seed);
+    if (a->gpt)
+        fprintf(h, "; %s lr %g; batch %zu, %llu steps, seed %llu\n",
+                mpcl_optim_kind_name(m->optim.kind), (double)m->optim.lr, m->max_batch,
+                (unsigned long long)a->steps, (unsigned long long)a->seed);
+    else
+        fprintf(h, "; %s, %s lr %g; batch %zu, %u epochs, seed %llu\n", mpcl_loss_name(m->loss),
+                mpcl_optim_kind_name(m->optim.kind), (double)m->optim.lr, m->max_batch, a->epochs,
+                (unsigned long long)a->seed);
     const mpcl_lr_schedule *s = &m->lr_schedule;
     if (s->warmup_steps || s->kind != MPCL_LR_CONSTANT) {
         fprintf(h, "lr        %s, warm-up %llu steps", mpcl_lr_schedule_kind_name(s->kind),
@@ -529,17 +594,29 @@ static void print_model(FILE *h, const train_args *a, const mpcl_model_params *m
 
 static void print_end(FILE *h, const train_args *a, const mpcl_plan *plan,
                       const mpcl_train_summary *s) {
-    if (s->stopped)
+    if (s->stopped && a->gpt)
+        fprintf(h, "stopped   after step %llu of %llu\n", (unsigned long long)s->steps,
+                (unsigned long long)a->steps);
+    else if (s->stopped)
         fprintf(h, "stopped   after step %llu (epoch %u of %u done)\n",
                 (unsigned long long)s->steps, s->epochs_done, a->epochs);
-    char metric[32];
-    format_metric(metric, sizeof metric, a->loss, s->test_accuracy, true);
-    if (isfinite(s->test_accuracy))
-        fprintf(h, "test      %s, loss %.4f\n", metric, s->test_loss);
-    else
-        fprintf(h, "test      not evaluated\n");
-    fprintf(h, "time      %.1f s, %.0f samples/s, %llu steps\n", s->seconds, s->train_samples_per_s,
-            (unsigned long long)s->steps);
+    if (a->gpt) {
+        if (isfinite(s->test_loss))
+            fprintf(h, "eval      loss %.4f nats per token\n", s->test_loss);
+        else
+            fprintf(h, "eval      not evaluated\n");
+        fprintf(h, "time      %.1f s, %.0f tokens/s, %llu steps\n", s->seconds,
+                s->train_samples_per_s * (double)a->gpt_context, (unsigned long long)s->steps);
+    } else {
+        char metric[32];
+        format_metric(metric, sizeof metric, a->loss, s->test_accuracy, true);
+        if (isfinite(s->test_accuracy))
+            fprintf(h, "test      %s, loss %.4f\n", metric, s->test_loss);
+        else
+            fprintf(h, "test      not evaluated\n");
+        fprintf(h, "time      %.1f s, %.0f samples/s, %llu steps\n", s->seconds,
+                s->train_samples_per_s, (unsigned long long)s->steps);
+    }
     if (scaling_on(a, plan))
         fprintf(h, "scaling   %u skipped steps, final loss scale %g\n", s->skipped_steps,
                 (double)s->final_loss_scale);
@@ -578,6 +655,7 @@ int main(int argc, char **argv) {
     }
     if (a.help) {
         fputs(usage, stdout);
+        fputs(usage_gpt, stdout);
         fputs(usage_rest, stdout);
         print_optimizers(stdout);
         return EXIT_OK;
@@ -609,14 +687,20 @@ int main(int argc, char **argv) {
         fprintf(stderr, "mpcl-train: %s\n", mpcl_errmsg());
         return EXIT_ERROR;
     }
+    mpcl_tokens *tokens = NULL;
+    if (a.gpt && !train_gpt_setup(&a, &p, &tokens, err, sizeof err)) {
+        fprintf(stderr, "mpcl-train: %s\n", err);
+        return EXIT_ERROR;
+    }
     mpcl_train_data_load *load = NULL;
-    if (mpcl_train_data_load_start(&p, &load) != MPCL_OK) load = NULL;
+    if (a.gpt || mpcl_train_data_load_start(&p, &load) != MPCL_OK) load = NULL;
 
     /* The devices (several with --devices; this rank's under mpirun). */
     train_dist td;
     mpcl_status st = train_dist_open(&td, &a);
     if (st != MPCL_OK) {
         mpcl_train_data_load_destroy(load);
+        mpcl_tokens_destroy(tokens);
         fprintf(stderr, "mpcl-train: %s\n", td.err);
         /* An unknown selector is the user's mistake (1, as mpcl-probe); no
          * OpenCL at all is the machine's (2). */
@@ -638,7 +722,10 @@ int main(int argc, char **argv) {
             .live = human && isatty(fileno(human)),
             .epochs = a.epochs,
             .batch = a.batch,
-            .loss = a.loss};
+            .loss = a.loss,
+            .gpt = a.gpt,
+            .steps = a.steps,
+            .context = a.gpt_context};
     p.on_report = on_report;
     p.user = &u;
     p.stop = &stop_flag;
@@ -660,8 +747,9 @@ int main(int argc, char **argv) {
     mpcl_train_data_info di;
     mpcl_trainer_data_info(tr, &di);
     u.batch = di.batch;
-    if (human) train_data_print(human, &di);
-    if (leader && !a.quiet) train_data_warn(&di);
+    if (human && tokens) train_gpt_print_data(human, &a, tokens, &di);
+    if (human && !tokens) train_data_print(human, &di);
+    if (leader && !a.quiet && !tokens) train_data_warn(&di);
     if (human) train_dist_print(human, &td, tr);
     if (a.resume && mpcl_trainer_load(tr, a.resume) != MPCL_OK) {
         fprintf(stderr, "mpcl-train: --resume %s: %s\n", a.resume, mpcl_errmsg());
@@ -742,7 +830,7 @@ int main(int argc, char **argv) {
         double *rates = calloc(s.world_size, sizeof *rates);
         if (rates) train_dist_rates(&td, &s, rates); /* collective under MPI */
         if (rates && leader && a.json)
-            write_json(&a, dev, &plan, &sched, &di, &s, &td, rates, startup_s);
+            write_json(&a, dev, &plan, &sched, &di, &s, &td, rates, startup_s, tokens);
         free(rates);
     }
     /* The status says what happened: a signal after the last step changed
@@ -771,6 +859,7 @@ done:
     }
     mpcl_trainer_destroy(tr);
     mpcl_train_data_load_destroy(load);
+    mpcl_tokens_destroy(tokens);
     train_dist_close(&td);
     if (fflush(stdout) != 0 && rc == EXIT_OK) rc = EXIT_ERROR;
     return rc;

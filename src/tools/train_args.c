@@ -10,6 +10,7 @@
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +38,14 @@ void train_args_defaults(train_args *a) {
     a->seed = 42;
     a->report_every = 50;
     a->dist_timeout = (uint32_t)MPCL_DIST_DEFAULT_TIMEOUT;
+    a->gpt_layers = 4;
+    a->gpt_heads = 4;
+    a->gpt_embd = 128;
+    a->gpt_context = 64;
+    a->steps = 3000;
+    a->eval_every = 250;
+    a->eval_batches = 20;
+    a->grad_accum = 1;
 }
 
 static bool fail(char *err, size_t size, const char *fmt, ...) {
@@ -226,6 +235,17 @@ static const struct {
     {"--devices", FLAG_VALUE},
     {"--grad-compression", FLAG_VALUE},
     {"--dist-timeout", FLAG_VALUE},
+    {"--layers", FLAG_VALUE},
+    {"--heads", FLAG_VALUE},
+    {"--embd", FLAG_VALUE},
+    {"--context", FLAG_VALUE},
+    {"--vocab", FLAG_VALUE},
+    {"--text", FLAG_VALUE},
+    {"--tokens", FLAG_VALUE},
+    {"--steps", FLAG_VALUE},
+    {"--eval-every", FLAG_VALUE},
+    {"--eval-batches", FLAG_VALUE},
+    {"--grad-accum", FLAG_VALUE},
 };
 
 /* Records an optimizer setting; it is checked against the kind's declaration
@@ -301,9 +321,79 @@ static bool build_optim(train_args *a, char *err, size_t size) {
     return true;
 }
 
+/* The largest GPT dimension a flag takes: far above what a device holds,
+ * low enough that products of two cannot overflow. */
+#define GPT_MAX_DIM ((uint64_t)1 << 24)
+
+/* --model gpt's own flags. Returns whether f is one; *ok says how it went. */
+static bool apply_gpt(train_args *a, const char *f, const char *v, bool *ok, char *err,
+                      size_t size) {
+    static const struct {
+        const char *flag;
+        size_t offset; /* a size_t field of train_args */
+        uint64_t min, max;
+    } dims[] = {
+        {"--layers", offsetof(train_args, gpt_layers), 1, 1024},
+        {"--heads", offsetof(train_args, gpt_heads), 1, 4096},
+        {"--embd", offsetof(train_args, gpt_embd), 1, GPT_MAX_DIM},
+        {"--context", offsetof(train_args, gpt_context), 1, GPT_MAX_DIM},
+        {"--vocab", offsetof(train_args, gpt_vocab), 1, MPCL_TOKENS_MAX_VOCAB},
+        {"--eval-batches", offsetof(train_args, eval_batches), 1, GPT_MAX_DIM},
+    };
+    uint64_t u = 0;
+    *ok = true;
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
+        if (strcmp(f, dims[i].flag) == 0) {
+            *ok = parse_uint(f, v, dims[i].min, dims[i].max, &u, err, size);
+            *(size_t *)((char *)a + dims[i].offset) = (size_t)u;
+            if (!a->gpt_flag) a->gpt_flag = f;
+            return true;
+        }
+    if (strcmp(f, "--steps") == 0) {
+        *ok = parse_uint(f, v, 1, SCHEDULE_MAX_STEPS, &a->steps, err, size);
+    } else if (strcmp(f, "--eval-every") == 0) {
+        *ok = parse_uint(f, v, 1, SCHEDULE_MAX_STEPS, &a->eval_every, err, size);
+    } else if (strcmp(f, "--grad-accum") == 0) {
+        *ok = parse_uint(f, v, 1, 1 << 16, &u, err, size);
+        a->grad_accum = (uint32_t)u;
+    } else if (strcmp(f, "--text") == 0 || strcmp(f, "--tokens") == 0) {
+        if (!*v) *ok = fail(err, size, "%s: empty path", f);
+        if (a->text || a->tokens_bin)
+            *ok = fail(err, size, "%s contradicts %s: give one corpus", f,
+                       a->text ? "--text" : "--tokens");
+        if (strcmp(f, "--text") == 0)
+            a->text = v;
+        else
+            a->tokens_bin = v;
+    } else {
+        return false;
+    }
+    if (!a->gpt_flag) a->gpt_flag = f;
+    return true;
+}
+
+/* The flags --model gpt has no use for: it reads tokens, not the IDX or NPY
+ * data, and runs steps, not epochs. */
+static bool not_for_gpt(const char *f) {
+    static const char *const mlp_data[] = {
+        "--data",       "--train-x",          "--train-y",     "--val-x",
+        "--val-y",      "--validation-split", "--loss",        "--epochs",
+        "--hidden",     "--classes",          "--train-limit", "--test-limit",
+        "--activation",
+    };
+    for (size_t i = 0; i < sizeof mlp_data / sizeof mlp_data[0]; i++)
+        if (strcmp(f, mlp_data[i]) == 0) return true;
+    return false;
+}
+
 static bool apply(train_args *a, const char *f, const char *v, char *err, size_t size) {
     uint64_t u;
     bool ok;
+    if (not_for_gpt(f) && !a->not_gpt_flag) a->not_gpt_flag = f;
+    if (strcmp(f, "--batch") == 0) a->batch_set = true;
+    if (strcmp(f, "--optimizer") == 0) a->optimizer_set = true;
+    if (strcmp(f, "--lr-schedule") == 0) a->schedule_set = true;
+    if (apply_gpt(a, f, v, &ok, err, size)) return ok;
     if (apply_schedule(a, f, v, &ok, err, size)) return ok;
     if (strcmp(f, "--json") == 0) {
         a->json = true;
@@ -360,7 +450,8 @@ static bool apply(train_args *a, const char *f, const char *v, char *err, size_t
         return parse_hidden(a, f, v, err, size);
     } else if (strcmp(f, "--model") == 0) {
         if (!*v) return fail(err, size, "%s: empty path", f);
-        a->model_file = v;
+        a->gpt = strcmp(v, "gpt") == 0;
+        a->model_file = a->gpt ? NULL : v;
     } else if (strcmp(f, "--activation") == 0) {
         mpcl_activation act;
         /* Identity hidden layers would collapse the MLP into one linear map. */
@@ -488,6 +579,48 @@ static bool check_data_flags(const train_args *a, char *err, size_t size) {
     return true;
 }
 
+/* --model gpt's checks, and its defaults where the user set nothing: the
+ * GPT settings go before the user's --opt, which override them. */
+static bool gpt_defaults(train_args *a, char *err, size_t size) {
+    if (!a->gpt) {
+        if (a->gpt_flag)
+            return fail(err, size, "%s applies to --model gpt (a GPT trained on text or tokens)",
+                        a->gpt_flag);
+        return true;
+    }
+    if (a->not_gpt_flag)
+        return fail(err, size,
+                    "%s does not apply to --model gpt, which trains on --text or --tokens for "
+                    "--steps",
+                    a->not_gpt_flag);
+    if (a->gpt_embd % a->gpt_heads != 0)
+        return fail(err, size, "--heads %zu does not divide --embd %zu", a->gpt_heads, a->gpt_embd);
+    if (!a->gpt_vocab) a->gpt_vocab = a->tokens_bin ? 50257 : MPCL_TOKENS_BYTE_VOCAB;
+    if (!a->batch_set) a->batch = 32;
+    if (!a->schedule_set && !a->decay_flag) {
+        a->schedule.kind = MPCL_LR_COSINE;
+        a->schedule.alpha = 0.1;
+        /* 100 steps, or a tenth of a shorter run. */
+        if (a->schedule.warmup_steps == 0)
+            a->schedule.warmup_steps = a->steps < 1000 ? a->steps / 10 : 100;
+    }
+    if (a->optimizer_set) return true;
+    static const char *const adamw[][2] = {
+        {"beta_2", "0.95"}, {"weight_decay", "0.1"}, {"decay_vectors", "false"}};
+    size_t n = sizeof adamw / sizeof adamw[0];
+    if (a->opt_count + n > TRAIN_ARGS_MAX_OPT)
+        return fail(err, size, "more than %d optimizer settings", TRAIN_ARGS_MAX_OPT - (int)n);
+    memmove(a->opt + n, a->opt, a->opt_count * sizeof a->opt[0]);
+    for (size_t i = 0; i < n; i++) {
+        a->opt[i].flag = "--model gpt";
+        snprintf(a->opt[i].name, sizeof a->opt[i].name, "%s", adamw[i][0]);
+        a->opt[i].value = adamw[i][1];
+    }
+    a->opt_count += n;
+    a->optimizer = MPCL_OPTIM_ADAMW;
+    return true;
+}
+
 bool train_args_parse(train_args *a, int argc, char **argv, char *err, size_t err_size) {
     train_args_defaults(a);
     for (int i = 1; i < argc; i++) {
@@ -523,7 +656,7 @@ bool train_args_parse(train_args *a, int argc, char **argv, char *err, size_t er
     if (a->decay_flag && !mpcl_lr_schedule_kind_decays(a->schedule.kind))
         return fail(err, err_size, "%s %s applies to a decaying --lr-schedule (cosine), not %s",
                     a->decay_flag, a->decay_value, mpcl_lr_schedule_kind_name(a->schedule.kind));
-    if (!build_optim(a, err, err_size)) return false;
+    if (!gpt_defaults(a, err, err_size) || !build_optim(a, err, err_size)) return false;
     if ((a->save_every || a->save_every_epochs) && !a->save)
         return fail(err, err_size, "--save-every needs --save PATH (where to write)");
     if (a->model_file && a->mlp_flag)
@@ -726,5 +859,11 @@ mpcl_train_params train_args_to_params(const train_args *a) {
      * library refuses an initial scale outside [min_scale, max_scale]. */
     if (ls->initial_scale < ls->min_scale) ls->min_scale = ls->initial_scale;
     if (ls->initial_scale > ls->max_scale) ls->max_scale = ls->initial_scale;
+    if (a->gpt) {
+        p.steps = a->steps;
+        p.eval_every = a->eval_every;
+        p.eval_batches = a->eval_batches;
+        p.grad_accum = a->grad_accum;
+    }
     return p;
 }

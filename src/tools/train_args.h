@@ -71,6 +71,24 @@ typedef struct train_args {
      * with its value, for the message when the schedule does not decay. */
     mpcl_lr_schedule schedule;
     const char *decay_flag, *decay_value;
+    /* --model gpt: the built-in GPT trained on tokens. Its shape (--layers
+     * 4, --heads 4, --embd 128, --context 64, --vocab: 256 for --text,
+     * 50257 for --tokens), its data (--text FILE|DIR, the fortunes folder
+     * by default, or --tokens FILE.bin) and its run (--steps 3000,
+     * --eval-every 250, --eval-batches 20, --grad-accum 1). Where the user
+     * set nothing, the run takes GPT defaults: batch 32; AdamW with
+     * beta_2 0.95, weight_decay 0.1 on matrices only; a cosine schedule to
+     * 0.1 of --lr after 100 warm-up steps (a tenth of a run of fewer than
+     * 1000 steps). */
+    bool gpt;
+    size_t gpt_layers, gpt_heads, gpt_embd, gpt_context, gpt_vocab;
+    const char *text, *tokens_bin;
+    uint64_t steps, eval_every;
+    size_t eval_batches;
+    uint32_t grad_accum;
+    bool batch_set, optimizer_set, schedule_set;
+    const char *gpt_flag;     /* the first flag of --model gpt's own given */
+    const char *not_gpt_flag; /* the first flag that does not apply to --model gpt */
 } train_args;
 
 void train_args_defaults(train_args *a);

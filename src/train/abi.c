@@ -130,6 +130,7 @@ static const abi_row rows[] = {
     FIELD(mpcl_checkpoint_position, scaled),
     FIELD(mpcl_checkpoint_position, loss_scale),
     FIELD(mpcl_checkpoint_position, rng_counter),
+    FIELD(mpcl_checkpoint_position, steps_per_epoch),
 
     SIZE(mpcl_train_report),
     FIELD(mpcl_train_report, step),
@@ -177,6 +178,12 @@ static const abi_row rows[] = {
     FIELD(mpcl_train_params, val_y),
     FIELD(mpcl_train_params, validation_split),
     FIELD(mpcl_train_params, shuffle),
+    FIELD(mpcl_train_params, tokens),
+    FIELD(mpcl_train_params, steps),
+    FIELD(mpcl_train_params, eval_every),
+    FIELD(mpcl_train_params, eval_fraction),
+    FIELD(mpcl_train_params, eval_batches),
+    FIELD(mpcl_train_params, grad_accum),
 
     SIZE(mpcl_npy_data_params),
     FIELD(mpcl_npy_data_params, float_targets),

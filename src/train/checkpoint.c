@@ -153,6 +153,7 @@ static mpcl_status write_checkpoint(mpcl_context *ctx, mpcl_model *m,
     meta_add(l, "seed", "%llu", (unsigned long long)pos->seed);
     meta_add(l, "batch", "%zu", pos->batch);
     meta_add(l, "train_samples", "%zu", pos->train_samples);
+    meta_add(l, "steps_per_epoch", "%llu", (unsigned long long)pos->steps_per_epoch);
     meta_add(l, "loss_scale", "%.9g", (double)ls_state.scale);
     meta_add(l, "loss_scale_good_steps", "%lu", (unsigned long)ls_state.good_steps);
     meta_add(l, "loss_scale_skipped", "%lu", (unsigned long)ls_state.skipped_steps);
@@ -176,7 +177,8 @@ mpcl_status mpcl_trainer_save(mpcl_trainer *tr, const char *path) {
                                     .epoch_step = tr->epoch_step,
                                     .seed = tr->params.seed,
                                     .batch = tr->params.batch,
-                                    .train_samples = tr->train_count};
+                                    .train_samples = tr->train_count,
+                                    .steps_per_epoch = tr->steps_per_epoch};
     return write_checkpoint(tr->ctx, tr->model, &pos, false, path);
 }
 
@@ -431,7 +433,15 @@ static mpcl_status check_all(mpcl_trainer *tr, mpcl_checkpoint *c) {
         (st = check_same_model(tr->ctx, MPCL_ERR_FORMAT, c, tr->model)) != MPCL_OK ||
         (st = check_schedule(&L, tr, &c->params.lr_schedule)) != MPCL_OK)
         return st;
-    return check_sequence(&L, tr, p->seed, p->batch, p->train_samples);
+    if ((st = check_sequence(&L, tr, p->seed, p->batch, p->train_samples)) != MPCL_OK) return st;
+    if (p->steps_per_epoch != tr->steps_per_epoch)
+        return MPCL_ERROR(tr->ctx, MPCL_ERR_FORMAT,
+                          "checkpoint %s evaluates every %llu steps, this run every %llu: "
+                          "--eval-every %llu",
+                          c->path, (unsigned long long)p->steps_per_epoch,
+                          (unsigned long long)tr->steps_per_epoch,
+                          (unsigned long long)p->steps_per_epoch);
+    return MPCL_OK;
 }
 
 mpcl_status mpcl_trainer_load(mpcl_trainer *tr, const char *path) {

@@ -342,7 +342,12 @@ static mpcl_status parse_position(const mpcl__ckpt_loader *L, mpcl_checkpoint_po
     pos->optimizer_step = (uint32_t)opt_step;
     pos->loss_scale.good_steps = (uint32_t)good;
     pos->loss_scale.skipped_steps = (uint32_t)skipped;
+    /* Absent before token runs: the epoch of the samples. */
     uint64_t per_epoch = (samples + batch - 1) / batch;
+    if (mpcl_safetensors_meta_get(L->st, "steps_per_epoch") &&
+        (st = meta_uint(L, "steps_per_epoch", 1, UINT64_MAX, &per_epoch)) != MPCL_OK)
+        return st;
+    pos->steps_per_epoch = per_epoch;
     if (pos->epoch_step >= per_epoch || pos->step != epoch * per_epoch + pos->epoch_step ||
         opt_step > pos->step)
         return MPCL_ERROR(L->ctx, MPCL_ERR_FORMAT,

@@ -27,6 +27,9 @@ mpcl_train_params mpcl_train_default_params(void) {
     p.report_every = 50;
     p.model = mpcl_model_default_params();
     p.shuffle = true;
+    p.eval_fraction = 0.1;
+    p.eval_batches = 20;
+    p.grad_accum = 1;
     return p;
 }
 
@@ -256,6 +259,11 @@ mpcl_status mpcl_trainer_create(mpcl_context *ctx, const mpcl_train_params *para
         goto cleanup;
     }
 
+    if (params->tokens) {
+        st = mpcl__train_tokens_setup(tr, params);
+        goto cleanup;
+    }
+
     /* The class count is given or comes from the training labels; the test
      * labels must fall inside it. Data from memory come with their class
      * count (mpcl_dataset_from_memory), so the inferred-count check is the
@@ -390,6 +398,7 @@ void mpcl_trainer_destroy(mpcl_trainer *tr) {
     mpcl_tensor_destroy(tr->test_order);
     mpcl_device_dataset_destroy(tr->train);
     mpcl_device_dataset_destroy(tr->test);
+    mpcl_token_stream_destroy(tr->stream);
     mpcl_model_destroy(tr->model);
     free(tr->host_order);
     free(tr->test_host_order);
@@ -411,11 +420,11 @@ const char *mpcl_trainer_plan_note(const mpcl_trainer *tr) {
 }
 
 mpcl_status mpcl_trainer_evaluate(mpcl_trainer *tr, double *loss, double *accuracy) {
-    if (!tr->test)
+    if (!tr->test && !(tr->stream && tr->test_count))
         return MPCL_ERROR(tr->ctx, MPCL_ERR_INVALID_ARG, "this trainer has no test data");
     size_t batch = tr->params.batch;
-    mpcl_status st = MPCL_OK;
-    for (size_t first = 0; first < tr->test_count && st == MPCL_OK; first += batch) {
+    mpcl_status st = tr->stream ? mpcl__train_tokens_evaluate(tr) : MPCL_OK;
+    for (size_t first = 0; !tr->stream && first < tr->test_count && st == MPCL_OK; first += batch) {
         size_t B = tr->test_count - first < batch ? tr->test_count - first : batch;
         mpcl_tensor x = mpcl__tensor_rows(tr->x, B), y = mpcl__tensor_rows(tr->labels, B);
         st = mpcl_device_dataset_batch(tr->ctx, tr->test, tr->test_order, tr->test_host_order,
@@ -499,7 +508,7 @@ static mpcl_status report(mpcl_trainer *tr, fit_clock *c, bool epoch_end) {
     r.epoch_end = epoch_end;
     r.test_loss = NAN;
     r.test_accuracy = NAN;
-    if (epoch_end && tr->test) {
+    if (epoch_end && tr->test_count) {
         if ((st = mpcl_trainer_evaluate(tr, &r.test_loss, &r.test_accuracy)) != MPCL_OK) return st;
         tr->evaluated = true;
         tr->test_loss = r.test_loss;
@@ -583,6 +592,7 @@ static mpcl_status set_step_lr(mpcl_trainer *tr) {
  * the same sum. */
 static mpcl_status train_step(mpcl_trainer *tr, size_t first, size_t B) {
     mpcl_status st = set_step_lr(tr);
+    if (st == MPCL_OK && tr->stream) return mpcl__train_tokens_step(tr);
     if (st == MPCL_OK && !tr->dist) {
         mpcl_tensor x = mpcl__tensor_rows(tr->x, B), y = mpcl__tensor_rows(tr->labels, B);
         st =
@@ -607,6 +617,12 @@ static mpcl_status train_step(mpcl_trainer *tr, size_t first, size_t B) {
     return st;
 }
 
+/* Whether the run has done all its steps: its epochs, or a token run's
+ * steps (whose last interval may be short of an epoch). */
+static bool run_done(const mpcl_trainer *tr) {
+    return tr->epoch >= tr->params.epochs || (tr->stream && tr->step >= tr->total_steps);
+}
+
 mpcl_status mpcl_trainer_fit(mpcl_trainer *tr) {
     fit_clock c;
     c.start = c.mark = c.last = now_s();
@@ -621,8 +637,8 @@ mpcl_status mpcl_trainer_fit(mpcl_trainer *tr) {
     mpcl_loss_stats s;
     mpcl_status st = mpcl__train_check_same_job(tr);
     if (st == MPCL_OK) st = read_train_stats(tr, &s);
-    while (st == MPCL_OK && tr->epoch < tr->params.epochs && !tr->stopped) {
-        if (!tr->order_valid || tr->order_epoch != tr->epoch) {
+    while (st == MPCL_OK && !run_done(tr) && !tr->stopped) {
+        if (!tr->stream && (!tr->order_valid || tr->order_epoch != tr->epoch)) {
             tr->order_valid = false;
             if (tr->params.shuffle)
                 mpcl__train_epoch_order(tr->params.seed, tr->epoch, tr->host_order, n);
@@ -640,21 +656,27 @@ mpcl_status mpcl_trainer_fit(mpcl_trainer *tr) {
             break;
         }
         size_t first = (size_t)tr->epoch_step * batch;
-        size_t B = n - first < batch ? n - first : batch;
+        size_t B = tr->stream || n - first >= batch ? batch : n - first;
         st = train_step(tr, first, B);
         if (st == MPCL_OK) st = ring_mark(tr->ctx, &ring);
         if (st != MPCL_OK) break;
         tr->step++;
         tr->epoch_step++;
-        tr->train_samples += B;
-        c.samples += B;
+        /* A token step takes its micro-batches' windows. */
+        size_t rows = tr->stream ? B * tr->accum : B;
+        tr->train_samples += rows;
+        c.samples += rows;
         since++;
-        bool end = tr->epoch_step == tr->steps_per_epoch;
+        /* A token run's last interval ends with its steps, evaluated like
+         * an epoch's end, but the position stays inside the epoch (a
+         * checkpoint's step is epoch * steps per epoch + epoch_step). */
+        bool epoch_done = tr->epoch_step == tr->steps_per_epoch;
+        bool end = epoch_done || (tr->stream && tr->step == tr->total_steps);
         if (end || (every && since == every)) {
             since = 0;
             if ((st = report(tr, &c, end)) != MPCL_OK) break;
         }
-        if (end) {
+        if (epoch_done) {
             tr->epoch++;
             tr->epoch_step = 0;
         }
@@ -666,7 +688,7 @@ mpcl_status mpcl_trainer_fit(mpcl_trainer *tr) {
             if ((st = report(tr, &c, false)) != MPCL_OK) break;
         }
         if (tr->diverged && !tr->params.keep_going_on_nan) {
-            tr->stopped = tr->epoch < tr->params.epochs;
+            tr->stopped = !run_done(tr);
             break;
         }
         if (save && !tr->diverged) {

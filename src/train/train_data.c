@@ -99,6 +99,8 @@ void mpcl_trainer_data_info(const mpcl_trainer *tr, mpcl_train_data_info *out) {
     memcpy(out->input_shape, tr->input_shape, sizeof out->input_shape);
     out->input_rank = tr->input_rank;
     out->float_targets = tr->float_targets;
+    /* A token stream lives on the device and has no class counts. */
+    if (tr->stream) return;
     out->train_streamed = mpcl_device_dataset_streamed(tr->train);
     out->test_streamed = tr->test && mpcl_device_dataset_streamed(tr->test);
     for (int c = 0; c < out->classes && !tr->float_targets; c++)

@@ -72,6 +72,13 @@ struct mpcl_trainer {
     mpcl_model *models[MPCL_DIST_MAX_LOCAL];
     char plan_note[160];
     uint64_t local_samples; /* training samples of this process's replicas */
+
+    /* Training on tokens (params.tokens; train_tokens.c): the stream on the
+     * device, the run's steps (the last epoch may be short) and the
+     * micro-batches of a step. x and labels are then int32 [batch, context]. */
+    mpcl_token_stream *stream;
+    uint64_t total_steps;
+    uint32_t accum;
 };
 
 /* The shuffle of one epoch into idx[0..n): a pure function of (seed, epoch),
@@ -94,6 +101,14 @@ mpcl_status mpcl__train_sync_replicas(mpcl_trainer *tr);
  * metadata) before it changes anything; for the fuzz harness. */
 mpcl_status mpcl__checkpoint_check(mpcl_trainer *tr, const mpcl_safetensors *file,
                                    const char *path);
+
+/* train_tokens.c: the trainer on a token stream. setup fills the data and
+ * model fields of a trainer whose common fields are set; step runs one
+ * training step (its micro-batches and the update); evaluate runs the
+ * held-out batches into the model's evaluation statistics. */
+mpcl_status mpcl__train_tokens_setup(mpcl_trainer *tr, const mpcl_train_params *params);
+mpcl_status mpcl__train_tokens_step(mpcl_trainer *tr);
+mpcl_status mpcl__train_tokens_evaluate(mpcl_trainer *tr);
 
 /* train_data.c: the data files of the trainer, loaded and checked. */
 /* Where the data come from: the data fields of mpcl_train_params, copied
