@@ -254,6 +254,14 @@ static void cached_steps_match_whole_windows(void **state) {
     mpcl_tensor *token = tu_tensor(ctx, MPCL_DTYPE_I32, 1, 1);
     tu_expect_error(mpcl__model_forward_step(m, token, T), MPCL_ERR_INVALID_ARG,
                     "a step at position 8 of a model of 8 positions");
+    /* One position's logits: inside the last step's samples and positions. */
+    float logits[V];
+    tu_expect_error(mpcl_model_read_position_logits(m, 0, T, logits, V), MPCL_ERR_SHAPE,
+                    "logits of sample 0, position 8, 11 of them");
+    tu_expect_error(mpcl_model_read_position_logits(m, 1, 0, logits, V), MPCL_ERR_SHAPE,
+                    "the last step had 1 samples of 8 positions of 11 logits");
+    tu_expect_error(mpcl_model_read_position_logits(m, 0, 0, logits, V - 1), MPCL_ERR_SHAPE,
+                    "10 of them");
     mpcl_tensor_destroy(token);
     mpcl_model_destroy(m);
     /* In f16 and bf16 storage both paths round the same activations; only
