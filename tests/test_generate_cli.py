@@ -166,6 +166,17 @@ def test_errors(tmp):
     for args, needle in cases:
         rc, out, err = run(args)
         check(rc == 1 and needle in err, f"{args}: exit 1 naming {needle!r} (got {rc}: {err})")
+    # A vocabulary of 100: the prompt's byte 1 is above it.
+    small = os.path.join(tmp, "small.safetensors")
+    write_checkpoint(small, "input_shape=4; token_pos_embedding vocabulary_size=100 "
+                     "sequence_length=4 embedding_dim=2; dense units=100 activation=linear "
+                     "use_bias=true",
+                     [("token_pos_embedding_0.token_embeddings", [100, 2], [0.1] * 200),
+                      ("token_pos_embedding_0.position_embeddings", [4, 2], [0.1] * 8),
+                      ("dense_0.kernel", [2, 100], [0.1] * 200), ("dense_0.bias", [100], [0.0] * 100)])
+    rc, out, err = run(["--model", small, "--prompt", "a\u00e9"])
+    check(rc == 1 and "--prompt: byte 1 is 195; the model's vocabulary is 0..99" in err,
+          f"a prompt byte outside the vocabulary (got {rc}: {err})")
     mlp = os.path.join(tmp, "mlp.safetensors")
     write_checkpoint(mlp, "input_shape=4; dense units=4 activation=linear use_bias=true",
                      [("dense_0.kernel", [4, 4], [0.5] * 16), ("dense_0.bias", [4], [0.0] * 4)])

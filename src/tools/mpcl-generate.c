@@ -179,7 +179,15 @@ static bool encode_prompt(generator *g, const char *text) {
              fail("--prompt: %s", mpcl_errmsg());
         for (size_t i = 0; ok && i < g->prompt_len; i++) g->prompt[i] = ids[i];
     } else {
-        for (size_t i = 0; i < size; i++) g->prompt[i] = (unsigned char)text[i];
+        /* 0 when the first layer is no embedding: mpcl_generate refuses
+         * such a model. */
+        size_t vocab = mpcl_model_layer(g->model, 0)->vocabulary_size;
+        for (size_t i = 0; ok && i < size; i++) {
+            g->prompt[i] = (unsigned char)text[i];
+            ok = vocab == 0 || (size_t)g->prompt[i] < vocab ||
+                 fail("--prompt: byte %zu is %d; the model's vocabulary is 0..%zu", i,
+                      (int)g->prompt[i], vocab - 1);
+        }
         g->prompt_len = size;
     }
     free(ids);
