@@ -61,17 +61,19 @@ __kernel void mpcl_embedding_token_links(__global int *links, __global const int
 // d_wte[id, c] = sum of dy[p, c] over the chain of the head p of token id,
 // in p's order: one item per (position, channel) of dy, of which the heads
 // sum. The rows of tokens the batch does not hold are zeroed before
-// (token_pos_embedding.c).
+// (token_pos_embedding.c). With add, the sum is added to d_wte[id, c]
+// instead: a layer above (a tied LM head) wrote its part of d_wte first.
 __kernel void mpcl_embedding_backward_tokens(__global storage_t *d_wte,
                                              __global const storage_t *dy,
                                              __global const int *tokens,
                                              __global const int *links, uint positions,
-                                             uint channels, uint n) {
+                                             uint channels, uint add, uint n) {
     uint i = get_global_id(0);
     if (i >= n) return;
     uint p = i / channels, c = i - p * channels;
     if (!links[positions + p]) return;
     float s = 0.0f;
     for (uint q = p; q < positions; q = (uint)links[q]) s += LOAD(dy, (size_t)q * channels + c);
-    STORE(d_wte, (size_t)tokens[p] * channels + c, s);
+    size_t at = (size_t)tokens[p] * channels + c;
+    STORE(d_wte, at, add ? LOAD(d_wte, at) + s : s);
 }

@@ -371,3 +371,14 @@ void ref_batchnorm_backward(double *dx, double *d_gamma, double *d_beta, const d
         }
     }
 }
+
+void ref_gemm(bool ta, bool tb, size_t M, size_t N, size_t K, const double *a, const double *b,
+              const double *bias, double *c) {
+    for (size_t i = 0; i < M; i++)
+        for (size_t j = 0; j < N; j++) {
+            double s = bias ? bias[j] : 0;
+            for (size_t k = 0; k < K; k++)
+                s += (ta ? a[k * M + i] : a[i * K + k]) * (tb ? b[j * K + k] : b[k * N + j]);
+            c[i * N + j] = s;
+        }
+}

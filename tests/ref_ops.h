@@ -4,11 +4,17 @@
 #ifndef MPCL_REF_OPS_H
 #define MPCL_REF_OPS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "mpcl/conv.h"
 #include "mpcl/ops.h"
+
+/* c [M, N] = op(a) op(b) (+ bias [N] when not NULL); op(a) is [M, K]: a
+ * [K, M] when ta, b [N, K] when tb. */
+void ref_gemm(bool ta, bool tb, size_t M, size_t N, size_t K, const double *a, const double *b,
+              const double *bias, double *c);
 
 /* act(z) and its derivative d act / d z, in double. */
 double ref_act(mpcl_activation act, double z);

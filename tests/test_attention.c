@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "nn/nn.h"
+#include "ref_ops.h"
 #include "testutil.h"
 
 /* ---- the layer alone ---- */
@@ -171,18 +172,6 @@ static float *param_grad(const harness *h, int p) {
 }
 
 /* ---- the double reference ---- */
-
-/* c [M, N] = op(a) op(b) (+ bias [N] when not NULL); op(a) is [M, K]. */
-static void ref_gemm(bool ta, bool tb, size_t M, size_t N, size_t K, const double *a,
-                     const double *b, const double *bias, double *c) {
-    for (size_t i = 0; i < M; i++)
-        for (size_t j = 0; j < N; j++) {
-            double s = bias ? bias[j] : 0;
-            for (size_t k = 0; k < K; k++)
-                s += (ta ? a[k * M + i] : a[i * K + k]) * (tb ? b[j * K + k] : b[k * N + j]);
-            c[i * N + j] = s;
-        }
-}
 
 /* What a forward and a backward of the reference compute. */
 typedef struct ref {
@@ -634,16 +623,19 @@ static void gradients_match_finite_differences(void **state) {
 static void bad_heads_and_inputs_are_refused(void **state) {
     (void)state;
     mpcl_context *ctx = tu_context();
-    harness h = {.env = {.ctx = ctx, .storage = MPCL_DTYPE_F32, .max_batch = 1}};
-    tu_expect_error(harness_declare(&h, ctx, 5, 6, 4, true), MPCL_ERR_INVALID_ARG,
+    /* On the heap: a layer's tables are some 230 KB. */
+    harness *h = calloc(1, sizeof *h);
+    assert_non_null(h);
+    h->env = (mpcl__layer_env){.ctx = ctx, .storage = MPCL_DTYPE_F32, .max_batch = 1};
+    tu_expect_error(harness_declare(h, ctx, 5, 6, 4, true), MPCL_ERR_INVALID_ARG,
                     "causal_self_attention_0: its 6 channels do not split into num_heads=4");
-    mpcl__destroy_layers(&h.L, 1);
+    mpcl__destroy_layers(&h->L, 1);
     /* More rows (b, h, t) than the kernels' uint counts: refused when
      * declared, before anything is allocated. */
-    h.env.max_batch = (size_t)1 << 31;
-    tu_expect_error(harness_declare(&h, ctx, 5, 6, 2, true), MPCL_ERR_SHAPE,
+    h->env.max_batch = (size_t)1 << 31;
+    tu_expect_error(harness_declare(h, ctx, 5, 6, 2, true), MPCL_ERR_SHAPE,
                     "causal_self_attention_0: 2147483648 samples of 2 heads by 5 positions");
-    mpcl__destroy_layers(&h.L, 1);
+    mpcl__destroy_layers(&h->L, 1);
     static const struct {
         const char *text, *needle;
     } models[] = {
@@ -665,6 +657,7 @@ static void bad_heads_and_inputs_are_refused(void **state) {
                     MPCL_ERR_INVALID_ARG, "num_heads");
     tu_expect_error(mpcl_layer_spec_parse(ctx, "causal_self_attention", &spec),
                     MPCL_ERR_INVALID_ARG, "num_heads");
+    free(h);
     mpcl_context_destroy(ctx);
 }
 

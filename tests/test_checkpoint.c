@@ -768,6 +768,47 @@ static void test_output_activation_recorded(void **state) {
     mpcl_context_destroy(ctx);
 }
 
+/* A model of MPCL_MAX_LAYERS (64) dense layers, 128 rows (more than the
+ * 64 rows and 32 layers the limits once were): it builds, trains two steps
+ * and its checkpoint resumes bit for bit. A 65th layer is refused by name. */
+static void test_many_layers_round_trip(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    g_ctx = ctx;
+    tmpdir d;
+    tmp_make(&d);
+    char file[128], text[MPCL_MODEL_SPEC_MAX];
+    snprintf(file, sizeof file, "%s/deep.safetensors", d.path);
+    size_t n = (size_t)snprintf(text, sizeof text, "input_shape=784");
+    for (int l = 0; l + 1 < MPCL_MAX_LAYERS; l++)
+        n += (size_t)snprintf(text + n, sizeof text - n, "; dense units=8 activation=tanh");
+    snprintf(text + n, sizeof text - n, "; dense units=10");
+    mpcl_trainer *a = trained_model(ctx, MPCL_POLICY_FLOAT32, 16, text, true);
+    mpcl_model *m = mpcl_trainer_model(a);
+    assert_int_equal(mpcl_model_layer_count(m), 64);
+    assert_int_equal(mpcl_model_param_count(m), 128);
+    assert_string_equal(mpcl_model_param_name(m, 127), "dense_63.bias");
+    TU_ASSERT_OK(mpcl_trainer_save(a, file));
+    snapshot sa, sb;
+    snap(a, &sa);
+    assert_int_equal(sa.opt_step, 2);
+    mpcl_trainer *b = trained_model(ctx, MPCL_POLICY_FLOAT32, 16, text, false);
+    TU_ASSERT_OK(mpcl_trainer_load(b, file));
+    snap(b, &sb);
+    same(&sa, &sb);
+    unsnap(&sa);
+    unsnap(&sb);
+    mpcl_trainer_destroy(a);
+    mpcl_trainer_destroy(b);
+
+    mpcl_model_params p = mpcl_model_default_params();
+    snprintf(text + n, sizeof text - n, "; dense units=8; dense units=10");
+    tu_expect_error(mpcl_model_spec_parse(NULL, text, &p), MPCL_ERR_INVALID_ARG,
+                    "model spec: more than 64 layers");
+    tmp_remove(&d);
+    mpcl_context_destroy(ctx);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip_float32),
@@ -778,6 +819,7 @@ int main(void) {
         cmocka_unit_test(test_round_trip_bfloat16),
         cmocka_unit_test(test_checkpoint_reader),
         cmocka_unit_test(test_output_activation_recorded),
+        cmocka_unit_test(test_many_layers_round_trip),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

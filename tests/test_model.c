@@ -11,6 +11,7 @@
 #include "mpcl/cl_interop.h"
 #include "mpcl/data.h"
 #include "mpcl/model.h"
+#include "nn/nn.h"
 #include "ref_ops.h"
 #include "testutil.h"
 
@@ -23,17 +24,6 @@ typedef struct ref_model {
     double m[IN * HID + HID + HID * OUT + OUT], v[IN * HID + HID + HID * OUT + OUT];
     int t;
 } ref_model;
-
-static void matmul(double *c, const double *a, const double *b, size_t M, size_t K, size_t N,
-                   bool ta, bool tb) {
-    for (size_t i = 0; i < M; i++)
-        for (size_t j = 0; j < N; j++) {
-            double s = 0;
-            for (size_t k = 0; k < K; k++)
-                s += (ta ? a[k * M + i] : a[i * K + k]) * (tb ? b[j * K + k] : b[k * N + j]);
-            c[i * N + j] = s;
-        }
-}
 
 static void adam(double *w, double *m, double *v, const double *g, size_t n, int t) {
     const double lr = 1e-3, b1 = 0.9, b2 = 0.999, eps = 1e-7;
@@ -49,19 +39,19 @@ static void adam(double *w, double *m, double *v, const double *g, size_t n, int
 static double ref_step(ref_model *r, const double *x, const int32_t *y, size_t B) {
     static double pre0[BATCH * HID], h0[BATCH * HID], logits[BATCH * OUT], dl[BATCH * OUT];
     static double dh0[BATCH * HID], g[IN * HID + HID + HID * OUT + OUT];
-    matmul(pre0, x, r->w0, B, IN, HID, false, false);
+    ref_gemm(false, false, B, HID, IN, x, r->w0, NULL, pre0);
     ref_bias_act_forward(h0, pre0, pre0, r->b0, B, HID, MPCL_ACT_RELU);
-    matmul(logits, h0, r->w1, B, HID, OUT, false, false);
+    ref_gemm(false, false, B, OUT, HID, h0, r->w1, NULL, logits);
     ref_bias_act_forward(logits, NULL, logits, r->b1, B, OUT, MPCL_ACT_IDENTITY);
     double loss = 0;
     size_t correct = 0;
     ref_softmax_xent(logits, y, B, OUT, 1.0, &loss, &correct, dl);
     double *gw0 = g, *gb0 = gw0 + IN * HID, *gw1 = gb0 + HID, *gb1 = gw1 + HID * OUT;
-    matmul(gw1, h0, dl, HID, B, OUT, true, false);
+    ref_gemm(true, false, HID, OUT, B, h0, dl, NULL, gw1);
     ref_bias_grad(gb1, dl, B, OUT);
-    matmul(dh0, dl, r->w1, B, OUT, HID, false, true);
+    ref_gemm(false, true, B, HID, OUT, dl, r->w1, NULL, dh0);
     ref_bias_act_backward(dh0, dh0, pre0, B, HID, MPCL_ACT_RELU);
-    matmul(gw0, x, dh0, IN, B, HID, true, false);
+    ref_gemm(true, false, IN, HID, B, x, dh0, NULL, gw0);
     ref_bias_grad(gb0, dh0, B, HID);
     r->t++;
     adam(r->w0, r->m, r->v, gw0, IN * HID, r->t);
@@ -711,6 +701,28 @@ static void output_activation_is_the_losss(void **state) {
     mpcl_context_destroy(ctx);
 }
 
+/* A parameter table takes MPCL__MAX_PARAMS = 1024 rows (GPT-2 XL has 580);
+ * the 1025th is refused by name. */
+static void param_table_takes_1024_rows(void **state) {
+    (void)state;
+    mpcl__param_table *t = malloc(sizeof *t);
+    assert_non_null(t);
+    mpcl__params_init(t, 128);
+    size_t shape[1] = {3}, index = 0;
+    char name[32];
+    for (size_t i = 0; i < 1024; i++) {
+        snprintf(name, sizeof name, "row_%zu", i);
+        TU_ASSERT_OK(mpcl__params_add(NULL, t, name, 1, shape, MPCL__INIT_ZEROS, &index));
+        assert_int_equal(index, i);
+    }
+    assert_string_equal(t->rows[1023].name, "row_1023");
+    tu_expect_error(mpcl__params_add(NULL, t, "row_1024", 1, shape, MPCL__INIT_ZEROS, &index),
+                    MPCL_ERR_INVALID_ARG,
+                    "parameter row_1024: a model holds at most 1024 parameter tensors");
+    assert_int_equal(t->count, 1024);
+    free(t);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(float32_follows_reference),
@@ -725,6 +737,7 @@ int main(void) {
         cmocka_unit_test(layer_spec_builds_the_model),
         cmocka_unit_test(wide_dense_input_gradient_matches_clblast),
         cmocka_unit_test(output_activation_is_the_losss),
+        cmocka_unit_test(param_table_takes_1024_rows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

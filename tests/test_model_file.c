@@ -282,6 +282,37 @@ static void reads_keras3_causal_self_attention(void **state) {
     if (!strstr(mpcl_errmsg(), "num_heads")) fail_msg("wanted num_heads in: %s", mpcl_errmsg());
 }
 
+/* Keras 3.x: token embedding, then a custom layer registered as TiedLMHead
+ * (no config of its own beyond Keras' name, trainable, dtype). */
+static const char KERAS3_TIED_HEAD[] =
+    "{\"module\": \"keras\", \"class_name\": \"Sequential\", \"config\": {\"name\": \"lm\",\n"
+    " \"layers\": [\n"
+    " {\"class_name\": \"InputLayer\", \"config\": {\"batch_shape\": [null, 8],\n"
+    "  \"dtype\": \"int32\", \"sparse\": false, \"name\": \"input_layer\"}},\n"
+    " {\"module\": \"keras_nlp.layers\", \"class_name\": \"TokenAndPositionEmbedding\",\n"
+    "  \"config\": {\"vocabulary_size\": 50, \"sequence_length\": 16, \"embedding_dim\": 12}},\n"
+    " {\"module\": null, \"class_name\": \"TiedLMHead\", \"config\":\n"
+    "  {\"name\": \"lm_head\", \"trainable\": true, \"dtype\": \"float32\"},\n"
+    "  \"registered_name\": \"TiedLMHead\"}\n"
+    "]}, \"keras_version\": \"3.3.3\", \"backend\": \"tensorflow\"}\n";
+
+static void reads_keras3_tied_lm_head(void **state) {
+    (void)state;
+    mpcl_model_params p = mpcl_model_default_params();
+    TU_ASSERT_OK(mpcl_model_file_read(write_file("tied.json", KERAS3_TIED_HEAD), &p));
+    assert_int_equal(p.layer_count, 2);
+    assert_string_equal(p.layers[1].kind, "tied_lm_head");
+    /* Logits (8, 50) per position; the head's weights are wte: it counts none. */
+    p.classes = 50;
+    mpcl_layer_summary s[MPCL_MAX_LAYERS];
+    size_t n = 0;
+    TU_ASSERT_OK(mpcl_model_summary(NULL, &p, s, &n));
+    assert_int_equal(s[0].params, (50 + 16) * 12);
+    assert_int_equal(s[1].params, 0);
+    assert_int_equal(s[1].out_shape[0], 8);
+    assert_int_equal(s[1].out_shape[1], 50);
+}
+
 /* KERAS3 with the first `from` replaced by `to`. */
 static char *edited(const char *from, const char *to) {
     const char *at = strstr(KERAS3, from);
@@ -352,6 +383,7 @@ int main(void) {
         cmocka_unit_test(reads_keras3_layer_norm),
         cmocka_unit_test(reads_keras_nlp_embedding),
         cmocka_unit_test(reads_keras3_causal_self_attention),
+        cmocka_unit_test(reads_keras3_tied_lm_head),
         cmocka_unit_test(refuses_with_reason),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

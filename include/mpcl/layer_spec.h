@@ -28,7 +28,7 @@ extern "C" {
 /* Exported from libmpcl, which hides every other symbol. */
 #pragma GCC visibility push(default)
 
-#define MPCL_MAX_LAYERS 32
+#define MPCL_MAX_LAYERS 64
 #define MPCL_LAYER_KIND_MAX 24
 /* Rank of an input shape: (features) or (height, width, channels). */
 #define MPCL_MAX_INPUT_RANK 3

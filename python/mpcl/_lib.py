@@ -16,7 +16,7 @@ from ctypes import (CFUNCTYPE, POINTER, Structure, c_bool, c_char, c_char_p, c_d
 # Array bounds of the headers; a wrong one shows as a size or offset
 # mismatch at import (_check_layouts).
 MAX_HIDDEN = 7
-MAX_LAYERS = 32
+MAX_LAYERS = 64
 MAX_INPUT_RANK = 3
 LAYER_KIND_MAX = 24
 MAX_RANK = 4

@@ -227,6 +227,17 @@ class CausalSelfAttention(Layer):
         super().__init__(name, input_shape, num_heads=num_heads, use_bias=use_bias)
 
 
+class TiedLMHead(Layer):
+    """GPT-2's language-model head: (T, C) to logits (T, V) = h wte^T, wte
+    the token embeddings of the model's TokenAndPositionEmbedding (which
+    must come first). No weights of its own: wte's gradient gets both the
+    head's part and the embedding's."""
+    kind = "tied_lm_head"
+
+    def __init__(self, input_shape=None, name=None):
+        super().__init__(name, input_shape)
+
+
 def from_spec(spec, name=None, input_shape=None):
     """The layer of a library spec (a checkpoint's), of the class of its
     kind."""

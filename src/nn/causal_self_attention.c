@@ -55,14 +55,9 @@ static mpcl_status add_projection(mpcl__layer *L, mpcl__tables *t, const char *w
 
 static mpcl_status attn_declare(mpcl__layer *L, mpcl__tables *t) {
     mpcl_context *ctx = L->env->ctx;
-    char layer[32], have[64];
+    char layer[32];
     mpcl__layer_name(layer, sizeof layer, L);
-    if (L->in_rank != 2) {
-        mpcl__shape_str(have, sizeof have, L->in_rank, L->in_shape);
-        return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG,
-                          "%s takes a sequence (time, channels) input; it is given %s", layer,
-                          have);
-    }
+    TRY(mpcl__require_sequence(L));
     size_t T = L->in_shape[0], C = L->in_shape[1], H = L->spec.num_heads;
     if (H == 0 || C % H != 0)
         return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG,

@@ -14,6 +14,7 @@ extern const mpcl__layer_kind mpcl__batch_normalization_layer;
 extern const mpcl__layer_kind mpcl__layer_normalization_layer;
 extern const mpcl__layer_kind mpcl__causal_self_attention_layer;
 extern const mpcl__layer_kind mpcl__token_pos_embedding_layer;
+extern const mpcl__layer_kind mpcl__tied_lm_head_layer;
 
 static const mpcl__layer_kind *const KINDS[] = {
     &mpcl__dense_layer,
@@ -25,6 +26,7 @@ static const mpcl__layer_kind *const KINDS[] = {
     &mpcl__layer_normalization_layer,
     &mpcl__causal_self_attention_layer,
     &mpcl__token_pos_embedding_layer,
+    &mpcl__tied_lm_head_layer,
 };
 
 #define KIND_COUNT (sizeof KINDS / sizeof KINDS[0])
@@ -75,6 +77,15 @@ mpcl_status mpcl__layer_create_io(mpcl__layer *L) {
     if (st == MPCL_OK)
         st = mpcl_tensor_create(env->ctx, env->storage, env->max_batch, L->outputs, &L->d_output);
     return st;
+}
+
+mpcl_status mpcl__require_sequence(const mpcl__layer *L) {
+    if (L->in_rank == 2) return MPCL_OK;
+    char layer[32], have[64];
+    mpcl__layer_name(layer, sizeof layer, L);
+    mpcl__shape_str(have, sizeof have, L->in_rank, L->in_shape);
+    return MPCL_ERROR(L->env->ctx, MPCL_ERR_INVALID_ARG,
+                      "%s takes a sequence (time, channels) input; it is given %s", layer, have);
 }
 
 void mpcl__layer_set_output(mpcl__layer *L, size_t rank, const size_t *shape) {

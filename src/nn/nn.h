@@ -9,7 +9,10 @@
 
 /* ---- the parameter table ---- */
 
-#define MPCL__MAX_PARAMS 64
+/* Rows of a table: GPT-2 XL's 48 blocks of 12 rows and its 4 others are
+ * 580, with room for larger stacks. A table is about 110 KB: models and
+ * callers keep tables on the heap. */
+#define MPCL__MAX_PARAMS 1024
 
 /* How a row starts: Glorot-uniform kernels (fans from its shape), zeros,
  * ones (a batch norm's gamma and moving variance), or normal with mean 0
@@ -24,6 +27,9 @@ typedef enum mpcl__param_init {
 typedef struct mpcl__param_table {
     mpcl_param_info rows[MPCL__MAX_PARAMS];
     mpcl__param_init init[MPCL__MAX_PARAMS];
+    /* The layers that write each row's gradient: 1 (the row's own layer)
+     * plus each layer above it that shares the row (mpcl__params_share). */
+    unsigned grad_writers[MPCL__MAX_PARAMS];
     size_t count;
     size_t align; /* every row's offset is a multiple of it (elements) */
     size_t total; /* elements of each arena: the last row's end, rounded up to align
@@ -40,6 +46,16 @@ void mpcl__params_init(mpcl__param_table *t, size_t align_bytes);
  * an over-long name. *index receives the row's index. */
 mpcl_status mpcl__params_add(mpcl_context *ctx, mpcl__param_table *t, const char *name, size_t rank,
                              const size_t *shape, mpcl__param_init init, size_t *index);
+/* A layer above the row's own writes its gradient too (a tied LM head, the
+ * token embedding's). *writer receives its place among the row's writers
+ * (the row's own layer is 0). */
+void mpcl__params_share(mpcl__param_table *t, size_t row, size_t *writer);
+/* Whether that writer of the row's gradient adds to it rather than
+ * overwrites it: a layer declared after it writes the row too. Backward
+ * runs from the top, so the last writer declared runs first and
+ * overwrites, and every writer after it in backward adds: nothing needs
+ * zeroing, and the optimizer sees one row. */
+bool mpcl__params_grad_adds(const mpcl__param_table *t, size_t row, size_t writer);
 
 /* A model's two tables: the trainable parameters, which the optimizer
  * updates, and the buffers, state a layer keeps that no gradient reaches
@@ -166,6 +182,9 @@ void mpcl__layer_name(char *buf, size_t size, const mpcl__layer *L);
 double mpcl__layer_io_bytes(const mpcl__layer *L);
 /* Allocates L->output and L->d_output, [max_batch, outputs] storage. */
 mpcl_status mpcl__layer_create_io(mpcl__layer *L);
+/* MPCL_ERR_INVALID_ARG naming the layer and its input shape unless its
+ * input is a sequence (time, channels). */
+mpcl_status mpcl__require_sequence(const mpcl__layer *L);
 /* The output shape of a layer whose output has `rank` dims: sets
  * out_rank, out_shape and outputs. */
 void mpcl__layer_set_output(mpcl__layer *L, size_t rank, const size_t *shape);

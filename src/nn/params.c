@@ -26,7 +26,8 @@ void mpcl__params_init(mpcl__param_table *t, size_t align_bytes) {
 mpcl_status mpcl__params_add(mpcl_context *ctx, mpcl__param_table *t, const char *name, size_t rank,
                              const size_t *shape, mpcl__param_init init, size_t *index) {
     if (t->count == MPCL__MAX_PARAMS)
-        return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "parameter %s: more than %d parameters", name,
+        return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG,
+                          "parameter %s: a model holds at most %d parameter tensors", name,
                           MPCL__MAX_PARAMS);
     if (rank == 0 || rank > MPCL_MAX_RANK)
         return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "parameter %s: rank %zu (1 to %d)", name, rank,
@@ -46,6 +47,7 @@ mpcl_status mpcl__params_add(mpcl_context *ctx, mpcl__param_table *t, const char
     r->rank = rank;
     r->count = count;
     t->init[t->count] = init;
+    t->grad_writers[t->count] = 1;
     r->offset = t->count
                     ? round_up(t->rows[t->count - 1].offset + t->rows[t->count - 1].count, t->align)
                     : 0;
@@ -56,4 +58,12 @@ mpcl_status mpcl__params_add(mpcl_context *ctx, mpcl__param_table *t, const char
     if (index) *index = t->count;
     t->count++;
     return MPCL_OK;
+}
+
+void mpcl__params_share(mpcl__param_table *t, size_t row, size_t *writer) {
+    *writer = t->grad_writers[row]++;
+}
+
+bool mpcl__params_grad_adds(const mpcl__param_table *t, size_t row, size_t writer) {
+    return writer + 1 < t->grad_writers[row];
 }

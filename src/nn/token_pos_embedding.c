@@ -17,7 +17,11 @@
  * reads, 6.7e7 for GPT-2's B T = 8 x 1024) and sums each chain once
  * (B T C reads of dy). For GPT-2's V = 50257, C = 768 the zeroing of the
  * 38.6M-element d_wte dominates; the chaining grows with (B T)^2, so
- * batches far above 8192 positions would want the ids sorted instead. */
+ * batches far above 8192 positions would want the ids sorted instead.
+ *
+ * When a layer above shares wte (a tied LM head: mpcl__params_grad_adds),
+ * its backward has already written d_wte: the chains then add to it, and
+ * nothing is zeroed. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -42,6 +46,7 @@ typedef struct emb {
     mpcl_tensor *table[ROWS]; /* [rows, C] views of the working arena */
     mpcl_tensor *grad[ROWS];  /* [rows, C] views of the gradient arena */
     mpcl_tensor *links;       /* int32 [2, max_batch T]: the token chains of a batch */
+    bool add_tokens;          /* d_wte holds a layer above's part: add to it */
 } emb;
 
 static mpcl_status emb_declare(mpcl__layer *L, mpcl__tables *t) {
@@ -81,6 +86,7 @@ static mpcl_status emb_declare(mpcl__layer *L, mpcl__tables *t) {
 static mpcl_status emb_create(mpcl__layer *L, const mpcl__tables *t, const mpcl__arenas *a) {
     emb *e = L->state;
     size_t C = L->spec.embedding_dim;
+    e->add_tokens = mpcl__params_grad_adds(&t->params, e->row[TOKENS], 0);
     mpcl_status st = MPCL_OK;
     for (int i = 0; i < ROWS && st == MPCL_OK; i++) {
         size_t off = t->params.rows[e->row[i]].offset;
@@ -154,21 +160,22 @@ static mpcl_status token_links(emb *e, mpcl_context *ctx, const mpcl_tensor *in)
     return launch(ctx, k, name, positions);
 }
 
-/* d_wte: zeros, then each token's chain summed into its row. */
+/* d_wte: each token's chain summed into its row, the other rows zeros; or,
+ * when a layer above wrote d_wte, each chain added to its row. */
 static mpcl_status backward_tokens(emb *e, mpcl_context *ctx, const mpcl_tensor *dy,
                                    const mpcl_tensor *in) {
     static const char name[] = "mpcl_embedding_backward_tokens";
     mpcl_tensor *g = e->grad[TOKENS];
     TRY(mpcl__check_count(ctx, g, name));
-    TRY(mpcl_tensor_fill(g, 0.0f));
+    if (!e->add_tokens) TRY(mpcl_tensor_fill(g, 0.0f));
     TRY(token_links(e, ctx, in));
     cl_kernel k;
     TRY(mpcl__kernel(ctx, g->dtype, name, &k));
     cl_uint positions = (cl_uint)(in->rows * in->cols), C = (cl_uint)g->cols;
-    cl_uint n = (cl_uint)(dy->rows * dy->cols);
+    cl_uint n = (cl_uint)(dy->rows * dy->cols), add = e->add_tokens;
     TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(g->mem), MPCL_ARG(dy->mem), MPCL_ARG(in->mem),
-                       MPCL_ARG(e->links->mem), MPCL_ARG(positions), MPCL_ARG(C), MPCL_ARG(n),
-                       MPCL_ARGS_END));
+                       MPCL_ARG(e->links->mem), MPCL_ARG(positions), MPCL_ARG(C), MPCL_ARG(add),
+                       MPCL_ARG(n), MPCL_ARGS_END));
     return launch(ctx, k, name, n);
 }
 

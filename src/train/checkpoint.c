@@ -74,14 +74,16 @@ static mpcl_status write_checkpoint(mpcl_context *ctx, mpcl_model *m,
     mpcl_loss_scale *ls = mpcl_model_loss_scale(m);
     if (!path) return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "checkpoint path is NULL");
 
-    mpcl__ckpt_expected e[MPCL__CKPT_MAX_TENSORS];
+    mpcl__ckpt_expected *e = NULL;
     size_t n = 0;
-    mpcl_st_tensor t[MPCL__CKPT_MAX_TENSORS];
-    float *data[MPCL__CKPT_MAX_TENSORS] = {0};
+    mpcl_st_tensor *t = NULL;
+    float **data = NULL;
     char *layers = malloc(MPCL_MODEL_SPEC_MAX);
     mpcl_status st = layers ? model_text(ctx, mp, layers)
                             : MPCL_ERROR(ctx, MPCL_ERR_OUT_OF_MEMORY, "checkpoint metadata");
-    if (st == MPCL_OK) st = mpcl__ckpt_expected_tensors(ctx, mp, e, &n);
+    if (st == MPCL_OK) st = mpcl__ckpt_expected_tensors(ctx, mp, &e, &n);
+    if (st == MPCL_OK && (!(t = calloc(n + 1, sizeof *t)) || !(data = calloc(n + 1, sizeof *data))))
+        st = MPCL_ERROR(ctx, MPCL_ERR_OUT_OF_MEMORY, "checkpoint tensors");
     for (size_t i = 0; i < n && st == MPCL_OK; i++) {
         size_t count = e[i].count;
         data[i] = malloc(count * sizeof(float));
@@ -163,7 +165,10 @@ static mpcl_status write_checkpoint(mpcl_context *ctx, mpcl_model *m,
     if (st != MPCL_OK) mpcl__train_adopt_error(ctx, st);
 
 cleanup:
-    for (size_t i = 0; i < n; i++) free(data[i]);
+    for (size_t i = 0; data && i < n; i++) free(data[i]);
+    free(data);
+    free(t);
+    free(e);
     free(layers);
     return st;
 }
@@ -288,21 +293,23 @@ static mpcl_status check_model_fits(mpcl_context *ctx, const mpcl_checkpoint *c,
  * *scale gets the state written (when *wrote). */
 static mpcl_status apply_state(mpcl_context *ctx, const mpcl_checkpoint *c, mpcl_model *m,
                                bool keep_scale, mpcl_loss_scale_state *scale, bool *wrote) {
-    mpcl__ckpt_expected e[MPCL__CKPT_MAX_TENSORS];
-    size_t n = 0;
+    mpcl__ckpt_expected *e;
+    size_t n;
     *wrote = false;
-    mpcl_status st = mpcl__ckpt_expected_tensors(ctx, mpcl_model_params_of(m), e, &n);
+    mpcl_status st = mpcl__ckpt_expected_tensors(ctx, mpcl_model_params_of(m), &e, &n);
     for (size_t i = 0; i < n && st == MPCL_OK; i++) {
         const mpcl_st_tensor *t = mpcl_safetensors_find(c->file, e[i].name);
         /* The data may be unaligned in a file from another writer. */
         float *buf = malloc(t->bytes ? t->bytes : 1);
-        if (!buf) return MPCL_ERROR(ctx, MPCL_ERR_OUT_OF_MEMORY, "loading %s", e[i].name);
+        if (!buf) st = MPCL_ERROR(ctx, MPCL_ERR_OUT_OF_MEMORY, "loading %s", e[i].name);
+        if (st != MPCL_OK) break;
         memcpy(buf, t->data, t->bytes);
         size_t count = t->bytes / sizeof(float);
         st = e[i].buffer ? mpcl_model_write_buffer(m, e[i].param, buf, count)
                          : mpcl_model_write_param(m, e[i].param, e[i].slot, buf, count);
         free(buf);
     }
+    free(e);
     if (st == MPCL_OK) st = mpcl_model_write_step(m, c->pos.optimizer_step);
     if (st == MPCL_OK) mpcl_model_set_rng_counter(m, c->pos.rng_counter);
     mpcl_loss_scale *ls = mpcl_model_loss_scale(m);

@@ -35,15 +35,20 @@ static void expect_rows(const mpcl__param_table *t, bool buffers, mpcl_optim_slo
 }
 
 mpcl_status mpcl__ckpt_expected_tensors(mpcl_context *ctx, const mpcl_model_params *p,
-                                        mpcl__ckpt_expected *e, size_t *n) {
+                                        mpcl__ckpt_expected **e, size_t *n) {
     *n = 0;
+    *e = NULL;
     mpcl__tables *t = malloc(sizeof *t);
     if (!t) return MPCL_ERROR(ctx, MPCL_ERR_OUT_OF_MEMORY, "a checkpoint's tensor list");
     mpcl_status st = mpcl__model_tables(ctx, p, t);
+    if (st == MPCL_OK &&
+        !(*e = malloc((t->params.count * MPCL_OPTIM_SLOT_COUNT + t->buffers.count + 1) *
+                      sizeof **e)))
+        st = MPCL_ERROR(ctx, MPCL_ERR_OUT_OF_MEMORY, "a checkpoint's tensor list");
     for (int slot = MPCL_OPTIM_SLOT_MASTER; st == MPCL_OK && slot < MPCL_OPTIM_SLOT_COUNT; slot++)
         if (mpcl_optim_has_slot(p->optim.kind, (mpcl_optim_slot)slot))
-            expect_rows(&t->params, false, (mpcl_optim_slot)slot, e, n);
-    if (st == MPCL_OK) expect_rows(&t->buffers, true, MPCL_OPTIM_SLOT_MASTER, e, n);
+            expect_rows(&t->params, false, (mpcl_optim_slot)slot, *e, n);
+    if (st == MPCL_OK) expect_rows(&t->buffers, true, MPCL_OPTIM_SLOT_MASTER, *e, n);
     free(t);
     return st;
 }
@@ -415,13 +420,11 @@ static mpcl_status parse_scale(const mpcl__ckpt_loader *L, mpcl_checkpoint *c,
     return MPCL_OK;
 }
 
-/* Every tensor the metadata's model and optimizer keep: present, F32, of
- * its shape, with values a run produces; and no other. */
-static mpcl_status check_file_tensors(const mpcl__ckpt_loader *L, const mpcl_checkpoint *c) {
-    mpcl__ckpt_expected e[MPCL__CKPT_MAX_TENSORS];
-    size_t n = 0;
-    mpcl_status st = mpcl__ckpt_expected_tensors(L->ctx, &c->params, e, &n);
-    if (st != MPCL_OK) return st;
+/* The tensors e[0..n) of the metadata's model: each present, F32, of its
+ * shape, with values a run produces; and no other. */
+static mpcl_status check_expected_tensors(const mpcl__ckpt_loader *L, const mpcl_checkpoint *c,
+                                          const mpcl__ckpt_expected *e, size_t n) {
+    mpcl_status st = MPCL_OK;
     char model[MPCL_MODEL_SPEC_MAX];
     if (mpcl_model_spec_format(NULL, &c->params, model, sizeof model) != MPCL_OK)
         snprintf(model, sizeof model, "?");
@@ -458,6 +461,16 @@ static mpcl_status check_file_tensors(const mpcl__ckpt_loader *L, const mpcl_che
         const mpcl_st_tensor *t = mpcl_safetensors_find(L->st, e[i].name);
         st = mpcl__ckpt_check_values(L->ctx, MPCL_ERR_FORMAT, what, &e[i], t->data, e[i].count);
     }
+    return st;
+}
+
+/* Every tensor the metadata's model and optimizer keep, checked. */
+static mpcl_status check_file_tensors(const mpcl__ckpt_loader *L, const mpcl_checkpoint *c) {
+    mpcl__ckpt_expected *e;
+    size_t n;
+    mpcl_status st = mpcl__ckpt_expected_tensors(L->ctx, &c->params, &e, &n);
+    if (st == MPCL_OK) st = check_expected_tensors(L, c, e, n);
+    free(e);
     return st;
 }
 

@@ -9,8 +9,6 @@
 
 #define MPCL__CKPT_FORMAT "mpcl-checkpoint"
 #define MPCL__CKPT_FORMAT_VERSION "1"
-/* Every parameter, in each optimizer slot, and every buffer. */
-#define MPCL__CKPT_MAX_TENSORS (MPCL__MAX_PARAMS * (MPCL_OPTIM_SLOT_COUNT + 1))
 #define MPCL__CKPT_MAX_WIDTHS (MPCL_MAX_HIDDEN + 2)
 
 struct mpcl_checkpoint {
@@ -41,9 +39,10 @@ typedef struct mpcl__ckpt_loader {
 const char *mpcl__ckpt_optim_name(mpcl_optim_kind k);
 /* Every tensor a model of these params keeps, named and shaped as the file
  * stores it: each parameter in each slot its optimizer keeps, then each
- * buffer. From the layers' own declarations, without a device. */
+ * buffer. From the layers' own declarations, without a device. *e is
+ * malloc'ed (the caller frees it; NULL on failure), *n tensors. */
 mpcl_status mpcl__ckpt_expected_tensors(mpcl_context *ctx, const mpcl_model_params *p,
-                                        mpcl__ckpt_expected *e, size_t *n);
+                                        mpcl__ckpt_expected **e, size_t *n);
 /* The first tensor of st that is not in e[0..n), or NULL. */
 const char *mpcl__ckpt_unexpected_tensor(const mpcl_safetensors *st, const mpcl__ckpt_expected *e,
                                          size_t n);

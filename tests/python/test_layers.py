@@ -276,6 +276,27 @@ def test_token_and_position_embedding(capsys):
     assert doc["config"]["layers"][1]["class_name"] == "TokenAndPositionEmbedding"
 
 
+def test_tied_lm_head(capsys):
+    if not has_kind("tied_lm_head"):
+        pytest.skip("this libmpcl has no tied_lm_head kind")
+    h = L.TiedLMHead()
+    assert set(h.get_config()) == {"name", "trainable", "dtype"}
+    # The package's models give one output per sample: a Dense at the end.
+    m = mpcl.Sequential([L.TokenAndPositionEmbedding(13, 8, 6, input_shape=(5,)), h,
+                         L.Flatten(), L.Dense(4)])
+    m.summary()
+    out = " ".join(capsys.readouterr().out.split())
+    # The head's weights are the embedding's: it counts none.
+    assert "tied_lm_head_0 (TiedLMHead) (None, 5, 13) 0" in out
+    assert f"Total params: {(13 + 8) * 6 + 5 * 13 * 4 + 4:,}" in out
+    doc = json.loads(m.to_json())
+    assert doc["config"]["layers"][2]["class_name"] == "TiedLMHead"
+    bad = mpcl.Sequential([L.CausalSelfAttention(2, input_shape=(5, 6)), L.TiedLMHead(),
+                           L.Flatten(), L.Dense(4)])
+    with pytest.raises(Exception, match="needs one token_pos_embedding layer first"):
+        bad.summary()
+
+
 def causal_attention_reference(x, w_attn, b_attn, w_proj, b_proj, heads):
     """GPT-2's attention in float64: x (B, T, C)."""
     x = x.astype(np.float64)
