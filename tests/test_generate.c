@@ -150,14 +150,14 @@ static mpcl_model *random_model(mpcl_context *ctx, mpcl_model_params *p, uint64_
     return m;
 }
 
-/* The embedding, `layers`, and a Dense to the V logits. */
+/* The embedding, then `layers`, which end in V logits. */
 static mpcl_model *tiny_gpt_in(mpcl_context *ctx, const char *layers, uint64_t seed,
                                mpcl_policy policy) {
     char text[512];
     snprintf(text, sizeof text,
              "input_shape=%d; token_pos_embedding vocabulary_size=%d sequence_length=%d "
-             "embedding_dim=8; %s; dense units=%d",
-             T, V, T, layers, V);
+             "embedding_dim=8; %s",
+             T, V, T, layers);
     mpcl_model_params p = mpcl_model_default_params();
     TU_ASSERT_OK(mpcl_model_spec_parse(NULL, text, &p));
     p.classes = V;
@@ -170,17 +170,26 @@ static mpcl_model *tiny_gpt(mpcl_context *ctx, const char *layers, uint64_t seed
 
 static const char GPT_LAYERS[] =
     "causal_self_attention num_heads=2; layer_normalization epsilon=0.00001; dense units=16 "
-    "activation=gelu; causal_self_attention num_heads=4";
+    "activation=gelu; causal_self_attention num_heads=4; dense units=11";
+/* The same trunk under the tied head (logits = h wte^T). */
+static const char TIED_LAYERS[] =
+    "causal_self_attention num_heads=2; layer_normalization epsilon=0.00001; tied_lm_head";
 
-/* The two GPTs the cache is tested on: the embedding, attention, layer
- * norm and Dense kinds of GPT_LAYERS; and GPT-2's own layers
+/* The GPTs the cache is tested on: the embedding, attention, layer norm
+ * and Dense kinds of GPT_LAYERS; TIED_LAYERS; and GPT-2's own layers
  * (mpcl_gpt_model_params: two transformer_decoder blocks and the tied
- * head), NULL when this library lacks those kinds. */
-enum { STACK, GPT2, MODELS };
-static const char *const MODEL_NAMES[MODELS] = {"layer stack", "GPT-2 blocks"};
+ * head). NULL when this library lacks a kind. */
+enum { STACK, TIED, GPT2, MODELS };
+static const char *const MODEL_NAMES[MODELS] = {"layer stack", "tied head", "GPT-2 blocks"};
 
 static mpcl_model *test_gpt(mpcl_context *ctx, int which, uint64_t seed, mpcl_policy policy) {
     if (which == STACK) return tiny_gpt_in(ctx, GPT_LAYERS, seed, policy);
+    if (which == TIED) {
+        if (mpcl_layer_kind_known("tied_lm_head"))
+            return tiny_gpt_in(ctx, TIED_LAYERS, seed, policy);
+        printf("no tied_lm_head kind: the tied head left out\n");
+        return NULL;
+    }
     if (!mpcl_layer_kind_known("transformer_decoder") || !mpcl_layer_kind_known("tied_lm_head")) {
         printf("no transformer_decoder or tied_lm_head kind: GPT-2's layers left out\n");
         return NULL;
@@ -358,7 +367,7 @@ static void reproducible_from_the_seed(void **state) {
 static void generation_errors(void **state) {
     (void)state;
     mpcl_context *ctx = tu_context();
-    mpcl_model *m = tiny_gpt(ctx, "layer_normalization", 1);
+    mpcl_model *m = tiny_gpt(ctx, "layer_normalization; dense units=11", 1);
     mpcl_sample_params sp = mpcl_sample_default_params();
     int32_t prompt[T + 1] = {0}, out[4];
     tu_expect_error(mpcl_generate(m, prompt, 0, 4, &sp, out, NULL, NULL), MPCL_ERR_INVALID_ARG,
