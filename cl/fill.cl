@@ -1,9 +1,18 @@
-// Fill and copy, in the storage dtype.
+// Fill, copy and add, in the storage dtype.
 
 // x[i] = value for i < n.
 __kernel void mpcl_fill(__global storage_t *x, float value, uint n) {
     uint i = get_global_id(0);
     if (i < n) STORE(x, i, value);
+}
+
+// out[i] = a[i] + b[i] for i < n: the sum in f32, rounded once into the
+// storage dtype (a residual connection's forward and its gradient's two
+// paths). out may be a or b: each item reads its element before it stores.
+__kernel void mpcl_add(__global storage_t *out, __global const storage_t *a,
+                       __global const storage_t *b, uint n) {
+    uint i = get_global_id(0);
+    if (i < n) STORE(out, i, LOAD(a, i) + LOAD(b, i));
 }
 
 // dst[i] = src[i] for i < n4, four floats per item (f32 buffers only; used to

@@ -19,8 +19,9 @@ EXPECTED_KERNELS = ("Kernel: probe_half_math",)
 # run: on cl/attention.cl it stopped at LLVM's `freeze` ("Unsupported
 # instruction", printed but not logged) and went on with wrong values, and
 # with the remainders written without `%` it crashed. The API and data-race
-# checks still run on them.
-WITHOUT_UNINITIALIZED = ("test_attention",)
+# checks still run on them. test_transformer_decoder runs cl/attention.cl
+# too (its block's attention gave wrong values there the same way).
+WITHOUT_UNINITIALIZED = ("test_attention", "test_transformer_decoder")
 
 
 def main(argv):

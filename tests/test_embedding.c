@@ -241,30 +241,6 @@ static void layer_matches_reference(void **state) {
 
 /* ---- models of token ids ---- */
 
-/* token_pos_embedding (V, P, C) -> dense V per position, on sequences of
- * T, sparse cross-entropy per position. */
-static mpcl_model_params token_params(size_t T, size_t V, size_t P, size_t C, size_t max_batch,
-                                      mpcl_policy policy) {
-    char text[256];
-    snprintf(text, sizeof text,
-             "input_shape=%zu; token_pos_embedding vocabulary_size=%zu sequence_length=%zu "
-             "embedding_dim=%zu; dense units=%zu",
-             T, V, P, C, V);
-    mpcl_model_params p = mpcl_model_default_params();
-    TU_ASSERT_OK(mpcl_model_spec_parse(NULL, text, &p));
-    p.classes = V;
-    p.max_batch = max_batch;
-    p.policy = policy;
-    return p;
-}
-
-/* x [B, T] and labels [B, T] int32 from host arrays. */
-static mpcl_tensor *ids_tensor(mpcl_context *ctx, size_t B, size_t T, const int32_t *ids) {
-    mpcl_tensor *t = tu_tensor(ctx, MPCL_DTYPE_I32, B, T);
-    TU_ASSERT_OK(mpcl_tensor_upload_i32(t, ids, B * T));
-    return t;
-}
-
 static void random_ids(tu_rng *rng, int32_t *ids, size_t n, size_t V) {
     for (size_t i = 0; i < n; i++) ids[i] = (int32_t)tu_uniform(rng, 0, (double)V - 1e-9);
 }
@@ -301,8 +277,8 @@ static mpcl_model *checked_token_model(mpcl_context *ctx, const mpcl_model_param
     int32_t *ids = malloc(2 * B * T * sizeof *ids);
     assert_non_null(ids);
     random_ids(&rng, ids, 2 * B * T, V);
-    xy[0] = ids_tensor(ctx, B, T, ids);
-    xy[1] = ids_tensor(ctx, B, T, ids + B * T);
+    xy[0] = tu_ids_tensor(ctx, B, T, ids);
+    xy[1] = tu_ids_tensor(ctx, B, T, ids + B * T);
     free(ids);
     TU_ASSERT_OK(mpcl_model_forward(m, xy[0], xy[1]));
     TU_ASSERT_OK(mpcl_model_backward(m));
@@ -326,7 +302,7 @@ static void per_position_gradients(void **state) {
     (void)state;
     enum { B = 3, T = 5, V = 6, P = 7, C = 4 };
     mpcl_context *ctx = tu_context();
-    mpcl_model_params p = token_params(T, V, P, C, B, MPCL_POLICY_FLOAT32);
+    mpcl_model_params p = tu_token_model_params(T, V, P, C, B, MPCL_POLICY_FLOAT32);
     mpcl_tensor *xy[2];
     size_t checked;
     mpcl_model *m = checked_token_model(ctx, &p, B, V, "per_position_gradients", xy, &checked);
@@ -408,22 +384,22 @@ static void bad_models_refused(void **state) {
                    "token_pos_embedding_0: sequences of 9 tokens; its sequence_length is 8");
     expect_refused(ctx, "input_shape=4; token_pos_embedding vocabulary_size=4 embedding_dim=3",
                    "sequence_length");
-    mpcl_model_params p = token_params(8, 4, 8, 3, (size_t)1 << 28, MPCL_POLICY_FLOAT32);
+    mpcl_model_params p = tu_token_model_params(8, 4, 8, 3, (size_t)1 << 28, MPCL_POLICY_FLOAT32);
     mpcl_model *m = NULL;
     tu_expect_error(mpcl_model_create(ctx, &p, &m), MPCL_ERR_INVALID_ARG,
                     "token_pos_embedding_0: batches of 268435456 sequences of 8 tokens: more "
                     "than 2^31 - 1 positions");
     /* A per-position output needs a label per position: a sparse loss. */
-    p = token_params(4, 4, 4, 3, 2, MPCL_POLICY_FLOAT32);
+    p = tu_token_model_params(4, 4, 4, 3, 2, MPCL_POLICY_FLOAT32);
     p.loss = MPCL_LOSS_MSE;
     tu_expect_error(mpcl_model_create(ctx, &p, &m), MPCL_ERR_INVALID_ARG,
                     "the last layer, dense_0, gives (4, 4); the model's output is (4,)");
 
     /* The batch: int32 ids [B, T] and labels [B, T]. */
-    p = token_params(4, 4, 4, 3, 2, MPCL_POLICY_FLOAT32);
+    p = tu_token_model_params(4, 4, 4, 3, 2, MPCL_POLICY_FLOAT32);
     TU_ASSERT_OK(mpcl_model_create(ctx, &p, &m));
     int32_t ids[8] = {0, 1, 2, 3, 3, 2, 1, 0};
-    mpcl_tensor *x = ids_tensor(ctx, 2, 4, ids), *y = ids_tensor(ctx, 2, 4, ids);
+    mpcl_tensor *x = tu_ids_tensor(ctx, 2, 4, ids), *y = tu_ids_tensor(ctx, 2, 4, ids);
     mpcl_tensor *xf = tu_tensor(ctx, MPCL_DTYPE_F32, 2, 4),
                 *y1 = tu_tensor(ctx, MPCL_DTYPE_I32, 2, 1);
     tu_expect_error(mpcl_model_forward(m, xf, y), MPCL_ERR_DTYPE,
@@ -468,15 +444,15 @@ static void pattern_batch(mpcl_context *ctx, size_t B, size_t T, mpcl_tensor **x
             ids[b * T + t] = (int32_t)((b + t) % 4);
             next[b * T + t] = (int32_t)((b + t + 1) % 4);
         }
-    *x = ids_tensor(ctx, B, T, ids);
-    *y = ids_tensor(ctx, B, T, next);
+    *x = tu_ids_tensor(ctx, B, T, ids);
+    *y = tu_ids_tensor(ctx, B, T, next);
     free(ids);
     free(next);
 }
 
 static mpcl_model *train_pattern(mpcl_context *ctx, mpcl_policy policy, int steps, mpcl_tensor *x,
                                  mpcl_tensor *y) {
-    mpcl_model_params p = token_params(8, 8, 8, 16, 8, policy);
+    mpcl_model_params p = tu_token_model_params(8, 8, 8, 16, 8, policy);
     p.optim.lr = 1e-2f;
     mpcl_model *m = NULL;
     TU_ASSERT_OK(mpcl_model_create(ctx, &p, &m));
@@ -554,7 +530,7 @@ static void auto_plan_measures_a_token_model(void **state) {
     char cache[] = "/tmp/mpcl-emb-auto-XXXXXX";
     assert_true(tu_cache_dir_make(cache));
     unsetenv("MPCL_AUTO");
-    mpcl_model_params p = token_params(8, 8, 8, 16, 8, MPCL_POLICY_AUTO);
+    mpcl_model_params p = tu_token_model_params(8, 8, 8, 16, 8, MPCL_POLICY_AUTO);
     mpcl_model *m = NULL;
     mpcl_status st = mpcl_model_create(ctx, &p, &m);
     setenv("MPCL_AUTO", "capability", 1);

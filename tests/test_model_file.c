@@ -313,6 +313,50 @@ static void reads_keras3_tied_lm_head(void **state) {
     assert_int_equal(s[1].out_shape[1], 50);
 }
 
+/* Keras-NLP's TransformerDecoder (registered under its class name) over
+ * (T, C) = (16, 8): its attributes, and normalize_first and dropout, which
+ * mpcl honours in one value only. */
+static const char KERAS3_DECODER[] =
+    "{\"module\": \"keras\", \"class_name\": \"Sequential\", \"config\": {\"name\": \"seq\",\n"
+    " \"layers\": [\n"
+    " {\"class_name\": \"InputLayer\", \"config\": {\"batch_shape\": [null, 16, 8]}},\n"
+    " {\"module\": \"keras_nlp.layers\", \"class_name\": \"TransformerDecoder\", \"config\":\n"
+    "  {\"name\": \"block\", \"trainable\": true, \"dtype\": \"float32\", \"num_heads\": 2,\n"
+    "  \"intermediate_dim\": 24, \"dropout\": 0, \"layer_norm_epsilon\": 1e-05,\n"
+    "  \"kernel_initializer\": {\"class_name\": \"RandomNormal\"}, \"normalize_first\": true},\n"
+    "  \"registered_name\": \"keras_nlp>TransformerDecoder\"},\n"
+    " {\"class_name\": \"Flatten\", \"config\": {\"name\": \"flatten\"}},\n"
+    " {\"class_name\": \"Dense\", \"config\": {\"units\": 4}}\n"
+    "]}, \"keras_version\": \"3.3.3\", \"backend\": \"tensorflow\"}\n";
+
+static void reads_keras3_transformer_decoder(void **state) {
+    (void)state;
+    mpcl_model_params p = mpcl_model_default_params();
+    TU_ASSERT_OK(mpcl_model_file_read(write_file("decoder.json", KERAS3_DECODER), &p));
+    assert_int_equal(p.layer_count, 3);
+    assert_string_equal(p.layers[0].kind, "transformer_decoder");
+    assert_int_equal(p.layers[0].num_heads, 2);
+    assert_int_equal(p.layers[0].intermediate_dim, 24);
+    assert_true(p.layers[0].epsilon == 1e-5);
+    /* Two layer norms (8 + 8 each), c_attn 8x24 + 24, c_proj 8x8 + 8, c_fc
+     * 8x24 + 24, c_proj 24x8 + 8. */
+    p.classes = 4;
+    mpcl_layer_summary s[MPCL_MAX_LAYERS];
+    size_t n = 0;
+    TU_ASSERT_OK(mpcl_model_summary(NULL, &p, s, &n));
+    assert_int_equal(s[0].params,
+                     2 * 16 + (8 * 24 + 24) + (8 * 8 + 8) + (8 * 24 + 24) + (24 * 8 + 8));
+    /* A post-norm block (normalize_first false) is not GPT-2's: refused. */
+    const char *at = strstr(KERAS3_DECODER, "\"normalize_first\": true");
+    assert_non_null(at);
+    char text[sizeof KERAS3_DECODER + 1];
+    snprintf(text, sizeof text, "%.*s\"normalize_first\": false%s", (int)(at - KERAS3_DECODER),
+             KERAS3_DECODER, at + strlen("\"normalize_first\": true"));
+    assert_int_equal(mpcl_model_file_read(write_file("post_norm.json", text), &p), MPCL_ERR_FORMAT);
+    if (!strstr(mpcl_errmsg(), "normalize_first"))
+        fail_msg("wanted normalize_first in: %s", mpcl_errmsg());
+}
+
 /* KERAS3 with the first `from` replaced by `to`. */
 static char *edited(const char *from, const char *to) {
     const char *at = strstr(KERAS3, from);
@@ -384,6 +428,7 @@ int main(void) {
         cmocka_unit_test(reads_keras_nlp_embedding),
         cmocka_unit_test(reads_keras3_causal_self_attention),
         cmocka_unit_test(reads_keras3_tied_lm_head),
+        cmocka_unit_test(reads_keras3_transformer_decoder),
         cmocka_unit_test(refuses_with_reason),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -1,6 +1,6 @@
 /* The ops area against the double-precision reference in ref_ops.c: bias +
  * activation forward and backward, bias gradient, softmax cross-entropy with
- * its device statistics and label errors, casts; plus finite-difference
+ * its device statistics and label errors, casts, the elementwise sum; plus finite-difference
  * checks of the reference itself and the error paths. */
 #include <math.h>
 #include <stdio.h>
@@ -827,6 +827,64 @@ static void test_cast_all(void **state) {
     mpcl_context_destroy(ctx);
 }
 
+/* ---- the elementwise sum ---- */
+
+/* out = a + b against the double sum, within the one rounding into the
+ * storage dtype (f16 and bf16 round the f32 sum once more: an f32 unit
+ * beside theirs), out poisoned first; in place (out is a) the same bits;
+ * a wrong shape or dtype refused with out untouched. */
+static void test_add(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    tu_rng r = tu_rng_make(tu_seed("add"));
+    for (size_t di = 0; di < NSTORAGES; di++)
+        for (size_t si = 0; si < shape_count(ctx); si++) {
+            mpcl_dtype dt = storages[di];
+            shape s = shapes[si];
+            size_t n = s.rows * s.cols;
+            float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
+            double *want = malloc(n * sizeof *want);
+            assert_true(a && b && want);
+            tu_fill_uniform(&r, a, n, -4, 4);
+            tu_fill_uniform(&r, b, n, -4, 4);
+            for (size_t i = 0; i < n; i++) {
+                a[i] = tu_stored(dt, a[i]), b[i] = tu_stored(dt, b[i]);
+                want[i] = (double)a[i] + (double)b[i];
+            }
+            mpcl_tensor *ta = tu_tensor_from(ctx, dt, s.rows, s.cols, a);
+            mpcl_tensor *tb = tu_tensor_from(ctx, dt, s.rows, s.cols, b);
+            mpcl_tensor *out = tu_tensor_poisoned(ctx, dt, s.rows, s.cols);
+            TU_ASSERT_OK(mpcl_add(ctx, out, ta, tb));
+            float *got = tu_download(out);
+            tu_rounding u = tu_storage_rounding(dt);
+            double rtol = u.rel + 0x1p-24;
+            char what[64];
+            snprintf(what, sizeof what, "add %s %zux%zu", dname(dt), s.rows, s.cols);
+            if (!tu_check_close(what, got, want, n, u.abs, rtol, tu_norm_tol(u.abs, rtol, want, n)))
+                fail_msg("%s differs from the double sum", what);
+            TU_ASSERT_OK(mpcl_add(ctx, ta, ta, tb));
+            float *in_place = tu_download(ta);
+            assert_memory_equal(in_place, got, n * sizeof *got);
+            free(in_place), free(got), free(a), free(b), free(want);
+            mpcl_tensor_destroy(ta);
+            mpcl_tensor_destroy(tb);
+            mpcl_tensor_destroy(out);
+        }
+    mpcl_tensor *a = tu_tensor(ctx, MPCL_DTYPE_F32, 4, 3),
+                *t = tu_tensor(ctx, MPCL_DTYPE_F32, 3, 4);
+    mpcl_tensor *h = tu_tensor(ctx, MPCL_DTYPE_F16, 4, 3);
+    mpcl_tensor *out = tu_tensor_poisoned(ctx, MPCL_DTYPE_F32, 4, 3);
+    tu_expect_error(mpcl_add(ctx, out, a, t), MPCL_ERR_SHAPE, "mpcl_add: b is 3x4, want 4x3");
+    tu_expect_error(mpcl_add(ctx, out, h, a), MPCL_ERR_DTYPE, "mpcl_add: a is f16, want f32");
+    tu_expect_error(mpcl_add(ctx, out, a, NULL), MPCL_ERR_INVALID_ARG, "mpcl_add: b is NULL");
+    assert_true(tu_still_poisoned(out));
+    mpcl_tensor_destroy(a);
+    mpcl_tensor_destroy(t);
+    mpcl_tensor_destroy(h);
+    mpcl_tensor_destroy(out);
+    mpcl_context_destroy(ctx);
+}
+
 /* f32 -> bf16 against ref_f64_to_bf16 (ref_ops.c: rounds in double, no bit
  * trick), bf16 -> f32 exactly, and f16 <-> bf16 (one rounding, through the
  * exact float value) against the double references, on edges, on every f16
@@ -1058,13 +1116,21 @@ static void test_errors(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_activation_names), cmocka_unit_test(test_reference_fd),
-        cmocka_unit_test(test_bias_act),         cmocka_unit_test(test_act_extremes),
-        cmocka_unit_test(test_softmax_xent),     cmocka_unit_test(test_xent_overflow),
-        cmocka_unit_test(test_xent_bad_label),   cmocka_unit_test(test_xent_bad_label_late_row),
-        cmocka_unit_test(test_cast_edges),       cmocka_unit_test(test_cast_all),
-        cmocka_unit_test(test_cast_bf16),        cmocka_unit_test(test_errors),
-        cmocka_unit_test(test_bias_grad_edges),  cmocka_unit_test(test_f16_paths),
+        cmocka_unit_test(test_activation_names),
+        cmocka_unit_test(test_reference_fd),
+        cmocka_unit_test(test_bias_act),
+        cmocka_unit_test(test_act_extremes),
+        cmocka_unit_test(test_softmax_xent),
+        cmocka_unit_test(test_xent_overflow),
+        cmocka_unit_test(test_xent_bad_label),
+        cmocka_unit_test(test_xent_bad_label_late_row),
+        cmocka_unit_test(test_cast_edges),
+        cmocka_unit_test(test_cast_all),
+        cmocka_unit_test(test_cast_bf16),
+        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_add),
+        cmocka_unit_test(test_bias_grad_edges),
+        cmocka_unit_test(test_f16_paths),
     };
     return cmocka_run_group_tests_name("ops", tests, NULL, NULL);
 }

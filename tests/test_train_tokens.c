@@ -7,29 +7,6 @@
 
 #include "testutil.h"
 
-/* token_pos_embedding (V, T, C) -> dense V per position: the next token
- * from the current one, which a sequence of period V learns fully. */
-static mpcl_model_params token_params(size_t T, size_t V, size_t C, size_t max_batch,
-                                      mpcl_policy policy) {
-    char text[256];
-    snprintf(text, sizeof text,
-             "input_shape=%zu; token_pos_embedding vocabulary_size=%zu sequence_length=%zu "
-             "embedding_dim=%zu; dense units=%zu",
-             T, V, T, C, V);
-    mpcl_model_params p = mpcl_model_default_params();
-    TU_ASSERT_OK(mpcl_model_spec_parse(NULL, text, &p));
-    p.classes = V;
-    p.max_batch = max_batch;
-    p.policy = policy;
-    return p;
-}
-
-static mpcl_tensor *ids_tensor(mpcl_context *ctx, size_t B, size_t T, const int32_t *ids) {
-    mpcl_tensor *t = tu_tensor(ctx, MPCL_DTYPE_I32, B, T);
-    TU_ASSERT_OK(mpcl_tensor_upload_i32(t, ids, B * T));
-    return t;
-}
-
 /* ---- gradient accumulation ---- */
 
 /* One SGD step on 2 half-batches, stashed, against one on the whole batch
@@ -37,7 +14,7 @@ static mpcl_tensor *ids_tensor(mpcl_context *ctx, size_t B, size_t T, const int3
  * order of the sums; bf16 storage up to one 16-bit rounding of the sum). */
 static void accumulate_case(mpcl_context *ctx, mpcl_policy policy, double rel_tol) {
     enum { T = 6, V = 11, C = 8, B = 4, H = B / 2 };
-    mpcl_model_params p = token_params(T, V, C, B, policy);
+    mpcl_model_params p = tu_token_model_params(T, V, T, C, B, policy);
     p.optim = mpcl_optim_default_params(MPCL_OPTIM_SGD);
     p.optim.lr = 0.5f;
     int32_t x[B * T], y[B * T];
@@ -52,12 +29,12 @@ static void accumulate_case(mpcl_context *ctx, mpcl_policy policy, double rel_to
     size_t n = 0;
     float *w0 = tu_model_state(whole, &n);
 
-    mpcl_tensor *bx = ids_tensor(ctx, B, T, x), *by = ids_tensor(ctx, B, T, y);
+    mpcl_tensor *bx = tu_ids_tensor(ctx, B, T, x), *by = tu_ids_tensor(ctx, B, T, y);
     TU_ASSERT_OK(mpcl_model_train_step(whole, bx, by));
     mpcl_tensor *hx[2], *hy[2];
     for (int h = 0; h < 2; h++) {
-        hx[h] = ids_tensor(ctx, H, T, x + h * H * T);
-        hy[h] = ids_tensor(ctx, H, T, y + h * H * T);
+        hx[h] = tu_ids_tensor(ctx, H, T, x + h * H * T);
+        hy[h] = tu_ids_tensor(ctx, H, T, y + h * H * T);
         TU_ASSERT_OK(mpcl_model_forward_slice(parts, hx[h], hy[h], B));
         TU_ASSERT_OK(mpcl_model_backward(parts));
         if (h == 0) TU_ASSERT_OK(mpcl_model_stash_grads(parts));
@@ -118,7 +95,7 @@ static void stashed_micro_batches_equal_the_whole_batch(void **state) {
 static void stash_needs_a_backward(void **state) {
     (void)state;
     mpcl_context *ctx = tu_context();
-    mpcl_model_params p = token_params(4, 5, 4, 2, MPCL_POLICY_FLOAT32);
+    mpcl_model_params p = tu_token_model_params(4, 5, 4, 4, 2, MPCL_POLICY_FLOAT32);
     mpcl_model *m = NULL;
     TU_ASSERT_OK(mpcl_model_create(ctx, &p, &m));
     tu_expect_error(mpcl_model_stash_grads(m), MPCL_ERR_INVALID_ARG, "without a backward");
@@ -157,10 +134,12 @@ static void on_report(void *user, const mpcl_train_report *r) {
     if (rs->stop_at && r->step == rs->stop_at) rs->stop = 1;
 }
 
+/* token_pos_embedding -> dense per position: the next token from the
+ * current one, which the pattern makes certain. */
 static mpcl_train_params token_train_params(const mpcl_tokens *t, reports *rs, uint64_t steps,
                                             uint64_t every) {
     mpcl_train_params p = mpcl_train_default_params();
-    p.model = token_params(8, PERIOD, 16, 8, MPCL_POLICY_FLOAT32);
+    p.model = tu_token_model_params(8, PERIOD, 8, 16, 8, MPCL_POLICY_FLOAT32);
     p.model.optim.lr = 0.02f;
     p.tokens = t;
     p.batch = 8;
@@ -266,6 +245,48 @@ static void resumes_bit_for_bit(void **state) {
     mpcl_context_destroy(ctx);
 }
 
+/* Two local replicas, each drawing its half of every micro-batch, against
+ * one device drawing them all: the same windows, so the same run up to the
+ * order of the sums. */
+static void data_parallel_draws_the_same_windows(void **state) {
+    (void)state;
+    mpcl_context *ctx[2] = {tu_context(), tu_context()};
+    mpcl_tokens *t = pattern_tokens(PERIOD);
+    float *w[2];
+    size_t n[2];
+    for (int replicas = 1; replicas <= 2; replicas++) {
+        reports rs = {0};
+        mpcl_train_params p = token_train_params(t, &rs, 12, 6);
+        p.model.optim = mpcl_optim_default_params(MPCL_OPTIM_SGD);
+        p.model.optim.lr = 0.1f;
+        p.grad_accum = 2;
+        mpcl_dist *d = NULL;
+        if (replicas == 2) {
+            TU_ASSERT_OK(mpcl_dist_create_local(2, MPCL_GRAD_COMPRESSION_NONE, &d));
+            p.dist = d;
+            p.replica_ctx = ctx;
+        }
+        mpcl_trainer *tr = NULL;
+        TU_ASSERT_OK(mpcl_trainer_create(ctx[0], &p, &tr));
+        TU_ASSERT_OK(mpcl_trainer_fit(tr));
+        mpcl_train_summary s;
+        mpcl_trainer_summary(tr, &s);
+        assert_int_equal(s.world_size, (size_t)replicas);
+        w[replicas - 1] = tu_model_state(mpcl_trainer_model(tr), &n[replicas - 1]);
+        mpcl_trainer_destroy(tr);
+        mpcl_dist_destroy(d);
+    }
+    assert_int_equal(n[0], n[1]);
+    double worst = 0;
+    for (size_t i = 0; i < n[0]; i++) worst = fmax(worst, fabs((double)w[0][i] - (double)w[1][i]));
+    if (!(worst < 1e-5)) fail_msg("one device and two replicas end %g apart", worst);
+    free(w[0]);
+    free(w[1]);
+    mpcl_tokens_destroy(t);
+    mpcl_context_destroy(ctx[0]);
+    mpcl_context_destroy(ctx[1]);
+}
+
 static void expect_create_refused(mpcl_context *ctx, const mpcl_train_params *p, mpcl_status want,
                                   const char *needle) {
     mpcl_trainer *tr = NULL;
@@ -310,6 +331,7 @@ int main(void) {
         cmocka_unit_test(stash_needs_a_backward),
         cmocka_unit_test(learns_from_a_token_stream),
         cmocka_unit_test(resumes_bit_for_bit),
+        cmocka_unit_test(data_parallel_draws_the_same_windows),
         cmocka_unit_test(bad_token_runs_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -336,3 +336,24 @@ int tu_tmpdir_remove(const char *dir) {
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     return system(cmd) == 0 ? 0 : -1;
 }
+
+mpcl_model_params tu_token_model_params(size_t T, size_t V, size_t P, size_t C, size_t max_batch,
+                                        mpcl_policy policy) {
+    char text[256];
+    snprintf(text, sizeof text,
+             "input_shape=%zu; token_pos_embedding vocabulary_size=%zu sequence_length=%zu "
+             "embedding_dim=%zu; dense units=%zu",
+             T, V, P, C, V);
+    mpcl_model_params p = mpcl_model_default_params();
+    TU_ASSERT_OK(mpcl_model_spec_parse(NULL, text, &p));
+    p.classes = V;
+    p.max_batch = max_batch;
+    p.policy = policy;
+    return p;
+}
+
+mpcl_tensor *tu_ids_tensor(mpcl_context *ctx, size_t B, size_t T, const int32_t *ids) {
+    mpcl_tensor *t = tu_tensor(ctx, MPCL_DTYPE_I32, B, T);
+    TU_ASSERT_OK(mpcl_tensor_upload_i32(t, ids, B * T));
+    return t;
+}

@@ -81,6 +81,14 @@ double *tu_to_double(const float *x, size_t n);
  * poison bit pattern. */
 bool tu_still_poisoned(const mpcl_tensor *t);
 
+/* token_pos_embedding (vocabulary V, P positions, C channels) -> dense V
+ * per position on sequences of T token ids: a model of next-token labels
+ * per position, from its text form. */
+mpcl_model_params tu_token_model_params(size_t T, size_t V, size_t P, size_t C, size_t max_batch,
+                                        mpcl_policy policy);
+/* An int32 [B, T] tensor of ids. */
+mpcl_tensor *tu_ids_tensor(mpcl_context *ctx, size_t B, size_t T, const int32_t *ids);
+
 /* Every parameter's master weights and optimizer state (slots the optimizer
  * lacks are zeros), concatenated slot by slot, then every buffer (a batch
  * norm's moving averages), malloc'ed; for bitwise comparisons of whole

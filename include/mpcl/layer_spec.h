@@ -46,11 +46,14 @@ typedef struct mpcl_layer_spec {
     bool use_bias;              /* dense, conv2d */
     double rate;                /* dropout: the fraction dropped, [0, 1) */
     double momentum;            /* batch_normalization: of the moving averages, [0, 1] */
-    double epsilon;             /* batch_normalization: added to the variance, > 0 */
-    size_t num_heads;           /* causal_self_attention: heads, dividing the channels */
+    double epsilon;             /* batch_normalization, layer_normalization: added to the
+                                 * variance, > 0; transformer_decoder's layer_norm_epsilon */
+    size_t num_heads;           /* causal_self_attention, transformer_decoder: heads, dividing
+                                 * the channels */
     size_t vocabulary_size;     /* token_pos_embedding: token ids in [0, vocabulary_size) */
     size_t sequence_length;     /* token_pos_embedding: the longest sequence (positions) */
     size_t embedding_dim;       /* token_pos_embedding: channels per position */
+    size_t intermediate_dim;    /* transformer_decoder: the MLP's width, 0 for 4 C */
 } mpcl_layer_spec;
 
 /* ---- the kinds and their declared attributes ---- */

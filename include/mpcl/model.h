@@ -200,6 +200,11 @@ mpcl_status mpcl_model_backward(mpcl_model *m);
  * applied gradient is the whole step's mean. MPCL_ERR_INVALID_ARG without
  * a backward before it. */
 mpcl_status mpcl_model_stash_grads(mpcl_model *m);
+/* Adds the stash into the gradient arena now, for a caller that reads or
+ * sums the arena before apply (a data-parallel all-reduce); apply then adds
+ * nothing. Nothing stashed: nothing to do. MPCL_ERR_INVALID_ARG without a
+ * backward before it. */
+mpcl_status mpcl_model_unstash_grads(mpcl_model *m);
 /* The finite check, the optional clip, the optimizer and the loss-scale
  * update. MPCL_ERR_INVALID_ARG without a backward before it. */
 mpcl_status mpcl_model_apply(mpcl_model *m);

@@ -15,7 +15,10 @@
  *     layer norm's axis -1 (or 3 for images), center and scale true, a
  *     layer norm's rms_scaling false, a token embedding's mask_zero false
  *     (Keras-NLP's TokenAndPositionEmbedding; its embeddings_initializer
- *     is an initializer like the others: mpcl starts it normal, std 0.02).
+ *     is an initializer like the others: mpcl starts it normal, std 0.02),
+ *     a transformer decoder's normalize_first true and dropout 0
+ *     (Keras-NLP's TransformerDecoder in GPT-2's pre-norm form; its
+ *     activation is GELU's tanh form and is not a key).
  * Anything else is refused, naming the layer and key. The input shape comes
  * from an InputLayer's batch_shape (Keras 3) or batch_input_shape (Keras 2),
  * or the first layer's batch_input_shape or build_config. A softmax (or a

@@ -1,6 +1,6 @@
-/* Ops: launchers for the fused bias + activation kernels, softmax
- * cross-entropy with device-side statistics, and casts between f32, f16 and
- * bf16.
+/* Ops: launchers for the fused bias + activation kernels, the elementwise
+ * sum, softmax cross-entropy with device-side statistics, and casts between
+ * f32, f16 and bf16.
  *
  * Every op is enqueued on the context's in-order queue and returns without
  * waiting. Math is f32 everywhere; f16 and bf16 are only storage formats.
@@ -101,6 +101,11 @@ mpcl_status mpcl_bias_grad(mpcl_context *ctx, mpcl_tensor *d_bias, const mpcl_te
 mpcl_status mpcl_bias_act_backward_grad(mpcl_context *ctx, mpcl_tensor *d_pre, mpcl_tensor *d_bias,
                                         const mpcl_tensor *d_out, const mpcl_tensor *saved,
                                         mpcl_activation act);
+
+/* out = a + b elementwise, the sum in f32 rounded once into the storage
+ * dtype. out, a, b: [rows, cols], one storage dtype; out may be a or b. */
+mpcl_status mpcl_add(mpcl_context *ctx, mpcl_tensor *out, const mpcl_tensor *a,
+                     const mpcl_tensor *b);
 
 /* ---- softmax cross-entropy ---- */
 

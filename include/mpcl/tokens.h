@@ -132,6 +132,14 @@ uint64_t mpcl_token_window_start(uint64_t seed, uint64_t step, uint64_t b, uint6
 mpcl_status mpcl_token_stream_windows(mpcl_context *ctx, const mpcl_token_stream *s,
                                       mpcl_token_part part, uint64_t seed, uint64_t step,
                                       mpcl_tensor *inputs, mpcl_tensor *targets);
+/* Windows first_window .. first_window + B - 1 of (seed, step) into rows
+ * 0 .. B - 1: a data-parallel replica's slice of a global batch, so that
+ * the replicas together draw the windows one device draws alone
+ * (mpcl_token_stream_windows is first_window 0). */
+mpcl_status mpcl_token_stream_windows_at(mpcl_context *ctx, const mpcl_token_stream *s,
+                                         mpcl_token_part part, uint64_t seed, uint64_t step,
+                                         uint64_t first_window, mpcl_tensor *inputs,
+                                         mpcl_tensor *targets);
 
 #pragma GCC visibility pop
 

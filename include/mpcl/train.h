@@ -140,8 +140,9 @@ typedef struct mpcl_train_params {
      * the run. The trainer's epochs are these intervals: a report's
      * epoch_end, save_every_epochs and the summary's epochs count them, and
      * epochs itself is ignored. A cosine schedule's decay_steps of 0 decays
-     * over steps - warmup_steps. Data parallel is refused (not supported
-     * yet). */
+     * over steps - warmup_steps. Data parallel: replica r draws its slice
+     * of each micro-batch's windows (mpcl_token_stream_windows_at), so the
+     * replicas together take the windows one device takes alone. */
     const mpcl_tokens *tokens;
     uint64_t steps;
     uint64_t eval_every;

@@ -49,7 +49,7 @@ class LayerSpec(Structure):
                 ("rate", c_double), ("momentum", c_double), ("epsilon", c_double),
                 ("num_heads", c_size_t),
                 ("vocabulary_size", c_size_t), ("sequence_length", c_size_t),
-                ("embedding_dim", c_size_t)]
+                ("embedding_dim", c_size_t), ("intermediate_dim", c_size_t)]
 
 
 class OptimParams(Structure):

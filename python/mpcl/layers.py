@@ -238,6 +238,22 @@ class TiedLMHead(Layer):
         super().__init__(name, input_shape)
 
 
+class TransformerDecoder(Layer):
+    """Keras-NLP's TransformerDecoder in GPT-2's pre-norm form over (T, C)
+    sequences: h = x + attn(ln_1(x)), out = h + c_proj(gelu(c_fc(ln_2(h)))),
+    with c_fc C -> intermediate_dim (None: 4 C); num_heads must divide C.
+    Its rows are GPT-2's: <name>.ln_1.gamma ... <name>.mlp.c_proj.bias."""
+    kind = "transformer_decoder"
+
+    def __init__(self, num_heads, intermediate_dim=None, layer_norm_epsilon=1e-05,
+                 use_bias=True, input_shape=None, name=None):
+        if num_heads is None:
+            raise ValueError("TransformerDecoder: num_heads is required")
+        super().__init__(name, input_shape, num_heads=num_heads,
+                         intermediate_dim=intermediate_dim,
+                         layer_norm_epsilon=layer_norm_epsilon, use_bias=use_bias)
+
+
 def from_spec(spec, name=None, input_shape=None):
     """The layer of a library spec (a checkpoint's), of the class of its
     kind."""

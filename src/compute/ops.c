@@ -1,4 +1,4 @@
-/* Ops: launchers for cl/activation.cl and cl/cast.cl (the losses' are in
+/* Ops: launchers for cl/activation.cl, cl/cast.cl and mpcl_add of cl/fill.cl (the losses' are in
  * losses.c), and the argument checks every launcher uses. Every
  * launcher checks its tensors completely before it enqueues anything, so a
  * rejected call leaves its outputs untouched. */
@@ -254,6 +254,28 @@ mpcl_status mpcl_bias_act_backward_grad(mpcl_context *ctx, mpcl_tensor *d_pre, m
     cl_kernel k;
     TRY(mpcl__kernel(ctx, d_out->dtype, name, &k));
     return bias_grad_launch(ctx, k, name, d_bias, d_pre, d_out, saved ? saved : d_out);
+}
+
+/* ---- the elementwise sum (cl/fill.cl) ---- */
+
+mpcl_status mpcl_add(mpcl_context *ctx, mpcl_tensor *out, const mpcl_tensor *a,
+                     const mpcl_tensor *b) {
+    static const char op[] = "mpcl_add";
+    const mpcl_tensor *in[] = {out, a, b};
+    static const char *const what[] = {"out", "a", "b"};
+    for (int i = 0; i < 3; i++) TRY(mpcl__check_present(ctx, in[i], op, what[i]));
+    TRY(mpcl__check_storage(ctx, out, op, "out"));
+    for (int i = 1; i < 3; i++) {
+        TRY(mpcl__check_dtype(ctx, in[i], out->dtype, op, what[i]));
+        TRY(mpcl__check_shape(ctx, in[i], out->rows, out->cols, op, what[i]));
+    }
+    TRY(mpcl__check_count(ctx, out, op));
+    cl_kernel k;
+    TRY(mpcl__kernel(ctx, out->dtype, op, &k));
+    cl_uint n = (cl_uint)(out->rows * out->cols);
+    TRY(mpcl__set_args(ctx, k, op, MPCL_ARG(out->mem), MPCL_ARG(a->mem), MPCL_ARG(b->mem),
+                       MPCL_ARG(n), MPCL_ARGS_END));
+    return mpcl__launch_1d(ctx, k, op, n, ELEMENTWISE_WG);
 }
 
 /* ---- casts ---- */

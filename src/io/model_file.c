@@ -54,6 +54,8 @@ static const struct {
     {"renorm", {"false"}},
     {"synchronized", {"false"}},
     {"mask_zero", {"false"}},
+    {"normalize_first", {"true"}},
+    {"dropout", {"0", "0.0"}},
 };
 
 typedef struct reader {

@@ -494,6 +494,13 @@ static mpcl_status check_windows(mpcl_context *ctx, const mpcl_token_stream *s,
 mpcl_status mpcl_token_stream_windows(mpcl_context *ctx, const mpcl_token_stream *s,
                                       mpcl_token_part part, uint64_t seed, uint64_t step,
                                       mpcl_tensor *inputs, mpcl_tensor *targets) {
+    return mpcl_token_stream_windows_at(ctx, s, part, seed, step, 0, inputs, targets);
+}
+
+mpcl_status mpcl_token_stream_windows_at(mpcl_context *ctx, const mpcl_token_stream *s,
+                                         mpcl_token_part part, uint64_t seed, uint64_t step,
+                                         uint64_t first_window, mpcl_tensor *inputs,
+                                         mpcl_tensor *targets) {
     TRY(check_windows(ctx, s, part, inputs, targets));
     static const char name[] = "mpcl_token_windows";
     cl_kernel k;
@@ -504,6 +511,6 @@ mpcl_status mpcl_token_stream_windows(mpcl_context *ctx, const mpcl_token_stream
     cl_uint T = (cl_uint)s->context, B = (cl_uint)inputs->rows;
     TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(inputs->mem), MPCL_ARG(targets->mem),
                        MPCL_ARG(s->ids->mem), MPCL_ARG(first), MPCL_ARG(starts), MPCL_ARG(key),
-                       MPCL_ARG(T), MPCL_ARG(B), MPCL_ARGS_END));
+                       MPCL_ARG(T), MPCL_ARG(B), MPCL_ARG(first_window), MPCL_ARGS_END));
     return mpcl__launch_2d(ctx, k, name, T, B, NULL);
 }

@@ -35,7 +35,7 @@ static mpcl_status bn_declare(mpcl__layer *L, mpcl__tables *t) {
     L->state = b;
     mpcl__layer_set_output(L, L->in_rank, L->in_shape);
     b->channels = L->in_shape[L->in_rank - 1];
-    char layer[32], name[64];
+    char layer[MPCL__LAYER_NAME_MAX], name[MPCL__ROW_NAME_BUF];
     mpcl__layer_name(layer, sizeof layer, L);
     static const char *const params[ROWS] = {"gamma", "beta"};
     static const char *const buffers[BUFFERS] = {"moving_mean", "moving_variance"};

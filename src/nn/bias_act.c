@@ -18,7 +18,7 @@ mpcl_status mpcl__bias_act_add_rows(mpcl_context *ctx, mpcl__tables *t, const ch
     e->units = units;
     e->use_bias = use_bias;
     if (!use_bias) return MPCL_OK;
-    char name[48];
+    char name[MPCL__ROW_NAME_BUF];
     snprintf(name, sizeof name, "%s.bias", layer);
     return mpcl__params_add(ctx, &t->params, name, 1, &units, MPCL__INIT_ZEROS, &e->bias_row);
 }

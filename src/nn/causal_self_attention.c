@@ -43,19 +43,18 @@ typedef struct attn {
 
 static mpcl_status add_projection(mpcl__layer *L, mpcl__tables *t, const char *what, size_t in,
                                   size_t out, projection *p) {
-    char layer[32], prefix[48], name[64];
+    char layer[MPCL__LAYER_NAME_MAX], prefix[64], name[MPCL__ROW_NAME_BUF];
     mpcl__layer_name(layer, sizeof layer, L);
     snprintf(prefix, sizeof prefix, "%s.%s", layer, what);
     snprintf(name, sizeof name, "%s.kernel", prefix);
     size_t shape[2] = {in, out};
-    TRY(mpcl__params_add(L->env->ctx, &t->params, name, 2, shape, MPCL__INIT_GLOROT,
-                         &p->kernel_row));
+    TRY(mpcl__params_add(L->env->ctx, &t->params, name, 2, shape, L->kernel_init, &p->kernel_row));
     return mpcl__bias_act_add_rows(L->env->ctx, t, prefix, out, L->spec.use_bias, &p->bias);
 }
 
 static mpcl_status attn_declare(mpcl__layer *L, mpcl__tables *t) {
     mpcl_context *ctx = L->env->ctx;
-    char layer[32];
+    char layer[MPCL__LAYER_NAME_MAX];
     mpcl__layer_name(layer, sizeof layer, L);
     TRY(mpcl__require_sequence(L));
     size_t T = L->in_shape[0], C = L->in_shape[1], H = L->spec.num_heads;

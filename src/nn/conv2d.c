@@ -53,7 +53,7 @@ static mpcl_status conv2d_declare(mpcl__layer *L, mpcl__tables *t) {
     conv2d *c = calloc(1, sizeof *c);
     if (!c) return MPCL_ERROR(ctx, MPCL_ERR_OUT_OF_MEMORY, "allocating a conv2d layer");
     L->state = c;
-    char layer[32], name[48];
+    char layer[MPCL__LAYER_NAME_MAX], name[MPCL__ROW_NAME_BUF];
     mpcl__layer_name(layer, sizeof layer, L);
     c->shape = conv_shape(L);
     mpcl_window2d win;

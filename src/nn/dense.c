@@ -30,12 +30,12 @@ static mpcl_status dense_declare(mpcl__layer *L, mpcl__tables *t) {
     size_t units = L->spec.units, features = L->in_shape[L->in_rank - 1];
     size_t out[2] = {L->in_shape[0], units};
     mpcl__layer_set_output(L, L->in_rank, L->in_rank == 2 ? out : &units);
-    char layer[32], name[48];
+    char layer[MPCL__LAYER_NAME_MAX], name[MPCL__ROW_NAME_BUF];
     mpcl__layer_name(layer, sizeof layer, L);
     size_t kshape[2] = {features, units};
     snprintf(name, sizeof name, "%s.kernel", layer);
     mpcl_status st =
-        mpcl__params_add(ctx, &t->params, name, 2, kshape, MPCL__INIT_GLOROT, &d->kernel_row);
+        mpcl__params_add(ctx, &t->params, name, 2, kshape, L->kernel_init, &d->kernel_row);
     if (st != MPCL_OK) return st;
     return mpcl__bias_act_add_rows(ctx, t, layer, units, L->spec.use_bias, &d->epilogue);
 }

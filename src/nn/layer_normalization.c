@@ -33,7 +33,7 @@ static mpcl_status ln_declare(mpcl__layer *L, mpcl__tables *t) {
     L->state = n;
     mpcl__layer_set_output(L, L->in_rank, L->in_shape);
     n->channels = L->in_shape[L->in_rank - 1];
-    char layer[32], name[64];
+    char layer[MPCL__LAYER_NAME_MAX], name[MPCL__ROW_NAME_BUF];
     mpcl__layer_name(layer, sizeof layer, L);
     static const char *const params[ROWS] = {"gamma", "beta"};
     static const mpcl__param_init init[ROWS] = {MPCL__INIT_ONES, MPCL__INIT_ZEROS};

@@ -15,6 +15,7 @@ extern const mpcl__layer_kind mpcl__layer_normalization_layer;
 extern const mpcl__layer_kind mpcl__causal_self_attention_layer;
 extern const mpcl__layer_kind mpcl__token_pos_embedding_layer;
 extern const mpcl__layer_kind mpcl__tied_lm_head_layer;
+extern const mpcl__layer_kind mpcl__transformer_decoder_layer;
 
 static const mpcl__layer_kind *const KINDS[] = {
     &mpcl__dense_layer,
@@ -27,6 +28,7 @@ static const mpcl__layer_kind *const KINDS[] = {
     &mpcl__causal_self_attention_layer,
     &mpcl__token_pos_embedding_layer,
     &mpcl__tied_lm_head_layer,
+    &mpcl__transformer_decoder_layer,
 };
 
 #define KIND_COUNT (sizeof KINDS / sizeof KINDS[0])
@@ -62,7 +64,10 @@ void mpcl__shape_str(char *buf, size_t size, size_t rank, const size_t *shape) {
 }
 
 void mpcl__layer_name(char *buf, size_t size, const mpcl__layer *L) {
-    snprintf(buf, size, "%s_%zu", L->kind->name, L->index);
+    if (L->name)
+        snprintf(buf, size, "%s", L->name);
+    else
+        snprintf(buf, size, "%s_%zu", L->kind->name, L->index);
 }
 
 double mpcl__layer_io_bytes(const mpcl__layer *L) {
@@ -81,7 +86,7 @@ mpcl_status mpcl__layer_create_io(mpcl__layer *L) {
 
 mpcl_status mpcl__require_sequence(const mpcl__layer *L) {
     if (L->in_rank == 2) return MPCL_OK;
-    char layer[32], have[64];
+    char layer[MPCL__LAYER_NAME_MAX], have[64];
     mpcl__layer_name(layer, sizeof layer, L);
     mpcl__shape_str(have, sizeof have, L->in_rank, L->in_shape);
     return MPCL_ERROR(L->env->ctx, MPCL_ERR_INVALID_ARG,

@@ -37,7 +37,7 @@ static mpcl_status pool_declare(mpcl__layer *L, mpcl__tables *t) {
                                    .padding = s->padding};
     mpcl_window2d win;
     if (mpcl_pool2d_window(NULL, &p->shape, &win) != MPCL_OK) {
-        char layer[32], why[256], input[64];
+        char layer[MPCL__LAYER_NAME_MAX], why[256], input[64];
         snprintf(why, sizeof why, "%s", mpcl_errmsg());
         mpcl__layer_name(layer, sizeof layer, L);
         mpcl__shape_str(input, sizeof input, L->in_rank, L->in_shape);

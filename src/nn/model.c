@@ -266,7 +266,7 @@ static bool takes_rank(const mpcl__layer_kind *k, size_t rank) {
  * its ids. */
 static mpcl_status check_token_layer(mpcl_context *ctx, const mpcl__layer *layers, size_t l) {
     if (!layers[l].kind->takes_tokens || l == 0) return MPCL_OK;
-    char name[32], before[32];
+    char name[MPCL__LAYER_NAME_MAX], before[MPCL__LAYER_NAME_MAX];
     mpcl__layer_name(name, sizeof name, &layers[l]);
     mpcl__layer_name(before, sizeof before, &layers[l - 1]);
     return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG,
@@ -294,9 +294,9 @@ mpcl_status mpcl__declare_layers(mpcl_context *ctx, const mpcl_model_params *p,
     mpcl_model_params_input_shape(p, shape, &rank);
     for (size_t l = 0; l < count; l++) {
         mpcl__layer *L = &layers[l];
-        L->kind = mpcl__spec_kind(&specs[l]);
-        L->env = env;
-        L->spec = specs[l];
+        /* Everything else zero: a model's layer has no composite's name and
+         * starts its kernels the default way. */
+        *L = (mpcl__layer){.kind = mpcl__spec_kind(&specs[l]), .env = env, .spec = specs[l]};
         L->in_rank = rank;
         L->inputs = 1;
         for (size_t d = 0; d < rank; d++) L->inputs *= (L->in_shape[d] = shape[d]);
@@ -307,7 +307,7 @@ mpcl_status mpcl__declare_layers(mpcl_context *ctx, const mpcl_model_params *p,
         mpcl_status st = check_token_layer(ctx, layers, l);
         if (st != MPCL_OK) return st;
         if (!takes_rank(L->kind, rank)) {
-            char name[32], have[64], before[64] = "the model's input";
+            char name[MPCL__LAYER_NAME_MAX], have[64], before[64] = "the model's input";
             mpcl__layer_name(name, sizeof name, L);
             mpcl__shape_str(have, sizeof have, rank, shape);
             if (l > 0) mpcl__layer_name(before, sizeof before, &layers[l - 1]);
@@ -324,7 +324,7 @@ mpcl_status mpcl__declare_layers(mpcl_context *ctx, const mpcl_model_params *p,
     }
     mpcl__layer *last = &layers[count - 1];
     if (p->layer_count > 0 && !output_fits(p, last)) {
-        char name[32], have[64];
+        char name[MPCL__LAYER_NAME_MAX], have[64];
         mpcl__layer_name(name, sizeof name, last);
         mpcl__shape_str(have, sizeof have, last->out_rank, last->out_shape);
         bool sparse = mpcl_loss_sparse_targets(p->loss);
@@ -725,15 +725,20 @@ mpcl_status mpcl_model_stash_grads(mpcl_model *m) {
     return MPCL_OK;
 }
 
+mpcl_status mpcl_model_unstash_grads(mpcl_model *m) {
+    if (m->phase != PHASE_BACKWARD)
+        return MPCL_ERROR(m->ctx, MPCL_ERR_INVALID_ARG,
+                          "model unstash_grads without a backward before it");
+    if (!m->stashed) return MPCL_OK;
+    m->stashed = false;
+    return grad_stash_launch(m, "mpcl_grad_unstash", true);
+}
+
 mpcl_status mpcl_model_apply(mpcl_model *m) {
     if (m->phase != PHASE_BACKWARD)
         return MPCL_ERROR(m->ctx, MPCL_ERR_INVALID_ARG, "model apply without a backward before it");
+    mpcl_status st = mpcl_model_unstash_grads(m);
     m->phase = PHASE_IDLE;
-    mpcl_status st = MPCL_OK;
-    if (m->stashed) {
-        m->stashed = false;
-        st = grad_stash_launch(m, "mpcl_grad_unstash", true);
-    }
     if (st == MPCL_OK && m->ls) st = mpcl_loss_scale_check(m->ctx, m->ls, &m->arenas.grads, 1);
     /* The loss-scale update runs in the optimizer's last launch, after the
      * update has read found_inf (loss_scale.h). */

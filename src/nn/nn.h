@@ -156,11 +156,27 @@ typedef struct mpcl__layer_kind {
     void (*destroy)(mpcl__layer *L);
 } mpcl__layer_kind;
 
+/* The longest layer name, its terminating zero included: a composite's
+ * sub-layer ("transformer_decoder_31.attn") and what a kind adds to it for
+ * its rows must fit; a longer one is refused, never cut. */
+#define MPCL__LAYER_NAME_MAX 48
+/* A kind's buffer for a row's name ("<layer>.c_attn.kernel"): longer than
+ * mpcl_param_info's, so that a name too long for the table reaches
+ * mpcl__params_add whole and is refused there. */
+#define MPCL__ROW_NAME_BUF 96
+
 struct mpcl__layer {
     const mpcl__layer_kind *kind;
     const mpcl__layer_env *env;
     mpcl_layer_spec spec;
     size_t index; /* its position among the layers of its kind: dense_<index> */
+    /* A sub-layer of a composite kind: the name the composite gives it
+     * ("transformer_decoder_0.attn"), which its rows and messages carry
+     * instead of <kind>_<index>; NULL for a model's own layers. */
+    const char *name;
+    /* How Dense and CausalSelfAttention start their kernels: Glorot (0, the
+     * default), or what a composite chooses (GPT-2's normal(0, 0.02)). */
+    mpcl__param_init kernel_init;
     size_t in_rank, in_shape[MPCL_MAX_INPUT_RANK];   /* per sample */
     size_t out_rank, out_shape[MPCL_MAX_INPUT_RANK]; /* set by declare */
     size_t inputs, outputs; /* features per sample: the products of the shapes */
@@ -175,7 +191,8 @@ const mpcl__layer_kind *mpcl__layer_kind_find(const char *name);
 const mpcl__layer_kind *mpcl__spec_kind(const mpcl_layer_spec *spec);
 /* "(28, 28, 1)" */
 void mpcl__shape_str(char *buf, size_t size, size_t rank, const size_t *shape);
-/* A layer's name in messages: "conv2d_1". */
+/* A layer's name in messages and rows: "conv2d_1", or the name its
+ * composite gave it. */
 void mpcl__layer_name(char *buf, size_t size, const mpcl__layer *L);
 /* Device bytes of a layer's output and d_output for batches of max_batch,
  * in the storage dtype: what every kind that computes keeps. */

@@ -46,7 +46,7 @@ static mpcl_status find_token_embeddings(mpcl_context *ctx, const char *layer,
 
 static mpcl_status head_declare(mpcl__layer *L, mpcl__tables *t) {
     mpcl_context *ctx = L->env->ctx;
-    char layer[32];
+    char layer[MPCL__LAYER_NAME_MAX];
     mpcl__layer_name(layer, sizeof layer, L);
     TRY(mpcl__require_sequence(L));
     size_t row = 0;

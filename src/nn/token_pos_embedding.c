@@ -52,7 +52,7 @@ typedef struct emb {
 static mpcl_status emb_declare(mpcl__layer *L, mpcl__tables *t) {
     mpcl_context *ctx = L->env->ctx;
     const mpcl_layer_spec *s = &L->spec;
-    char layer[32], name[64];
+    char layer[MPCL__LAYER_NAME_MAX], name[MPCL__ROW_NAME_BUF];
     mpcl__layer_name(layer, sizeof layer, L);
     size_t T = L->in_shape[0];
     if (T > s->sequence_length)

@@ -50,6 +50,7 @@ static const abi_row rows[] = {
     FIELD(mpcl_layer_spec, vocabulary_size),
     FIELD(mpcl_layer_spec, sequence_length),
     FIELD(mpcl_layer_spec, embedding_dim),
+    FIELD(mpcl_layer_spec, intermediate_dim),
 
     SIZE(mpcl_optim_params),
     FIELD(mpcl_optim_params, kind),

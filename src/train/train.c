@@ -61,7 +61,7 @@ mpcl_status mpcl__train_adopt_error(mpcl_context *ctx, mpcl_status st) {
 
 /* The replicas' contexts, and the batch split they need: every replica takes
  * at least one row of every batch, the last partial one included. */
-static mpcl_status setup_replicas(mpcl_trainer *tr, const mpcl_train_params *params) {
+mpcl_status mpcl__train_setup_replicas(mpcl_trainer *tr, const mpcl_train_params *params) {
     mpcl_context *ctx = tr->ctx;
     tr->dist = params->dist;
     tr->replicas = tr->dist ? mpcl_dist_local_replicas(tr->dist) : 1;
@@ -73,7 +73,8 @@ static mpcl_status setup_replicas(mpcl_trainer *tr, const mpcl_train_params *par
                           tr->replicas, tr->replicas);
     for (size_t r = 1; r < tr->replicas; r++) tr->rep[r].ctx = params->replica_ctx[r];
     size_t batch = tr->params.batch, world = mpcl_dist_world_size(tr->dist);
-    size_t last = tr->train_count % batch;
+    /* A token run's batches are all whole. */
+    size_t last = tr->stream ? 0 : tr->train_count % batch;
     if (batch < world || (last && last < world))
         return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG,
                           "batch %zu (last batch of the epoch: %zu samples) over %zu replicas: "
@@ -96,7 +97,7 @@ static void destroy_models(mpcl_trainer *tr) {
  * MPI, the processes resolved `auto` differently), every replica falls back
  * to float32, the plan every device runs, and plan_note says so. An explicit
  * policy that some replica cannot run is refused. */
-static mpcl_status create_models(mpcl_trainer *tr, mpcl_model_params *mp) {
+mpcl_status mpcl__train_create_models(mpcl_trainer *tr, mpcl_model_params *mp) {
     mpcl_status st = mpcl_model_create(tr->ctx, mp, &tr->model);
     if (st != MPCL_OK) return st;
     tr->rep[0].model = tr->models[0] = tr->model;
@@ -207,7 +208,8 @@ static bool early_model(mpcl_trainer *tr, const mpcl_train_params *params, mpcl_
     mp->seed = params->seed;
     resolve_schedule(&mp->lr_schedule, params->epochs, (count + mp->max_batch - 1) / mp->max_batch);
     if (mp->policy == MPCL_POLICY_AUTO && !mpcl__auto_plan_known(tr->ctx, mp)) return false;
-    if ((*st = setup_replicas(tr, params)) == MPCL_OK) *st = create_models(tr, mp);
+    if ((*st = mpcl__train_setup_replicas(tr, params)) == MPCL_OK)
+        *st = mpcl__train_create_models(tr, mp);
     *msg = *st != MPCL_OK ? strdup(mpcl_errmsg()) : NULL;
     return true;
 }
@@ -317,14 +319,14 @@ mpcl_status mpcl_trainer_create(mpcl_context *ctx, const mpcl_train_params *para
         destroy_models(tr); /* the files changed between the reads: the data decide */
         early = false;
     }
-    if ((st = setup_replicas(tr, params)) != MPCL_OK) goto cleanup;
+    if ((st = mpcl__train_setup_replicas(tr, params)) != MPCL_OK) goto cleanup;
     if (early && early_st != MPCL_OK) {
         st = early_msg
                  ? mpcl__error_restore(ctx, early_st, early_msg)
                  : MPCL_ERROR(ctx, early_st, "creating the model failed (no memory to keep why)");
         goto cleanup;
     }
-    if (!early && (st = create_models(tr, &mp)) != MPCL_OK) goto cleanup;
+    if (!early && (st = mpcl__train_create_models(tr, &mp)) != MPCL_OK) goto cleanup;
     mpcl_dtype storage = mpcl_model_plan(tr->model)->storage;
     /* y: i32 labels, or f32 target columns. */
     mpcl_dtype ytype = tr->float_targets ? MPCL_DTYPE_F32 : MPCL_DTYPE_I32;
@@ -390,6 +392,7 @@ void mpcl_trainer_destroy(mpcl_trainer *tr) {
         mpcl_tensor_destroy(R->labels);
         mpcl_tensor_destroy(R->order);
         mpcl_device_dataset_destroy(R->train);
+        mpcl_token_stream_destroy(R->stream);
         mpcl_model_destroy(R->model);
     }
     mpcl_tensor_destroy(tr->x);

@@ -17,6 +17,7 @@ typedef struct mpcl__replica {
     mpcl_model *model;
     mpcl_device_dataset *train;
     mpcl_tensor *order, *x, *labels;
+    mpcl_token_stream *stream; /* a token run's copy of the stream */
 } mpcl__replica;
 
 struct mpcl_trainer {
@@ -101,6 +102,12 @@ mpcl_status mpcl__train_sync_replicas(mpcl_trainer *tr);
  * metadata) before it changes anything; for the fuzz harness. */
 mpcl_status mpcl__checkpoint_check(mpcl_trainer *tr, const mpcl_safetensors *file,
                                    const char *path);
+
+/* The replicas' contexts from params (replica_ctx), and the batch split
+ * they need: every replica takes a row of every batch. */
+mpcl_status mpcl__train_setup_replicas(mpcl_trainer *tr, const mpcl_train_params *params);
+/* Every replica's model of *mp in one precision plan (train.c). */
+mpcl_status mpcl__train_create_models(mpcl_trainer *tr, mpcl_model_params *mp);
 
 /* train_tokens.c: the trainer on a token stream. setup fills the data and
  * model fields of a trainer whose common fields are set; step runs one

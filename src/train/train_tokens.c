@@ -32,10 +32,6 @@ static mpcl_status token_model(mpcl_context *ctx, const mpcl_model_params *mp, c
 mpcl_status mpcl__train_tokens_setup(mpcl_trainer *tr, const mpcl_train_params *params) {
     mpcl_context *ctx = tr->ctx;
     const mpcl_train_params *p = params;
-    if (p->dist && mpcl_dist_world_size(p->dist) > 1)
-        return MPCL_ERROR(ctx, MPCL_ERR_UNSUPPORTED,
-                          "data parallel training on a token stream is not supported yet: "
-                          "train it on one device");
     if (p->steps == 0)
         return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "training on tokens needs steps >= 1");
     if (p->eval_batches == 0 && p->eval_fraction > 0)
@@ -51,13 +47,13 @@ mpcl_status mpcl__train_tokens_setup(mpcl_trainer *tr, const mpcl_train_params *
     if (st != MPCL_OK) return mpcl__train_adopt_error(ctx, st);
 
     uint64_t every = p->eval_every && p->eval_every < p->steps ? p->eval_every : p->steps;
-    tr->steps_per_epoch = every;
-    tr->total_steps = p->steps;
-    tr->params.epochs = (uint32_t)((p->steps + every - 1) / every);
     if ((p->steps + every - 1) / every > UINT32_MAX)
         return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG,
                           "%llu steps evaluated every %llu: more than 2^32 - 1 evaluations",
                           (unsigned long long)p->steps, (unsigned long long)every);
+    tr->steps_per_epoch = every;
+    tr->total_steps = p->steps;
+    tr->params.epochs = (uint32_t)((p->steps + every - 1) / every);
     tr->accum = p->grad_accum ? p->grad_accum : 1;
     tr->train_count = tr->train_available = mpcl_token_stream_count(tr->stream, MPCL_TOKENS_TRAIN);
     tr->test_count =
@@ -74,33 +70,59 @@ mpcl_status mpcl__train_tokens_setup(mpcl_trainer *tr, const mpcl_train_params *
         s->decay_steps = p->steps > s->warmup_steps ? p->steps - s->warmup_steps : 1;
     tr->params.model = mp;
     tr->lr = mp.optim.lr;
-    tr->replicas = 1;
-    tr->rep[0].ctx = ctx;
-    if ((st = mpcl_model_create(ctx, &mp, &tr->model)) != MPCL_OK) return st;
-    tr->rep[0].model = tr->models[0] = tr->model;
-    if ((st = mpcl_tensor_create(ctx, MPCL_DTYPE_I32, p->batch, context, &tr->x)) == MPCL_OK)
-        st = mpcl_tensor_create(ctx, MPCL_DTYPE_I32, p->batch, context, &tr->labels);
-    tr->rep[0].x = tr->x;
-    tr->rep[0].labels = tr->labels;
-    return st;
+    if ((st = mpcl__train_setup_replicas(tr, p)) != MPCL_OK ||
+        (st = mpcl__train_create_models(tr, &mp)) != MPCL_OK)
+        return st;
+    tr->params.model = mp; /* the plan the replicas agreed on */
+    /* Each replica its own copy of the stream and its batch buffers, for a
+     * slice of at most the whole batch. */
+    tr->rep[0].stream = tr->stream;
+    for (size_t r = 0; r < tr->replicas; r++) {
+        mpcl__replica *R = &tr->rep[r];
+        if (r > 0 && (st = mpcl_token_stream_create(R->ctx, p->tokens, context, p->eval_fraction,
+                                                    &R->stream)) != MPCL_OK)
+            return mpcl__train_adopt_error(ctx, st);
+        if ((st = mpcl_tensor_create(R->ctx, MPCL_DTYPE_I32, p->batch, context, &R->x)) !=
+                MPCL_OK ||
+            (st = mpcl_tensor_create(R->ctx, MPCL_DTYPE_I32, p->batch, context, &R->labels)) !=
+                MPCL_OK)
+            return st;
+    }
+    tr->x = tr->rep[0].x;
+    tr->labels = tr->rep[0].labels;
+    return MPCL_OK;
 }
 
 /* Micro-batch `micro` of the step draws its windows with the key
  * step * accum + micro: each micro-batch its own windows, and a run with one
- * micro-batch a step draws what it always did. */
+ * micro-batch a step draws what it always did. Data parallel: replica r
+ * draws its slice of them (mpcl_dist_slice), divides its loss gradient by
+ * the global rows, and the replicas' sums (stash included) are all-reduced
+ * before every replica applies the same gradient. */
 mpcl_status mpcl__train_tokens_step(mpcl_trainer *tr) {
     size_t B = tr->params.batch;
+    size_t base = tr->dist ? mpcl_dist_first_replica(tr->dist) : 0;
     mpcl_status st = MPCL_OK;
     for (uint32_t micro = 0; micro < tr->accum && st == MPCL_OK; micro++) {
         uint64_t key = tr->step * tr->accum + micro;
-        st = mpcl_token_stream_windows(tr->ctx, tr->stream, MPCL_TOKENS_TRAIN, tr->params.seed, key,
-                                       tr->x, tr->labels);
-        if (st == MPCL_OK)
-            st = mpcl_model_forward_slice(tr->model, tr->x, tr->labels, B * tr->accum);
-        if (st == MPCL_OK) st = mpcl_model_backward(tr->model);
-        if (st == MPCL_OK && micro + 1 < tr->accum) st = mpcl_model_stash_grads(tr->model);
+        bool last = micro + 1 == tr->accum;
+        for (size_t r = 0; r < tr->replicas && st == MPCL_OK; r++) {
+            mpcl__replica *R = &tr->rep[r];
+            size_t off = 0, rows = B;
+            if (tr->dist) mpcl_dist_slice(tr->dist, base + r, B, &off, &rows);
+            mpcl_tensor x = mpcl__tensor_rows(R->x, rows), y = mpcl__tensor_rows(R->labels, rows);
+            st = mpcl_token_stream_windows_at(R->ctx, R->stream, MPCL_TOKENS_TRAIN, tr->params.seed,
+                                              key, off, &x, &y);
+            if (st == MPCL_OK) st = mpcl_model_forward_slice(R->model, &x, &y, B * tr->accum);
+            if (st == MPCL_OK) st = mpcl_model_backward(R->model);
+            if (st == MPCL_OK && !last) st = mpcl_model_stash_grads(R->model);
+            if (st == MPCL_OK && last && tr->dist) st = mpcl_model_unstash_grads(R->model);
+            if (tr->dist) tr->local_samples += rows;
+        }
     }
-    return st == MPCL_OK ? mpcl_model_apply(tr->model) : st;
+    if (st == MPCL_OK && tr->dist) st = mpcl_dist_allreduce_grads(tr->dist, tr->models);
+    for (size_t r = 0; r < tr->replicas && st == MPCL_OK; r++) st = mpcl_model_apply(tr->models[r]);
+    return st;
 }
 
 /* The evaluation draws batch b of its eval_batches with the key b, from

@@ -351,3 +351,39 @@ def test_causal_self_attention_fits_saves_and_loads(tmp_path):
     assert type(loaded.layers[0]).__name__ == "CausalSelfAttention"
     assert loaded.layers[0].get_config()["num_heads"] == 3
     np.testing.assert_array_equal(loaded.predict(x[192:]), p)
+
+
+def gelu_tanh(z):
+    return 0.5 * z * (1 + np.tanh(np.sqrt(2 / np.pi) * (z + 0.044715 * z ** 3)))
+
+
+def test_transformer_decoder_predicts_the_reference(tmp_path):
+    if not has_kind("transformer_decoder"):
+        pytest.skip("this libmpcl has no transformer_decoder kind")
+    m = mpcl.Sequential([L.TransformerDecoder(num_heads=2, intermediate_dim=10,
+                                              input_shape=(5, 6)), L.Flatten()])
+    m.compile(loss="mse")
+    # GPT-2's rows, in GPT-2's order.
+    assert [a.shape for a in m.get_weights()] == [
+        (6,), (6,), (6, 18), (18,), (6, 6), (6,), (6,), (6,), (6, 10), (10,), (10, 6), (6,)]
+    rng = np.random.default_rng(8)
+    weights = [rng.uniform(-1, 1, a.shape).astype(np.float32) for a in m.get_weights()]
+    m.set_weights(weights)
+    x = rng.standard_normal((3, 5, 6)).astype(np.float32)
+    w = [a.astype(np.float64) for a in weights]
+    h = x + causal_attention_reference(layer_norm_reference(x, w[0], w[1], 1e-5), *w[2:6],
+                                       heads=2)
+    want = h + gelu_tanh(layer_norm_reference(h, w[6], w[7], 1e-5) @ w[8] + w[9]) @ w[10] + w[11]
+    np.testing.assert_allclose(m.predict(x), want.reshape(3, 30), rtol=1e-4, atol=1e-4)
+    cfg = m.layers[0].get_config()
+    assert (cfg["num_heads"], cfg["intermediate_dim"], cfg["use_bias"]) == (2, 10, True)
+    assert cfg["layer_norm_epsilon"] == 1e-5
+    m.fit(x, want.reshape(3, 30).astype(np.float32), epochs=1, batch_size=3, verbose=0)
+    m.save(tmp_path / "block.safetensors")
+    loaded = mpcl.models.load_model(tmp_path / "block.safetensors")
+    assert type(loaded.layers[0]).__name__ == "TransformerDecoder"
+    assert loaded.layers[0].get_config()["intermediate_dim"] == 10
+    np.testing.assert_array_equal(loaded.predict(x), m.predict(x))
+    bad = mpcl.Sequential([L.TransformerDecoder(num_heads=4, input_shape=(5, 6)), L.Flatten()])
+    with pytest.raises(Exception, match=r"transformer_decoder_0\.attn: its 6 channels"):
+        bad.compile(loss="mse")
