@@ -9,7 +9,11 @@ metadata mpcl_trainer_save writes, the weights chosen by this test):
   another seed others, generation past the context;
 - errors: a non-zero exit and a message naming the problem.
 
-usage: test_generate_cli.py PATH/TO/mpcl-generate"""
+- a GPT that mpcl-train --model gpt trains here on one repeated sentence:
+  greedy, it continues "the quick" with the rest of the sentence, past
+  its context;
+
+usage: test_generate_cli.py PATH/TO/mpcl-generate PATH/TO/mpcl-train"""
 import json
 import os
 import random
@@ -20,7 +24,7 @@ import sys
 import tempfile
 from array import array
 
-GENERATE = sys.argv[1]
+GENERATE, TRAIN = sys.argv[1], sys.argv[2]
 FAILURES = []
 
 
@@ -142,6 +146,23 @@ def test_random_gpt_seeds(tmp):
     check(a != c, "another seed gives other bytes")
 
 
+def test_trained_gpt(tmp):
+    text = os.path.join(tmp, "fox.txt")
+    with open(text, "w") as f:
+        f.write("the quick brown fox jumps over the lazy dog.\n" * 300)
+    ckpt = os.path.join(tmp, "fox.safetensors")
+    p = subprocess.run([TRAIN, "--model", "gpt", "--text", text, "--layers", "2", "--heads", "2",
+                        "--embd", "32", "--context", "32", "--steps", "600", "--batch", "8",
+                        "--lr", "0.003", "--precision", "float32", "--save", ckpt, "--quiet"],
+                       capture_output=True, text=True, timeout=240)
+    check(p.returncode == 0, f"mpcl-train --model gpt exits 0 (got {p.returncode}: {p.stderr})")
+    rc, out, err = run(["--model", ckpt, "--prompt", "the quick", "--tokens", "70",
+                        "--temperature", "0"])
+    want = b" brown fox jumps over the lazy dog.\nthe quick brown fox jumps"
+    check(rc == 0 and out.startswith(want), f"the trained GPT continues the sentence (got {rc}: "
+          f"{out!r}, {err})")
+
+
 def test_errors(tmp):
     path = os.path.join(tmp, "shift.safetensors")
     shift_model(path)
@@ -190,7 +211,7 @@ def test_errors(tmp):
 def main():
     tmp = tempfile.mkdtemp(prefix="mpcl-generate-")
     try:
-        for t in (test_shift_greedy, test_random_gpt_seeds, test_errors):
+        for t in (test_shift_greedy, test_random_gpt_seeds, test_trained_gpt, test_errors):
             t(tmp)
     finally:
         shutil.rmtree(tmp)
