@@ -19,9 +19,11 @@ EXPECTED_KERNELS = ("Kernel: probe_half_math",)
 # run: on cl/attention.cl it stopped at LLVM's `freeze` ("Unsupported
 # instruction", printed but not logged) and went on with wrong values, and
 # with the remainders written without `%` it crashed. The API and data-race
-# checks still run on them. test_transformer_decoder runs cl/attention.cl
-# too (its block's attention gave wrong values there the same way).
-WITHOUT_UNINITIALIZED = ("test_attention", "test_transformer_decoder")
+# checks still run on them. test_transformer_decoder and test_gpt_model run
+# cl/attention.cl too (their blocks' attention gave wrong values there the
+# same way: test_gpt_model's float32 loss was off by 0.02 with the checker,
+# by 1e-6 without).
+WITHOUT_UNINITIALIZED = ("test_attention", "test_transformer_decoder", "test_gpt_model")
 
 
 def main(argv):

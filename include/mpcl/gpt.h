@@ -1,4 +1,5 @@
-/* GPT-2 as an mpcl model.
+/* GPT-2 as an mpcl model, and its weights to and from a Hugging Face
+ * folder's (gpt2_folder.h).
  *
  * A GPT of config c on sequences of T tokens is the layer list
  *   input_shape=T;
@@ -53,6 +54,24 @@ mpcl_status mpcl_gpt_model_params(mpcl_context *ctx, const mpcl_gpt2_config *con
  * intermediate_dim other than 0 or 4C, no biases, layer norms of different
  * epsilons, another loss...). */
 mpcl_status mpcl_gpt_config_of(const mpcl_model_params *params, mpcl_gpt2_config *out);
+
+/* Writes w's tensors into m's parameters (the f32 masters and the working
+ * copy), tensor i into row i: m must be a GPT of w's config (its params'
+ * config, mpcl_gpt_config_of, equal to w's) and each tensor's name and
+ * shape those of row i (wte.weight -> token_pos_embedding_0.token_embeddings,
+ * h.N.attn.c_attn.weight -> transformer_decoder_N.attn.c_attn.kernel...).
+ * Errors: MPCL_ERR_INVALID_ARG when m is not a GPT, MPCL_ERR_FORMAT naming
+ * the tensor and both shapes for a missing, extra, misnamed or misshapen
+ * tensor -- checked before anything is written, so m is unchanged -- and
+ * the device's errors while writing. The optimizer's state and step are
+ * left as they are. */
+mpcl_status mpcl_model_load_gpt2(mpcl_model *m, const mpcl_gpt2_weights *w);
+
+/* m's parameters (the f32 masters) as GPT-2 weights of its config, for
+ * mpcl_gpt2_folder_write; *out is the caller's (mpcl_gpt2_weights_destroy).
+ * Errors: MPCL_ERR_INVALID_ARG when m is not a GPT, those of
+ * mpcl_gpt2_weights_new and of the device. */
+mpcl_status mpcl_model_gpt2_weights(mpcl_model *m, mpcl_gpt2_weights **out);
 
 #pragma GCC visibility pop
 
