@@ -7,11 +7,14 @@ metadata mpcl_trainer_save writes, the weights chosen by this test):
   i + 1 (mod 256): greedy, the continuation of "abc" is "defg...";
 - a small random GPT with attention: the same seed gives the same bytes,
   another seed others, generation past the context;
-- errors: a non-zero exit and a message naming the problem.
-
 - a GPT that mpcl-train --model gpt trains here on one repeated sentence:
   greedy, it continues "the quick" with the rest of the sentence, past
   its context;
+- tests/data/gpt2-ref, a GPT-2 Hugging Face folder of byte tokens: the
+  greedy token after each prefix of PyTorch's two sequences is PyTorch's
+  argmax of its logits there (tests/data/gpt2-ref/reference.safetensors);
+- errors: a non-zero exit and a message naming the problem.
+
 
 usage: test_generate_cli.py PATH/TO/mpcl-generate PATH/TO/mpcl-train"""
 import json
@@ -25,6 +28,7 @@ import tempfile
 from array import array
 
 GENERATE, TRAIN = sys.argv[1], sys.argv[2]
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 FAILURES = []
 
 
@@ -55,12 +59,9 @@ def metadata(layers):
     }
 
 
-def write_checkpoint(path, layers, params):
-    """params: [(name, shape, list of floats)]; Adam's moments are zeros."""
-    tensors = list(params)
-    for suffix in (".m", ".v"):
-        tensors += [(n + suffix, s, [0.0] * len(v)) for n, s, v in params]
-    header, blobs, offset = {"__metadata__": metadata(layers)}, [], 0
+def write_safetensors(path, meta, tensors):
+    """tensors: [(name, shape, list of floats)], written F32."""
+    header, blobs, offset = {"__metadata__": meta}, [], 0
     for name, shape, values in tensors:
         blob = array("f", values).tobytes()
         header[name] = {"dtype": "F32", "shape": shape,
@@ -71,6 +72,14 @@ def write_checkpoint(path, layers, params):
     text += b" " * (-len(text) % 8)
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+
+
+def write_checkpoint(path, layers, params):
+    """params: [(name, shape, list of floats)]; Adam's moments are zeros."""
+    tensors = list(params)
+    for suffix in (".m", ".v"):
+        tensors += [(n + suffix, s, [0.0] * len(v)) for n, s, v in params]
+    write_safetensors(path, metadata(layers), tensors)
 
 
 def shift_model(path, T=8):
@@ -163,6 +172,123 @@ def test_trained_gpt(tmp):
           f"{out!r}, {err})")
 
 
+def read_safetensors(path):
+    """{name: (shape, flat list)} of a safetensors file of F32 and I32."""
+    with open(path, "rb") as f:
+        data = f.read()
+    n = struct.unpack("<Q", data[:8])[0]
+    header, body = json.loads(data[8:8 + n]), data[8 + n:]
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__" or t["dtype"] not in ("F32", "I32"):
+            continue
+        begin, end = t["data_offsets"]
+        out[name] = (t["shape"], array("f" if t["dtype"] == "F32" else "i", body[begin:end]))
+    return out
+
+
+def test_gpt2_folder_against_pytorch():
+    """tests/data/gpt2-ref: a GPT-2 folder of byte tokens (vocabulary 256)
+    and PyTorch's logits for two sequences of 9 bytes. With causal
+    attention the logits at position k - 1 are those of the prefix of k
+    bytes, so the greedy first token after each prefix is PyTorch's
+    argmax there."""
+    folder = os.path.join(DATA, "gpt2-ref")
+    ref = read_safetensors(os.path.join(folder, "reference.safetensors"))
+    (B, T, V), logits = ref["logits"]
+    tokens = ref["tokens"][1]
+    for b in range(B):
+        for k in range(1, T + 1):
+            row = logits[(b * T + k - 1) * V:(b * T + k) * V]
+            want = max(range(V), key=lambda v: row[v])
+            prompt = bytes(list(tokens[b * T:b * T + k]))
+            rc, out, err = run(["--model", folder, "--prompt", prompt, "--tokens", "1",
+                                "--temperature", "0"])
+            check(rc == 0 and out == bytes([want]),
+                  f"gpt2-ref after {prompt!r}: PyTorch's argmax {want} (got {rc}: {out!r}, {err})")
+    # Past its context of 16, sampled: the same seed, the same bytes.
+    args = ["--model", folder, "--prompt", "caf\u00e9", "--tokens", "40", "--seed", "9"]
+    rc1, a, err = run(args)
+    rc2, b, _ = run(args)
+    check(rc1 == rc2 == 0 and len(a) == 40 and a == b,
+          f"gpt2-ref: 40 sampled bytes, the same twice (got {rc1}, {rc2}: {a!r}, {b!r}, {err})")
+
+
+def test_gpt2_folder_errors(tmp):
+    tiny = os.path.join(DATA, "gpt2-tiny")  # vocabulary 32, no tokenizer
+    rc, out, err = run(["--model", tiny, "--prompt", "ab", "--tokens", "1"])
+    check(rc == 1 and "--prompt: byte 0 is 97; the model's vocabulary is 0..31" in err,
+          f"bytes outside gpt2-tiny's 32 tokens are refused (got {rc}: {err})")
+    rc, out, err = run(["--model", tiny, "--prompt", b"\x01\x02", "--tokens", "3",
+                        "--temperature", "0"])
+    check(rc == 0 and len(out) == 3 and max(out) < 32,
+          f"gpt2-tiny continues bytes below 32 (got {rc}: {out!r}, {err})")
+    # A tokenizer file without its pair.
+    half = os.path.join(tmp, "half")
+    shutil.copytree(tiny, half)
+    shutil.copy(os.path.join(DATA, "bpe", "vocab.json"), half)
+    rc, out, err = run(["--model", half, "--prompt", "a"])
+    check(rc == 1 and "merges.txt" in err, f"vocab.json without merges.txt (got {rc}: {err})")
+    # A tokenizer of more tokens than the model's 32.
+    shutil.copy(os.path.join(DATA, "bpe", "merges.txt"), half)
+    rc, out, err = run(["--model", half, "--prompt", "a"])
+    check(rc == 1 and "vocab.json has" in err and "the model has 32 logits" in err,
+          f"a tokenizer larger than the model (got {rc}: {err})")
+    # Not a GPT-2 folder.
+    empty = os.path.join(tmp, "empty")
+    os.mkdir(empty)
+    rc, out, err = run(["--model", empty, "--prompt", "a"])
+    check(rc == 1 and "config.json" in err, f"a folder without config.json (got {rc}: {err})")
+
+
+def one_token_gpt2_folder(folder, token, vocab, C=8, P=16):
+    """A GPT-2 folder (one layer) whose greedy choice is `token` after any
+    prompt: ln_f's gain is 0 and its bias e0, so every position's logits
+    are e0 . wte[v], 5 for `token` (wte[token] = 5 e0) and 0 for the rest."""
+    os.mkdir(folder)
+    with open(os.path.join(DATA, "gpt2-tiny", "config.json")) as f:
+        config = json.load(f)
+    config.update(n_layer=1, n_head=2, n_embd=C, n_positions=P, n_ctx=P, vocab_size=vocab)
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(config, f)
+    zeros = lambda n: [0.0] * n  # noqa: E731
+    wte = zeros(vocab * C)
+    wte[token * C] = 5.0
+    e0 = [1.0] + zeros(C - 1)
+    shapes = {"ln_1.weight": [C], "ln_1.bias": [C], "attn.c_attn.weight": [C, 3 * C],
+              "attn.c_attn.bias": [3 * C], "attn.c_proj.weight": [C, C], "attn.c_proj.bias": [C],
+              "ln_2.weight": [C], "ln_2.bias": [C], "mlp.c_fc.weight": [C, 4 * C],
+              "mlp.c_fc.bias": [4 * C], "mlp.c_proj.weight": [4 * C, C], "mlp.c_proj.bias": [C]}
+    tensors = [("wte.weight", [vocab, C], wte), ("wpe.weight", [P, C], zeros(P * C))]
+    for name, shape in shapes.items():
+        n = shape[0] * (shape[1] if len(shape) > 1 else 1)
+        tensors.append(("h.0." + name, shape, zeros(n)))
+    tensors += [("ln_f.weight", [C], zeros(C)), ("ln_f.bias", [C], e0)]
+    write_safetensors(os.path.join(folder, "model.safetensors"), {"format": "pt"},
+                      [("transformer." + n, s, v) for n, s, v in tensors])
+
+
+def test_gpt2_folder_bpe(tmp):
+    """GPT-2's BPE from the folder's vocab.json and merges.txt: the prompt
+    encoded (its token count against the context), the output decoded."""
+    bpe = os.path.join(DATA, "bpe")
+    with open(os.path.join(bpe, "vocab.json")) as f:
+        vocab = json.load(f)
+    folder = os.path.join(tmp, "bpe-gpt2")
+    one_token_gpt2_folder(folder, vocab["\u0120over"], len(vocab))  # "Ġover" is " over"
+    for name in ("vocab.json", "merges.txt"):
+        shutil.copy(os.path.join(bpe, name), folder)
+    rc, out, err = run(["--model", folder, "--prompt", "The quick brown fox", "--tokens", "3",
+                        "--temperature", "0"])
+    check(rc == 0 and out == b" over over over", f"BPE: greedy ' over' x3 (got {rc}: {out!r}, {err})")
+    # tests/data/bpe/expected.json: the ids GPT2Tokenizer gives each case.
+    with open(os.path.join(bpe, "expected.json")) as f:
+        case = json.load(f)["cases"][0]
+    rc, out, err = run(["--model", folder, "--prompt", bytes.fromhex(case["hex"]), "--tokens", "1"])
+    want = f"--prompt: {len(case['ids'])} tokens; the model's context is 16"
+    check(rc == 1 and want in err, f"BPE: a prompt of more tokens than the context (got {rc}: {err})")
+
+
 def test_errors(tmp):
     path = os.path.join(tmp, "shift.safetensors")
     shift_model(path)
@@ -211,8 +337,10 @@ def test_errors(tmp):
 def main():
     tmp = tempfile.mkdtemp(prefix="mpcl-generate-")
     try:
-        for t in (test_shift_greedy, test_random_gpt_seeds, test_trained_gpt, test_errors):
+        for t in (test_shift_greedy, test_random_gpt_seeds, test_trained_gpt, test_errors,
+                  test_gpt2_folder_errors, test_gpt2_folder_bpe):
             t(tmp)
+        test_gpt2_folder_against_pytorch()
     finally:
         shutil.rmtree(tmp)
     if FAILURES:

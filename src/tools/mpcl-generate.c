@@ -157,12 +157,37 @@ static mpcl_status load_checkpoint(generator *g, const char *path, mpcl_policy p
     return st;
 }
 
-/* Prints what is wrong and returns false. */
+/* GPT-2's tokenizer when the folder has vocab.json and merges.txt (one of
+ * them alone is refused); else byte tokens. Prints what is wrong and
+ * returns false. */
+static bool load_tokenizer(generator *g, const char *folder) {
+    char vocab[4096], merges[4096];
+    snprintf(vocab, sizeof vocab, "%s/vocab.json", folder);
+    snprintf(merges, sizeof merges, "%s/merges.txt", folder);
+    struct stat s;
+    if (stat(vocab, &s) != 0 && stat(merges, &s) != 0) return true;
+    if (mpcl_bpe_load(vocab, merges, &g->bpe) != MPCL_OK)
+        return fail("--model %s: its tokenizer: %s", folder, mpcl_errmsg());
+    size_t classes = mpcl_model_classes(g->model);
+    return mpcl_bpe_vocab(g->bpe) <= classes ||
+           fail("--model %s: vocab.json has %zu tokens; the model has %zu logits", folder,
+                mpcl_bpe_vocab(g->bpe), classes);
+}
+
+/* A GPT-2 Hugging Face folder: the GPT of its config over its whole
+ * context, its weights, its tokenizer. SGD: a model for inference needs no
+ * optimizer state. Prints what is wrong and returns false. */
 static bool load_folder(generator *g, const char *folder, mpcl_policy policy) {
-    (void)g;
-    (void)policy;
-    return fail("--model %s is a folder: GPT-2 Hugging Face folders are not read by this build",
-                folder);
+    mpcl_gpt2_weights *w = NULL;
+    mpcl_model_params p = mpcl_model_default_params();
+    p.optim = mpcl_optim_default_params(MPCL_OPTIM_SGD);
+    bool ok = mpcl_gpt2_folder_read(folder, &w) == MPCL_OK &&
+              mpcl_gpt_model_params(NULL, &w->config, w->config.n_positions, &p) == MPCL_OK &&
+              create_model(g, &p, policy) == MPCL_OK &&
+              mpcl_model_load_gpt2(g->model, w) == MPCL_OK;
+    if (!ok) fail("--model %s: %s", folder, mpcl_errmsg());
+    mpcl_gpt2_weights_destroy(w);
+    return ok && load_tokenizer(g, folder);
 }
 
 /* The prompt's tokens: GPT-2's BPE, or its bytes. Prints what is wrong
