@@ -75,6 +75,9 @@ static const char usage_gpt[] =
     "                          250; the run's end is evaluated too)\n"
     "  --eval-batches N        held-out batches per evaluation (default 20)\n"
     "  --grad-accum N          micro-batches of --batch windows per step (default 1)\n"
+    "  --init-from DIR         start from a GPT-2 folder (config.json, model.safetensors;\n"
+    "                          its vocab.json and merges.txt, when there, tokenize --text)\n"
+    "  --save-hf DIR           at the end, write the model as a GPT-2 folder\n"
     "  Defaults where no flag says otherwise: --batch 32, --optimizer adamw with\n"
     "  beta_2=0.95 weight_decay=0.1 decay_vectors=false, --lr-schedule cosine\n"
     "  --lr-min-ratio 0.1 after 100 warm-up steps (a tenth of runs under 1000).\n"
@@ -448,7 +451,7 @@ static void write_schedule_json(jsonw *w, const mpcl_lr_schedule *sched,
 static void write_json(const train_args *a, const mpcl_device_info *dev, const mpcl_plan *plan,
                        const mpcl_lr_schedule *sched, const mpcl_train_data_info *di,
                        const mpcl_train_summary *s, const train_dist *td, const double *rates,
-                       double startup_s, const mpcl_tokens *t) {
+                       double startup_s, const train_gpt *gpt) {
     jsonw w;
     jsonw_init(&w, stdout);
     jsonw_object_begin(&w);
@@ -465,8 +468,8 @@ static void write_json(const train_args *a, const mpcl_device_info *dev, const m
     jsonw_kv_bool(&w, "loss_scaling", scaling_on(a, plan));
     jsonw_kv_string(&w, "reason", plan->reason);
     jsonw_object_end(&w);
-    if (t)
-        train_gpt_json(&w, a, t, s);
+    if (gpt)
+        train_gpt_json(&w, a, gpt, s);
     else
         write_data_json(&w, a, di);
     train_data_json(&w, di);
@@ -592,7 +595,7 @@ static void print_model(FILE *h, const train_args *a, const mpcl_model_params *m
     fflush(h);
 }
 
-static void print_end(FILE *h, const train_args *a, const mpcl_plan *plan,
+static void print_end(FILE *h, const train_args *a, const mpcl_plan *plan, size_t context,
                       const mpcl_train_summary *s) {
     if (s->stopped && a->gpt)
         fprintf(h, "stopped   after step %llu of %llu\n", (unsigned long long)s->steps,
@@ -606,7 +609,7 @@ static void print_end(FILE *h, const train_args *a, const mpcl_plan *plan,
         else
             fprintf(h, "eval      not evaluated\n");
         fprintf(h, "time      %.1f s, %.0f tokens/s, %llu steps\n", s->seconds,
-                s->train_samples_per_s * (double)a->gpt_context, (unsigned long long)s->steps);
+                s->train_samples_per_s * (double)context, (unsigned long long)s->steps);
     } else {
         char metric[32];
         format_metric(metric, sizeof metric, a->loss, s->test_accuracy, true);
@@ -687,11 +690,13 @@ int main(int argc, char **argv) {
         fprintf(stderr, "mpcl-train: %s\n", mpcl_errmsg());
         return EXIT_ERROR;
     }
-    mpcl_tokens *tokens = NULL;
-    if (a.gpt && !train_gpt_setup(&a, &p, &tokens, err, sizeof err)) {
+    train_gpt gpt = {0};
+    const mpcl_tokens *tokens = NULL;
+    if (a.gpt && !train_gpt_setup(&a, &gpt, &p, err, sizeof err)) {
         fprintf(stderr, "mpcl-train: %s\n", err);
         return EXIT_ERROR;
     }
+    tokens = gpt.tokens;
     mpcl_train_data_load *load = NULL;
     if (a.gpt || mpcl_train_data_load_start(&p, &load) != MPCL_OK) load = NULL;
 
@@ -700,7 +705,7 @@ int main(int argc, char **argv) {
     mpcl_status st = train_dist_open(&td, &a);
     if (st != MPCL_OK) {
         mpcl_train_data_load_destroy(load);
-        mpcl_tokens_destroy(tokens);
+        train_gpt_free(&gpt);
         fprintf(stderr, "mpcl-train: %s\n", td.err);
         /* An unknown selector is the user's mistake (1, as mpcl-probe); no
          * OpenCL at all is the machine's (2). */
@@ -725,7 +730,7 @@ int main(int argc, char **argv) {
             .loss = a.loss,
             .gpt = a.gpt,
             .steps = a.steps,
-            .context = a.gpt_context};
+            .context = gpt.context};
     p.on_report = on_report;
     p.user = &u;
     p.stop = &stop_flag;
@@ -747,10 +752,14 @@ int main(int argc, char **argv) {
     mpcl_train_data_info di;
     mpcl_trainer_data_info(tr, &di);
     u.batch = di.batch;
-    if (human && tokens) train_gpt_print_data(human, &a, tokens, &di);
+    if (human && tokens) train_gpt_print_data(human, &a, &gpt, &di);
     if (human && !tokens) train_data_print(human, &di);
     if (leader && !a.quiet && !tokens) train_data_warn(&di);
     if (human) train_dist_print(human, &td, tr);
+    if (!train_gpt_init_weights(&a, tr, err, sizeof err)) {
+        fprintf(stderr, "mpcl-train: %s\n", err);
+        goto done;
+    }
     if (a.resume && mpcl_trainer_load(tr, a.resume) != MPCL_OK) {
         fprintf(stderr, "mpcl-train: --resume %s: %s\n", a.resume, mpcl_errmsg());
         goto done;
@@ -792,7 +801,7 @@ int main(int argc, char **argv) {
         goto done;
     }
     mpcl_trainer_summary(tr, &s);
-    if (human) print_end(human, &a, &plan, &s);
+    if (human) print_end(human, &a, &plan, gpt.context, &s);
     if (s.diverged)
         fprintf(stderr,
                 "mpcl-train: the training loss became non-finite by step %llu: the run "
@@ -805,6 +814,13 @@ int main(int argc, char **argv) {
             goto done;
         }
         if (human) fprintf(human, "saved     %s\n", a.save);
+    }
+    if (a.save_hf && !s.diverged) {
+        if (!train_gpt_save_hf(&a, tr, err, sizeof err)) {
+            fprintf(stderr, "mpcl-train: %s\n", err);
+            goto done;
+        }
+        if (human) fprintf(human, "saved     %s (GPT-2 folder)\n", a.save_hf);
     }
     if (a.plot) {
         if (u.plot_failed || mpcl_run_record_write_svg(u.plot, a.plot) != MPCL_OK) {
@@ -830,7 +846,8 @@ int main(int argc, char **argv) {
         double *rates = calloc(s.world_size, sizeof *rates);
         if (rates) train_dist_rates(&td, &s, rates); /* collective under MPI */
         if (rates && leader && a.json)
-            write_json(&a, dev, &plan, &sched, &di, &s, &td, rates, startup_s, tokens);
+            write_json(&a, dev, &plan, &sched, &di, &s, &td, rates, startup_s,
+                       tokens ? &gpt : NULL);
         free(rates);
     }
     /* The status says what happened: a signal after the last step changed
@@ -859,7 +876,7 @@ done:
     }
     mpcl_trainer_destroy(tr);
     mpcl_train_data_load_destroy(load);
-    mpcl_tokens_destroy(tokens);
+    train_gpt_free(&gpt);
     train_dist_close(&td);
     if (fflush(stdout) != 0 && rc == EXIT_OK) rc = EXIT_ERROR;
     return rc;

@@ -246,6 +246,8 @@ static const struct {
     {"--eval-every", FLAG_VALUE},
     {"--eval-batches", FLAG_VALUE},
     {"--grad-accum", FLAG_VALUE},
+    {"--init-from", FLAG_VALUE},
+    {"--save-hf", FLAG_VALUE},
 };
 
 /* Records an optimizer setting; it is checked against the kind's declaration
@@ -347,6 +349,9 @@ static bool apply_gpt(train_args *a, const char *f, const char *v, bool *ok, cha
             *ok = parse_uint(f, v, dims[i].min, dims[i].max, &u, err, size);
             *(size_t *)((char *)a + dims[i].offset) = (size_t)u;
             if (!a->gpt_flag) a->gpt_flag = f;
+            if (strcmp(f, "--context") == 0) a->gpt_context_set = true;
+            bool shape = strcmp(f, "--context") != 0 && strcmp(f, "--eval-batches") != 0;
+            if (shape && !a->shape_flag) a->shape_flag = f;
             return true;
         }
     if (strcmp(f, "--steps") == 0) {
@@ -356,6 +361,12 @@ static bool apply_gpt(train_args *a, const char *f, const char *v, bool *ok, cha
     } else if (strcmp(f, "--grad-accum") == 0) {
         *ok = parse_uint(f, v, 1, 1 << 16, &u, err, size);
         a->grad_accum = (uint32_t)u;
+    } else if (strcmp(f, "--init-from") == 0 || strcmp(f, "--save-hf") == 0) {
+        if (!*v) *ok = fail(err, size, "%s: empty path", f);
+        if (strcmp(f, "--init-from") == 0)
+            a->init_from = v;
+        else
+            a->save_hf = v;
     } else if (strcmp(f, "--text") == 0 || strcmp(f, "--tokens") == 0) {
         if (!*v) *ok = fail(err, size, "%s: empty path", f);
         if (a->text || a->tokens_bin)
@@ -593,6 +604,10 @@ static bool gpt_defaults(train_args *a, char *err, size_t size) {
                     "%s does not apply to --model gpt, which trains on --text or --tokens for "
                     "--steps",
                     a->not_gpt_flag);
+    if (a->init_from && a->shape_flag)
+        return fail(err, size,
+                    "%s contradicts --init-from %s: the folder's config.json gives the shape",
+                    a->shape_flag, a->init_from);
     if (a->gpt_embd % a->gpt_heads != 0)
         return fail(err, size, "--heads %zu does not divide --embd %zu", a->gpt_heads, a->gpt_embd);
     if (!a->gpt_vocab) a->gpt_vocab = a->tokens_bin ? 50257 : MPCL_TOKENS_BYTE_VOCAB;

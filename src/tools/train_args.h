@@ -82,6 +82,12 @@ typedef struct train_args {
      * 1000 steps). */
     bool gpt;
     size_t gpt_layers, gpt_heads, gpt_embd, gpt_context, gpt_vocab;
+    bool gpt_context_set;
+    /* --init-from DIR: the GPT of a GPT-2 folder (its config.json's shape,
+     * its weights; GPT-2's BPE for --text where it has vocab.json and
+     * merges.txt); --save-hf DIR: the trained model written as one. */
+    const char *init_from, *save_hf;
+    const char *shape_flag; /* the first of --layers --heads --embd --vocab given */
     const char *text, *tokens_bin;
     uint64_t steps, eval_every;
     size_t eval_batches;
