@@ -128,6 +128,13 @@ static mpcl_status ln_forward(mpcl__layer *L, const mpcl_tensor *in, bool traini
     return launch(n, ctx, k, name, x.rows);
 }
 
+/* One position: in is its [1, C] row, normalized as any other into the
+ * first row of the output. */
+static mpcl_status ln_forward_step(mpcl__layer *L, const mpcl_tensor *in, size_t position) {
+    (void)position;
+    return ln_forward(L, in, false);
+}
+
 /* d_gamma and d_beta: column sums over the rows of dy and dy xhat. */
 static mpcl_status backward_params(ln *n, mpcl_context *ctx, const mpcl_tensor *dy,
                                    const mpcl_tensor *x) {
@@ -191,5 +198,6 @@ const mpcl__layer_kind mpcl__layer_normalization_layer = {
     .create = ln_create,
     .forward = ln_forward,
     .backward = ln_backward,
+    .forward_step = ln_forward_step,
     .destroy = ln_destroy,
 };
