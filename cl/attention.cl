@@ -50,16 +50,12 @@ inline float attn_dot(__global const storage_t *a, size_t i, __global const stor
     return (h.x + h.y) + (h.z + h.w);
 }
 
-// One work-item per query row (b, h, t), rows = B * H * T of them: the
-// scores q . k / sqrt(hs) against keys t' <= t, their softmax (less the
-// maximum: exp never overflows), and y = att . v.
-__kernel void mpcl_attention_forward(__global float *att, __global storage_t *y,
-                                     __global const storage_t *qkv, uint T, uint C, uint H,
-                                     float scale, uint rows) {
-    uint row = get_global_id(0);
-    if (row >= rows) return;
-    uint t = row % T, h = row / T % H, b = row / T / H, hs = C / H;
-    __global float *p = att + (size_t)row * T;
+// Query row (b, h, t): the scores q . k / sqrt(hs) against keys t' <= t
+// into p (its row of att), their softmax (less the maximum: exp never
+// overflows), and the head's output att . v into y from element out.
+inline void attn_forward_row(__global float *p, __global storage_t *y, size_t out,
+                             __global const storage_t *qkv, uint b, uint t, uint h, uint T, uint C,
+                             uint hs, float scale) {
     size_t q = attn_qkv_at(b, t, h, 0, T, C, hs);
     float m = -INFINITY;
     for (uint u = 0; u <= t; u++) {
@@ -73,7 +69,6 @@ __kernel void mpcl_attention_forward(__global float *att, __global storage_t *y,
     }
     float inv = 1.0f / sum;
     for (uint u = 0; u <= t; u++) p[u] *= inv;
-    size_t out = attn_row_at(b, t, h, T, C, hs);
     for (uint d = 0; d < hs; d += 8u) {
         uint n = min(8u, hs - d);
         float8 acc = (float8)(0.0f);
@@ -81,6 +76,30 @@ __kernel void mpcl_attention_forward(__global float *att, __global storage_t *y,
             acc = fma(p[u], attn_load8(qkv, attn_qkv_at(b, u, h, 2, T, C, hs) + d, n), acc);
         attn_store8(y, out + d, n, acc);
     }
+}
+
+// One work-item per query row (b, h, t), rows = B * H * T of them.
+__kernel void mpcl_attention_forward(__global float *att, __global storage_t *y,
+                                     __global const storage_t *qkv, uint T, uint C, uint H,
+                                     float scale, uint rows) {
+    uint row = get_global_id(0);
+    if (row >= rows) return;
+    uint t = row % T, h = row / T % H, b = row / T / H, hs = C / H;
+    attn_forward_row(att + (size_t)row * T, y, attn_row_at(b, t, h, T, C, hs), qkv, b, t, h, T,
+                     C, hs, scale);
+}
+
+// Generation's step (the key/value cache): position t of sample 0 alone,
+// one work-item per head, its output into y's first row [1, C]. qkv holds
+// positions 0 .. t of sample 0: the cache.
+__kernel void mpcl_attention_forward_position(__global float *att, __global storage_t *y,
+                                              __global const storage_t *qkv, uint T, uint C,
+                                              uint H, float scale, uint t) {
+    uint h = get_global_id(0);
+    if (h >= H) return;
+    uint hs = C / H;
+    attn_forward_row(att + ((size_t)h * T + t) * T, y, (size_t)h * hs, qkv, 0, t, h, T, C, hs,
+                     scale);
 }
 
 // The backward by query row (b, h, t): dA[t'] = dy . v[t'], the softmax's

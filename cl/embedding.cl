@@ -6,14 +6,15 @@
 // Both gradients are sums in a fixed order with no atomics: deterministic.
 
 // One item per output element of the [positions, channels] matrix of the
-// batch (positions = B * T), row p = b T + t.
+// batch (positions = B * seq), row p = b seq + t; the positions count from
+// `first` (0, or a generation step's position with seq 1).
 __kernel void mpcl_embedding_forward(__global storage_t *y, __global const int *tokens,
                                      __global const storage_t *wte,
-                                     __global const storage_t *wpe, uint seq, uint channels,
-                                     uint vocab, uint n) {
+                                     __global const storage_t *wpe, uint seq, uint first,
+                                     uint channels, uint vocab, uint n) {
     uint i = get_global_id(0);
     if (i >= n) return;
-    uint p = i / channels, c = i - p * channels, t = p % seq;
+    uint p = i / channels, c = i - p * channels, t = first + p % seq;
     int id = tokens[p];
     float token = id >= 0 && (uint)id < vocab ? LOAD(wte, (size_t)id * channels + c) : 0.0f;
     STORE(y, i, token + LOAD(wpe, (size_t)t * channels + c));

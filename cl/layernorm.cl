@@ -12,7 +12,8 @@
 __kernel __attribute__((reqd_work_group_size(BN_WG, 1, 1))) void mpcl_layernorm_forward(
     __global storage_t *y, __global const storage_t *x, __global const float *gamma,
     __global const float *beta, __global float *save_mean, __global float *save_inv_std,
-    float epsilon, uint cols) {
+    float epsilon, uint cols, uint rows) {
+    (void)rows; /* one group per row: the row kernels' bound */
     __local float acc[BN_WG];
     uint r = get_group_id(0), lid = get_local_id(0);
     size_t row = (size_t)r * cols;
@@ -54,7 +55,8 @@ __kernel __attribute__((reqd_work_group_size(BN_WG, 1, 1))) void mpcl_layernorm_
 __kernel __attribute__((reqd_work_group_size(BN_WG, 1, 1))) void mpcl_layernorm_backward_x(
     __global storage_t *dx, __global const storage_t *dy, __global const storage_t *x,
     __global const float *gamma, __global const float *save_mean,
-    __global const float *save_inv_std, uint cols) {
+    __global const float *save_inv_std, uint cols, uint rows) {
+    (void)rows;
     __local float acc[BN_WG];
     uint r = get_group_id(0), lid = get_local_id(0);
     size_t row = (size_t)r * cols;
@@ -68,6 +70,84 @@ __kernel __attribute__((reqd_work_group_size(BN_WG, 1, 1))) void mpcl_layernorm_
     float mean_g = bn_group_sum(acc, s) / (float)cols;
     float mean_g_xhat = bn_group_sum(acc, t) / (float)cols;
     for (uint c = lid; c < cols; c += BN_WG) {
+        float xhat = (LOAD(x, row + c) - mean) * inv_std;
+        STORE(dx, row + c, inv_std * (LOAD(dy, row + c) * gamma[c] - mean_g - xhat * mean_g_xhat));
+    }
+}
+
+// The same three on CPU devices (MPCL_NORM=row; layer_normalization.c picks):
+// one work-item per row, or per channel for gamma's and beta's gradients,
+// each summing in index order. A row of a few hundred channels is a few
+// cache lines, less work than a work-group's barriers on a CPU. Deterministic
+// as the group kernels, though their sums run in another order.
+
+// mean and biased variance of a row, two passes; the first sums the
+// values less the row's first (shifted data), so that a large common offset
+// (a mean of 1e4 over 768 channels) costs no precision in one long sum.
+inline float2 ln_row_mean_var(__global const storage_t *x, size_t row, uint cols) {
+    float shift = LOAD(x, row), s = 0.0f;
+    for (uint c = 0; c < cols; c++) s += LOAD(x, row + c) - shift;
+    float mean = shift + s / (float)cols, v = 0.0f;
+    for (uint c = 0; c < cols; c++) {
+        float d = LOAD(x, row + c) - mean;
+        v = fma(d, d, v);
+    }
+    return (float2)(mean, v / (float)cols);
+}
+
+__kernel void mpcl_layernorm_forward_row(__global storage_t *y, __global const storage_t *x,
+                                         __global const float *gamma, __global const float *beta,
+                                         __global float *save_mean, __global float *save_inv_std,
+                                         float epsilon, uint cols, uint rows) {
+    uint r = get_global_id(0);
+    if (r >= rows) return;
+    size_t row = (size_t)r * cols;
+    float2 stats = ln_row_mean_var(x, row, cols);
+    float mean = stats.x, inv_std = 1.0f / sqrt(stats.y + epsilon);
+    save_mean[r] = mean;
+    save_inv_std[r] = inv_std;
+    for (uint c = 0; c < cols; c++)
+        STORE(y, row + c, fma((LOAD(x, row + c) - mean) * inv_std, gamma[c], beta[c]));
+}
+
+__kernel void mpcl_layernorm_backward_params_col(__global storage_t *d_gamma,
+                                                 __global storage_t *d_beta,
+                                                 __global const storage_t *dy,
+                                                 __global const storage_t *x,
+                                                 __global const float *save_mean,
+                                                 __global const float *save_inv_std, uint rows,
+                                                 uint cols) {
+    uint c = get_global_id(0);
+    if (c >= cols) return;
+    float s = 0.0f, t = 0.0f;
+    for (uint r = 0; r < rows; r++) {
+        size_t i = (size_t)r * cols + c;
+        float g = LOAD(dy, i);
+        s += g;
+        t = fma(g, (LOAD(x, i) - save_mean[r]) * save_inv_std[r], t);
+    }
+    STORE(d_beta, c, s);
+    STORE(d_gamma, c, t);
+}
+
+__kernel void mpcl_layernorm_backward_x_row(__global storage_t *dx, __global const storage_t *dy,
+                                            __global const storage_t *x,
+                                            __global const float *gamma,
+                                            __global const float *save_mean,
+                                            __global const float *save_inv_std, uint cols,
+                                            uint rows) {
+    uint r = get_global_id(0);
+    if (r >= rows) return;
+    size_t row = (size_t)r * cols;
+    float mean = save_mean[r], inv_std = save_inv_std[r];
+    float s = 0.0f, t = 0.0f;
+    for (uint c = 0; c < cols; c++) {
+        float g = LOAD(dy, row + c) * gamma[c];
+        s += g;
+        t = fma(g, (LOAD(x, row + c) - mean) * inv_std, t);
+    }
+    float mean_g = s / (float)cols, mean_g_xhat = t / (float)cols;
+    for (uint c = 0; c < cols; c++) {
         float xhat = (LOAD(x, row + c) - mean) * inv_std;
         STORE(dx, row + c, inv_std * (LOAD(dy, row + c) * gamma[c] - mean_g - xhat * mean_g_xhat));
     }

@@ -15,7 +15,7 @@ PUBLIC = {
                 "cl_interop"],
     "compute": ["tensor", "ops", "activations", "losses", "conv", "dropout", "batchnorm", "gemm", "loss_scale",
                 "optim", "lr_schedule", "quickbench"],
-    "nn": ["model", "layer_spec"],
+    "nn": ["model", "layer_spec", "generate"],
     "io": ["data", "npy", "safetensors", "gpt2_folder", "gpt", "batch", "model_file", "tokens", "bpe"],
     "parallel": ["dist"],
     "train": ["train", "plot", "checkpoint", "abi"],

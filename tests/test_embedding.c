@@ -286,7 +286,11 @@ static mpcl_model *checked_token_model(mpcl_context *ctx, const mpcl_model_param
     TU_ASSERT_OK(mpcl_model_read_train_stats(m, &s, true));
     assert_int_equal(s.terms, B * T);
     float *before = tu_download(mpcl_model_grad_arena(m));
-    *checked = tu_check_param_gradients(m, 5e-3, batch_loss, xy, 3e-4, 2e-2, 2e-2);
+    /* The norm tolerance is the differences' own noise in f32 (a loss of
+     * about 1.8 known to 1e-7 over steps of 1e-2), not the gradients':
+     * one seed gave 0.0213 through attention with 0.02 (30 others passed).
+     * test_gpt_model holds the gradients to PyTorch's within 2e-6. */
+    *checked = tu_check_param_gradients(m, 5e-3, batch_loss, xy, 3e-4, 2e-2, 3e-2);
     /* The differences ran forwards only: the gradients stand. */
     float *after = tu_download(mpcl_model_grad_arena(m));
     assert_memory_equal(before, after, mpcl_model_arena_elements(m) * sizeof *before);

@@ -311,6 +311,12 @@ static void learns_in_two_policies(void **state) {
     (void)state;
     enum { B = 4, T = 8 };
     mpcl_context *ctx = tu_context();
+    /* 200 steps of whole models: minutes on Oclgrind, whose checks the
+     * other tests here run on the same kernels. */
+    if (tu_slow_device(ctx)) {
+        mpcl_context_destroy(ctx);
+        skip();
+    }
     int32_t ids[B * T], next[B * T];
     for (size_t i = 0; i < B * T; i++) {
         ids[i] = (int32_t)((i / T + i % T) % 4);

@@ -227,6 +227,16 @@ mpcl_dtype mpcl_model_input_dtype(const mpcl_model *m);
  * the mean over the B T positions), else 1. */
 size_t mpcl_model_positions(const mpcl_model *m);
 
+/* The logits per position: the last axis of the model's output (a GPT's
+ * vocabulary). */
+size_t mpcl_model_classes(const mpcl_model *m);
+
+/* Inference: the forward of x alone (evaluation mode: dropout is the
+ * identity), no labels, no loss, no statistics. x as for
+ * mpcl_model_forward. The logits are then read with mpcl_model_read_logits
+ * or mpcl_model_read_position_logits; a backward may not follow. */
+mpcl_status mpcl_model_predict(mpcl_model *m, const mpcl_tensor *x);
+
 /* Blocking reads of the statistics of the model's loss (see
  * mpcl_loss_stats_read: MPCL_ERR_LABEL when a target was bad since the last
  * reset). */
@@ -240,6 +250,13 @@ mpcl_status mpcl_model_read_grad_norm(mpcl_model *m, float *norm);
 /* The logits of the last step, [B, classes] in the storage dtype, B as given
  * to that step; for tests and inspection. */
 mpcl_status mpcl_model_read_logits(mpcl_model *m, float *dst, size_t count);
+/* The logits of one sample at one position of the last step (position 0
+ * for a (classes,) output): count = mpcl_model_classes floats, converted
+ * from the storage dtype; only those are read from the device.
+ * MPCL_ERR_SHAPE for a sample or position outside the last step's, or
+ * another count. */
+mpcl_status mpcl_model_read_position_logits(mpcl_model *m, size_t sample, size_t position,
+                                            float *dst, size_t count);
 
 /* ---- the parameter table, for checkpoints ---- */
 

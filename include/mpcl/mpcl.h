@@ -29,6 +29,7 @@
 #include "mpcl/bpe.h"
 #include "mpcl/layer_spec.h"
 #include "mpcl/model.h"
+#include "mpcl/generate.h"
 #include "mpcl/gpt.h"
 #include "mpcl/model_file.h"
 #include "mpcl/dist.h"

@@ -41,6 +41,17 @@ size_t mpcl__sub_buffer_align(mpcl_context *ctx);
  * even, as the device's stores and mpcl_tensor_upload_f32 round. */
 uint16_t mpcl__f32_to_bits(mpcl_dtype dtype, float x);
 
+/* Blocking read of t's elements [first, first + count) as floats (f32,
+ * f16 or bf16 storage): one position's logits without the whole batch's.
+ * MPCL_ERR_SHAPE past t's end. */
+mpcl_status mpcl__tensor_download_f32_at(const mpcl_tensor *t, size_t first, float *dst,
+                                         size_t count);
+
+/* Enqueues a copy of src's elements into dst from element dst_first on (no
+ * alignment needed, unlike a view): a generation step's keys and values
+ * into attention's cache. MPCL_ERR_SHAPE past dst's end or across dtypes. */
+mpcl_status mpcl__tensor_copy_at(mpcl_tensor *dst, size_t dst_first, const mpcl_tensor *src);
+
 /* The first B rows of t as a tensor value sharing t's memory: batches
  * smaller than the buffers allocated for max_batch. Never destroyed. */
 mpcl_tensor mpcl__tensor_rows(const mpcl_tensor *t, size_t B);

@@ -98,16 +98,22 @@ cleanup:
     return st;
 }
 
-mpcl_status mpcl_tensor_download_raw(const mpcl_tensor *t, void *dst, size_t bytes) {
+/* Blocking read of `bytes` bytes from byte `offset` of t (in range). */
+static mpcl_status read_bytes(const mpcl_tensor *t, size_t offset, void *dst, size_t bytes) {
     mpcl_context *ctx = t->ctx;
     mpcl_status st = MPCL_OK;
-    if (bytes != t->bytes)
-        return MPCL_ERROR(ctx, MPCL_ERR_SHAPE, "download of %zu bytes from a tensor of %zu bytes",
-                          bytes, t->bytes);
     ctx->syncs++;
-    CHECK_CL(ctx, clEnqueueReadBuffer(ctx->queue, t->mem, CL_TRUE, 0, bytes, dst, 0, NULL, NULL));
+    CHECK_CL(ctx,
+             clEnqueueReadBuffer(ctx->queue, t->mem, CL_TRUE, offset, bytes, dst, 0, NULL, NULL));
 cleanup:
     return st;
+}
+
+mpcl_status mpcl_tensor_download_raw(const mpcl_tensor *t, void *dst, size_t bytes) {
+    if (bytes != t->bytes)
+        return MPCL_ERROR(t->ctx, MPCL_ERR_SHAPE,
+                          "download of %zu bytes from a tensor of %zu bytes", bytes, t->bytes);
+    return read_bytes(t, 0, dst, bytes);
 }
 
 /* Host conversions of the 16-bit float dtypes: f16 as vstore_half_rte
@@ -138,16 +144,25 @@ mpcl_status mpcl_tensor_upload_f32(mpcl_tensor *t, const float *src, size_t coun
 
 mpcl_status mpcl_tensor_download_f32(const mpcl_tensor *t, float *dst, size_t count) {
     mpcl_status st = check_count(t, count, "download");
-    if (st != MPCL_OK) return st;
-    if (t->dtype == MPCL_DTYPE_F32) return mpcl_tensor_download_raw(t, dst, t->bytes);
+    return st == MPCL_OK ? mpcl__tensor_download_f32_at(t, 0, dst, count) : st;
+}
+
+mpcl_status mpcl__tensor_download_f32_at(const mpcl_tensor *t, size_t first, float *dst,
+                                         size_t count) {
+    if (first > t->rows * t->cols || count > t->rows * t->cols - first)
+        return MPCL_ERROR(t->ctx, MPCL_ERR_SHAPE,
+                          "download of elements %zu..%zu from a %zux%zu tensor", first,
+                          first + count, t->rows, t->cols);
     if (!mpcl_dtype_is_float(t->dtype))
         return MPCL_ERROR(t->ctx, MPCL_ERR_DTYPE, "float download from a %s tensor",
                           mpcl_dtype_name(t->dtype));
-    uint16_t *bits = malloc(t->bytes);
+    size_t size = mpcl_dtype_size(t->dtype);
+    if (t->dtype == MPCL_DTYPE_F32) return read_bytes(t, first * size, dst, count * size);
+    uint16_t *bits = malloc(count * size + 1);
     if (!bits)
         return MPCL_ERROR(t->ctx, MPCL_ERR_OUT_OF_MEMORY, "staging an %s download",
                           mpcl_dtype_name(t->dtype));
-    st = mpcl_tensor_download_raw(t, bits, t->bytes);
+    mpcl_status st = read_bytes(t, first * size, bits, count * size);
     if (st == MPCL_OK)
         for (size_t i = 0; i < count; i++) dst[i] = from_bits(t->dtype, bits[i]);
     free(bits);
@@ -184,6 +199,22 @@ mpcl_status mpcl_tensor_fill(mpcl_tensor *t, float value) {
                         MPCL_ARGS_END);
     if (st != MPCL_OK) return st;
     return mpcl__launch_1d(ctx, k, "mpcl_fill", n, 64);
+}
+
+mpcl_status mpcl__tensor_copy_at(mpcl_tensor *dst, size_t dst_first, const mpcl_tensor *src) {
+    mpcl_context *ctx = dst->ctx;
+    size_t count = src->rows * src->cols, size = mpcl_dtype_size(dst->dtype);
+    if (src->dtype != dst->dtype || dst_first > dst->rows * dst->cols ||
+        count > dst->rows * dst->cols - dst_first)
+        return MPCL_ERROR(ctx, MPCL_ERR_SHAPE,
+                          "copy of a %s %zux%zu tensor to element %zu of a %s %zux%zu tensor",
+                          mpcl_dtype_name(src->dtype), src->rows, src->cols, dst_first,
+                          mpcl_dtype_name(dst->dtype), dst->rows, dst->cols);
+    mpcl_status st = MPCL_OK;
+    CHECK_CL(ctx, clEnqueueCopyBuffer(ctx->queue, src->mem, dst->mem, 0, dst_first * size,
+                                      count * size, 0, NULL, NULL));
+cleanup:
+    return st;
 }
 
 mpcl_tensor mpcl__tensor_rows(const mpcl_tensor *t, size_t B) {

@@ -128,6 +128,11 @@ static mpcl_status project_backward(projection *p, const mpcl__layer_env *env,
     return mpcl_gemm(env->ctx, env->gemm, false, true, 1.0f, d_out, p->w, 0.0f, d_in);
 }
 
+/* 1 / sqrt(head size): the scores' scale. */
+static float score_scale(const attn *a) {
+    return (float)(1.0 / sqrt((double)(a->C / a->H)));
+}
+
 /* Sets the three kernels' common arguments, from index `first` on (after
  * their tensors): T, C, H, the scores' scale and the count of rows (b, h,
  * t) of a batch of B; then launches k, one work-item per row. */
@@ -135,7 +140,7 @@ static mpcl_status launch_rows(const attn *a, mpcl_context *ctx, cl_kernel k, co
                                cl_uint first, size_t B) {
     cl_uint T = (cl_uint)a->T, C = (cl_uint)a->C, H = (cl_uint)a->H;
     cl_uint rows = (cl_uint)(B * a->H * a->T);
-    float scale = (float)(1.0 / sqrt((double)(a->C / a->H)));
+    float scale = score_scale(a);
     TRY(mpcl__set_arg(ctx, k, name, first, sizeof T, &T));
     TRY(mpcl__set_arg(ctx, k, name, first + 1, sizeof C, &C));
     TRY(mpcl__set_arg(ctx, k, name, first + 2, sizeof H, &H));
@@ -185,6 +190,31 @@ static mpcl_status attn_forward(mpcl__layer *L, const mpcl_tensor *in, bool trai
     return project(&a->proj[C_PROJ], env, &y, &out);
 }
 
+/* Generation's step at position t of sample 0, from its input row x [1, C]:
+ * its q, k and v (through dqkv's first row: inference has no backward)
+ * into row t of qkv, which holds the rows of positions 0 .. t - 1 from the
+ * last forward and the steps since (the key/value cache); the attention of
+ * that row alone; the projection into the output's first row. */
+static mpcl_status attn_forward_step(mpcl__layer *L, const mpcl_tensor *x, size_t t) {
+    attn *a = L->state;
+    const mpcl__layer_env *env = L->env;
+    mpcl_context *ctx = env->ctx;
+    mpcl_tensor qkv_row = mpcl__tensor_rows(a->dqkv, 1), y = mpcl__tensor_rows(a->y, 1);
+    mpcl_tensor out = mpcl__layer_step_row(L);
+    TRY(project(&a->proj[C_ATTN], env, x, &qkv_row));
+    TRY(mpcl__tensor_copy_at(a->qkv, t * 3 * a->C, &qkv_row));
+    static const char name[] = "mpcl_attention_forward_position";
+    cl_kernel k;
+    TRY(mpcl__kernel(ctx, env->storage, name, &k));
+    cl_uint T = (cl_uint)a->T, C = (cl_uint)a->C, H = (cl_uint)a->H, position = (cl_uint)t;
+    float scale = score_scale(a);
+    TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(a->att->mem), MPCL_ARG(a->y->mem),
+                       MPCL_ARG(a->qkv->mem), MPCL_ARG(T), MPCL_ARG(C), MPCL_ARG(H),
+                       MPCL_ARG(scale), MPCL_ARG(position), MPCL_ARGS_END));
+    TRY(mpcl__launch_1d(ctx, k, name, a->H, 0));
+    return project(&a->proj[C_PROJ], env, &y, &out);
+}
+
 static mpcl_status attn_backward(mpcl__layer *L, const mpcl_tensor *in, mpcl_tensor *d_in) {
     attn *a = L->state;
     const mpcl__layer_env *env = L->env;
@@ -223,5 +253,6 @@ const mpcl__layer_kind mpcl__causal_self_attention_layer = {
     .create = attn_create,
     .forward = attn_forward,
     .backward = attn_backward,
+    .forward_step = attn_forward_step,
     .destroy = attn_destroy,
 };

@@ -80,6 +80,17 @@ static mpcl_status dense_forward(mpcl__layer *L, const mpcl_tensor *in, bool tra
     return mpcl__bias_act_forward(&d->epilogue, env->ctx, &h, training);
 }
 
+/* One position of a sequence: its [1, features] row into the output's
+ * first row. */
+static mpcl_status dense_forward_step(mpcl__layer *L, const mpcl_tensor *in, size_t position) {
+    (void)position;
+    dense *d = L->state;
+    const mpcl__layer_env *env = L->env;
+    mpcl_tensor h = mpcl__layer_step_row(L);
+    TRY(mpcl_gemm(env->ctx, env->gemm, false, false, 1.0f, in, d->w, 0.0f, &h));
+    return mpcl__bias_act_forward(&d->epilogue, env->ctx, &h, false);
+}
+
 static mpcl_status dense_backward(mpcl__layer *L, const mpcl_tensor *in, mpcl_tensor *d_in) {
     dense *d = L->state;
     const mpcl__layer_env *env = L->env;
@@ -118,5 +129,6 @@ const mpcl__layer_kind mpcl__dense_layer = {
     .create = dense_create,
     .forward = dense_forward,
     .backward = dense_backward,
+    .forward_step = dense_forward_step,
     .destroy = dense_destroy,
 };

@@ -9,8 +9,10 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "nn/nn.h"
+#include "runtime/runtime.h"
 
 static const mpcl__attr LN_ATTRS[] = {
     {"epsilon", MPCL_ATTR_REAL, offsetof(mpcl_layer_spec, epsilon), "0.001", 1e-30, 1, false},
@@ -18,7 +20,31 @@ static const mpcl__attr LN_ATTRS[] = {
 
 enum { GAMMA, BETA, ROWS };
 
+/* The kernels of one layout (cl/layernorm.cl): a work-group per row (per
+ * channel for gamma's and beta's gradients), or a work-item per row (per
+ * channel), which a CPU runs faster (MPCL_NORM: group or row; unset, row on
+ * CPU devices and group elsewhere). */
+typedef struct ln_layout {
+    const char *forward, *backward_params, *backward_x;
+    bool per_item;
+} ln_layout;
+
+static const ln_layout LAYOUTS[] = {
+    {"mpcl_layernorm_forward", "mpcl_layernorm_backward_params", "mpcl_layernorm_backward_x",
+     false},
+    {"mpcl_layernorm_forward_row", "mpcl_layernorm_backward_params_col",
+     "mpcl_layernorm_backward_x_row", true},
+};
+
+static const ln_layout *layout_for(mpcl_context *ctx) {
+    const char *v = mpcl__env_value(MPCL_ENV_NORM);
+    bool per_item =
+        v ? strcmp(v, "row") == 0 : mpcl_context_device(ctx)->type == MPCL_DEVICE_TYPE_CPU;
+    return &LAYOUTS[per_item];
+}
+
 typedef struct ln {
+    const ln_layout *layout;
     size_t channels;
     size_t row[ROWS];
     mpcl_tensor *param[ROWS];              /* [1, C] f32 views of the master arena */
@@ -68,14 +94,18 @@ static mpcl_status ln_create(mpcl__layer *L, const mpcl__tables *t, const mpcl__
     if (st == MPCL_OK) st = mpcl_tensor_create(env->ctx, MPCL_DTYPE_F32, 1, rows, &n->save_mean);
     if (st == MPCL_OK) st = mpcl_tensor_create(env->ctx, MPCL_DTYPE_F32, 1, rows, &n->save_inv_std);
     if (st == MPCL_OK) st = mpcl__layer_create_io(L);
+    n->layout = layout_for(env->ctx);
     return st;
 }
 
-/* Launches `name`, compiled for x's storage dtype, over `groups`
- * work-groups of MPCL_ABI_BATCHNORM_WG items: the group size of
- * batchnorm.cl's reduction, which cl/layernorm.cl reuses. */
-static mpcl_status launch(mpcl_context *ctx, cl_kernel k, const char *name, size_t groups) {
-    return mpcl__launch_1d(ctx, k, name, groups * MPCL_ABI_BATCHNORM_WG, MPCL_ABI_BATCHNORM_WG);
+/* Launches `name` over n rows (or channels): n work-groups of
+ * MPCL_ABI_BATCHNORM_WG items, the group size of batchnorm.cl's reduction,
+ * which cl/layernorm.cl reuses; or n work-items. */
+static mpcl_status launch(const ln *n, mpcl_context *ctx, cl_kernel k, const char *name,
+                          size_t count) {
+    if (n->layout->per_item)
+        return mpcl__launch_1d(ctx, k, name, count, mpcl__local_size(ctx, k, 64));
+    return mpcl__launch_1d(ctx, k, name, count * MPCL_ABI_BATCHNORM_WG, MPCL_ABI_BATCHNORM_WG);
 }
 
 static mpcl_status ln_forward(mpcl__layer *L, const mpcl_tensor *in, bool training) {
@@ -85,23 +115,30 @@ static mpcl_status ln_forward(mpcl__layer *L, const mpcl_tensor *in, bool traini
     mpcl_tensor rows = mpcl__tensor_rows(L->output, in->rows);
     mpcl_tensor y = mpcl__tensor_by_last(&rows, n->channels),
                 x = mpcl__tensor_by_last(in, n->channels);
-    static const char name[] = "mpcl_layernorm_forward";
+    const char *name = n->layout->forward;
     TRY(mpcl__check_count(ctx, &x, name));
     cl_kernel k;
     TRY(mpcl__kernel(ctx, x.dtype, name, &k));
     float eps = (float)L->spec.epsilon;
-    cl_uint cols = (cl_uint)x.cols;
+    cl_uint cols = (cl_uint)x.cols, count = (cl_uint)x.rows;
     TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(y.mem), MPCL_ARG(x.mem),
                        MPCL_ARG(n->param[GAMMA]->mem), MPCL_ARG(n->param[BETA]->mem),
                        MPCL_ARG(n->save_mean->mem), MPCL_ARG(n->save_inv_std->mem), MPCL_ARG(eps),
-                       MPCL_ARG(cols), MPCL_ARGS_END));
-    return launch(ctx, k, name, x.rows);
+                       MPCL_ARG(cols), MPCL_ARG(count), MPCL_ARGS_END));
+    return launch(n, ctx, k, name, x.rows);
+}
+
+/* One position: in is its [1, C] row, normalized as any other into the
+ * first row of the output. */
+static mpcl_status ln_forward_step(mpcl__layer *L, const mpcl_tensor *in, size_t position) {
+    (void)position;
+    return ln_forward(L, in, false);
 }
 
 /* d_gamma and d_beta: column sums over the rows of dy and dy xhat. */
 static mpcl_status backward_params(ln *n, mpcl_context *ctx, const mpcl_tensor *dy,
                                    const mpcl_tensor *x) {
-    static const char name[] = "mpcl_layernorm_backward_params";
+    const char *name = n->layout->backward_params;
     cl_kernel k;
     TRY(mpcl__kernel(ctx, x->dtype, name, &k));
     cl_uint rows = (cl_uint)x->rows, cols = (cl_uint)x->cols;
@@ -109,20 +146,21 @@ static mpcl_status backward_params(ln *n, mpcl_context *ctx, const mpcl_tensor *
                        MPCL_ARG(dy->mem), MPCL_ARG(x->mem), MPCL_ARG(n->save_mean->mem),
                        MPCL_ARG(n->save_inv_std->mem), MPCL_ARG(rows), MPCL_ARG(cols),
                        MPCL_ARGS_END));
-    return launch(ctx, k, name, x->cols);
+    return launch(n, ctx, k, name, x->cols);
 }
 
 /* dx, row by row. */
 static mpcl_status backward_x(ln *n, mpcl_context *ctx, mpcl_tensor *dx, const mpcl_tensor *dy,
                               const mpcl_tensor *x) {
-    static const char name[] = "mpcl_layernorm_backward_x";
+    const char *name = n->layout->backward_x;
     cl_kernel k;
     TRY(mpcl__kernel(ctx, x->dtype, name, &k));
-    cl_uint cols = (cl_uint)x->cols;
+    cl_uint cols = (cl_uint)x->cols, rows = (cl_uint)x->rows;
     TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(dx->mem), MPCL_ARG(dy->mem), MPCL_ARG(x->mem),
                        MPCL_ARG(n->param[GAMMA]->mem), MPCL_ARG(n->save_mean->mem),
-                       MPCL_ARG(n->save_inv_std->mem), MPCL_ARG(cols), MPCL_ARGS_END));
-    return launch(ctx, k, name, x->rows);
+                       MPCL_ARG(n->save_inv_std->mem), MPCL_ARG(cols), MPCL_ARG(rows),
+                       MPCL_ARGS_END));
+    return launch(n, ctx, k, name, x->rows);
 }
 
 static mpcl_status ln_backward(mpcl__layer *L, const mpcl_tensor *in, mpcl_tensor *d_in) {
@@ -160,5 +198,6 @@ const mpcl__layer_kind mpcl__layer_normalization_layer = {
     .create = ln_create,
     .forward = ln_forward,
     .backward = ln_backward,
+    .forward_step = ln_forward_step,
     .destroy = ln_destroy,
 };

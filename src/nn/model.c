@@ -536,6 +536,24 @@ size_t mpcl_model_positions(const mpcl_model *m) {
     return m->positions;
 }
 
+size_t mpcl_model_classes(const mpcl_model *m) {
+    const mpcl__layer *top = &m->layers[m->top];
+    return top->out_shape[top->out_rank - 1];
+}
+
+/* x is a batch this model takes: [B, inputs], 1 <= B <= max_batch, of the
+ * input dtype. */
+static mpcl_status check_x(mpcl_model *m, const mpcl_tensor *x) {
+    if (x->rows == 0 || x->rows > m->params.max_batch || x->cols != m->params.inputs)
+        return MPCL_ERROR(m->ctx, MPCL_ERR_SHAPE,
+                          "batch x %zux%zu; the model takes x [B, %zu] with 1 <= B <= %zu", x->rows,
+                          x->cols, m->params.inputs, m->params.max_batch);
+    if (x->dtype != m->x_dtype)
+        return MPCL_ERROR(m->ctx, MPCL_ERR_DTYPE, "batch x is %s; this model wants %s",
+                          mpcl_dtype_name(x->dtype), mpcl_dtype_name(m->x_dtype));
+    return MPCL_OK;
+}
+
 static mpcl_status check_batch(mpcl_model *m, const mpcl_tensor *x, const mpcl_tensor *targets) {
     size_t B = x->rows;
     bool sparse = mpcl_loss_sparse_targets(m->params.loss);
@@ -557,20 +575,58 @@ static mpcl_status check_batch(mpcl_model *m, const mpcl_tensor *x, const mpcl_t
     return MPCL_OK;
 }
 
+/* Whether layer l runs in an inference (evaluation) forward. */
+static bool runs_in_inference(const mpcl_model *m, size_t l) {
+    const mpcl__layer_kind *k = m->layers[l].kind;
+    return !k->passthrough && !(k->eval_identity && (int)l != m->top);
+}
+
 /* Every layer's forward; the logits are the last layer's output. */
 static mpcl_status forward_layers(mpcl_model *m, const mpcl_tensor *x, bool training) {
     mpcl_tensor in = *x;
     if (training) m->env.rng_counter++;
     for (size_t l = 0; l < m->count; l++) {
         mpcl__layer *L = &m->layers[l];
-        if (L->kind->passthrough || (!training && L->kind->eval_identity && (int)l != m->top))
-            continue;
+        if (L->kind->passthrough || (!training && !runs_in_inference(m, l))) continue;
         mpcl_status st = L->kind->forward(L, &in, training);
         if (st != MPCL_OK) return st;
         in = mpcl__tensor_rows(L->output, x->rows);
     }
     m->last_batch = x->rows;
     return MPCL_OK;
+}
+
+bool mpcl__model_can_step(const mpcl_model *m) {
+    for (size_t l = 0; l < m->count; l++)
+        if (runs_in_inference(m, l) && !m->layers[l].kind->forward_step) return false;
+    return true;
+}
+
+mpcl_tensor mpcl__layer_step_row(const mpcl__layer *L) {
+    mpcl_tensor first = mpcl__tensor_rows(L->output, 1);
+    mpcl_tensor by_last = mpcl__tensor_by_last(&first, L->out_shape[L->out_rank - 1]);
+    return mpcl__tensor_rows(&by_last, 1);
+}
+
+mpcl_status mpcl__model_forward_step(mpcl_model *m, const mpcl_tensor *token, size_t position) {
+    if (!mpcl__model_can_step(m) || position >= m->positions)
+        return MPCL_ERROR(m->ctx, MPCL_ERR_INVALID_ARG,
+                          "a step at position %zu of a model of %zu positions%s", position,
+                          m->positions, mpcl__model_can_step(m) ? "" : " whose layers cannot step");
+    m->phase = PHASE_IDLE;
+    mpcl_tensor in = *token;
+    for (size_t l = 0; l < m->count; l++) {
+        if (!runs_in_inference(m, l)) continue;
+        mpcl__layer *L = &m->layers[l];
+        TRY(L->kind->forward_step(L, &in, position));
+        in = mpcl__layer_step_row(L);
+    }
+    return MPCL_OK;
+}
+
+mpcl_status mpcl__model_read_step_logits(mpcl_model *m, float *dst, size_t count) {
+    mpcl_tensor row = mpcl__layer_step_row(&m->layers[m->top]);
+    return mpcl_tensor_download_f32(&row, dst, count);
 }
 
 mpcl_status mpcl_model_forward(mpcl_model *m, const mpcl_tensor *x, const mpcl_tensor *labels) {
@@ -708,6 +764,14 @@ mpcl_status mpcl_model_eval_step(mpcl_model *m, const mpcl_tensor *x, const mpcl
     return mpcl_loss_forward(m->ctx, m->params.loss, m->eval_stats, &logits, &y);
 }
 
+mpcl_status mpcl_model_predict(mpcl_model *m, const mpcl_tensor *x) {
+    mpcl_status st = check_x(m, x);
+    if (st != MPCL_OK) return st;
+    /* The activations are overwritten: a pending backward would read them. */
+    m->phase = PHASE_IDLE;
+    return forward_layers(m, x, false);
+}
+
 mpcl_status mpcl_model_read_train_stats(mpcl_model *m, mpcl_loss_stats *out, bool reset) {
     return mpcl_loss_stats_read(m->ctx, m->train_stats, out, reset);
 }
@@ -724,6 +788,19 @@ mpcl_status mpcl_model_read_logits(mpcl_model *m, float *dst, size_t count) {
     mpcl_tensor logits =
         mpcl__tensor_rows(m->layers[m->top].output, m->last_batch ? m->last_batch : 1);
     return mpcl_tensor_download_f32(&logits, dst, count);
+}
+
+mpcl_status mpcl_model_read_position_logits(mpcl_model *m, size_t sample, size_t position,
+                                            float *dst, size_t count) {
+    size_t classes = mpcl_model_classes(m);
+    if (sample >= (m->last_batch ? m->last_batch : 1) || position >= m->positions ||
+        count != classes)
+        return MPCL_ERROR(m->ctx, MPCL_ERR_SHAPE,
+                          "logits of sample %zu, position %zu, %zu of them; the last step had "
+                          "%zu samples of %zu positions of %zu logits",
+                          sample, position, count, m->last_batch, m->positions, classes);
+    const mpcl_tensor *out = m->layers[m->top].output;
+    return mpcl__tensor_download_f32_at(out, sample * out->cols + position * classes, dst, count);
 }
 
 size_t mpcl_model_param_count(const mpcl_model *m) {

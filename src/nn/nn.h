@@ -145,6 +145,14 @@ typedef struct mpcl__layer_kind {
      * which it may overwrite): its parameter gradients into the arena views,
      * and, when d_in is not NULL, the gradient with respect to its input. */
     mpcl_status (*backward)(mpcl__layer *L, const mpcl_tensor *in, mpcl_tensor *d_in);
+    /* Optional, for generation (generate.c): inference of one position of
+     * sample 0 alone. in is that position's input, one row (its token id,
+     * int32 [1, 1], or its features [1, C]); the output goes to the first
+     * row of L->output ([1, per-position outputs]). Positions below
+     * `position` are those of the last forward of sample 0 and of the steps
+     * since: a kind that looks back (attention) keeps what it needs of them
+     * (its keys and values) and adds this position's. */
+    mpcl_status (*forward_step)(mpcl__layer *L, const mpcl_tensor *in, size_t position);
     void (*destroy)(mpcl__layer *L);
 } mpcl__layer_kind;
 
@@ -253,6 +261,19 @@ void mpcl__destroy_layers(mpcl__layer *layers, size_t count);
  * times candidate plans through it). */
 mpcl_status mpcl__model_create_plan(mpcl_context *ctx, const mpcl_model_params *params,
                                     const mpcl_plan *plan, mpcl_model **out);
+/* One position at a time (generate.c): whether every layer that computes
+ * in evaluation has forward_step; the step of one token (int32 [1, 1]) at
+ * `position` (< mpcl_model_positions) of sample 0, after an inference
+ * (mpcl_model_predict) whose sample 0 held the tokens before it and the
+ * steps of positions up to it; and the logits of the last step
+ * (mpcl_model_classes of them). */
+bool mpcl__model_can_step(const mpcl_model *m);
+mpcl_status mpcl__model_forward_step(mpcl_model *m, const mpcl_tensor *token, size_t position);
+mpcl_status mpcl__model_read_step_logits(mpcl_model *m, float *dst, size_t count);
+/* The first row of a layer's output: the [1, C] that forward_step writes
+ * (C: the last axis of its output). */
+mpcl_tensor mpcl__layer_step_row(const mpcl__layer *L);
+
 /* MPCL_AUTO=capability: `auto` by the capability rule, not measured. */
 bool mpcl__auto_by_capability(void);
 /* Whether mpcl_model_auto_plan would resolve these params without measuring

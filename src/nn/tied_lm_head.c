@@ -82,13 +82,25 @@ static mpcl_tensor by_position(const mpcl_tensor *t, size_t B, size_t cols) {
     return mpcl__tensor_by_last(&rows, cols);
 }
 
+/* logits = x wte^T: rows of C features to rows of V logits. */
+static mpcl_status logits_of(const mpcl__layer *L, const mpcl_tensor *x, mpcl_tensor *logits) {
+    const head *h = L->state;
+    return mpcl_gemm(L->env->ctx, L->env->gemm, false, true, 1.0f, x, h->wte, 0.0f, logits);
+}
+
 static mpcl_status head_forward(mpcl__layer *L, const mpcl_tensor *in, bool training) {
     (void)training;
     head *h = L->state;
-    const mpcl__layer_env *env = L->env;
     size_t B = in->rows;
     mpcl_tensor x = by_position(in, B, h->C), logits = by_position(L->output, B, h->V);
-    return mpcl_gemm(env->ctx, env->gemm, false, true, 1.0f, &x, h->wte, 0.0f, &logits);
+    return logits_of(L, &x, &logits);
+}
+
+/* One position's row in, its logits into the output's first row. */
+static mpcl_status head_forward_step(mpcl__layer *L, const mpcl_tensor *in, size_t position) {
+    (void)position;
+    mpcl_tensor logits = mpcl__layer_step_row(L);
+    return logits_of(L, in, &logits);
 }
 
 static mpcl_status head_backward(mpcl__layer *L, const mpcl_tensor *in, mpcl_tensor *d_in) {
@@ -124,6 +136,7 @@ const mpcl__layer_kind mpcl__tied_lm_head_layer = {
     .activation_bytes = head_activation_bytes,
     .create = head_create,
     .forward = head_forward,
+    .forward_step = head_forward_step,
     .backward = head_backward,
     .destroy = head_destroy,
 };

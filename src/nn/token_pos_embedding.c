@@ -104,22 +104,35 @@ static mpcl_status launch(mpcl_context *ctx, cl_kernel k, const char *name, size
     return mpcl__launch_1d(ctx, k, name, n, mpcl__local_size(ctx, k, 256));
 }
 
+/* y = the embeddings of the token ids in, int32 [B, seq], at positions
+ * first .. first + seq - 1. */
+static mpcl_status embed(mpcl__layer *L, const mpcl_tensor *in, size_t first, mpcl_tensor *y) {
+    emb *e = L->state;
+    mpcl_context *ctx = L->env->ctx;
+    static const char name[] = "mpcl_embedding_forward";
+    TRY(mpcl__check_count(ctx, y, name));
+    cl_kernel k;
+    TRY(mpcl__kernel(ctx, y->dtype, name, &k));
+    cl_uint seq = (cl_uint)in->cols, from = (cl_uint)first, C = (cl_uint)L->spec.embedding_dim;
+    cl_uint vocab = (cl_uint)e->rows_of[TOKENS], n = (cl_uint)(y->rows * y->cols);
+    TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(y->mem), MPCL_ARG(in->mem),
+                       MPCL_ARG(e->table[TOKENS]->mem), MPCL_ARG(e->table[POSITIONS]->mem),
+                       MPCL_ARG(seq), MPCL_ARG(from), MPCL_ARG(C), MPCL_ARG(vocab), MPCL_ARG(n),
+                       MPCL_ARGS_END));
+    return launch(ctx, k, name, n);
+}
+
 /* in: the token ids, int32 [B, T]. */
 static mpcl_status emb_forward(mpcl__layer *L, const mpcl_tensor *in, bool training) {
     (void)training;
-    emb *e = L->state;
-    mpcl_context *ctx = L->env->ctx;
     mpcl_tensor y = mpcl__tensor_rows(L->output, in->rows);
-    static const char name[] = "mpcl_embedding_forward";
-    TRY(mpcl__check_count(ctx, &y, name));
-    cl_kernel k;
-    TRY(mpcl__kernel(ctx, y.dtype, name, &k));
-    cl_uint seq = (cl_uint)in->cols, C = (cl_uint)L->spec.embedding_dim;
-    cl_uint vocab = (cl_uint)e->rows_of[TOKENS], n = (cl_uint)(y.rows * y.cols);
-    TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(y.mem), MPCL_ARG(in->mem),
-                       MPCL_ARG(e->table[TOKENS]->mem), MPCL_ARG(e->table[POSITIONS]->mem),
-                       MPCL_ARG(seq), MPCL_ARG(C), MPCL_ARG(vocab), MPCL_ARG(n), MPCL_ARGS_END));
-    return launch(ctx, k, name, n);
+    return embed(L, in, 0, &y);
+}
+
+/* in: one token id, int32 [1, 1], at `position`. */
+static mpcl_status emb_forward_step(mpcl__layer *L, const mpcl_tensor *in, size_t position) {
+    mpcl_tensor y = mpcl__layer_step_row(L);
+    return embed(L, in, position, &y);
 }
 
 static mpcl_status backward_positions(emb *e, mpcl_context *ctx, const mpcl_tensor *dy,
@@ -205,5 +218,6 @@ const mpcl__layer_kind mpcl__token_pos_embedding_layer = {
     .create = emb_create,
     .forward = emb_forward,
     .backward = emb_backward,
+    .forward_step = emb_forward_step,
     .destroy = emb_destroy,
 };

@@ -118,27 +118,53 @@ static mpcl_tensor rows(const mpcl_tensor *t, size_t B) {
     return mpcl__tensor_rows(t, B);
 }
 
-/* Runs sub-layer i on in; *out: the first rows of its output. */
-static mpcl_status run_sub(block *b, int i, const mpcl_tensor *in, bool training,
-                           mpcl_tensor *out) {
+/* How the block runs: a forward of a batch (training or not), or
+ * generation's step at one position of sample 0 (forward_step). */
+typedef struct how {
+    bool step, training;
+    size_t position;
+} how;
+
+/* Runs sub-layer i on in; *out: the rows of its output it wrote. */
+static mpcl_status run_sub(block *b, int i, const mpcl_tensor *in, how w, mpcl_tensor *out) {
     mpcl__layer *S = &b->sub[i];
-    TRY(S->kind->forward(S, in, training));
-    *out = rows(S->output, in->rows);
+    if (w.step) {
+        TRY(S->kind->forward_step(S, in, w.position));
+        *out = mpcl__layer_step_row(S);
+    } else {
+        TRY(S->kind->forward(S, in, w.training));
+        *out = rows(S->output, in->rows);
+    }
     return MPCL_OK;
+}
+
+/* out = h + mlp(ln_2(h)), h = in + attn(ln_1(in)). */
+static mpcl_status run_block(block *b, mpcl_context *ctx, const mpcl_tensor *in, mpcl_tensor *h,
+                             mpcl_tensor *out, how w) {
+    mpcl_tensor y;
+    TRY(run_sub(b, LN_1, in, w, &y));
+    TRY(run_sub(b, ATTN, &y, w, &y));
+    TRY(mpcl_add(ctx, h, in, &y));
+    TRY(run_sub(b, LN_2, h, w, &y));
+    TRY(run_sub(b, C_FC, &y, w, &y));
+    TRY(run_sub(b, C_PROJ, &y, w, &y));
+    return mpcl_add(ctx, out, h, &y);
 }
 
 static mpcl_status block_forward(mpcl__layer *L, const mpcl_tensor *in, bool training) {
     block *b = L->state;
-    mpcl_context *ctx = L->env->ctx;
     size_t B = in->rows;
-    mpcl_tensor h = rows(b->h, B), out = rows(L->output, B), y;
-    TRY(run_sub(b, LN_1, in, training, &y));
-    TRY(run_sub(b, ATTN, &y, training, &y));
-    TRY(mpcl_add(ctx, &h, in, &y));
-    TRY(run_sub(b, LN_2, &h, training, &y));
-    TRY(run_sub(b, C_FC, &y, training, &y));
-    TRY(run_sub(b, C_PROJ, &y, training, &y));
-    return mpcl_add(ctx, &out, &h, &y);
+    mpcl_tensor h = rows(b->h, B), out = rows(L->output, B);
+    return run_block(b, L->env->ctx, in, &h, &out, (how){.training = training});
+}
+
+/* One position's row in, through each sub-layer's step (the attention's
+ * reads and extends its key/value cache), into the output's first row. */
+static mpcl_status block_forward_step(mpcl__layer *L, const mpcl_tensor *in, size_t position) {
+    block *b = L->state;
+    mpcl_tensor first = rows(b->h, 1), by_position = mpcl__tensor_by_last(&first, b->C);
+    mpcl_tensor h = rows(&by_position, 1), out = mpcl__layer_step_row(L);
+    return run_block(b, L->env->ctx, in, &h, &out, (how){.step = true, .position = position});
 }
 
 /* Sub-layer i's backward from its d_output (the gradient of its output),
@@ -196,6 +222,7 @@ const mpcl__layer_kind mpcl__transformer_decoder_layer = {
     .activation_bytes = block_activation_bytes,
     .create = block_create,
     .forward = block_forward,
+    .forward_step = block_forward_step,
     .backward = block_backward,
     .destroy = block_destroy,
 };

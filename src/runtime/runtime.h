@@ -161,6 +161,7 @@ typedef enum mpcl__env_var {
     MPCL_ENV_CONV,     /* direct, im2col: the convolution's kernels (compute/conv.c) */
     MPCL_ENV_PROFILE,  /* 1: time every launch on the device (profile.c) */
     MPCL_ENV_BF16_DOT, /* off: bf16 GEMMs without AVX512-BF16's dot product (gemm.c) */
+    MPCL_ENV_NORM,     /* group, row: the layer norm's kernels (layer_normalization.c) */
     MPCL_ENV_COUNT
 } mpcl__env_var;
 /* Every variable checked: a value outside its set (empty counts as unset) is

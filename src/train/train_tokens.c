@@ -29,9 +29,8 @@ static mpcl_status token_model(mpcl_context *ctx, const mpcl_model_params *mp, c
     return MPCL_OK;
 }
 
-mpcl_status mpcl__train_tokens_setup(mpcl_trainer *tr, const mpcl_train_params *params) {
+mpcl_status mpcl__train_tokens_setup(mpcl_trainer *tr, const mpcl_train_params *p) {
     mpcl_context *ctx = tr->ctx;
-    const mpcl_train_params *p = params;
     if (p->steps == 0)
         return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "training on tokens needs steps >= 1");
     if (p->eval_batches == 0 && p->eval_fraction > 0)
