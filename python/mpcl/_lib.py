@@ -132,6 +132,14 @@ class Gpt2Weights(Structure):
                 ("total", c_size_t), ("data", c_void_p)]
 
 
+class SampleParams(Structure):
+    """mpcl_sample_params (generate.h)."""
+    _fields_ = [("temperature", c_double), ("top_k", c_size_t), ("seed", c_uint64)]
+
+
+TOKEN_FN = CFUNCTYPE(c_int, c_void_p, c_size_t, ctypes.c_int32)
+
+
 class ArrayView(Structure):
     """mpcl_array_view: an array in memory, C order (data.h)."""
     _fields_ = [("data", c_void_p), ("dtype", c_int), ("ndim", c_size_t),
@@ -383,6 +391,13 @@ _PROTOTYPES = {
     "mpcl_gpt2_weights_destroy": (None, [POINTER(Gpt2Weights)]),
     "mpcl_model_load_gpt2": (_S, [P, POINTER(Gpt2Weights)]),
     "mpcl_model_gpt2_weights": (_S, [P, POINTER(POINTER(Gpt2Weights))]),
+    "mpcl_model_classes": (c_size_t, [P]),
+    "mpcl_model_predict": (_S, [P, P]),
+    "mpcl_model_read_position_logits": (_S, [P, c_size_t, c_size_t, c_void_p, c_size_t]),
+    "mpcl_sample_default_params": (SampleParams, []),
+    "mpcl_sample_check": (_S, [P, POINTER(SampleParams)]),
+    "mpcl_generate": (_S, [P, c_void_p, c_size_t, c_size_t, POINTER(SampleParams), c_void_p,
+                           TOKEN_FN, c_void_p]),
 }
 
 
@@ -449,6 +464,7 @@ _MIRRORS = {
     SkippedPlatform: "mpcl_skipped_platform", StTensor: "mpcl_st_tensor",
     ArrayView: "mpcl_array_view", NpyDataParams: "mpcl_npy_data_params",
     Gpt2Config: "mpcl_gpt2_config", Gpt2Weights: "mpcl_gpt2_weights",
+    SampleParams: "mpcl_sample_params",
 }
 _SIZE_MAX = ctypes.c_size_t(-1).value
 

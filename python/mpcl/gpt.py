@@ -5,8 +5,8 @@ TokenAndPositionEmbedding, n_layer TransformerDecoder blocks, a
 LayerNormalization and a TiedLMHead) under the Sequential machinery:
 compile, summary, get_weights, save and load_model work as for any model.
 fit() runs the library's trainer on a token stream (windows drawn on the
-device, a held-out tail evaluated every eval_every steps); predict and
-evaluate run the model on token ids; save(DIR,
+device, a held-out tail evaluated every eval_every steps); predict,
+evaluate and generate run the model on token ids; save(DIR,
 format="huggingface") writes a GPT-2 folder that transformers loads."""
 
 import ctypes
@@ -258,14 +258,11 @@ class GPT(Sequential):
         ids = self._windows(tokens, "tokens")
         ctx, m = _lib.context(), self._device_model(_batch_size(batch_size))
         out = []
-        padded = self._padded(ids)
-        # Through eval_step with labels 0 (valid ids), whose statistics are dropped.
-        for xt, yt, n in self._batches(padded, batch_size, targets=np.zeros_like(padded)):
-            call(lib.mpcl_model_eval_step, m, xt, yt, ctx=ctx)
+        for xt, _, n in self._batches(self._padded(ids), batch_size):
+            call(lib.mpcl_model_predict, m, xt, ctx=ctx)
             logits = np.empty((n, self.context, self.vocab_size), np.float32)
             call(lib.mpcl_model_read_logits, m, logits.ctypes.data, logits.size, ctx=ctx)
             out.append(logits[:, :ids.shape[1]])
-        _read_eval(m)
         return np.concatenate(out)
 
     def evaluate(self, tokens, batch_size=None, verbose=0):
@@ -309,6 +306,35 @@ class GPT(Sequential):
             lib.mpcl_model_destroy(h)
             raise
         return h.value
+
+    def generate(self, prompt_tokens, max_new_tokens, temperature=1.0, top_k=0, seed=42):
+        """The prompt followed by max_new_tokens tokens, each drawn from
+        softmax(logits / temperature) over the top_k most likely tokens (0:
+        all; temperature 0: the most likely) by the library (mpcl_generate),
+        with draws from seed: the same seed gives the same tokens. The prompt
+        is a 1-D int array, a str or bytes (byte tokens), 1 to context
+        tokens; past the context the model reads the last context tokens.
+        Returns a 1-D int32 array."""
+        if not self._compiled:
+            raise RuntimeError("compile() the model first")
+        ids = _as_ids(prompt_tokens, "prompt_tokens")
+        if ids.ndim != 1:
+            raise ValueError(f"prompt_tokens has shape {ids.shape}; give one prompt (a 1-D "
+                             "array)")
+        if ids.size > self.context:
+            raise ValueError(f"prompt_tokens holds {ids.size} tokens, more than the model's "
+                             f"context of {self.context}")
+        ids = self._check_ids(ids, "prompt_tokens")
+        n = _lib.check_int("max_new_tokens", max_new_tokens, 0, _SIZE_MAX)
+        sp = lib.mpcl_sample_default_params()
+        sp.temperature = _lib.check_real("temperature", temperature, lo=0)
+        sp.top_k = _lib.check_int("top_k", top_k, 0, _SIZE_MAX)
+        sp.seed = _lib.check_int("seed", seed, 0, _U64_MAX)
+        out = np.zeros(n, np.int32)
+        m = self._device_model()
+        call(lib.mpcl_generate, m, ids.ctypes.data, ids.size, n, ctypes.byref(sp),
+             out.ctypes.data, _lib.TOKEN_FN(), None, ctx=_lib.context())
+        return np.concatenate([ids, out])
 
     # ---- save ----
 

@@ -10,6 +10,7 @@
 #include "mpcl/context.h"
 #include "mpcl/data.h"
 #include "mpcl/device.h"
+#include "mpcl/generate.h"
 #include "mpcl/gpt2_folder.h"
 #include "mpcl/layer_spec.h"
 #include "mpcl/loss_scale.h"
@@ -211,6 +212,11 @@ static const abi_row rows[] = {
     FIELD(mpcl_gpt2_weights, tensors),
     FIELD(mpcl_gpt2_weights, total),
     FIELD(mpcl_gpt2_weights, data),
+
+    SIZE(mpcl_sample_params),
+    FIELD(mpcl_sample_params, temperature),
+    FIELD(mpcl_sample_params, top_k),
+    FIELD(mpcl_sample_params, seed),
 
     SIZE(mpcl_train_summary),
     FIELD(mpcl_train_summary, steps),

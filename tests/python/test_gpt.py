@@ -1,6 +1,6 @@
 """mpcl.models.GPT: fit on a token stream, predict and evaluate checked
-against numpy and PyTorch's numbers, Hugging Face folders both ways, and
-bad input."""
+against numpy and PyTorch's numbers, Hugging Face folders both ways,
+generate, and bad input."""
 import json
 import math
 import os
@@ -237,6 +237,28 @@ def test_transformers_reads_the_same_logits(trained, tmp_path):
     np.testing.assert_allclose(model.predict(x), want, rtol=1e-4, atol=1e-4)
 
 
+def test_generate(trained):
+    model, _ = trained
+    prompt = np.array([3, 4])
+    a = model.generate(prompt, 12, temperature=1.0, seed=9)
+    assert a.shape == (14,) and np.array_equal(a[:2], prompt)
+    assert np.array_equal(model.generate(prompt, 12, temperature=1.0, seed=9), a)
+    assert ((0 <= a) & (a < V)).all()
+    # Greedy is the argmax of predict, token by token (past the context of
+    # 8, the last 8 tokens).
+    greedy = model.generate(prompt, 10, temperature=0)
+    seq = list(prompt)
+    for _ in range(10):
+        window = np.array(seq[-8:])[None]
+        seq.append(int(model.predict(window)[0, -1].argmax()))
+    assert greedy.tolist() == seq
+    # The pattern it learnt: 3 4 5 6 0 1 ...
+    assert greedy.tolist() == [(3 + i) % 7 for i in range(12)]
+    # Seeds give other draws at a temperature that spreads the choice.
+    draws = {tuple(model.generate(prompt, 8, temperature=5.0, seed=s)) for s in range(4)}
+    assert len(draws) > 1
+
+
 def test_text_in():
     """A str is its UTF-8 bytes as tokens (vocabulary 256)."""
     model = mpcl.models.GPT(n_layer=1, n_head=2, n_embd=16, context=8, vocab_size=256)
@@ -244,6 +266,8 @@ def test_text_in():
     history = model.fit("the cat sat on the mat. " * 40, steps=4, batch_size=4, eval_every=2,
                         eval_batches=2, verbose=0)
     assert len(history.history["eval_loss"]) == 2
+    out = model.generate("the ", 3, seed=1)
+    assert out[:4].tolist() == list(b"the ")
     assert model.predict(np.frombuffer(b"the cat", np.uint8)[None]).shape == (1, 7, 256)
 
 
@@ -263,16 +287,25 @@ def test_bad_input_is_named():
         model.evaluate(np.zeros((2, 1), np.int64))
     with pytest.raises(ValueError, match="empty"):
         model.fit(np.zeros(0, np.int64), steps=1)
+    with pytest.raises(ValueError, match="empty"):
+        model.generate(np.zeros(0, np.int64), 3)
     with pytest.raises(ValueError, match=r"shape \(4,\); give token ids \(batch, time\)"):
         model.predict(np.zeros(4, np.int64))
     with pytest.raises(ValueError, match="1-D"):
         model.fit(np.zeros((10, 10), np.int64), steps=1)
+    with pytest.raises(ValueError, match="prompt_tokens holds 9 tokens, more than the model's "
+                                         "context of 8"):
+        model.generate(np.zeros(9, np.int64), 1)
+    with pytest.raises(ValueError, match=r"prompt_tokens\[0\] is 99"):
+        model.generate(np.array([99]), 1)
     with pytest.raises(ValueError, match=r"held-out part .* needs one window of context \+ 1 = 9"):
         model.fit(np.zeros(50, np.int64), steps=1)
     with pytest.raises(TypeError, match="dtype float64; token ids are integers"):
         model.predict(np.zeros((1, 4)))
     with pytest.raises(TypeError, match="steps must be an integer"):
         model.fit(pattern(), steps=1.5)
+    with pytest.raises(ValueError, match="temperature"):
+        model.generate(np.array([1]), 1, temperature=-1)
     with pytest.raises(ValueError, match="format='onnx'"):
         model.save("x", format="onnx")
     big = mpcl.models.GPT(n_layer=1, n_head=2, n_embd=16, context=8, vocab_size=70000)
