@@ -219,7 +219,7 @@ class GPT(Sequential):
         finally:
             lib.mpcl_tokens_destroy(stream)  # uploaded
         history.steps = []
-        run.progress = _TokenProgress(history, steps, batch * grad_accum * self.context,
+        run.progress = _TokenProgress(history, steps, self.context,
                                       1 if verbose == "auto" else verbose)
         history.stopped = True
         interrupted = _run_trainer(tr, run.stop, _lib.context(), run.failure)
@@ -367,9 +367,10 @@ class _TokenProgress:
     the mean training loss since the last one, weighted by each report's
     steps, and the evaluation loss) and, with verbose, a line each."""
 
-    def __init__(self, history, steps, tokens_per_step, verbose):
-        self.h, self.total, self.verbose = history, steps, verbose
-        self.tokens_per_step = tokens_per_step
+    def __init__(self, history, steps, context, verbose):
+        # A report's samples are windows: context tokens each, whatever the
+        # batch and the micro-batches (mpcl-train's tokens/s).
+        self.h, self.total, self.context, self.verbose = history, steps, context, verbose
         self.last_step, self.loss_sum, self.n = 0, 0.0, 0
 
     def __call__(self, r):
@@ -388,7 +389,7 @@ class _TokenProgress:
         self.h.steps.append(r.step)
         if self.verbose:
             print(f"step {r.step}/{self.total} - loss: {loss:.4f} - eval_loss: "
-                  f"{r.test_loss:.4f} - {r.samples_per_s * self.tokens_per_step:,.0f} tokens/s",
+                  f"{r.test_loss:.4f} - {r.samples_per_s * self.context:,.0f} tokens/s",
                   file=sys.stdout, flush=True)
         return False
 

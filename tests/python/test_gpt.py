@@ -4,6 +4,7 @@ generate, and bad input."""
 import json
 import math
 import os
+import re
 import subprocess
 
 import numpy as np
@@ -62,6 +63,27 @@ def test_fit_learns_a_repeating_pattern(trained):
     assert h["eval_loss"][-1] < h["eval_loss"][0] < model.untrained_loss
     assert h["eval_loss"][-1] < 0.3
     assert model.evaluate(WINDOWS) < 0.3
+
+
+def test_verbose_lines(capsys):
+    """One line per evaluation: the step, the two losses of History, and
+    tokens/s as mpcl-train counts them (the report's windows/s times the
+    context; a window is a sample, whatever the batch and micro-batches)."""
+    model = tiny()
+    history = model.fit(pattern(), steps=10, batch_size=4, eval_every=5, eval_batches=2,
+                        grad_accum=3, verbose=1)
+    lines = capsys.readouterr().out.splitlines()
+    ends = [r for r in history.reports if r["epoch_end"]]
+    assert len(lines) == len(ends) == 2
+    for line, r, loss, eval_loss in zip(lines, ends, history.history["loss"],
+                                        history.history["eval_loss"]):
+        m = re.fullmatch(r"step (\d+)/10 - loss: ([\d.]+) - eval_loss: ([\d.]+) - "
+                         r"([\d,]+) tokens/s", line)
+        assert m, line
+        assert int(m[1]) == r["step"]
+        assert float(m[2]) == pytest.approx(loss, abs=1e-4)
+        assert float(m[3]) == pytest.approx(eval_loss, abs=1e-4)
+        assert int(m[4].replace(",", "")) == pytest.approx(r["samples_per_s"] * 8, abs=1)
 
 
 def test_predict_shape_and_evaluate_against_numpy(trained):
