@@ -298,6 +298,8 @@ class GPT(Sequential):
         g = self._gpt_params(time)
         mp.layers, mp.layer_count, mp.input_shape = g.layers, g.layer_count, g.input_shape
         mp.input_rank, mp.inputs = g.input_rank, time
+        # The plan this model runs (auto would time the candidates again).
+        mp.policy = lib.mpcl_model_plan(self._model).contents.resolved
         ctx, h = _lib.context(), _lib.P()
         call(lib.mpcl_model_create, ctx, ctypes.byref(mp), ctypes.byref(h), ctx=ctx)
         try:

@@ -121,6 +121,28 @@ def test_mixed_precision(policy):
                                                     rel=1e-3)
 
 
+def test_shorter_windows_run_on_the_plan_the_model_runs(monkeypatch):
+    """evaluate's model of a shorter context takes the plan the model
+    resolved, not "auto" again (which could choose another for the other
+    shape)."""
+    mpcl.mixed_precision.set_global_policy("auto")
+    model = tiny()
+    windows = np.random.default_rng(2).integers(0, V, (2, 9))
+    model.evaluate(windows)  # the model itself, its plan resolved
+    resolved = mpcl._lib.lib.mpcl_model_plan(model._model).contents.resolved
+    lib, create, policies = mpcl._lib.lib, mpcl._lib.lib.mpcl_model_create, []
+
+    def spy(ctx, params, out):
+        policies.append(params._obj.policy)
+        return create(ctx, params, out)
+
+    monkeypatch.setattr(lib, "mpcl_model_create", spy)
+    loss = model.evaluate(windows[:, :5])
+    assert policies == [resolved]
+    assert loss == pytest.approx(cross_entropy(model.predict(windows[:, :4]), windows[:, 1:5]),
+                                 rel=1e-3)
+
+
 def test_device_rows_are_capped_by_the_logits_size(trained, monkeypatch, tmp_path):
     """A model made for predict holds at most the rows whose logits fit the
     cap (GPT-2's 1024 x 50257 logits are 206 MB a row); larger batches run
