@@ -245,21 +245,6 @@ static void random_ids(tu_rng *rng, int32_t *ids, size_t n, size_t V) {
     for (size_t i = 0; i < n; i++) ids[i] = (int32_t)tu_uniform(rng, 0, (double)V - 1e-9);
 }
 
-static double eval_loss(mpcl_model *m, const mpcl_tensor *x, const mpcl_tensor *y,
-                        mpcl_loss_stats *s) {
-    TU_ASSERT_OK(mpcl_model_eval_step(m, x, y));
-    TU_ASSERT_OK(mpcl_model_read_eval_stats(m, s, true));
-    assert_true(s->terms > 0);
-    return s->loss_sum / (double)s->terms;
-}
-
-/* eval_loss of a batch {x, y} as a tu_loss_fn. */
-static double batch_loss(mpcl_model *m, void *arg) {
-    mpcl_tensor **xy = arg;
-    mpcl_loss_stats s;
-    return eval_loss(m, xy[0], xy[1], &s);
-}
-
 /* A float32 model of p (T ids, vocabulary V, a label per position) after
  * a forward and backward of B random sequences in xy: every parameter's
  * gradient checked against (L(w + h) - L(w - h)) / 2h of the mean loss
@@ -290,7 +275,7 @@ static mpcl_model *checked_token_model(mpcl_context *ctx, const mpcl_model_param
      * about 1.8 known to 1e-7 over steps of 1e-2), not the gradients':
      * one seed gave 0.0213 through attention with 0.02 (30 others passed).
      * test_gpt_model holds the gradients to PyTorch's within 2e-6. */
-    *checked = tu_check_param_gradients(m, 5e-3, batch_loss, xy, 3e-4, 2e-2, 3e-2);
+    *checked = tu_check_param_gradients(m, 5e-3, tu_batch_loss, xy, 3e-4, 2e-2, 3e-2);
     /* The differences ran forwards only: the gradients stand. */
     float *after = tu_download(mpcl_model_grad_arena(m));
     assert_memory_equal(before, after, mpcl_model_arena_elements(m) * sizeof *before);
@@ -508,7 +493,7 @@ static void learns_a_repeating_pattern(void **state) {
         if (!mpcl_context_plan(ctx, policies[i]).usable) continue;
         mpcl_model *m = train_pattern(ctx, policies[i], 300, x, y);
         mpcl_loss_stats s;
-        double loss = eval_loss(m, x, y, &s);
+        double loss = tu_eval_loss(m, x, y, &s);
         printf("%s: loss %.4f, accuracy %.4f\n", mpcl_policy_name(policies[i]), loss,
                s.metric_sum / (double)s.terms);
         if (!(loss < 0.05) || s.metric_sum != (double)s.terms)

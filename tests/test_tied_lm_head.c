@@ -204,19 +204,6 @@ static mpcl_tensor *random_ids(mpcl_context *ctx, tu_rng *rng, size_t B, size_t 
     return t;
 }
 
-static double eval_loss(mpcl_model *m, const mpcl_tensor *x, const mpcl_tensor *y) {
-    mpcl_loss_stats s;
-    TU_ASSERT_OK(mpcl_model_eval_step(m, x, y));
-    TU_ASSERT_OK(mpcl_model_read_eval_stats(m, &s, true));
-    assert_true(s.terms > 0);
-    return s.loss_sum / (double)s.terms;
-}
-
-static double batch_loss(mpcl_model *m, void *arg) {
-    mpcl_tensor **xy = arg;
-    return eval_loss(m, xy[0], xy[1]);
-}
-
 /* embedding -> causal_self_attention -> head in float32: every parameter's
  * gradient (wte's from both writers) against central differences. */
 static void gradients_match_differences(void **state) {
@@ -241,7 +228,7 @@ static void gradients_match_differences(void **state) {
     mpcl_tensor *xy[2] = {random_ids(ctx, &rng, B, T), random_ids(ctx, &rng, B, T)};
     TU_ASSERT_OK(mpcl_model_forward(m, xy[0], xy[1]));
     TU_ASSERT_OK(mpcl_model_backward(m));
-    size_t checked = tu_check_param_gradients(m, 5e-3, batch_loss, xy, 3e-4, 2e-2, 2e-2);
+    size_t checked = tu_check_param_gradients(m, 5e-3, tu_batch_loss, xy, 3e-4, 2e-2, 2e-2);
     assert_true(checked >= (V + P) * C);
     mpcl_tensor_destroy(xy[0]);
     mpcl_tensor_destroy(xy[1]);
@@ -333,9 +320,9 @@ static void learns_in_two_policies(void **state) {
         p.optim.lr = 1e-2f;
         mpcl_model *m = NULL;
         TU_ASSERT_OK(mpcl_model_create(ctx, &p, &m));
-        double before = eval_loss(m, x, y);
+        double before = tu_eval_loss(m, x, y, NULL);
         for (int i = 0; i < 100; i++) TU_ASSERT_OK(mpcl_model_train_step(m, x, y));
-        double after = eval_loss(m, x, y);
+        double after = tu_eval_loss(m, x, y, NULL);
         printf("%s: loss %.4f -> %.4f\n", mpcl_policy_name(policies[k]), before, after);
         if (!(after < 0.5 * before))
             fail_msg("%s: the loss went from %.4f to %.4f", mpcl_policy_name(policies[k]), before,

@@ -431,31 +431,12 @@ static mpcl_model_params block_model(size_t T, size_t V, size_t c, size_t heads,
     return p;
 }
 
-static mpcl_tensor *ids_tensor(mpcl_context *ctx, size_t B, size_t T, const int32_t *ids) {
-    mpcl_tensor *t = tu_tensor(ctx, MPCL_DTYPE_I32, B, T);
-    TU_ASSERT_OK(mpcl_tensor_upload_i32(t, ids, B * T));
-    return t;
-}
-
-static double eval_loss(mpcl_model *m, const mpcl_tensor *x, const mpcl_tensor *y) {
-    mpcl_loss_stats s;
-    TU_ASSERT_OK(mpcl_model_eval_step(m, x, y));
-    TU_ASSERT_OK(mpcl_model_read_eval_stats(m, &s, true));
-    assert_true(s.terms > 0);
-    return s.loss_sum / (double)s.terms;
-}
-
-static double batch_loss(mpcl_model *m, void *arg) {
-    mpcl_tensor **xy = arg;
-    return eval_loss(m, xy[0], xy[1]);
-}
-
 /* Random ids in [0, V) into a B x T tensor. */
 static mpcl_tensor *random_ids(mpcl_context *ctx, tu_rng *rng, size_t B, size_t T, size_t V) {
     int32_t ids[64];
     assert_true(B * T <= 64);
     for (size_t i = 0; i < B * T; i++) ids[i] = (int32_t)tu_uniform(rng, 0, (double)V - 1e-9);
-    return ids_tensor(ctx, B, T, ids);
+    return tu_ids_tensor(ctx, B, T, ids);
 }
 
 /* Every parameter of m random: kernels and embeddings in +-1/sqrt(rows),
@@ -521,7 +502,7 @@ static void model_gradients(void **state) {
     mpcl_tensor *xy[2] = {random_ids(ctx, &rng, B, T, V), random_ids(ctx, &rng, B, T, V)};
     TU_ASSERT_OK(mpcl_model_forward(m, xy[0], xy[1]));
     TU_ASSERT_OK(mpcl_model_backward(m));
-    size_t checked = tu_check_param_gradients(m, 5e-3, batch_loss, xy, 3e-4, 2e-2, 2e-2);
+    size_t checked = tu_check_param_gradients(m, 5e-3, tu_batch_loss, xy, 3e-4, 2e-2, 2e-2);
     size_t block = 4 * CM + 4 * CM * CM + 4 * CM + 2 * CM * IM + IM + CM;
     assert_int_equal(checked, (V + T) * CM + block + CM * V + V);
     mpcl_tensor_destroy(xy[0]);
@@ -548,7 +529,7 @@ static void trains(void **state) {
             ids[b * T + t] = (int32_t)((b + t) % 4);
             next[b * T + t] = (int32_t)((b + t + 1) % 4);
         }
-    mpcl_tensor *x = ids_tensor(ctx, B, T, ids), *y = ids_tensor(ctx, B, T, next);
+    mpcl_tensor *x = tu_ids_tensor(ctx, B, T, ids), *y = tu_ids_tensor(ctx, B, T, next);
     static const mpcl_policy policies[] = {MPCL_POLICY_FLOAT32, MPCL_POLICY_MIXED_BFLOAT16};
     for (size_t i = 0; i < 2; i++) {
         if (!mpcl_context_plan(ctx, policies[i]).usable) continue;
@@ -556,9 +537,9 @@ static void trains(void **state) {
         p.optim.lr = 1e-2f;
         mpcl_model *m = NULL;
         TU_ASSERT_OK(mpcl_model_create(ctx, &p, &m));
-        double before = eval_loss(m, x, y);
+        double before = tu_eval_loss(m, x, y, NULL);
         for (int s = 0; s < STEPS; s++) TU_ASSERT_OK(mpcl_model_train_step(m, x, y));
-        double after = eval_loss(m, x, y);
+        double after = tu_eval_loss(m, x, y, NULL);
         printf("%s: loss %.4f -> %.4f\n", mpcl_policy_name(policies[i]), before, after);
         if (!(after < 0.5 * before))
             fail_msg("%s: loss %.4f -> %.4f in %d steps", mpcl_policy_name(policies[i]), before,

@@ -357,3 +357,17 @@ mpcl_tensor *tu_ids_tensor(mpcl_context *ctx, size_t B, size_t T, const int32_t 
     TU_ASSERT_OK(mpcl_tensor_upload_i32(t, ids, B * T));
     return t;
 }
+
+double tu_eval_loss(mpcl_model *m, const mpcl_tensor *x, const mpcl_tensor *y, mpcl_loss_stats *s) {
+    mpcl_loss_stats own;
+    if (!s) s = &own;
+    TU_ASSERT_OK(mpcl_model_eval_step(m, x, y));
+    TU_ASSERT_OK(mpcl_model_read_eval_stats(m, s, true));
+    assert_true(s->terms > 0);
+    return s->loss_sum / (double)s->terms;
+}
+
+double tu_batch_loss(mpcl_model *m, void *xy) {
+    mpcl_tensor **t = xy;
+    return tu_eval_loss(m, t[0], t[1], NULL);
+}

@@ -89,6 +89,11 @@ mpcl_model_params tu_token_model_params(size_t T, size_t V, size_t P, size_t C, 
 /* An int32 [B, T] tensor of ids. */
 mpcl_tensor *tu_ids_tensor(mpcl_context *ctx, size_t B, size_t T, const int32_t *ids);
 
+/* The mean evaluation loss of m on the batch {x, y} (its statistics into
+ * *s when s is not NULL), and the same as a tu_loss_fn of arg = {x, y}. */
+double tu_eval_loss(mpcl_model *m, const mpcl_tensor *x, const mpcl_tensor *y, mpcl_loss_stats *s);
+double tu_batch_loss(mpcl_model *m, void *xy);
+
 /* Every parameter's master weights and optimizer state (slots the optimizer
  * lacks are zeros), concatenated slot by slot, then every buffer (a batch
  * norm's moving averages), malloc'ed; for bitwise comparisons of whole
