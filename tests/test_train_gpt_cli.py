@@ -61,6 +61,8 @@ def main():
             check(s["gpt"]["corpus_tokens"] == size, f"{s['gpt']['corpus_tokens']} tokens")
             check(s["gpt"]["vocab"] == 659 and s["gpt"]["context"] == 16, f"gpt {s['gpt']}")
             check(s["gpt"]["tokens_per_s"] > 0, "tokens/s")
+            # A token run has no classes (the vocabulary, 659 here, is no label count).
+            check("classes" not in s, "the JSON has classes")
             # Uniform guessing over 659 ids is 6.49 nats; the text is 16 words.
             check(isinstance(s["eval_loss"], float) and s["eval_loss"] < 4.0,
                   f"eval_loss {s['eval_loss']}")

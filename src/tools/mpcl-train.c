@@ -472,7 +472,7 @@ static void write_json(const train_args *a, const mpcl_device_info *dev, const m
         train_gpt_json(&w, a, gpt, s);
     else
         write_data_json(&w, a, di);
-    train_data_json(&w, di);
+    train_data_json(&w, di, !gpt);
     jsonw_kv_uint(&w, "epochs", s->epochs_done);
     jsonw_kv_uint(&w, "steps", s->steps);
     jsonw_kv_bool(&w, "stopped", s->stopped);

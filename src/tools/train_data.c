@@ -69,9 +69,10 @@ void train_data_warn(const mpcl_train_data_info *d) {
     }
 }
 
-void train_data_json(jsonw *w, const mpcl_train_data_info *d) {
+void train_data_json(jsonw *w, const mpcl_train_data_info *d, bool classes) {
     jsonw_kv_uint(w, "batch", d->batch);
     jsonw_kv_uint(w, "batch_requested", d->batch_requested);
+    if (!classes) return;
     jsonw_key(w, "input_shape");
     jsonw_array_begin(w);
     for (size_t i = 0; i < d->input_rank; i++) jsonw_uint(w, d->input_shape[i]);
@@ -83,7 +84,9 @@ void train_data_json(jsonw *w, const mpcl_train_data_info *d) {
                     d->float_targets      ? "target columns"
                     : d->classes_inferred ? "largest training label"
                                           : "--classes");
-    int largest = d->classes - 1;
+    /* Labels are bytes: class_examples counts 256 classes at most (float
+     * target columns may be more, and have none). */
+    int largest = (d->classes < 256 ? d->classes : 256) - 1;
     while (largest > 0 && d->class_examples[largest] == 0) largest--;
     jsonw_kv_int(w, "largest_label", largest);
     jsonw_key(w, "rare");

@@ -15,8 +15,9 @@ void train_data_print(FILE *h, const mpcl_train_data_info *d);
 /* One warning line on stderr per class with almost no example, with what
  * --classes would do about it. */
 void train_data_warn(const mpcl_train_data_info *d);
-/* "batch", "batch_requested" and "classes" in the JSON summary. */
-void train_data_json(jsonw *w, const mpcl_train_data_info *d);
+/* "batch", "batch_requested" and, with `classes`, "input_shape" and
+ * "classes" in the JSON summary (a token run has no classes). */
+void train_data_json(jsonw *w, const mpcl_train_data_info *d, bool classes);
 /* "placement": {"train", "test" (with test data)}: "device" or "stream",
  * inside the JSON summary's "data". */
 void train_data_placement_json(jsonw *w, const mpcl_train_data_info *d);
