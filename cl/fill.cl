@@ -36,8 +36,7 @@ __kernel void mpcl_grad_stash(__global float *stash, __global const storage_t *g
 }
 
 // g[i] += stash[i] (the last micro-batch's gradient and the sum before it).
-__kernel void mpcl_grad_unstash(__global const float *stash, __global storage_t *g, uint n,
-                                uint add) {
+__kernel void mpcl_grad_unstash(__global const float *stash, __global storage_t *g, uint n) {
     uint i = get_global_id(0);
-    if (i < n) STORE(g, i, (add ? LOAD(g, i) : 0.0f) + stash[i]);
+    if (i < n) STORE(g, i, LOAD(g, i) + stash[i]);
 }

@@ -693,16 +693,18 @@ mpcl_status mpcl_model_backward(mpcl_model *m) {
     return MPCL_OK;
 }
 
-/* stash = g, or stash += g (f32), over the whole gradient arena; or, with
- * `unstash`, g += stash (rounded once to the storage dtype). */
-static mpcl_status grad_stash_launch(mpcl_model *m, const char *name, bool add) {
+/* `name` over the whole gradient arena: mpcl_grad_stash (stash = g, or
+ * stash += g with `add`, in f32) or mpcl_grad_unstash (g += stash, rounded
+ * once to the storage dtype; it takes no `add`). */
+static mpcl_status grad_stash_launch(mpcl_model *m, const char *name, const cl_uint *add) {
     mpcl_tensor *g = m->arenas.grads;
-    cl_uint n = (cl_uint)(g->rows * g->cols), add_flag = add;
+    cl_uint n = (cl_uint)(g->rows * g->cols);
     cl_kernel k;
     mpcl_status st = mpcl__kernel(m->ctx, m->plan.storage, name, &k);
     if (st == MPCL_OK)
         st = mpcl__set_args(m->ctx, k, name, MPCL_ARG(m->grad_stash->mem), MPCL_ARG(g->mem),
-                            MPCL_ARG(n), MPCL_ARG(add_flag), MPCL_ARGS_END);
+                            MPCL_ARG(n), MPCL_ARGS_END);
+    if (st == MPCL_OK && add) st = mpcl__set_arg(m->ctx, k, name, 3, sizeof *add, add);
     return st == MPCL_OK ? mpcl__launch_1d(m->ctx, k, name, n, 64) : st;
 }
 
@@ -718,7 +720,8 @@ mpcl_status mpcl_model_stash_grads(mpcl_model *m) {
     mpcl_status st = MPCL_OK;
     if (!m->grad_stash)
         st = mpcl_tensor_create(m->ctx, MPCL_DTYPE_F32, 1, g->rows * g->cols, &m->grad_stash);
-    if (st == MPCL_OK) st = grad_stash_launch(m, "mpcl_grad_stash", m->stashed);
+    cl_uint add = m->stashed;
+    if (st == MPCL_OK) st = grad_stash_launch(m, "mpcl_grad_stash", &add);
     if (st != MPCL_OK) return st;
     m->stashed = true;
     m->phase = PHASE_IDLE;
@@ -731,7 +734,7 @@ mpcl_status mpcl_model_unstash_grads(mpcl_model *m) {
                           "model unstash_grads without a backward before it");
     if (!m->stashed) return MPCL_OK;
     m->stashed = false;
-    return grad_stash_launch(m, "mpcl_grad_unstash", true);
+    return grad_stash_launch(m, "mpcl_grad_unstash", NULL);
 }
 
 mpcl_status mpcl_model_apply(mpcl_model *m) {
