@@ -65,6 +65,7 @@ configure "$asan" -Dwerror=true -Dbuildtype=debug -Db_sanitize=address,undefined
 meson compile -C "$asan"
 setups+=("$asan:pocl")
 # Not the Python suite: a plain python3 cannot load an ASan-built libmpcl.
+# Not cold-build (test_quiet): it times the driver's compiler under ASan.
 # fast_unwind_on_malloc=0: a leak inside a PoCL driver module that is unloaded
 # before exit shows only as "<unknown module>" with the fast unwinder; the full
 # stack reaches libpocl, which lsan.supp names.
@@ -72,7 +73,7 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:fast_unwind_on_malloc=0 \
     LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp:print_suppressions=0 \
     UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     meson test -C "$asan" --setup pocl --print-errorlogs --no-suite install \
-    --no-suite python || status=1
+    --no-suite python --no-suite cold-build || status=1
 
 echo "== fuzz: every libFuzzer harness for ${FUZZ_SECONDS:-30}s (scripts/fuzz.sh)"
 setups+=("$root/build-fuzz:fuzz")
