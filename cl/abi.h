@@ -93,6 +93,11 @@
 #define MPCL_ABI_GEMM_TILE_WIDE 16
 #define MPCL_ABI_GEMM_TILE_NARROW 8
 #define MPCL_ABI_GEMM_TILE_FLAT_ROWS 4
+/* The attention's block layout (cl/attention_block.cl): the query or key
+ * rows of one head that an item computes (its named accumulators fix the
+ * count), and the vector width its packed operands are padded to. */
+#define MPCL_ABI_ATTN_ROWS 8
+#define MPCL_ABI_ATTN_CHUNK 16
 /* The most 4x16 tiles one item of mpcl_gemm_r4w16* computes down the rows,
  * and the most 16x16 tiles one of mpcl_gemm_w16* computes along the columns
  * (their private partial sums are sized by them); the host passes 1 to
@@ -184,6 +189,8 @@
     X(MPCL_ABI_OPTIM_CLIP_WORDS)      \
     X(MPCL_ABI_OPTIM_NORM_WG)         \
     X(MPCL_ABI_OPTIM_NORM_GROUPS)     \
-    X(MPCL_ABI_BATCHNORM_WG)
+    X(MPCL_ABI_BATCHNORM_WG)          \
+    X(MPCL_ABI_ATTN_ROWS)             \
+    X(MPCL_ABI_ATTN_CHUNK)
 
 #endif

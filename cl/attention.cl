@@ -6,7 +6,8 @@
 // probabilities (att) and the gradient of the scaled scores (dscore); the
 // entries t' > t are never written nor read. Every sum is f32 in index
 // order, each by one work-item, and every output element has one writer:
-// deterministic, no atomics.
+// deterministic, no atomics. Rows of att and dscore are ld floats apart
+// (ld >= T: the block layout's, attention_block.cl, pads them).
 
 // The first element of head h's q (part 0), k (1) or v (2) at position
 // (b, t) in qkv.
@@ -81,11 +82,11 @@ inline void attn_forward_row(__global float *p, __global storage_t *y, size_t ou
 // One work-item per query row (b, h, t), rows = B * H * T of them.
 __kernel void mpcl_attention_forward(__global float *att, __global storage_t *y,
                                      __global const storage_t *qkv, uint T, uint C, uint H,
-                                     float scale, uint rows) {
+                                     uint ld, float scale, uint rows) {
     uint row = get_global_id(0);
     if (row >= rows) return;
     uint t = row % T, h = row / T % H, b = row / T / H, hs = C / H;
-    attn_forward_row(att + (size_t)row * T, y, attn_row_at(b, t, h, T, C, hs), qkv, b, t, h, T,
+    attn_forward_row(att + (size_t)row * ld, y, attn_row_at(b, t, h, T, C, hs), qkv, b, t, h, T,
                      C, hs, scale);
 }
 
@@ -94,11 +95,11 @@ __kernel void mpcl_attention_forward(__global float *att, __global storage_t *y,
 // positions 0 .. t of sample 0: the cache.
 __kernel void mpcl_attention_forward_position(__global float *att, __global storage_t *y,
                                               __global const storage_t *qkv, uint T, uint C,
-                                              uint H, float scale, uint t) {
+                                              uint H, uint ld, float scale, uint t) {
     uint h = get_global_id(0);
     if (h >= H) return;
     uint hs = C / H;
-    attn_forward_row(att + ((size_t)h * T + t) * T, y, (size_t)h * hs, qkv, 0, t, h, T, C, hs,
+    attn_forward_row(att + ((size_t)h * T + t) * ld, y, (size_t)h * hs, qkv, 0, t, h, T, C, hs,
                      scale);
 }
 
@@ -109,12 +110,12 @@ __kernel void mpcl_attention_backward_query(__global float *dscore, __global sto
                                             __global const float *att,
                                             __global const storage_t *qkv,
                                             __global const storage_t *dy, uint T, uint C, uint H,
-                                            float scale, uint rows) {
+                                            uint ld, float scale, uint rows) {
     uint row = get_global_id(0);
     if (row >= rows) return;
     uint t = row % T, h = row / T % H, b = row / T / H, hs = C / H;
-    __global const float *p = att + (size_t)row * T;
-    __global float *ds = dscore + (size_t)row * T;
+    __global const float *p = att + (size_t)row * ld;
+    __global float *ds = dscore + (size_t)row * ld;
     size_t g = attn_row_at(b, t, h, T, C, hs);
     float dot = 0.0f;
     for (uint u = 0; u <= t; u++) {
@@ -139,17 +140,17 @@ __kernel void mpcl_attention_backward_query(__global float *dscore, __global sto
 __kernel void mpcl_attention_backward_key(__global storage_t *dqkv, __global const float *dscore,
                                           __global const float *att, __global const storage_t *qkv,
                                           __global const storage_t *dy, uint T, uint C, uint H,
-                                          float scale, uint rows) {
+                                          uint ld, float scale, uint rows) {
     uint row = get_global_id(0);
     if (row >= rows) return;
     uint u = row % T, h = row / T % H, b = row / T / H, hs = C / H;
-    size_t first = (size_t)(row - u) * T;  // row (b, h, 0) of att and dscore
+    size_t first = (size_t)(row - u) * ld;  // row (b, h, 0) of att and dscore
     size_t dk = attn_qkv_at(b, u, h, 1, T, C, hs), dv = attn_qkv_at(b, u, h, 2, T, C, hs);
     for (uint d = 0; d < hs; d += 8u) {
         uint n = min(8u, hs - d);
         float8 k_acc = (float8)(0.0f), v_acc = (float8)(0.0f);
         for (uint t = u; t < T; t++) {
-            size_t i = first + (size_t)t * T + u;
+            size_t i = first + (size_t)t * ld + u;
             k_acc =
                 fma(dscore[i], attn_load8(qkv, attn_qkv_at(b, t, h, 0, T, C, hs) + d, n), k_acc);
             v_acc = fma(att[i], attn_load8(dy, attn_row_at(b, t, h, T, C, hs) + d, n), v_acc);

@@ -403,7 +403,9 @@ static double run_case(harness *h, tu_rng *rng, const variant *v, float x_range,
 /* Every variant on small odd shapes: {B, T, C, H, bias}. T = 1 (a single
  * key), odd T, 3 and 5 channels per head, one head, more heads than
  * channels per head, no biases; 8 and 11 channels per head, a whole group
- * of the kernels' eight lanes and one with a tail. mpcl's GEMM paths take
+ * of the row kernels' eight lanes and one with a tail; T = 21 and 17
+ * channels per head: the block kernels' 8-row blocks (the last one partial)
+ * and 16-wide chunks of keys and channels, with a tail. mpcl's GEMM paths take
  * every shape; CLBlast's (whose GEMMs test_gemm covers) the two marked
  * `clblast`: on PoCL each new shape compiled CLBlast kernels, and the whole
  * test ran past its 10 minutes in the ASan build with a cold cache. */
@@ -414,7 +416,7 @@ static void matches_the_reference(void **state) {
         bool bias, clblast;
     } shapes[] = {{1, 1, 4, 2, true, false}, {2, 7, 6, 2, true, true},   {3, 5, 15, 5, true, false},
                   {2, 7, 5, 1, true, false}, {1, 9, 8, 4, false, false}, {2, 6, 16, 2, true, false},
-                  {2, 5, 22, 2, true, true}};
+                  {2, 5, 22, 2, true, true}, {2, 21, 34, 2, true, false}};
     mpcl_context *ctx = tu_context();
     tu_rng rng = tu_rng_make(tu_seed("matches_the_reference"));
     for (size_t vi = 0; vi < VARIANTS; vi++) {
@@ -724,5 +726,14 @@ int main(void) {
         cmocka_unit_test(bad_heads_and_inputs_are_refused),
         cmocka_unit_test(trains_in_a_model),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    /* Both layouts of the kernels (causal_self_attention.c), whatever the
+     * device would take by default. */
+    int failed = 0;
+    static const char *const layouts[] = {"row", "block"};
+    for (size_t i = 0; i < 2; i++) {
+        setenv("MPCL_ATTENTION", layouts[i], 1);
+        fprintf(stderr, "# MPCL_ATTENTION=%s\n", layouts[i]);
+        failed += cmocka_run_group_tests(tests, NULL, NULL);
+    }
+    return failed;
 }

@@ -8,12 +8,17 @@
  * model's GEMM path; the attention (cl/attention.cl, launched here: the
  * layer is its one caller) computes in f32 and keeps the probabilities in
  * f32, B H T T of them, for the backward, as llm.c does; qkv, y and their
- * gradients are in the storage dtype. */
+ * gradients are in the storage dtype. Two layouts of the attention's
+ * kernels (MPCL_ATTENTION: row or block; unset, block on CPU devices and
+ * row elsewhere): a work-item per row (cl/attention.cl), or per block of
+ * rows of one head over operands packed per head in f32
+ * (cl/attention_block.cl), which a CPU runs several times faster. */
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "nn/nn.h"
 
@@ -32,14 +37,36 @@ typedef struct projection {
     mpcl_tensor *dw;     /* [in, out] view of the gradient arena */
 } projection;
 
+/* The block layout's operands, packed per head in f32 (mpcl_attention_pack):
+ * rows [max_batch H Tp, hsp] and transposes [max_batch H hsp, Tp]. */
+enum { PACK_Q, PACK_K, PACK_V, PACK_DY, PACK_KT, PACK_VT, PACKS };
+
 typedef struct attn {
     size_t T, C, H;
+    bool block; /* the block layout (else a work-item per row) */
+    size_t Tp;  /* positions padded to the block layout's 16-wide chunks */
+    size_t hsp; /* head size padded likewise */
+    size_t ld;  /* the row stride of att and dscore: Tp (block) or T */
     projection proj[PROJECTIONS];
-    mpcl_tensor *qkv, *dqkv; /* [max_batch T, 3C] storage */
-    mpcl_tensor *y, *dy;     /* [max_batch T, C] storage: the heads' outputs */
-    mpcl_tensor *att;        /* [max_batch H T, T] f32: the probabilities */
-    mpcl_tensor *dscore;     /* [max_batch H T, T] f32: the scores' gradient */
+    mpcl_tensor *qkv, *dqkv;  /* [max_batch T, 3C] storage */
+    mpcl_tensor *y, *dy;      /* [max_batch T, C] storage: the heads' outputs */
+    mpcl_tensor *att;         /* [max_batch H T, ld] f32: the probabilities */
+    mpcl_tensor *dscore;      /* [max_batch H T, ld] f32: the scores' gradient */
+    mpcl_tensor *pack[PACKS]; /* block layout only */
 } attn;
+
+static size_t round_up_chunk(size_t n) {
+    return (n + MPCL_ABI_ATTN_CHUNK - 1) / MPCL_ABI_ATTN_CHUNK * MPCL_ABI_ATTN_CHUNK;
+}
+
+/* Whether ctx's layer runs the block layout; without a context (a model
+ * declared offline, to print or plan), whether it may: the memory estimate
+ * counts its packs unless the row layout is certain. */
+static bool block_layout(mpcl_context *ctx) {
+    const char *v = mpcl__env_value(MPCL_ENV_ATTENTION);
+    if (v) return strcmp(v, "block") == 0;
+    return !ctx || mpcl_context_device(ctx)->type == MPCL_DEVICE_TYPE_CPU;
+}
 
 static mpcl_status add_projection(mpcl__layer *L, mpcl__tables *t, const char *what, size_t in,
                                   size_t out, projection *p) {
@@ -72,7 +99,7 @@ static mpcl_status attn_declare(mpcl__layer *L, mpcl__tables *t) {
     attn *a = calloc(1, sizeof *a);
     if (!a) return MPCL_ERROR(ctx, MPCL_ERR_OUT_OF_MEMORY, "allocating %s", layer);
     L->state = a;
-    *a = (attn){.T = T, .C = C, .H = H};
+    *a = (attn){.T = T, .C = C, .H = H, .Tp = round_up_chunk(T), .hsp = round_up_chunk(C / H)};
     mpcl__layer_set_output(L, L->in_rank, L->in_shape);
     TRY(add_projection(L, t, "c_attn", C, 3 * C, &a->proj[C_ATTN]));
     return add_projection(L, t, "c_proj", C, C, &a->proj[C_PROJ]);
@@ -82,8 +109,13 @@ static double attn_activation_bytes(const mpcl__layer *L, const mpcl__layer_env 
     const attn *a = L->state;
     double positions = (double)env->max_batch * (double)a->T;
     double storage = 8.0 * positions * (double)a->C * (double)mpcl_dtype_size(env->storage);
-    double probabilities = 2.0 * positions * (double)a->H * (double)a->T * sizeof(float);
-    return mpcl__layer_io_bytes(L) + storage + probabilities;
+    bool block = block_layout(env->ctx);
+    double ld = (double)(block ? a->Tp : a->T);
+    double probabilities = 2.0 * positions * (double)a->H * ld * sizeof(float);
+    double packed = block ? PACKS * (double)env->max_batch * (double)a->H * (double)a->Tp *
+                                (double)a->hsp * sizeof(float)
+                          : 0.0;
+    return mpcl__layer_io_bytes(L) + storage + probabilities + packed;
 }
 
 static mpcl_status create_projection(projection *p, const mpcl__layer_env *env,
@@ -100,14 +132,22 @@ static mpcl_status attn_create(mpcl__layer *L, const mpcl__tables *t, const mpcl
     const mpcl__layer_env *env = L->env;
     mpcl_context *ctx = env->ctx;
     size_t positions = env->max_batch * a->T, C = a->C, rows = positions * a->H;
+    a->block = block_layout(ctx);
+    a->ld = a->block ? a->Tp : a->T;
     TRY(create_projection(&a->proj[C_ATTN], env, t, ar, C, 3 * C, positions));
     TRY(create_projection(&a->proj[C_PROJ], env, t, ar, C, C, positions));
     TRY(mpcl_tensor_create(ctx, env->storage, positions, 3 * C, &a->qkv));
     TRY(mpcl_tensor_create(ctx, env->storage, positions, 3 * C, &a->dqkv));
     TRY(mpcl_tensor_create(ctx, env->storage, positions, C, &a->y));
     TRY(mpcl_tensor_create(ctx, env->storage, positions, C, &a->dy));
-    TRY(mpcl_tensor_create(ctx, MPCL_DTYPE_F32, rows, a->T, &a->att));
-    TRY(mpcl_tensor_create(ctx, MPCL_DTYPE_F32, rows, a->T, &a->dscore));
+    TRY(mpcl_tensor_create(ctx, MPCL_DTYPE_F32, rows, a->ld, &a->att));
+    TRY(mpcl_tensor_create(ctx, MPCL_DTYPE_F32, rows, a->ld, &a->dscore));
+    size_t heads = env->max_batch * a->H;
+    for (int i = 0; a->block && i < PACKS; i++) {
+        bool transposed = i == PACK_KT || i == PACK_VT;
+        TRY(mpcl_tensor_create(ctx, MPCL_DTYPE_F32, heads * (transposed ? a->hsp : a->Tp),
+                               transposed ? a->Tp : a->hsp, &a->pack[i]));
+    }
     return mpcl__layer_create_io(L);
 }
 
@@ -133,48 +173,125 @@ static float score_scale(const attn *a) {
     return (float)(1.0 / sqrt((double)(a->C / a->H)));
 }
 
-/* Sets the three kernels' common arguments, from index `first` on (after
- * their tensors): T, C, H, the scores' scale and the count of rows (b, h,
- * t) of a batch of B; then launches k, one work-item per row. */
-static mpcl_status launch_rows(const attn *a, mpcl_context *ctx, cl_kernel k, const char *name,
-                               cl_uint first, size_t B) {
-    cl_uint T = (cl_uint)a->T, C = (cl_uint)a->C, H = (cl_uint)a->H;
-    cl_uint rows = (cl_uint)(B * a->H * a->T);
+/* Sets a kernel's arguments after its tensors (from index `first`) and
+ * launches it for a batch of B. Row layout: T, C, H, ld, the scores' scale
+ * and the count of rows (b, h, t), one work-item each. Block layout: T, Tp,
+ * C, H, hsp, ld, the scale and the count of blocks (b, h, block of
+ * MPCL_ABI_ATTN_ROWS rows). */
+static mpcl_status launch(const attn *a, mpcl_context *ctx, cl_kernel k, const char *name,
+                          cl_uint first, size_t B) {
+    cl_uint T = (cl_uint)a->T, Tp = (cl_uint)a->Tp, C = (cl_uint)a->C, H = (cl_uint)a->H;
+    cl_uint hsp = (cl_uint)a->hsp, ld = (cl_uint)a->ld;
+    size_t per_head = a->block ? (a->T + MPCL_ABI_ATTN_ROWS - 1) / MPCL_ABI_ATTN_ROWS : a->T;
+    cl_uint items = (cl_uint)(B * a->H * per_head);
     float scale = score_scale(a);
-    TRY(mpcl__set_arg(ctx, k, name, first, sizeof T, &T));
-    TRY(mpcl__set_arg(ctx, k, name, first + 1, sizeof C, &C));
-    TRY(mpcl__set_arg(ctx, k, name, first + 2, sizeof H, &H));
-    TRY(mpcl__set_arg(ctx, k, name, first + 3, sizeof scale, &scale));
-    TRY(mpcl__set_arg(ctx, k, name, first + 4, sizeof rows, &rows));
-    return mpcl__launch_1d(ctx, k, name, rows, 0);
+    cl_uint i = first;
+    TRY(mpcl__set_arg(ctx, k, name, i++, sizeof T, &T));
+    if (a->block) TRY(mpcl__set_arg(ctx, k, name, i++, sizeof Tp, &Tp));
+    TRY(mpcl__set_arg(ctx, k, name, i++, sizeof C, &C));
+    TRY(mpcl__set_arg(ctx, k, name, i++, sizeof H, &H));
+    if (a->block) TRY(mpcl__set_arg(ctx, k, name, i++, sizeof hsp, &hsp));
+    TRY(mpcl__set_arg(ctx, k, name, i++, sizeof ld, &ld));
+    TRY(mpcl__set_arg(ctx, k, name, i++, sizeof scale, &scale));
+    TRY(mpcl__set_arg(ctx, k, name, i, sizeof items, &items));
+    /* Block items are the unit of work, as the GEMM's tiles are: one per
+     * work-group, which PoCL spreads over the cores. */
+    return mpcl__launch_1d(ctx, k, name, items, a->block ? 1 : 0);
+}
+
+/* Sets k's last arguments from index `first`: T, Tp, C, H, hsp, and
+ * launches `items` work-items. */
+static mpcl_status launch_packing(const attn *a, mpcl_context *ctx, cl_kernel k, const char *name,
+                                  cl_uint first, size_t items) {
+    const cl_uint args[] = {(cl_uint)a->T, (cl_uint)a->Tp,  (cl_uint)a->C,
+                            (cl_uint)a->H, (cl_uint)a->hsp, (cl_uint)items};
+    for (cl_uint i = 0; i < sizeof args / sizeof args[0]; i++)
+        TRY(mpcl__set_arg(ctx, k, name, first + i, sizeof args[i], &args[i]));
+    return mpcl__launch_1d(ctx, k, name, items, 0);
+}
+
+/* Packs qkv (dy: false; then k's and v's transposes) or dy (true) of a
+ * batch of B for the block layout. */
+static mpcl_status pack(attn *a, mpcl_context *ctx, mpcl_dtype storage, bool dy, size_t B) {
+    const char *name = dy ? "mpcl_attention_pack_dy" : "mpcl_attention_pack_qkv";
+    size_t heads = B * a->H;
+    cl_kernel k;
+    TRY(mpcl__kernel(ctx, storage, name, &k));
+    mpcl_tensor **p = a->pack;
+    if (dy) {
+        TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(p[PACK_DY]->mem), MPCL_ARG(a->dy->mem),
+                           MPCL_ARGS_END));
+        return launch_packing(a, ctx, k, name, 2, heads * a->Tp);
+    }
+    TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(p[PACK_Q]->mem), MPCL_ARG(p[PACK_K]->mem),
+                       MPCL_ARG(p[PACK_V]->mem), MPCL_ARG(a->qkv->mem), MPCL_ARGS_END));
+    TRY(launch_packing(a, ctx, k, name, 4, heads * a->Tp));
+    static const char transpose[] = "mpcl_attention_transpose_packed";
+    TRY(mpcl__kernel(ctx, storage, transpose, &k));
+    cl_uint Tp = (cl_uint)a->Tp, hsp = (cl_uint)a->hsp;
+    cl_uint items = (cl_uint)(heads * a->Tp / MPCL_ABI_ATTN_CHUNK);
+    for (int i = 0; i < 2; i++) {
+        TRY(mpcl__set_args(ctx, k, transpose, MPCL_ARG(p[i ? PACK_VT : PACK_KT]->mem),
+                           MPCL_ARG(p[i ? PACK_V : PACK_K]->mem), MPCL_ARG(Tp), MPCL_ARG(hsp),
+                           MPCL_ARG(items), MPCL_ARGS_END));
+        TRY(mpcl__launch_1d(ctx, k, transpose, items, 0));
+    }
+    return MPCL_OK;
 }
 
 /* att and y from qkv, for a batch of B. */
 static mpcl_status attend(attn *a, mpcl_context *ctx, mpcl_dtype storage, size_t B) {
-    static const char name[] = "mpcl_attention_forward";
     cl_kernel k;
+    if (!a->block) {
+        static const char name[] = "mpcl_attention_forward";
+        TRY(mpcl__kernel(ctx, storage, name, &k));
+        TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(a->att->mem), MPCL_ARG(a->y->mem),
+                           MPCL_ARG(a->qkv->mem), MPCL_ARGS_END));
+        return launch(a, ctx, k, name, 3, B);
+    }
+    mpcl_tensor **p = a->pack;
+    TRY(pack(a, ctx, storage, false, B));
+    static const char name[] = "mpcl_attention_forward_block";
     TRY(mpcl__kernel(ctx, storage, name, &k));
     TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(a->att->mem), MPCL_ARG(a->y->mem),
-                       MPCL_ARG(a->qkv->mem), MPCL_ARGS_END));
-    return launch_rows(a, ctx, k, name, 3, B);
+                       MPCL_ARG(p[PACK_Q]->mem), MPCL_ARG(p[PACK_KT]->mem),
+                       MPCL_ARG(p[PACK_V]->mem), MPCL_ARGS_END));
+    return launch(a, ctx, k, name, 5, B);
 }
 
 /* dqkv from dy, for a batch of B: the query rows' kernel (dscore, dq),
- * then the key rows' (dk, dv). */
+ * then the key rows' (dk, dv). The block layout reuses the forward's packed
+ * q, k and v: the layer's forward of the same batch ran last. */
 static mpcl_status attend_backward(attn *a, mpcl_context *ctx, mpcl_dtype storage, size_t B) {
-    static const char query[] = "mpcl_attention_backward_query";
-    static const char key[] = "mpcl_attention_backward_key";
     cl_kernel k;
+    if (!a->block) {
+        static const char query[] = "mpcl_attention_backward_query";
+        static const char key[] = "mpcl_attention_backward_key";
+        TRY(mpcl__kernel(ctx, storage, query, &k));
+        TRY(mpcl__set_args(ctx, k, query, MPCL_ARG(a->dscore->mem), MPCL_ARG(a->dqkv->mem),
+                           MPCL_ARG(a->att->mem), MPCL_ARG(a->qkv->mem), MPCL_ARG(a->dy->mem),
+                           MPCL_ARGS_END));
+        TRY(launch(a, ctx, k, query, 5, B));
+        TRY(mpcl__kernel(ctx, storage, key, &k));
+        TRY(mpcl__set_args(ctx, k, key, MPCL_ARG(a->dqkv->mem), MPCL_ARG(a->dscore->mem),
+                           MPCL_ARG(a->att->mem), MPCL_ARG(a->qkv->mem), MPCL_ARG(a->dy->mem),
+                           MPCL_ARGS_END));
+        return launch(a, ctx, k, key, 5, B);
+    }
+    mpcl_tensor **p = a->pack;
+    TRY(pack(a, ctx, storage, true, B));
+    static const char query[] = "mpcl_attention_backward_query_block";
+    static const char key[] = "mpcl_attention_backward_key_block";
     TRY(mpcl__kernel(ctx, storage, query, &k));
     TRY(mpcl__set_args(ctx, k, query, MPCL_ARG(a->dscore->mem), MPCL_ARG(a->dqkv->mem),
-                       MPCL_ARG(a->att->mem), MPCL_ARG(a->qkv->mem), MPCL_ARG(a->dy->mem),
-                       MPCL_ARGS_END));
-    TRY(launch_rows(a, ctx, k, query, 5, B));
+                       MPCL_ARG(a->att->mem), MPCL_ARG(p[PACK_DY]->mem), MPCL_ARG(p[PACK_VT]->mem),
+                       MPCL_ARG(p[PACK_K]->mem), MPCL_ARGS_END));
+    TRY(launch(a, ctx, k, query, 6, B));
     TRY(mpcl__kernel(ctx, storage, key, &k));
     TRY(mpcl__set_args(ctx, k, key, MPCL_ARG(a->dqkv->mem), MPCL_ARG(a->dscore->mem),
-                       MPCL_ARG(a->att->mem), MPCL_ARG(a->qkv->mem), MPCL_ARG(a->dy->mem),
+                       MPCL_ARG(a->att->mem), MPCL_ARG(p[PACK_Q]->mem), MPCL_ARG(p[PACK_DY]->mem),
                        MPCL_ARGS_END));
-    return launch_rows(a, ctx, k, key, 5, B);
+    return launch(a, ctx, k, key, 5, B);
 }
 
 static mpcl_status attn_forward(mpcl__layer *L, const mpcl_tensor *in, bool training) {
@@ -207,9 +324,10 @@ static mpcl_status attn_forward_step(mpcl__layer *L, const mpcl_tensor *x, size_
     cl_kernel k;
     TRY(mpcl__kernel(ctx, env->storage, name, &k));
     cl_uint T = (cl_uint)a->T, C = (cl_uint)a->C, H = (cl_uint)a->H, position = (cl_uint)t;
+    cl_uint ld = (cl_uint)a->ld;
     float scale = score_scale(a);
     TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(a->att->mem), MPCL_ARG(a->y->mem),
-                       MPCL_ARG(a->qkv->mem), MPCL_ARG(T), MPCL_ARG(C), MPCL_ARG(H),
+                       MPCL_ARG(a->qkv->mem), MPCL_ARG(T), MPCL_ARG(C), MPCL_ARG(H), MPCL_ARG(ld),
                        MPCL_ARG(scale), MPCL_ARG(position), MPCL_ARGS_END));
     TRY(mpcl__launch_1d(ctx, k, name, a->H, 0));
     return project(&a->proj[C_PROJ], env, &y, &out);
@@ -239,6 +357,7 @@ static void attn_destroy(mpcl__layer *L) {
     }
     mpcl_tensor *own[] = {a->qkv, a->dqkv, a->y, a->dy, a->att, a->dscore};
     for (size_t i = 0; i < sizeof own / sizeof own[0]; i++) mpcl_tensor_destroy(own[i]);
+    for (int i = 0; i < PACKS; i++) mpcl_tensor_destroy(a->pack[i]);
     free(a);
     L->state = NULL;
 }

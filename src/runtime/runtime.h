@@ -153,15 +153,16 @@ char *mpcl__next_field(char **rest);
 
 /* mpcl's environment variables with a fixed set of values. */
 typedef enum mpcl__env_var {
-    MPCL_ENV_FP16,     /* force, off */
-    MPCL_ENV_GEMM,     /* a GEMM path's name */
-    MPCL_ENV_AUTO,     /* capability */
-    MPCL_ENV_CACHE,    /* 0 */
-    MPCL_ENV_DATA,     /* auto, device, stream: where the trainer's data sets go */
-    MPCL_ENV_CONV,     /* direct, im2col: the convolution's kernels (compute/conv.c) */
-    MPCL_ENV_PROFILE,  /* 1: time every launch on the device (profile.c) */
-    MPCL_ENV_BF16_DOT, /* off: bf16 GEMMs without AVX512-BF16's dot product (gemm.c) */
-    MPCL_ENV_NORM,     /* group, row: the layer norm's kernels (layer_normalization.c) */
+    MPCL_ENV_FP16,      /* force, off */
+    MPCL_ENV_GEMM,      /* a GEMM path's name */
+    MPCL_ENV_AUTO,      /* capability */
+    MPCL_ENV_CACHE,     /* 0 */
+    MPCL_ENV_DATA,      /* auto, device, stream: where the trainer's data sets go */
+    MPCL_ENV_CONV,      /* direct, im2col: the convolution's kernels (compute/conv.c) */
+    MPCL_ENV_PROFILE,   /* 1: time every launch on the device (profile.c) */
+    MPCL_ENV_BF16_DOT,  /* off: bf16 GEMMs without AVX512-BF16's dot product (gemm.c) */
+    MPCL_ENV_NORM,      /* group, row: the layer norm's kernels (layer_normalization.c) */
+    MPCL_ENV_ATTENTION, /* row, block: the attention's kernels (causal_self_attention.c) */
     MPCL_ENV_COUNT
 } mpcl__env_var;
 /* Every variable checked: a value outside its set (empty counts as unset) is
