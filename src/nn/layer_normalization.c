@@ -103,8 +103,10 @@ static mpcl_status ln_create(mpcl__layer *L, const mpcl__tables *t, const mpcl__
  * which cl/layernorm.cl reuses; or n work-items. */
 static mpcl_status launch(const ln *n, mpcl_context *ctx, cl_kernel k, const char *name,
                           size_t count) {
+    /* Few items (one per eight channels for the parameters' gradients: 16
+     * for 128 channels) go one per group, so that every core gets some. */
     if (n->layout->per_item)
-        return mpcl__launch_1d(ctx, k, name, count, mpcl__local_size(ctx, k, 64));
+        return mpcl__launch_1d(ctx, k, name, count, count < 256 ? 1 : mpcl__local_size(ctx, k, 64));
     return mpcl__launch_1d(ctx, k, name, count * MPCL_ABI_BATCHNORM_WG, MPCL_ABI_BATCHNORM_WG);
 }
 
@@ -146,7 +148,8 @@ static mpcl_status backward_params(ln *n, mpcl_context *ctx, const mpcl_tensor *
                        MPCL_ARG(dy->mem), MPCL_ARG(x->mem), MPCL_ARG(n->save_mean->mem),
                        MPCL_ARG(n->save_inv_std->mem), MPCL_ARG(rows), MPCL_ARG(cols),
                        MPCL_ARGS_END));
-    return launch(n, ctx, k, name, x->cols);
+    /* The per-item kernel takes eight channels an item. */
+    return launch(n, ctx, k, name, n->layout->per_item ? (x->cols + 7) / 8 : x->cols);
 }
 
 /* dx, row by row. */
