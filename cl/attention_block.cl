@@ -28,57 +28,54 @@ inline size_t attn_packed_at(uint bh, uint t, uint Tp, uint w) {
 }
 
 // Channels d .. d + 7 of one head at a position (from element `from` of
-// a storage tensor), zeros past the head's hs channels, into rows[to + d ..].
-inline void attn_pack8(__global float *rows, size_t to, __global const storage_t *src,
+// a storage tensor), zeros past the head's first hs channels, into
+// rows[to + d ..]; returned too.
+inline float8 attn_pack8(__global float *rows, size_t to, __global const storage_t *src,
                          size_t from, uint d, uint hs) {
     float8 v = d + 8u <= hs ? LOAD8(src, from + d)
                : d < hs     ? LOAD8_PART(src, from + d, hs - d)
                             : (float8)(0.0f);
     v = select(v, (float8)(0.0f), (int8)(0, 1, 2, 3, 4, 5, 6, 7) + (int8)((int)d) >= (int8)((int)hs));
     GSTORE_U(float8, rows + to + d, v);
+    return v;
 }
 
-// One item per (b, h, t < Tp): position t of head h of sample b of qkv
-// ([B T, 3C]) into q, k and v's rows; positions t >= T and channels past hs
-// are zeros.
+// One item per 16 positions t0 .. t0 + 15 of one head (b, h) of qkv ([B T,
+// 3C]): q, k and v into their rows, k and v also into their transposes, 16
+// positions by 8 channels at a time (one pass over qkv; packing rows and
+// then transposing them cost twice the time on PoCL). Positions t >= T and
+// channels past hs are zeros.
+#define ATTN_PACK_LIST(X)                                                                 \
+    X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15)
+#define ATTN_PACK_ROW(i)                                                                  \
+    const float8 r##i = attn_pack8(rows, to + (size_t)(i) * hsp, qkv,                     \
+                                   ((size_t)b * T + min(t0 + (i), T - 1u)) * 3 * C + part, d, \
+                                   t0 + (i) < T ? hs : 0u);
+#define ATTN_PACK_COL(L)                                                                  \
+    GSTORE_U(float16, cols + (size_t)(d + (L)) * Tp,                                      \
+             (float16)(r0.s##L, r1.s##L, r2.s##L, r3.s##L, r4.s##L, r5.s##L, r6.s##L,     \
+                       r7.s##L, r8.s##L, r9.s##L, r10.s##L, r11.s##L, r12.s##L, r13.s##L, \
+                       r14.s##L, r15.s##L));
 __kernel void mpcl_attention_pack_qkv(__global float *q, __global float *k, __global float *v,
+                                      __global float *kt, __global float *vt,
                                       __global const storage_t *qkv, uint T, uint Tp, uint C,
                                       uint H, uint hsp, uint items) {
     uint item = get_global_id(0);
     if (item >= items) return;
-    uint t = item % Tp, bh = item / Tp, h = bh % H, b = bh / H;
-    uint hs = t < T ? C / H : 0u; /* past T: all zeros */
-    size_t from = ((size_t)b * T + min(t, T - 1)) * 3 * C + (size_t)h * (C / H);
-    size_t to = attn_packed_at(bh, t, Tp, hsp);
-    for (uint d = 0; d < hsp; d += 8u) {
-        attn_pack8(q, to, qkv, from, d, hs);
-        attn_pack8(k, to, qkv, from + C, d, hs);
-        attn_pack8(v, to, qkv, from + 2 * (size_t)C, d, hs);
-    }
-}
-
-// One item per 16 positions of one head of packed rows ([B H Tp, hsp]): into
-// the transpose ([B H hsp, Tp]), 16 x 8 at a time.
-__kernel void mpcl_attention_transpose_packed(__global float *cols, __global const float *rows,
-                                              uint Tp, uint hsp, uint items) {
-    uint item = get_global_id(0);
-    if (item >= items) return;
-    uint chunks = Tp / 16u, bh = item / chunks, t = item % chunks * 16u;
-    __global const float *in = rows + attn_packed_at(bh, t, Tp, hsp);
-    __global float *out = cols + (size_t)bh * hsp * Tp + t;
-    for (uint d = 0; d < hsp; d += 8u) {
-#define ATTN_TR_LOAD(i) const float8 r##i = GLOAD_U(float8, in + (size_t)(i) * hsp + d);
-        ATTN_TR_LOAD(0) ATTN_TR_LOAD(1) ATTN_TR_LOAD(2) ATTN_TR_LOAD(3)
-        ATTN_TR_LOAD(4) ATTN_TR_LOAD(5) ATTN_TR_LOAD(6) ATTN_TR_LOAD(7)
-        ATTN_TR_LOAD(8) ATTN_TR_LOAD(9) ATTN_TR_LOAD(10) ATTN_TR_LOAD(11)
-        ATTN_TR_LOAD(12) ATTN_TR_LOAD(13) ATTN_TR_LOAD(14) ATTN_TR_LOAD(15)
-#define ATTN_TR_STORE(L)                                                                     \
-    GSTORE_U(float16, out + (size_t)(d + (L)) * Tp,                                          \
-             (float16)(r0.s##L, r1.s##L, r2.s##L, r3.s##L, r4.s##L, r5.s##L, r6.s##L,        \
-                       r7.s##L, r8.s##L, r9.s##L, r10.s##L, r11.s##L, r12.s##L, r13.s##L,    \
-                       r14.s##L, r15.s##L));
-        ATTN_TR_STORE(0) ATTN_TR_STORE(1) ATTN_TR_STORE(2) ATTN_TR_STORE(3)
-        ATTN_TR_STORE(4) ATTN_TR_STORE(5) ATTN_TR_STORE(6) ATTN_TR_STORE(7)
+    uint chunks = Tp / 16u, bh = item / chunks, t0 = item % chunks * 16u;
+    uint b = bh / H, hs = C / H;
+    size_t to = attn_packed_at(bh, t0, Tp, hsp);
+    for (uint p = 0; p < 3u; p++) {
+        __global float *rows = p == 0u ? q : p == 1u ? k : v;
+        __global float *cols = (p == 1u ? kt : vt) + (size_t)bh * hsp * Tp + t0;
+        size_t part = (size_t)p * C + (size_t)(bh % H) * hs;
+        for (uint d = 0; d < hsp; d += 8u) {
+            ATTN_PACK_LIST(ATTN_PACK_ROW)
+            if (p != 0u) {
+                ATTN_PACK_COL(0) ATTN_PACK_COL(1) ATTN_PACK_COL(2) ATTN_PACK_COL(3)
+                ATTN_PACK_COL(4) ATTN_PACK_COL(5) ATTN_PACK_COL(6) ATTN_PACK_COL(7)
+            }
+        }
     }
 }
 

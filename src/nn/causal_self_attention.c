@@ -210,8 +210,8 @@ static mpcl_status launch_packing(const attn *a, mpcl_context *ctx, cl_kernel k,
     return mpcl__launch_1d(ctx, k, name, items, 0);
 }
 
-/* Packs qkv (dy: false; then k's and v's transposes) or dy (true) of a
- * batch of B for the block layout. */
+/* Packs qkv (dy: false; k and v also transposed) or dy (true) of a batch
+ * of B for the block layout. */
 static mpcl_status pack(attn *a, mpcl_context *ctx, mpcl_dtype storage, bool dy, size_t B) {
     const char *name = dy ? "mpcl_attention_pack_dy" : "mpcl_attention_pack_qkv";
     size_t heads = B * a->H;
@@ -224,19 +224,10 @@ static mpcl_status pack(attn *a, mpcl_context *ctx, mpcl_dtype storage, bool dy,
         return launch_packing(a, ctx, k, name, 2, heads * a->Tp);
     }
     TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(p[PACK_Q]->mem), MPCL_ARG(p[PACK_K]->mem),
-                       MPCL_ARG(p[PACK_V]->mem), MPCL_ARG(a->qkv->mem), MPCL_ARGS_END));
-    TRY(launch_packing(a, ctx, k, name, 4, heads * a->Tp));
-    static const char transpose[] = "mpcl_attention_transpose_packed";
-    TRY(mpcl__kernel(ctx, storage, transpose, &k));
-    cl_uint Tp = (cl_uint)a->Tp, hsp = (cl_uint)a->hsp;
-    cl_uint items = (cl_uint)(heads * a->Tp / MPCL_ABI_ATTN_CHUNK);
-    for (int i = 0; i < 2; i++) {
-        TRY(mpcl__set_args(ctx, k, transpose, MPCL_ARG(p[i ? PACK_VT : PACK_KT]->mem),
-                           MPCL_ARG(p[i ? PACK_V : PACK_K]->mem), MPCL_ARG(Tp), MPCL_ARG(hsp),
-                           MPCL_ARG(items), MPCL_ARGS_END));
-        TRY(mpcl__launch_1d(ctx, k, transpose, items, 0));
-    }
-    return MPCL_OK;
+                       MPCL_ARG(p[PACK_V]->mem), MPCL_ARG(p[PACK_KT]->mem),
+                       MPCL_ARG(p[PACK_VT]->mem), MPCL_ARG(a->qkv->mem), MPCL_ARGS_END));
+    /* An item per 16 positions of a head. */
+    return launch_packing(a, ctx, k, name, 6, heads * a->Tp / MPCL_ABI_ATTN_CHUNK);
 }
 
 /* att and y from qkv, for a batch of B. */
