@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """mpcl-train's data parallel from the outside: --devices gives the JSON
 fields of the issue, compression halves the all-reduce bytes, the local and
-the MPI runs of two replicas print the same figures, and a killed rank makes
+the MPI runs of two replicas print the same figures (the MLP, and a GPT on
+tokens), and a killed rank makes
 the job exit non-zero with a message within 30 s (never a hang).
 
 usage: test_dist_cli.py MPCL_TRAIN [MPIRUN]   (MPI cases skipped without MPIRUN)
@@ -168,6 +169,26 @@ else:
     if mpi and two:
         same = all(mpi[k] == two[k] for k in ("test_loss", "test_accuracy", "steps"))
         check(same, f"mpirun -np 2 and --devices {TWO} give identical figures")
+
+    # A GPT on tokens: each rank draws its slice of the step's windows from
+    # its own copy of the stream; two ranks must give the figures that two
+    # local replicas give.
+    with tempfile.TemporaryDirectory() as tmp:
+        text = os.path.join(tmp, "corpus.txt")
+        with open(text, "w", encoding="utf-8") as f:
+            f.write("".join(f"line {i}: the quick brown fox {i * 7 % 13} jumps.\n"
+                            for i in range(600)))
+        gpt = ["--model", "gpt", "--text", text, "--layers", "1", "--heads", "2", "--embd", "16",
+               "--context", "16", "--batch", "8", "--steps", "6", "--eval-every", "3",
+               "--eval-batches", "2", "--precision", "float32", "--seed", "5"]
+        rc_l, local = run_json(gpt + ["--devices", TWO])
+        rc_m, ranks = run_json(gpt, [MPIRUN] + MPI_FLAGS)
+        check(rc_l == 0 and rc_m == 0 and local and ranks and ranks["world_size"] == 2,
+              f"GPT on tokens: --devices {TWO} and mpirun -np 2 run")
+        if local and ranks:
+            check(local["eval_loss"] == ranks["eval_loss"] and local["steps"] == ranks["steps"],
+                  f"GPT on tokens: mpirun -np 2 and --devices {TWO} give identical figures "
+                  f"({ranks['eval_loss']} / {local['eval_loss']})")
 
     # A rank that fails (here: rank 1 cannot read its data) ends the job:
     # it prints its error and aborts, and rank 0 does not wait for it.
