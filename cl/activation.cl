@@ -13,8 +13,12 @@ enum activation_code { MPCL_ACTIVATION_LIST(ACTIVATION_CODE_ROW) };
 // tanh(u) = 1 - 2 / (1 + exp(2u)): exp vectorizes where the builtin tanh is
 // a slow scalar call (PoCL: 20x), and the absolute error (an ulp of 1) is
 // harmless in GELU, which adds 1 to it. exp(2u) = inf gives 1, 0 gives -1.
+// As exp2(2u log2(e)): PoCL's exp2 is the cheaper (GELU on [2048, 512] f32:
+// forward 397 -> 350 us, backward with the bias gradient 505 -> 412 us); the
+// product's rounding moves exp by |2u log2(e)| ulp at most, which the
+// absolute error above dwarfs wherever tanh is not already +-1.
 static float8 activation_tanh_abs(float8 u) {
-    return 1.0f - 2.0f / (1.0f + exp(2.0f * u));
+    return 1.0f - 2.0f / (1.0f + exp2(2.8853900817779268f * u));
 }
 
 // sqrt(2 / pi) and the cubic coefficient of the tanh form of GELU.
