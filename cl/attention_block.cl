@@ -113,6 +113,14 @@ inline void attn_store16(__global storage_t *p, size_t i, uint n, float16 v) {
     uint bh = item / blocks, t0 = item % blocks * ATTN_ROWS; \
     uint b = bh / H, h = bh % H, hs = C / H;
 #define ATTN_ROW(r) const uint row##r = min(t0 + (r), T - 1u);
+// A block of query rows: its rows, the keys it attends to (0 .. its last
+// row), those keys' 16-wide chunks, and where head bh's packed rows and
+// transposes start.
+#define ATTN_QUERY_BLOCK                                                        \
+    ATTN_BLOCK                                                                  \
+    ATTN_LIST(ATTN_ROW)                                                         \
+    const uint keys = min(t0 + ATTN_ROWS, T), width = (keys + 15u) & ~15u;      \
+    const size_t head_rows = attn_packed_at(bh, 0, Tp, hsp), head_cols = (size_t)bh * hsp * Tp;
 #define ATTN_OWNS(r) (t0 + (r) < T)
 
 // s_r[16 lanes] = mul sum_d a[t_r][d] bt[d][c .. c + 15]: a chunk of 16
@@ -203,18 +211,12 @@ __kernel void mpcl_attention_forward_block(__global float *att, __global storage
                                            __global const float *q, __global const float *kt,
                                            __global const float *v, uint T, uint Tp, uint C,
                                            uint H, uint hsp, uint ld, float scale, uint items) {
-    ATTN_BLOCK
-    ATTN_LIST(ATTN_ROW)
-    uint keys = min(t0 + ATTN_ROWS, T), width = (keys + 15u) & ~15u;
-    __global const float *ar = q + attn_packed_at(bh, 0, Tp, hsp);
-    __global const float *bt = kt + (size_t)bh * hsp * Tp;
-    __global float *out = att;
-    for (uint c = 0; c < width; c += 16u) ATTN_SCORES_CHUNK(out, ar, bt, -INFINITY, scale)
+    ATTN_QUERY_BLOCK
+    for (uint c = 0; c < width; c += 16u)
+        ATTN_SCORES_CHUNK(att, q + head_rows, kt + head_cols, -INFINITY, scale)
     for (uint r = 0; r < ATTN_ROWS && t0 + r < T; r++)
         attn_softmax_row(att + ((size_t)bh * T + t0 + r) * ld, width);
-    __global const float *w = att;
-    __global const float *vr = v + attn_packed_at(bh, 0, Tp, hsp);
-    ATTN_WV(y, C, (size_t)h * hs, w, vr, keys, 1.0f)
+    ATTN_WV(y, C, (size_t)h * hs, att, v + head_rows, keys, 1.0f)
 }
 
 // The backward for a block of query rows: dA = dy v^T into dscore, the
@@ -224,15 +226,9 @@ __kernel void mpcl_attention_backward_query_block(
     __global float *dscore, __global storage_t *dqkv, __global const float *att,
     __global const float *dy, __global const float *vt, __global const float *k, uint T, uint Tp,
     uint C, uint H, uint hsp, uint ld, float scale, uint items) {
-    ATTN_BLOCK
-    ATTN_LIST(ATTN_ROW)
-    uint keys = min(t0 + ATTN_ROWS, T), width = (keys + 15u) & ~15u;
-    {
-        __global const float *ar = dy + attn_packed_at(bh, 0, Tp, hsp);
-        __global const float *bt = vt + (size_t)bh * hsp * Tp;
-        __global float *out = dscore;
-        for (uint c = 0; c < width; c += 16u) ATTN_SCORES_CHUNK(out, ar, bt, 0.0f, 1.0f)
-    }
+    ATTN_QUERY_BLOCK
+    for (uint c = 0; c < width; c += 16u)
+        ATTN_SCORES_CHUNK(dscore, dy + head_rows, vt + head_cols, 0.0f, 1.0f)
     for (uint r = 0; r < ATTN_ROWS && t0 + r < T; r++) {
         size_t row = ((size_t)bh * T + t0 + r) * ld;
         float16 dot = (float16)(0.0f);
@@ -243,9 +239,7 @@ __kernel void mpcl_attention_backward_query_block(
             GSTORE_U(float16, dscore + row + c,
                      GLOAD_U(float16, att + row + c) * (GLOAD_U(float16, dscore + row + c) - total));
     }
-    __global const float *w = dscore;
-    __global const float *vr = k + attn_packed_at(bh, 0, Tp, hsp);
-    ATTN_WV(dqkv, 3 * C, (size_t)h * hs, w, vr, keys, scale)
+    ATTN_WV(dqkv, 3 * C, (size_t)h * hs, dscore, k + head_rows, keys, scale)
 }
 
 // The backward for a block of key rows u, after the query blocks': dk =

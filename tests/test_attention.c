@@ -726,14 +726,6 @@ int main(void) {
         cmocka_unit_test(bad_heads_and_inputs_are_refused),
         cmocka_unit_test(trains_in_a_model),
     };
-    /* Both layouts of the kernels (causal_self_attention.c), whatever the
-     * device would take by default. */
-    int failed = 0;
-    static const char *const layouts[] = {"row", "block"};
-    for (size_t i = 0; i < 2; i++) {
-        setenv("MPCL_ATTENTION", layouts[i], 1);
-        fprintf(stderr, "# MPCL_ATTENTION=%s\n", layouts[i]);
-        failed += cmocka_run_group_tests(tests, NULL, NULL);
-    }
-    return failed;
+    /* Both layouts of the kernels (causal_self_attention.c). */
+    return TU_RUN_WITH_EACH(tests, "MPCL_ATTENTION", "row", "block");
 }

@@ -288,14 +288,6 @@ int main(void) {
         cmocka_unit_test(matches_the_reference),
         cmocka_unit_test(a_large_mean_keeps_the_variance),
     };
-    /* Both layouts of the kernels (layer_normalization.c), whatever the
-     * device would take by default. */
-    int failed = 0;
-    static const char *const layouts[] = {"group", "row"};
-    for (size_t i = 0; i < 2; i++) {
-        setenv("MPCL_NORM", layouts[i], 1);
-        fprintf(stderr, "# MPCL_NORM=%s\n", layouts[i]);
-        failed += cmocka_run_group_tests(tests, NULL, NULL);
-    }
-    return failed;
+    /* Both layouts of the kernels (layer_normalization.c). */
+    return TU_RUN_WITH_EACH(tests, "MPCL_NORM", "group", "row");
 }

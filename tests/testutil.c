@@ -282,6 +282,18 @@ static size_t mapped_bytes(void) {
     return (size_t)pages * (size_t)sysconf(_SC_PAGESIZE);
 }
 
+int tu_run_with_each(const char *name, const struct CMUnitTest *tests, size_t count,
+                     const char *var, const char *value0, const char *value1) {
+    int failed = 0;
+    const char *values[] = {value0, value1};
+    for (size_t i = 0; i < 2; i++) {
+        setenv(var, values[i], 1);
+        fprintf(stderr, "# %s=%s\n", var, values[i]);
+        failed += _cmocka_run_group_tests(name, tests, count, NULL, NULL);
+    }
+    return failed;
+}
+
 int tu_run_memory_limited(size_t extra, int (*fn)(void *), void *arg, bool *limited) {
 #ifdef TU_ASAN
     *limited = false;

@@ -141,6 +141,14 @@ unsigned char *tu_slurp(const char *path, size_t *n);
  * unlimited in the child, and *limited is set to false. */
 int tu_run_memory_limited(size_t extra, int (*fn)(void *), void *arg, bool *limited);
 
+/* Runs cmocka's group `tests` once with the environment variable `var` set
+ * to each of the two `values` in turn (a kernel layout, whatever the device
+ * would take by default), and returns the failures of both runs. */
+#define TU_RUN_WITH_EACH(tests, var, value0, value1) \
+    tu_run_with_each(#tests, (tests), sizeof(tests) / sizeof((tests)[0]), (var), (value0), (value1))
+int tu_run_with_each(const char *name, const struct CMUnitTest *tests, size_t count,
+                     const char *var, const char *value0, const char *value1);
+
 /* Fails the test unless `got` is `want` and the error detail contains
  * `needle`, printing both statuses and the detail. */
 void tu_expect_error(mpcl_status got, mpcl_status want, const char *needle);
