@@ -17,8 +17,8 @@ import numpy as np
 
 from . import _lib, layers as layers_module, losses, optimizers
 from ._lib import call, lib
-from .model import (Sequential, _batch_size, _copy_state, _read_eval, _Run, _run_trainer,
-                    _U32_MAX)
+from .model import (Sequential, _batch_size, _checked_callbacks, _copy_state, _read_eval, _Run,
+                    _run_trainer, _U32_MAX)
 
 _U64_MAX = 2 ** 64 - 1
 _LOGITS_MAX_FLOATS = 2 ** 26  # the logits of a device model made here: 256 MiB at most
@@ -167,7 +167,7 @@ class GPT(Sequential):
     # ---- fit ----
 
     def fit(self, tokens, steps=1000, batch_size=32, eval_every=250, eval_fraction=0.1,
-            eval_batches=20, grad_accum=1, verbose="auto", report_every=50):
+            eval_batches=20, grad_accum=1, callbacks=None, verbose="auto", report_every=50):
         """Trains on a token stream with the library's trainer, the loop
         mpcl-train --model gpt runs: tokens is a 1-D numpy integer array of
         ids below vocab_size, or a str or bytes (its bytes are the tokens,
@@ -179,8 +179,11 @@ class GPT(Sequential):
         steps (0: at the end only) and at the end. Returns a History whose
         `history` is {"loss": [...], "eval_loss": [...]}, one value per
         evaluation (loss: the mean training loss of the steps since the
-        previous one) and `steps` the step of each. Ctrl-C stops after the
-        current step, as Sequential.fit."""
+        previous one) and `steps` the step of each. callbacks
+        (mpcl.callbacks) run at each evaluation as at the end of an epoch
+        (epoch: the evaluation's index; logs: loss and eval_loss), so that
+        EarlyStopping(monitor="eval_loss") or ModelCheckpoint work on token
+        runs. Ctrl-C stops after the current step, as Sequential.fit."""
         self._params(1)  # compiled
         batch = _batch_size(batch_size)
         steps = _lib.check_int("steps", steps, 1, _U64_MAX)
@@ -191,6 +194,7 @@ class GPT(Sequential):
         report_every = _lib.check_int("report_every", report_every, 1, _U32_MAX)
         if verbose != "auto":
             verbose = _lib.check_int("verbose", verbose, 0, 2)
+        cbs = _checked_callbacks(callbacks)
         ids = _as_ids(tokens, "tokens")
         if ids.ndim != 1:
             raise ValueError(f"tokens has shape {ids.shape}; fit takes one stream of token ids "
@@ -219,17 +223,40 @@ class GPT(Sequential):
         finally:
             lib.mpcl_tokens_destroy(stream)  # uploaded
         history.steps = []
-        run.progress = _TokenProgress(history, steps, self.context,
-                                      1 if verbose == "auto" else verbose)
+        verbose = 1 if verbose == "auto" else verbose
+        # With callbacks the trainer pauses at each evaluation (an epoch of
+        # the library's token run) for them; without, it runs to the end.
+        progress = _TokenProgress(history, steps, self.context, verbose, pause=bool(cbs))
+        run.progress = progress
+        for cb in cbs:
+            cb.set_model(self)
+            cb.set_params({"steps": steps, "eval_every": eval_every, "verbose": verbose})
+        self.stop_training = False
         history.stopped = True
-        interrupted = _run_trainer(tr, run.stop, _lib.context(), run.failure)
-        if run.failure:
-            raise run.failure[0]
-        if interrupted:
-            raise KeyboardInterrupt
-        s = _lib.TrainSummary()
-        lib.mpcl_trainer_summary(tr, ctypes.byref(s))
-        history.stopped = bool(s.stopped or s.diverged)
+        for cb in cbs:
+            cb.on_train_begin()
+        s, evaluation = _lib.TrainSummary(), 0
+        while True:
+            for cb in cbs:
+                cb.on_epoch_begin(evaluation)
+            run.stop.value = 0
+            progress.logs = None
+            interrupted = _run_trainer(tr, run.stop, _lib.context(), run.failure)
+            if run.failure:
+                raise run.failure[0]
+            if interrupted:
+                raise KeyboardInterrupt
+            lib.mpcl_trainer_summary(tr, ctypes.byref(s))
+            if progress.logs is not None:
+                for cb in cbs:
+                    cb.on_epoch_end(evaluation, dict(progress.logs))
+            evaluation += 1
+            if (progress.logs is None or s.steps >= steps or s.diverged or
+                    self.stop_training):
+                break
+        history.stopped = bool(s.diverged or s.steps < steps)
+        for cb in cbs:
+            cb.on_train_end()
         return history
 
     # ---- predict, evaluate, generate ----
@@ -369,11 +396,12 @@ class _TokenProgress:
     the mean training loss since the last one, weighted by each report's
     steps, and the evaluation loss) and, with verbose, a line each."""
 
-    def __init__(self, history, steps, context, verbose):
+    def __init__(self, history, steps, context, verbose, pause=False):
         # A report's samples are windows: context tokens each, whatever the
         # batch and the micro-batches (mpcl-train's tokens/s).
         self.h, self.total, self.context, self.verbose = history, steps, context, verbose
         self.last_step, self.loss_sum, self.n = 0, 0.0, 0
+        self.pause, self.logs = pause, None  # logs: the last evaluation's
 
     def __call__(self, r):
         k = r.step - self.last_step
@@ -389,11 +417,12 @@ class _TokenProgress:
         self.h.history.setdefault("eval_loss", []).append(r.test_loss)
         self.h.epoch.append(r.epoch)
         self.h.steps.append(r.step)
+        self.logs = {"loss": loss, "eval_loss": r.test_loss}
         if self.verbose:
             print(f"step {r.step}/{self.total} - loss: {loss:.4f} - eval_loss: "
                   f"{r.test_loss:.4f} - {r.samples_per_s * self.context:,.0f} tokens/s",
                   file=sys.stdout, flush=True)
-        return False
+        return self.pause
 
 
 def gpt2_folder(path, context=None):

@@ -516,10 +516,7 @@ class Sequential:
         if not isinstance(shuffle, bool):
             raise ValueError(f"shuffle={shuffle!r}: mpcl takes True (a seeded shuffle every "
                              "epoch) or False (the rows in order)")
-        cbs = list(callbacks or [])
-        for cb in cbs:
-            if not isinstance(cb, callbacks_module.Callback):
-                raise TypeError(f"callbacks holds {cb!r}, not an mpcl.callbacks.Callback")
+        cbs = _checked_callbacks(callbacks)
         if split and validation_data is not None:
             raise ValueError("give validation_split or validation_data, not both")
         if validation_data is not None and (not isinstance(validation_data, (tuple, list)) or
@@ -789,6 +786,16 @@ def _read_eval(m):
     s = _lib.LossStats()
     call(lib.mpcl_model_read_eval_stats, m, ctypes.byref(s), True, ctx=_lib.context())
     return s
+
+
+def _checked_callbacks(callbacks):
+    """fit's callbacks as a list, each an mpcl.callbacks.Callback (TypeError
+    naming one that is not)."""
+    cbs = list(callbacks or [])
+    for cb in cbs:
+        if not isinstance(cb, callbacks_module.Callback):
+            raise TypeError(f"callbacks holds {cb!r}, not an mpcl.callbacks.Callback")
+    return cbs
 
 
 class _Run:

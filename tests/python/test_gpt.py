@@ -86,6 +86,33 @@ def test_verbose_lines(capsys):
         assert int(m[4].replace(",", "")) == pytest.approx(r["samples_per_s"] * 8, abs=1)
 
 
+def test_callbacks_run_at_each_evaluation():
+    """Callbacks see each evaluation as an epoch's end (with the History's
+    losses); pausing the trainer for them changes nothing (windows are keyed
+    by the step: the same losses bit for bit as a run without callbacks);
+    stop_training ends the run at that evaluation."""
+    seen = []
+    record = mpcl.callbacks.LambdaCallback(
+        on_epoch_end=lambda epoch, logs: seen.append((epoch, dict(logs))))
+    args = dict(steps=10, batch_size=4, eval_every=4, eval_batches=2, verbose=0)
+    with_cbs = tiny().fit(pattern(), callbacks=[record], **args)
+    plain = tiny().fit(pattern(), **args)
+    assert with_cbs.steps == plain.steps == [4, 8, 10]
+    assert with_cbs.history == plain.history
+    assert [e for e, _ in seen] == [0, 1, 2]
+    assert [logs["eval_loss"] for _, logs in seen] == with_cbs.history["eval_loss"]
+    assert [logs["loss"] for _, logs in seen] == with_cbs.history["loss"]
+    assert not with_cbs.stopped
+
+    model = tiny()
+    stop = mpcl.callbacks.LambdaCallback(
+        on_epoch_end=lambda epoch, logs: setattr(model, "stop_training", True))
+    history = model.fit(pattern(), callbacks=[stop], **args)
+    assert history.steps == [4] and history.stopped
+    with pytest.raises(TypeError, match="not an mpcl.callbacks.Callback"):
+        model.fit(pattern(), callbacks=[print], **args)
+
+
 def test_predict_shape_and_evaluate_against_numpy(trained):
     model, _ = trained
     rng = np.random.default_rng(7)
