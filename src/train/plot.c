@@ -259,9 +259,10 @@ static size_t hits(const panel *p, const mpcl_run_record *rec, const series_fn *
 
 /* The legend's box for `entries` entries: of the four corners of the plot
  * area, the one whose box (widened by the dots' radius) the data cross
- * least; top right first when several are free. */
+ * least, how many times in *crossed; top right first when several are
+ * free. */
 static box legend_box(const panel *p, const mpcl_run_record *rec, const series_fn *fns, size_t n,
-                      size_t entries) {
+                      size_t entries, size_t *crossed) {
     const double w = 126, h = 16 * (double)entries + 6, inset = 4, dot = 2;
     const double left = p->x + inset, right = p->x + p->w - inset - w;
     const double top = p->y + inset, bottom = p->y + p->h - inset - h;
@@ -276,7 +277,23 @@ static box legend_box(const panel *p, const mpcl_run_record *rec, const series_f
             best_hits = k;
         }
     }
+    *crossed = best_hits;
     return corners[best];
+}
+
+/* The legend's box, with the top of the y range raised by whole ticks (log2
+ * axes: by one) while the data cross every corner: headroom above the data
+ * frees the top corners. (A run whose throughput zig-zags from corner to
+ * corner had a dot under its legend.) */
+static box legend_room(panel *p, const mpcl_run_record *rec, const series_fn *fns, size_t n,
+                       size_t entries, bool log2_axis) {
+    size_t crossed;
+    box b = legend_box(p, rec, fns, n, entries, &crossed);
+    for (int i = 0; crossed && i < 16; i++) {
+        p->yhi += log2_axis ? 1 : tick_step(p->ylo, p->yhi);
+        b = legend_box(p, rec, fns, n, entries, &crossed);
+    }
+    return b;
 }
 
 /* Legend entries in box b. */
@@ -301,14 +318,18 @@ static void draw_panel(FILE *f, const mpcl_run_record *rec, panel p, const char 
                        const char *ylabel, const series_fn *fns, const char *const *labels,
                        const char *const *colors, size_t n, bool log2_axis) {
     data_range(rec, fns, n, log2_axis, &p.ylo, &p.yhi);
+    /* The scale panel's legend has a second entry once a step was skipped
+     * (the counts only grow: the last report's says). */
+    bool skips = log2_axis && rec->count && rec->reports[rec->count - 1].skipped;
+    size_t entries = log2_axis ? (skips ? 2 : 1) : n;
+    box b = legend_room(&p, rec, fns, n, entries, log2_axis);
     axes(f, &p, title, ylabel, log2_axis);
     for (size_t i = 0; i < n; i++) line(f, &p, rec, fns[i], colors[i]);
     if (!log2_axis) {
-        box b = legend_box(&p, rec, fns, n, n);
         legend(f, &b, n, labels, colors);
         return;
     }
-    uint32_t before = 0, marked = 0;
+    uint32_t before = 0;
     fputs("<g class=\"skipped\">", f);
     for (size_t i = 0; i < rec->count; i++) {
         const mpcl_train_report *r = &rec->reports[i];
@@ -319,7 +340,6 @@ static void draw_panel(FILE *f, const mpcl_run_record *rec, panel p, const char 
                     "<path d=\"M%.1f %.1fl5 9h-10z\" fill=\"%s\"><title>%u skipped by step "
                     "%llu</title></path>",
                     x, y + 3, SKIP_COLOR, r->skipped - before, (unsigned long long)r->step);
-            marked++;
         }
         before = r->skipped;
     }
@@ -328,8 +348,6 @@ static void draw_panel(FILE *f, const mpcl_run_record *rec, panel p, const char 
     snprintf(skip_label, sizeof skip_label, "skipped steps (%u)", before);
     const char *l2[] = {labels[0], skip_label};
     const char *c2[] = {colors[0], SKIP_COLOR};
-    size_t entries = marked || before ? 2 : 1;
-    box b = legend_box(&p, rec, fns, n, entries);
     legend(f, &b, entries, l2, c2);
 }
 

@@ -132,6 +132,28 @@ def test_history_plot(data, tmp_path):
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
 
 
+def test_the_legend_never_covers_a_point(data, tmp_path):
+    """Data that zig-zag between their extremes from the first step to the
+    last cross all four corners of every panel: the legend then takes
+    headroom above the data instead of lying on a dot (a CI run's measured
+    throughput once did that)."""
+    import ctypes
+    x, y, _, _ = data
+    h = seed_model(hidden=32).fit(x[:256], y[:256], epochs=1, batch_size=128, verbose=0,
+                                  report_every=1)
+    r = mpcl._lib.TrainReport(**h.reports[-1])
+    for i in range(40):
+        high = i % 2 == 0
+        r.step += 1
+        r.loss, r.accuracy = (3.0, 0.95) if high else (0.1, 0.05)
+        r.samples_per_s = 50000.0 if high else 100.0
+        r.loss_scale = 1.0
+        mpcl._lib.call(mpcl._lib.lib.mpcl_run_record_add, h._record, ctypes.byref(r))
+    out = tmp_path / "zigzag.svg"
+    h.plot(out)
+    check_legends_clear(ET.parse(out).getroot())
+
+
 def test_cli_plot_path_checked_first(train_exe, tmp_path):
     p = run_cli(train_exe, "--plot", str(tmp_path / "missing" / "run.svg"), check=False)
     assert p.returncode == 1 and "--plot" in p.stderr and "does not exist" in p.stderr
