@@ -57,9 +57,25 @@
 #define MPCL_ABI_LOSS_COUNT 3
 
 /* The work-group of the loss kernels: their reqd_work_group_size and the
- * size of their local reductions (a power of two); the launchers start
- * exactly one group of this size. */
+ * size of their local reductions (a power of two). A batch runs in groups
+ * of MPCL_ABI_LOSS_GROUP_ROWS rows each (the softmax's eight rows an item;
+ * src/compute/losses.c launches ceil(rows / that) groups). One group adds
+ * its sums into the statistics itself; several write theirs as partials
+ * of MPCL_ABI_LOSS_PART_WORDS words (the MPCL_ABI_LOSS_PART_* offsets) for
+ * mpcl_loss_finish, which adds them in group order: row order, so the
+ * first bad row is the first group's that has one. */
 #define MPCL_ABI_LOSS_WG 64
+#define MPCL_ABI_LOSS_GROUP_ROWS 512
+#define MPCL_ABI_LOSS_PART_LOSS 0
+#define MPCL_ABI_LOSS_PART_METRIC 1
+#define MPCL_ABI_LOSS_PART_CORRECT 2
+#define MPCL_ABI_LOSS_PART_VALID 3
+#define MPCL_ABI_LOSS_PART_TERMS 4
+#define MPCL_ABI_LOSS_PART_BAD 5
+#define MPCL_ABI_LOSS_PART_FIRST_BAD 6
+#define MPCL_ABI_LOSS_PART_BAD_COL 7
+#define MPCL_ABI_LOSS_PART_BAD_TARGET 8
+#define MPCL_ABI_LOSS_PART_WORDS 9
 
 /* Loss-scale state: uint word offsets in the scaler's state tensor.
  * cl/loss_scale.cl writes them (the check ORs FOUND_INF, the update advances
@@ -164,6 +180,17 @@
     X(MPCL_ABI_LOSS_MSE)              \
     X(MPCL_ABI_LOSS_COUNT)            \
     X(MPCL_ABI_LOSS_WG)               \
+    X(MPCL_ABI_LOSS_GROUP_ROWS)       \
+    X(MPCL_ABI_LOSS_PART_LOSS)        \
+    X(MPCL_ABI_LOSS_PART_METRIC)      \
+    X(MPCL_ABI_LOSS_PART_CORRECT)     \
+    X(MPCL_ABI_LOSS_PART_VALID)       \
+    X(MPCL_ABI_LOSS_PART_TERMS)       \
+    X(MPCL_ABI_LOSS_PART_BAD)         \
+    X(MPCL_ABI_LOSS_PART_FIRST_BAD)   \
+    X(MPCL_ABI_LOSS_PART_BAD_COL)     \
+    X(MPCL_ABI_LOSS_PART_BAD_TARGET)  \
+    X(MPCL_ABI_LOSS_PART_WORDS)       \
     X(MPCL_ABI_LS_GOOD)               \
     X(MPCL_ABI_LS_FOUND_INF)          \
     X(MPCL_ABI_LS_SKIPPED)            \

@@ -90,7 +90,8 @@ inline float dense_lane_sum(float8 v) {
     __kernel __attribute__((reqd_work_group_size(MPCL_ABI_LOSS_WG, 1, 1))) void mpcl_##NAME(      \
         __global uint *stats, __global storage_t *d_pred, __global const storage_t *pred,         \
         __global const float *targets, uint rows, uint grad_rows, uint cols,                      \
-        __global const float *scale_buf, float scale_value, int use_scale_buf, int write_grad) {  \
+        __global const float *scale_buf, float scale_value, int use_scale_buf, int write_grad,   \
+        __global uint *partials) {                                                                \
         __local float l_loss[MPCL_ABI_LOSS_WG], l_metric[MPCL_ABI_LOSS_WG];                       \
         __local uint l_correct[MPCL_ABI_LOSS_WG], l_valid[MPCL_ABI_LOSS_WG];                      \
         __local uint l_bad[MPCL_ABI_LOSS_WG], l_first[MPCL_ABI_LOSS_WG];                          \
@@ -101,7 +102,9 @@ inline float dense_lane_sum(float8 v) {
             g = (use_scale_buf ? scale_buf[0] : scale_value) / ((float)grad_rows * (float)cols);  \
         float8 loss = 0.0f, metric = 0.0f, hits = 0.0f;                                           \
         uint valid = 0, bad = 0, first_bad = UINT_MAX;                                            \
-        for (uint r = lid; r < rows; r += MPCL_ABI_LOSS_WG) {                                     \
+        const uint first = get_group_id(0) * MPCL_ABI_LOSS_GROUP_ROWS;                            \
+        const uint end = min(rows, first + MPCL_ABI_LOSS_GROUP_ROWS);                             \
+        for (uint r = first + lid; r < end; r += MPCL_ABI_LOSS_WG) {                              \
             const uint base = r * cols;                                                           \
             int8 ok = -1;                                                                         \
             for (uint c = 0; c < cols; c += 8u)                                                   \
@@ -142,7 +145,7 @@ inline float dense_lane_sum(float8 v) {
                 bad_col++;                                                                        \
             bad_bits = as_uint(targets[base + bad_col]);                                          \
         }                                                                                         \
-        loss_stats_add(stats, KIND, l_loss[0], l_metric[0], l_correct[0], l_valid[0],             \
+        loss_group_out(stats, partials, KIND, l_loss[0], l_metric[0], l_correct[0], l_valid[0],   \
                        l_valid[0] * cols, l_bad[0], l_first[0], bad_col, bad_bits);               \
     }
 

@@ -17,11 +17,13 @@ typedef struct shape {
 } shape;
 
 /* One row, one column, a B that is not a multiple of anything, rows of
- * whole eight-column vectors with a tail (3x17), and Bs past one work-group
- * of the loss kernels (MPCL_ABI_LOSS_WG = 64 rows at a time). Slow
- * implementations stop before the last. */
-static const shape shapes[] = {{1, 1}, {1, 7}, {5, 1}, {37, 3}, {3, 17}, {70, 2}, {130, 10}};
-static const size_t slow_shapes = 6;
+ * whole eight-column vectors with a tail (3x17), Bs past one pass of the
+ * loss kernels' work-group (MPCL_ABI_LOSS_WG = 64 rows at a time), and
+ * past one group of them (MPCL_ABI_LOSS_GROUP_ROWS = 512: two groups, the
+ * last short; three). Slow implementations stop before the last two. */
+static const shape shapes[] = {{1, 1},  {1, 7},   {5, 1},    {37, 3},  {3, 17},
+                               {70, 2}, {600, 2}, {130, 10}, {1100, 3}};
+static const size_t slow_shapes = 7;
 
 static const mpcl_dtype storages[] = {MPCL_DTYPE_F32, MPCL_DTYPE_F16, MPCL_DTYPE_BF16};
 #define NSTORAGES (sizeof storages / sizeof storages[0])

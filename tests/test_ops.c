@@ -575,6 +575,11 @@ static void test_softmax_xent(void **state) {
              * loss is up to 2e4 per row and everything stays finite. */
             check_xent_case(ctx, &r, storages[d], (xent_case){s, 0, 0, true, 1});
         }
+        /* Batches of several work-groups (MPCL_ABI_LOSS_GROUP_ROWS = 512
+         * rows each): two, the last short; three of a GPT's 256 classes. */
+        check_xent_case(ctx, &r, storages[d], (xent_case){{600, 3}, -5, 5, false, 1});
+        if (!tu_slow_device(ctx))
+            check_xent_case(ctx, &r, storages[d], (xent_case){{1100, 256}, -5, 5, false, 1});
     }
     mpcl_context_destroy(ctx);
 }
@@ -616,19 +621,21 @@ static void test_xent_overflow(void **state) {
 }
 
 /* The first bad row is found wherever it lies: the kernel takes eight rows
- * per lane group and 512 per pass of its work-group, so a batch of 601 rows
- * with bad labels at 530 (second pass, an inner lane) and 600 (the last, a
- * group of one live lane) must name 530. */
+ * per lane group and 512 per work-group, so a batch of 1201 rows with bad
+ * labels at 530 (the second group, an inner lane), 600 (a lane group of
+ * one live lane) and 1100 (the third group) must name 530, whichever group
+ * finishes first. */
 static void test_xent_bad_label_late_row(void **state) {
     (void)state;
     mpcl_context *ctx = tu_context();
-    enum { B = 601, C = 3 };
+    enum { B = 1201, C = 3 };
     static float logits[B * C];
     static int32_t labels[B];
     for (size_t i = 0; i < B * C; i++) logits[i] = (float)(i % 7) - 3;
     for (size_t b = 0; b < B; b++) labels[b] = (int32_t)(b % C);
     labels[530] = 7;
     labels[600] = -2;
+    labels[1100] = 9;
     mpcl_tensor *t_logits = tu_tensor_from(ctx, MPCL_DTYPE_F32, B, C, logits);
     mpcl_tensor *t_labels = tu_tensor(ctx, MPCL_DTYPE_I32, B, 1);
     TU_ASSERT_OK(mpcl_tensor_upload_i32(t_labels, labels, B));
@@ -637,10 +644,10 @@ static void test_xent_bad_label_late_row(void **state) {
     TU_ASSERT_OK(mpcl_softmax_xent_forward(ctx, stats, t_logits, t_labels));
     mpcl_xent_stats s;
     assert_int_equal(mpcl_xent_stats_read(ctx, stats, &s, true), MPCL_ERR_LABEL);
-    assert_int_equal(s.bad, 2);
+    assert_int_equal(s.bad, 3);
     assert_int_equal(s.bad_row, 530);
     assert_int_equal(s.bad_label, 7);
-    assert_int_equal(s.samples, B - 2);
+    assert_int_equal(s.samples, B - 3);
     mpcl_tensor *all[] = {t_logits, t_labels, stats};
     for (size_t i = 0; i < 3; i++) mpcl_tensor_destroy(all[i]);
     mpcl_context_destroy(ctx);

@@ -185,6 +185,26 @@ static mpcl_status check_loss_args(mpcl_context *ctx, const char *op, mpcl_loss 
     return MPCL_OK;
 }
 
+/* The context's partials buffer, grown to hold `groups` groups' words. */
+static mpcl_status loss_partials(mpcl_context *ctx, size_t groups, cl_mem *out) {
+    size_t bytes = groups * MPCL_ABI_LOSS_PART_WORDS * sizeof(cl_uint);
+    if (bytes > ctx->loss_partials_bytes) {
+        cl_int err;
+        cl_mem mem = clCreateBuffer(ctx->cl, CL_MEM_READ_WRITE, bytes, NULL, &err);
+        if (err != CL_SUCCESS)
+            return MPCL_ERROR(ctx, mpcl__cl_status(err),
+                              "clCreateBuffer(%zu bytes of loss partials) returned %s (%d)", bytes,
+                              mpcl_cl_error_name(err), (int)err);
+        /* Commands already enqueued on the old buffer keep it alive. */
+        if (ctx->loss_partials) clReleaseMemObject(ctx->loss_partials);
+        mpcl__count_bytes(ctx, bytes - ctx->loss_partials_bytes);
+        ctx->loss_partials = mem;
+        ctx->loss_partials_bytes = bytes;
+    }
+    *out = ctx->loss_partials;
+    return MPCL_OK;
+}
+
 /* Without d_pred the forward alone (the kernel writes no gradient).
  * grad_rows: the B the gradient is divided by (the rows of pred, or a
  * data-parallel replica's global batch). */
@@ -200,14 +220,26 @@ static mpcl_status loss_launch(mpcl_context *ctx, const char *op, mpcl_loss loss
     cl_uint divisor = (cl_uint)grad_rows;
     cl_float scale_value = 1.0f;
     cl_int use_scale_buf = scale != NULL, write_grad = d_pred != NULL;
+    /* A group per MPCL_ABI_LOSS_GROUP_ROWS rows (cl/loss.cl); with more
+     * than one, their partials, then mpcl_loss_finish. */
+    size_t groups = (pred->rows + MPCL_ABI_LOSS_GROUP_ROWS - 1) / MPCL_ABI_LOSS_GROUP_ROWS;
+    cl_mem partials = stats->mem; /* a stand-in for one group, which writes none */
+    if (groups > 1) TRY(loss_partials(ctx, groups, &partials));
     /* Arguments the kernel does not touch get a stand-in buffer. */
     cl_mem d_mem = d_pred ? d_pred->mem : pred->mem;
     cl_mem scale_mem = scale ? scale->mem : stats->mem;
     TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(stats->mem), MPCL_ARG(d_mem), MPCL_ARG(pred->mem),
                        MPCL_ARG(targets->mem), MPCL_ARG(rows), MPCL_ARG(divisor), MPCL_ARG(cols),
                        MPCL_ARG(scale_mem), MPCL_ARG(scale_value), MPCL_ARG(use_scale_buf),
-                       MPCL_ARG(write_grad), MPCL_ARGS_END));
-    return mpcl__launch_1d(ctx, k, name, MPCL_ABI_LOSS_WG, MPCL_ABI_LOSS_WG);
+                       MPCL_ARG(write_grad), MPCL_ARG(partials), MPCL_ARGS_END));
+    TRY(mpcl__launch_1d(ctx, k, name, groups * MPCL_ABI_LOSS_WG, MPCL_ABI_LOSS_WG));
+    if (groups == 1) return MPCL_OK;
+    static const char finish[] = "mpcl_loss_finish";
+    TRY(mpcl__kernel(ctx, pred->dtype, finish, &k));
+    cl_uint n = (cl_uint)groups, kind = (cl_uint)loss;
+    TRY(mpcl__set_args(ctx, k, finish, MPCL_ARG(stats->mem), MPCL_ARG(partials), MPCL_ARG(n),
+                       MPCL_ARG(kind), MPCL_ARGS_END));
+    return mpcl__launch_1d(ctx, k, finish, 1, 1);
 }
 
 mpcl_status mpcl_loss_forward(mpcl_context *ctx, mpcl_loss loss, mpcl_tensor *stats,

@@ -244,6 +244,9 @@ struct mpcl_context {
      * reused by every call: the queue is in order. */
     cl_mem gemm_scratch[MPCL__GEMM_SCRATCH_SLOTS];
     size_t gemm_scratch_bytes[MPCL__GEMM_SCRATCH_SLOTS];
+    /* The loss kernels' per-group partials (losses.c), grown on demand. */
+    cl_mem loss_partials;
+    size_t loss_partials_bytes;
     uint64_t launches;      /* kernels and CLBlast calls enqueued */
     uint64_t syncs;         /* blocking calls: finishes, blocking reads and writes */
     mpcl__profile *profile; /* NULL unless MPCL_PROFILE=1 */
