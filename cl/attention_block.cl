@@ -8,7 +8,8 @@
 // work-item per row, with a horizontal sum per dot product, took a quarter
 // of a GPT step on PoCL.
 //
-// The operands come packed, per head, as f32 (mpcl_attention_pack): rows
+// The operands come packed, per head, as f32 (mpcl_attention_pack_qkv and
+// mpcl_attention_pack_dy): rows
 // [B H, Tp, hsp] (q, k, v, dy: head size hs padded with zeros to hsp, a
 // multiple of 16; positions to Tp) and their transposes [B H, hsp, Tp] (k,
 // v), so that every vector load is whole and in range. att and dscore rows
@@ -35,7 +36,8 @@ inline float8 attn_pack8(__global float *rows, size_t to, __global const storage
     float8 v = d + 8u <= hs ? LOAD8(src, from + d)
                : d < hs     ? LOAD8_PART(src, from + d, hs - d)
                             : (float8)(0.0f);
-    v = select(v, (float8)(0.0f), (int8)(0, 1, 2, 3, 4, 5, 6, 7) + (int8)((int)d) >= (int8)((int)hs));
+    const int8 lane = (int8)(0, 1, 2, 3, 4, 5, 6, 7) + (int8)((int)d);
+    v = select(v, (float8)(0.0f), lane >= (int8)((int)hs));
     GSTORE_U(float8, rows + to + d, v);
     return v;
 }
@@ -87,7 +89,8 @@ __kernel void mpcl_attention_pack_dy(__global float *rows, __global const storag
     uint t = item % Tp, bh = item / Tp, h = bh % H, b = bh / H;
     uint hs = t < T ? C / H : 0u;
     size_t from = ((size_t)b * T + min(t, T - 1)) * C + (size_t)h * (C / H);
-    for (uint d = 0; d < hsp; d += 8u) attn_pack8(rows, attn_packed_at(bh, t, Tp, hsp), dy, from, d, hs);
+    size_t to = attn_packed_at(bh, t, Tp, hsp);
+    for (uint d = 0; d < hsp; d += 8u) attn_pack8(rows, to, dy, from, d, hs);
 }
 
 // Lanes 0 .. n - 1 of v (n <= 16) into p[i ..], in the storage dtype.
@@ -237,7 +240,8 @@ __kernel void mpcl_attention_backward_query_block(
         float total = attn_sum16(dot);
         for (uint c = 0; c < width; c += 16u)
             GSTORE_U(float16, dscore + row + c,
-                     GLOAD_U(float16, att + row + c) * (GLOAD_U(float16, dscore + row + c) - total));
+                     GLOAD_U(float16, att + row + c) *
+                         (GLOAD_U(float16, dscore + row + c) - total));
     }
     ATTN_WV(dqkv, 3 * C, (size_t)h * hs, dscore, k + head_rows, keys, scale)
 }

@@ -193,7 +193,8 @@ __kernel void mpcl_layernorm_backward_x_row(__global storage_t *dx, __global con
     for (uint c = 0; c < body; c += 8u) {
         float8 xhat = (LOAD8(x, row + c) - mean) * inv_std;
         STORE8(dx, row + c,
-               inv_std * (LOAD8(dy, row + c) * LOAD_FLOAT8(gamma, c) - mean_g - xhat * mean_g_xhat));
+               inv_std * (LOAD8(dy, row + c) * LOAD_FLOAT8(gamma, c) - mean_g -
+                          xhat * mean_g_xhat));
     }
     for (uint c = body; c < cols; c++) {
         float xhat = (LOAD(x, row + c) - mean) * inv_std;

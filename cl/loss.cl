@@ -80,9 +80,10 @@ inline void loss_kahan_add(__global uint *stats, uint at, uint comp, float x) {
 }
 
 // Adds one call's reduced sums (entry 0 of the arrays above, or the sum of
-// the groups' partials) to the stats, by a single work-item. terms: the loss terms summed; the first bad row (if
-// any) is recorded with its column and target bits when it is the first
-// since the reset. kind: the MPCL_ABI_LOSS_* code.
+// the groups' partials) to the stats, by a single work-item. terms: the
+// loss terms summed; the first bad row (if any) is recorded with its column
+// and target bits when it is the first since the reset. kind: the
+// MPCL_ABI_LOSS_* code.
 inline void loss_stats_add(__global uint *stats, uint kind, float loss, float metric, uint correct,
                            uint valid, uint terms, uint bad, uint first_bad, uint bad_col,
                            uint bad_target) {
