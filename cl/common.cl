@@ -197,6 +197,16 @@ typedef ushort16 __attribute__((aligned(2))) mpcl_ushort16_u;
 #define LOAD8_PART(p, i, n) LOAD8_PART_WITH(LOAD, (p), (i), (n))
 #define STORE8_PART(p, i, n, v) STORE8_PART_WITH(STORE, (p), (i), (n), (v))
 
+// The lanes of v added in order, through a private array: Oclgrind's
+// --uninitialized check crashed on the swizzles of a horizontal sum.
+inline float lanes_sum8(float8 v) {
+    float a[8];
+    vstore8(v, 0, a);
+    float s = 0.0f;
+    for (uint k = 0; k < 8; k++) s += a[k];
+    return s;
+}
+
 // A storage element's raw bits (float for f32, ushort for f16 and bf16),
 // for kernels that gather elements one by one (the GEMM's transposed or
 // narrow operands, the loss's rows) and convert eight at once: a scalar

@@ -78,20 +78,12 @@ __kernel __attribute__((reqd_work_group_size(BN_WG, 1, 1))) void mpcl_layernorm_
 // The same three on CPU devices (MPCL_NORM=row; layer_normalization.c picks):
 // one work-item per row, or per eight channels for gamma's and beta's
 // gradients, each summing eight lanes at a time in index order and the
-// lanes in a fixed order at the end (ln_sum8). A row of a few hundred
+// lanes in order at the end (common.cl's lanes_sum8). A row of a few hundred
 // channels is a few cache lines, less work than a work-group's barriers on
 // a CPU. Deterministic as the group kernels, though their sums run in
 // another order. The lanes are explicit: a scalar loop per row left PoCL
 // to vectorize across rows, a gather per load (the GPT's [2048, 128] rows:
 // 205 us forward, 291 us for the parameters' gradients).
-
-// The lanes' sum, through a private array: Oclgrind's --uninitialized
-// check crashed on the swizzles of a horizontal sum (as in loss.cl).
-inline float ln_sum8(float8 v) {
-    float a[8];
-    vstore8(v, 0, a);
-    return ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
-}
 
 // mean and biased variance of a row, two passes; the first sums the
 // values less the row's first (shifted data), so that a large common offset
@@ -101,7 +93,7 @@ inline float2 ln_row_mean_var(__global const storage_t *x, size_t row, uint cols
     float shift = LOAD(x, row);
     float8 s8 = (float8)(0.0f);
     for (uint c = 0; c < body; c += 8u) s8 += LOAD8(x, row + c) - shift;
-    float s = ln_sum8(s8);
+    float s = lanes_sum8(s8);
     for (uint c = body; c < cols; c++) s += LOAD(x, row + c) - shift;
     float mean = shift + s / (float)cols;
     float8 v8 = (float8)(0.0f);
@@ -109,7 +101,7 @@ inline float2 ln_row_mean_var(__global const storage_t *x, size_t row, uint cols
         float8 d = LOAD8(x, row + c) - mean;
         v8 = fma(d, d, v8);
     }
-    float v = ln_sum8(v8);
+    float v = lanes_sum8(v8);
     for (uint c = body; c < cols; c++) {
         float d = LOAD(x, row + c) - mean;
         v = fma(d, d, v);
@@ -183,7 +175,7 @@ __kernel void mpcl_layernorm_backward_x_row(__global storage_t *dx, __global con
         s8 += g;
         t8 = fma(g, (LOAD8(x, row + c) - mean) * inv_std, t8);
     }
-    float s = ln_sum8(s8), t = ln_sum8(t8);
+    float s = lanes_sum8(s8), t = lanes_sum8(t8);
     for (uint c = body; c < cols; c++) {
         float g = LOAD(dy, row + c) * gamma[c];
         s += g;

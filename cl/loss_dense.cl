@@ -76,15 +76,6 @@ inline void dense_store8(__global storage_t *p, uint i, uint n, float8 v) {
     for (uint k = 0; k < n; k++) STORE(p, i + k, a[k]);
 }
 
-// The lanes of v added in order (through a private array: Oclgrind's
-// --uninitialized check crashed on the swizzles of a horizontal sum).
-inline float dense_lane_sum(float8 v) {
-    float a[8];
-    vstore8(v, 0, a);
-    float s = 0.0f;
-    for (uint k = 0; k < 8; k++) s += a[k];
-    return s;
-}
 
 #define DENSE_LOSS_KERNEL(NAME, KIND)                                                             \
     __kernel __attribute__((reqd_work_group_size(MPCL_ABI_LOSS_WG, 1, 1))) void mpcl_##NAME(      \
@@ -130,9 +121,9 @@ inline float dense_lane_sum(float8 v) {
             }                                                                                     \
             valid++;                                                                              \
         }                                                                                         \
-        l_loss[lid] = dense_lane_sum(loss);                                                       \
-        l_metric[lid] = dense_lane_sum(metric);                                                   \
-        l_correct[lid] = (uint)dense_lane_sum(hits);                                              \
+        l_loss[lid] = lanes_sum8(loss);                                                           \
+        l_metric[lid] = lanes_sum8(metric);                                                       \
+        l_correct[lid] = (uint)lanes_sum8(hits);                                                  \
         l_valid[lid] = valid;                                                                     \
         l_bad[lid] = bad;                                                                         \
         l_first[lid] = first_bad;                                                                 \

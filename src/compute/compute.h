@@ -97,6 +97,11 @@ mpcl_status mpcl__set_args(mpcl_context *ctx, cl_kernel k, const char *name, ...
 #define MPCL_ARG(x) sizeof(x), (const void *)&(x)
 #define MPCL_ARGS_END (size_t)0
 
+/* Workspace `slot` of ctx (MPCL__WORKSPACE_* in runtime/runtime.h) with at
+ * least `bytes` bytes: grown when smaller (never shrunk), counted in the
+ * context's device bytes. Valid until the next call for the same slot. */
+mpcl_status mpcl__workspace(mpcl_context *ctx, int slot, size_t bytes, cl_mem *out);
+
 /* Enqueues a 1-D kernel over n items; the global size is rounded up to a
  * multiple of `local` (0 lets the driver choose the work-group). */
 mpcl_status mpcl__launch_1d(mpcl_context *ctx, cl_kernel k, const char *name, size_t n,

@@ -200,31 +200,21 @@ cleanup:
     return st;
 }
 
-/* An f32 rows x cols tensor value over workspace `slot`, grown (never
- * shrunk) to fit; it shares the workspace's memory and is never destroyed. */
+/* An f32 rows x cols tensor value over workspace `slot` (mpcl__workspace);
+ * it shares the workspace's memory and is never destroyed. */
 static mpcl_status scratch(mpcl_context *ctx, int slot, size_t rows, size_t cols,
                            mpcl_tensor *out) {
-    mpcl_status st = MPCL_OK;
     size_t bytes = rows * cols * sizeof(float);
-    if (bytes > ctx->gemm_scratch_bytes[slot]) {
-        cl_int err;
-        cl_mem mem = clCreateBuffer(ctx->cl, CL_MEM_READ_WRITE, bytes, NULL, &err);
-        CHECK_CL(ctx, err);
-        /* Commands already enqueued on the old buffer keep it alive. */
-        if (ctx->gemm_scratch[slot]) clReleaseMemObject(ctx->gemm_scratch[slot]);
-        mpcl__count_bytes(ctx, bytes - ctx->gemm_scratch_bytes[slot]);
-        ctx->gemm_scratch[slot] = mem;
-        ctx->gemm_scratch_bytes[slot] = bytes;
-    }
+    cl_mem mem;
+    TRY(mpcl__workspace(ctx, slot, bytes, &mem));
     *out = (mpcl_tensor){.ctx = ctx,
-                         .mem = ctx->gemm_scratch[slot],
+                         .mem = mem,
                          .dtype = MPCL_DTYPE_F32,
                          .rows = rows,
                          .cols = cols,
                          .bytes = bytes,
                          .view = true};
-cleanup:
-    return st;
+    return MPCL_OK;
 }
 
 /* clblast-staged: A and B widened to f32 (exact), SGEMM, and C rounded once

@@ -185,26 +185,6 @@ static mpcl_status check_loss_args(mpcl_context *ctx, const char *op, mpcl_loss 
     return MPCL_OK;
 }
 
-/* The context's partials buffer, grown to hold `groups` groups' words. */
-static mpcl_status loss_partials(mpcl_context *ctx, size_t groups, cl_mem *out) {
-    size_t bytes = groups * MPCL_ABI_LOSS_PART_WORDS * sizeof(cl_uint);
-    if (bytes > ctx->loss_partials_bytes) {
-        cl_int err;
-        cl_mem mem = clCreateBuffer(ctx->cl, CL_MEM_READ_WRITE, bytes, NULL, &err);
-        if (err != CL_SUCCESS)
-            return MPCL_ERROR(ctx, mpcl__cl_status(err),
-                              "clCreateBuffer(%zu bytes of loss partials) returned %s (%d)", bytes,
-                              mpcl_cl_error_name(err), (int)err);
-        /* Commands already enqueued on the old buffer keep it alive. */
-        if (ctx->loss_partials) clReleaseMemObject(ctx->loss_partials);
-        mpcl__count_bytes(ctx, bytes - ctx->loss_partials_bytes);
-        ctx->loss_partials = mem;
-        ctx->loss_partials_bytes = bytes;
-    }
-    *out = ctx->loss_partials;
-    return MPCL_OK;
-}
-
 /* Without d_pred the forward alone (the kernel writes no gradient).
  * grad_rows: the B the gradient is divided by (the rows of pred, or a
  * data-parallel replica's global batch). */
@@ -224,7 +204,9 @@ static mpcl_status loss_launch(mpcl_context *ctx, const char *op, mpcl_loss loss
      * than one, their partials, then mpcl_loss_finish. */
     size_t groups = (pred->rows + MPCL_ABI_LOSS_GROUP_ROWS - 1) / MPCL_ABI_LOSS_GROUP_ROWS;
     cl_mem partials = stats->mem; /* a stand-in for one group, which writes none */
-    if (groups > 1) TRY(loss_partials(ctx, groups, &partials));
+    if (groups > 1)
+        TRY(mpcl__workspace(ctx, MPCL__WORKSPACE_LOSS_PARTIALS,
+                            groups * MPCL_ABI_LOSS_PART_WORDS * sizeof(cl_uint), &partials));
     /* Arguments the kernel does not touch get a stand-in buffer. */
     cl_mem d_mem = d_pred ? d_pred->mem : pred->mem;
     cl_mem scale_mem = scale ? scale->mem : stats->mem;

@@ -272,6 +272,24 @@ size_t mpcl__local_size(mpcl_context *ctx, cl_kernel k, size_t want) {
     return want ? want : 1;
 }
 
+mpcl_status mpcl__workspace(mpcl_context *ctx, int slot, size_t bytes, cl_mem *out) {
+    if (bytes > ctx->workspace_bytes[slot]) {
+        cl_int err;
+        cl_mem mem = clCreateBuffer(ctx->cl, CL_MEM_READ_WRITE, bytes, NULL, &err);
+        if (err != CL_SUCCESS)
+            return MPCL_ERROR(ctx, mpcl__cl_status(err),
+                              "clCreateBuffer(%zu bytes of workspace %d) returned %s (%d)", bytes,
+                              slot, mpcl_cl_error_name(err), (int)err);
+        /* Commands already enqueued on the old buffer keep it alive. */
+        if (ctx->workspace[slot]) clReleaseMemObject(ctx->workspace[slot]);
+        mpcl__count_bytes(ctx, bytes - ctx->workspace_bytes[slot]);
+        ctx->workspace[slot] = mem;
+        ctx->workspace_bytes[slot] = bytes;
+    }
+    *out = ctx->workspace[slot];
+    return MPCL_OK;
+}
+
 mpcl_status mpcl__launch_1d(mpcl_context *ctx, cl_kernel k, const char *name, size_t n,
                             size_t local) {
     size_t global = round_up(n, local);

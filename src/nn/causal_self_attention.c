@@ -37,8 +37,9 @@ typedef struct projection {
     mpcl_tensor *dw;     /* [in, out] view of the gradient arena */
 } projection;
 
-/* The block layout's operands, packed per head in f32 (mpcl_attention_pack):
- * rows [max_batch H Tp, hsp] and transposes [max_batch H hsp, Tp]. */
+/* The block layout's operands, packed per head in f32
+ * (mpcl_attention_pack_qkv and _dy): rows [max_batch H Tp, hsp] and
+ * transposes [max_batch H hsp, Tp]. */
 enum { PACK_Q, PACK_K, PACK_V, PACK_DY, PACK_KT, PACK_VT, PACKS };
 
 typedef struct attn {
@@ -46,14 +47,19 @@ typedef struct attn {
     bool block; /* the block layout (else a work-item per row) */
     size_t Tp;  /* positions padded to the block layout's 16-wide chunks */
     size_t hsp; /* head size padded likewise */
-    size_t ld;  /* the row stride of att and dscore: Tp (block) or T */
     projection proj[PROJECTIONS];
     mpcl_tensor *qkv, *dqkv;  /* [max_batch T, 3C] storage */
     mpcl_tensor *y, *dy;      /* [max_batch T, C] storage: the heads' outputs */
-    mpcl_tensor *att;         /* [max_batch H T, ld] f32: the probabilities */
-    mpcl_tensor *dscore;      /* [max_batch H T, ld] f32: the scores' gradient */
+    mpcl_tensor *att;         /* [max_batch H T, att_ld] f32: the probabilities */
+    mpcl_tensor *dscore;      /* [max_batch H T, att_ld] f32: the scores' gradient */
     mpcl_tensor *pack[PACKS]; /* block layout only */
 } attn;
+
+/* The row stride of att and dscore: the block layout pads rows to whole
+ * 16-wide chunks. */
+static size_t att_ld(const attn *a) {
+    return a->block ? a->Tp : a->T;
+}
 
 static size_t round_up_chunk(size_t n) {
     return (n + MPCL_ABI_ATTN_CHUNK - 1) / MPCL_ABI_ATTN_CHUNK * MPCL_ABI_ATTN_CHUNK;
@@ -133,15 +139,14 @@ static mpcl_status attn_create(mpcl__layer *L, const mpcl__tables *t, const mpcl
     mpcl_context *ctx = env->ctx;
     size_t positions = env->max_batch * a->T, C = a->C, rows = positions * a->H;
     a->block = block_layout(ctx);
-    a->ld = a->block ? a->Tp : a->T;
     TRY(create_projection(&a->proj[C_ATTN], env, t, ar, C, 3 * C, positions));
     TRY(create_projection(&a->proj[C_PROJ], env, t, ar, C, C, positions));
     TRY(mpcl_tensor_create(ctx, env->storage, positions, 3 * C, &a->qkv));
     TRY(mpcl_tensor_create(ctx, env->storage, positions, 3 * C, &a->dqkv));
     TRY(mpcl_tensor_create(ctx, env->storage, positions, C, &a->y));
     TRY(mpcl_tensor_create(ctx, env->storage, positions, C, &a->dy));
-    TRY(mpcl_tensor_create(ctx, MPCL_DTYPE_F32, rows, a->ld, &a->att));
-    TRY(mpcl_tensor_create(ctx, MPCL_DTYPE_F32, rows, a->ld, &a->dscore));
+    TRY(mpcl_tensor_create(ctx, MPCL_DTYPE_F32, rows, att_ld(a), &a->att));
+    TRY(mpcl_tensor_create(ctx, MPCL_DTYPE_F32, rows, att_ld(a), &a->dscore));
     size_t heads = env->max_batch * a->H;
     for (int i = 0; a->block && i < PACKS; i++) {
         bool transposed = i == PACK_KT || i == PACK_VT;
@@ -181,7 +186,7 @@ static float score_scale(const attn *a) {
 static mpcl_status launch(const attn *a, mpcl_context *ctx, cl_kernel k, const char *name,
                           cl_uint first, size_t B) {
     cl_uint T = (cl_uint)a->T, Tp = (cl_uint)a->Tp, C = (cl_uint)a->C, H = (cl_uint)a->H;
-    cl_uint hsp = (cl_uint)a->hsp, ld = (cl_uint)a->ld;
+    cl_uint hsp = (cl_uint)a->hsp, ld = (cl_uint)att_ld(a);
     size_t per_head = a->block ? (a->T + MPCL_ABI_ATTN_ROWS - 1) / MPCL_ABI_ATTN_ROWS : a->T;
     cl_uint items = (cl_uint)(B * a->H * per_head);
     float scale = score_scale(a);
@@ -315,7 +320,7 @@ static mpcl_status attn_forward_step(mpcl__layer *L, const mpcl_tensor *x, size_
     cl_kernel k;
     TRY(mpcl__kernel(ctx, env->storage, name, &k));
     cl_uint T = (cl_uint)a->T, C = (cl_uint)a->C, H = (cl_uint)a->H, position = (cl_uint)t;
-    cl_uint ld = (cl_uint)a->ld;
+    cl_uint ld = (cl_uint)att_ld(a);
     float scale = score_scale(a);
     TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(a->att->mem), MPCL_ARG(a->y->mem),
                        MPCL_ARG(a->qkv->mem), MPCL_ARG(T), MPCL_ARG(C), MPCL_ARG(H), MPCL_ARG(ld),

@@ -77,9 +77,8 @@ void mpcl_context_destroy(mpcl_context *ctx) {
      * Oclgrind's heap at exit. */
     CLBlastClearCache();
     for (int i = 0; i < ctx->kernel_count; i++) clReleaseKernel(ctx->kernels[i].kernel);
-    for (int i = 0; i < MPCL__GEMM_SCRATCH_SLOTS; i++)
-        if (ctx->gemm_scratch[i]) clReleaseMemObject(ctx->gemm_scratch[i]);
-    if (ctx->loss_partials) clReleaseMemObject(ctx->loss_partials);
+    for (int i = 0; i < MPCL__WORKSPACE_SLOTS; i++)
+        if (ctx->workspace[i]) clReleaseMemObject(ctx->workspace[i]);
     for (int i = 0; i < MPCL_DTYPE_COUNT; i++)
         if (ctx->programs[i]) clReleaseProgram(ctx->programs[i]);
     if (ctx->queue) clReleaseCommandQueue(ctx->queue);

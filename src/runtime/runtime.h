@@ -219,7 +219,11 @@ void mpcl__profile_record(mpcl_context *ctx, const char *name);
 /* ---- context ---- */
 
 #define MPCL__MAX_KERNELS 256
-#define MPCL__GEMM_SCRATCH_SLOTS 3
+/* The context's workspaces (compute/tensor.c's mpcl__workspace): slots 0-2
+ * are the GEMM's (clblast-staged's A, B and C; the packs and the staged
+ * transpose reuse 0 and 1), the last the loss kernels' group partials. */
+#define MPCL__WORKSPACE_LOSS_PARTIALS 3
+#define MPCL__WORKSPACE_SLOTS 4
 
 struct mpcl_context {
     cl_platform_id platform;
@@ -240,13 +244,10 @@ struct mpcl_context {
     mpcl__gemm_tiles gemm_tiles;  /* mpcl's GEMM tiles; AUTO but in tests */
     unsigned gemm_strip;          /* tiles per item (a strip); 0: by the shape */
     size_t bytes_now, bytes_peak; /* tensors and workspaces */
-    /* The clblast-staged GEMM's f32 workspaces (A, B, C), grown on demand and
-     * reused by every call: the queue is in order. */
-    cl_mem gemm_scratch[MPCL__GEMM_SCRATCH_SLOTS];
-    size_t gemm_scratch_bytes[MPCL__GEMM_SCRATCH_SLOTS];
-    /* The loss kernels' per-group partials (losses.c), grown on demand. */
-    cl_mem loss_partials;
-    size_t loss_partials_bytes;
+    /* Workspaces, grown on demand (never shrunk) and reused by every call:
+     * the queue is in order. */
+    cl_mem workspace[MPCL__WORKSPACE_SLOTS];
+    size_t workspace_bytes[MPCL__WORKSPACE_SLOTS];
     uint64_t launches;      /* kernels and CLBlast calls enqueued */
     uint64_t syncs;         /* blocking calls: finishes, blocking reads and writes */
     mpcl__profile *profile; /* NULL unless MPCL_PROFILE=1 */
