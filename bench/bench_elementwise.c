@@ -24,6 +24,13 @@ static mpcl_status relu_fwd(mpcl_context *ctx, mpcl_tensor *const *t) {
 static mpcl_status relu_bwd(mpcl_context *ctx, mpcl_tensor *const *t) {
     return mpcl_bias_act_backward(ctx, t[2], t[0], t[1], MPCL_ACT_RELU);
 }
+/* GELU's cost is its arithmetic, not its bytes: the GPT's MLP runs it. */
+static mpcl_status gelu_fwd(mpcl_context *ctx, mpcl_tensor *const *t) {
+    return mpcl_bias_act_forward_z(ctx, t[1], t[2], t[0], t[4], MPCL_ACT_GELU);
+}
+static mpcl_status gelu_bwd(mpcl_context *ctx, mpcl_tensor *const *t) {
+    return mpcl_bias_act_backward(ctx, t[1], t[0], t[2], MPCL_ACT_GELU);
+}
 static mpcl_status bias_grad(mpcl_context *ctx, mpcl_tensor *const *t) {
     return mpcl_bias_grad(ctx, t[5], t[0]);
 }
@@ -68,7 +75,7 @@ static double memcpy_seconds(void) {
 int bench_cmd_elementwise(mpcl_context *ctx, const bench_opts *opts) {
     const double n = (double)ROWS * COLS;
     double host = memcpy_seconds(), host_gbs = 2 * n * 4 / host * 1e-9;
-    ew_row rows[16];
+    ew_row rows[24];
     size_t nrow = 0;
     const mpcl_dtype storages[] = {MPCL_DTYPE_F32, MPCL_DTYPE_F16, MPCL_DTYPE_BF16};
     for (int s = 0; s < 3; s++) {
@@ -91,18 +98,23 @@ int bench_cmd_elementwise(mpcl_context *ctx, const bench_opts *opts) {
             return bench_fail("allocating 16 MB tensors", st);
         }
         const char *tag = mpcl_dtype_name(d);
-        static char names[15][48];
-        snprintf(names[5 * s + 0], sizeof names[0], "bias+relu forward %s", tag);
-        snprintf(names[5 * s + 1], sizeof names[0], "relu backward %s", tag);
-        snprintf(names[5 * s + 2], sizeof names[0], "bias grad %s", tag);
-        snprintf(names[5 * s + 3], sizeof names[0], "cast f32->%s", tag);
-        snprintf(names[5 * s + 4], sizeof names[0], "cast %s->f32", tag);
-        rows[nrow++] = (ew_row){names[5 * s + 0], 2 * n * e, time_fn(ctx, relu_fwd, t)};
-        rows[nrow++] = (ew_row){names[5 * s + 1], 3 * n * e, time_fn(ctx, relu_bwd, t)};
-        rows[nrow++] = (ew_row){names[5 * s + 2], n * e, time_fn(ctx, bias_grad, t)};
+        static char names[21][48];
+        char *nm = names[7 * s];
+        snprintf(nm + 0 * 48, 48, "bias+relu forward %s", tag);
+        snprintf(nm + 1 * 48, 48, "relu backward %s", tag);
+        snprintf(nm + 2 * 48, 48, "bias+gelu forward_z %s", tag);
+        snprintf(nm + 3 * 48, 48, "gelu backward %s", tag);
+        snprintf(nm + 4 * 48, 48, "bias grad %s", tag);
+        snprintf(nm + 5 * 48, 48, "cast f32->%s", tag);
+        snprintf(nm + 6 * 48, 48, "cast %s->f32", tag);
+        rows[nrow++] = (ew_row){nm + 0 * 48, 2 * n * e, time_fn(ctx, relu_fwd, t)};
+        rows[nrow++] = (ew_row){nm + 1 * 48, 3 * n * e, time_fn(ctx, relu_bwd, t)};
+        rows[nrow++] = (ew_row){nm + 2 * 48, 3 * n * e, time_fn(ctx, gelu_fwd, t)};
+        rows[nrow++] = (ew_row){nm + 3 * 48, 3 * n * e, time_fn(ctx, gelu_bwd, t)};
+        rows[nrow++] = (ew_row){nm + 4 * 48, n * e, time_fn(ctx, bias_grad, t)};
         if (d != MPCL_DTYPE_F32) {
-            rows[nrow++] = (ew_row){names[5 * s + 3], n * 6, time_fn(ctx, cast_down, t)};
-            rows[nrow++] = (ew_row){names[5 * s + 4], n * 6, time_fn(ctx, cast_up, t)};
+            rows[nrow++] = (ew_row){nm + 5 * 48, n * 6, time_fn(ctx, cast_down, t)};
+            rows[nrow++] = (ew_row){nm + 6 * 48, n * 6, time_fn(ctx, cast_up, t)};
         }
         for (int i = 0; i < 7; i++) mpcl_tensor_destroy(t[i]);
     }
