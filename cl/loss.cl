@@ -79,14 +79,16 @@ inline void loss_kahan_add(__global uint *stats, uint at, uint comp, float x) {
     stats[at] = as_uint(t);
 }
 
-// Adds one call's reduced sums (entry 0 of the arrays above, or the sum of
+// Adds one launch's reduced sums (entry 0 of the arrays above, or the sum of
 // the groups' partials) to the stats, by a single work-item. terms: the
 // loss terms summed; the first bad row (if any) is recorded with its column
 // and target bits when it is the first since the reset. kind: the
-// MPCL_ABI_LOSS_* code.
+// MPCL_ABI_LOSS_* code. A call is usually one launch; a loss computed in
+// chunks of rows (a language-model head's) is several, and only the last
+// counts the call (ends_call).
 inline void loss_stats_add(__global uint *stats, uint kind, float loss, float metric, uint correct,
                            uint valid, uint terms, uint bad, uint first_bad, uint bad_col,
-                           uint bad_target) {
+                           uint bad_target, uint ends_call) {
     loss_kahan_add(stats, MPCL_ABI_LOSS_STAT_LOSS, MPCL_ABI_LOSS_STAT_LOSS_COMP, loss);
     loss_kahan_add(stats, MPCL_ABI_LOSS_STAT_METRIC, MPCL_ABI_LOSS_STAT_METRIC_COMP, metric);
     stats[MPCL_ABI_LOSS_STAT_CORRECT] += correct;
@@ -99,18 +101,21 @@ inline void loss_stats_add(__global uint *stats, uint kind, float loss, float me
         stats[MPCL_ABI_LOSS_STAT_BAD_TARGET] = bad_target;
     }
     stats[MPCL_ABI_LOSS_STAT_BAD] += bad;
-    stats[MPCL_ABI_LOSS_STAT_CALLS] += 1;
+    stats[MPCL_ABI_LOSS_STAT_CALLS] += ends_call != 0;
     stats[MPCL_ABI_LOSS_STAT_KIND] = kind + 1;
 }
 
 // A group's reduced sums, by its item 0: into the stats when the batch is one
-// group, else into the group's partials for mpcl_loss_finish.
-inline void loss_group_out(__global uint *stats, __global uint *partials, uint kind, float loss,
-                           float metric, uint correct, uint valid, uint terms, uint bad,
-                           uint first_bad, uint bad_col, uint bad_target) {
+// group, else into the group's partials for mpcl_loss_finish. row0: the
+// launch's first row within its call (a chunk's), added to the bad row.
+inline void loss_group_out(__global uint *stats, __global uint *partials, uint row0,
+                           uint ends_call, uint kind, float loss, float metric, uint correct,
+                           uint valid, uint terms, uint bad, uint first_bad, uint bad_col,
+                           uint bad_target) {
+    if (bad != 0) first_bad += row0;
     if (get_num_groups(0) == 1) {
         loss_stats_add(stats, kind, loss, metric, correct, valid, terms, bad, first_bad, bad_col,
-                       bad_target);
+                       bad_target, ends_call);
         return;
     }
     __global uint *p = partials + (size_t)get_group_id(0) * MPCL_ABI_LOSS_PART_WORDS;
@@ -128,7 +133,7 @@ inline void loss_group_out(__global uint *stats, __global uint *partials, uint k
 // The groups' partials of one call added in group order into the stats, by
 // one work-item (a batch of several groups; kind: its MPCL_ABI_LOSS_* code).
 __kernel void mpcl_loss_finish(__global uint *stats, __global const uint *partials, uint groups,
-                               uint kind) {
+                               uint kind, uint ends_call) {
     if (get_global_id(0) != 0) return;
     float loss = 0.0f, metric = 0.0f;
     uint correct = 0, valid = 0, terms = 0, bad = 0, first_bad = 0, bad_col = 0, bad_target = 0;
@@ -147,13 +152,14 @@ __kernel void mpcl_loss_finish(__global uint *stats, __global const uint *partia
         bad += p[MPCL_ABI_LOSS_PART_BAD];
     }
     loss_stats_add(stats, kind, loss, metric, correct, valid, terms, bad, first_bad, bad_col,
-                   bad_target);
+                   bad_target, ends_call);
 }
 
 __kernel __attribute__((reqd_work_group_size(MPCL_ABI_LOSS_WG, 1, 1))) void mpcl_softmax_xent(
     __global uint *stats, __global storage_t *d_logits, __global const storage_t *logits,
     __global const int *labels, uint rows, uint grad_rows, uint classes, __global const float *scale_buf,
-    float scale_value, int use_scale_buf, int write_grad, __global uint *partials) {
+    float scale_value, int use_scale_buf, int write_grad, __global uint *partials, uint row0,
+    uint ends_call) {
     __local float l_loss[MPCL_ABI_LOSS_WG], l_metric[MPCL_ABI_LOSS_WG];
     __local uint l_correct[MPCL_ABI_LOSS_WG], l_valid[MPCL_ABI_LOSS_WG];
     __local uint l_bad[MPCL_ABI_LOSS_WG], l_first[MPCL_ABI_LOSS_WG];
@@ -226,6 +232,6 @@ __kernel __attribute__((reqd_work_group_size(MPCL_ABI_LOSS_WG, 1, 1))) void mpcl
     loss_group_reduce(lid, l_loss, l_metric, l_correct, l_valid, l_bad, l_first);
     if (lid != 0) return;
     const uint bad_label = l_bad[0] != 0 ? (uint)labels[l_first[0]] : 0u;
-    loss_group_out(stats, partials, MPCL_ABI_LOSS_SPARSE_XENT, l_loss[0], 0.0f, l_correct[0],
-                   l_valid[0], l_valid[0], l_bad[0], l_first[0], 0u, bad_label);
+    loss_group_out(stats, partials, row0, ends_call, MPCL_ABI_LOSS_SPARSE_XENT, l_loss[0], 0.0f,
+                   l_correct[0], l_valid[0], l_valid[0], l_bad[0], l_first[0], 0u, bad_label);
 }

@@ -82,7 +82,7 @@ inline void dense_store8(__global storage_t *p, uint i, uint n, float8 v) {
         __global uint *stats, __global storage_t *d_pred, __global const storage_t *pred,         \
         __global const float *targets, uint rows, uint grad_rows, uint cols,                      \
         __global const float *scale_buf, float scale_value, int use_scale_buf, int write_grad,   \
-        __global uint *partials) {                                                                \
+        __global uint *partials, uint row0, uint ends_call) {                                     \
         __local float l_loss[MPCL_ABI_LOSS_WG], l_metric[MPCL_ABI_LOSS_WG];                       \
         __local uint l_correct[MPCL_ABI_LOSS_WG], l_valid[MPCL_ABI_LOSS_WG];                      \
         __local uint l_bad[MPCL_ABI_LOSS_WG], l_first[MPCL_ABI_LOSS_WG];                          \
@@ -136,8 +136,9 @@ inline void dense_store8(__global storage_t *p, uint i, uint n, float8 v) {
                 bad_col++;                                                                        \
             bad_bits = as_uint(targets[base + bad_col]);                                          \
         }                                                                                         \
-        loss_group_out(stats, partials, KIND, l_loss[0], l_metric[0], l_correct[0], l_valid[0],   \
-                       l_valid[0] * cols, l_bad[0], l_first[0], bad_col, bad_bits);               \
+        loss_group_out(stats, partials, row0, ends_call, KIND, l_loss[0], l_metric[0],            \
+                       l_correct[0], l_valid[0], l_valid[0] * cols, l_bad[0], l_first[0], bad_col, \
+                       bad_bits);                                                                 \
     }
 
 DENSE_LOSS_KERNEL(binary_xent, MPCL_ABI_LOSS_BINARY_XENT)

@@ -9,7 +9,10 @@
  *   parameter's gradient against central differences of the loss;
  * - no row of its own (the parameter count), models without a token
  *   embedding or with other channels refused, and a tiny model whose loss
- *   drops in float32 and mixed_bfloat16. */
+ *   drops in float32 and mixed_bfloat16;
+ * - the model tests once with the whole logits and once with the loss
+ *   fused in chunks (MPCL_LM_HEAD), and bad labels named by their row in
+ *   the batch either way. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -334,11 +337,52 @@ static void learns_in_two_policies(void **state) {
     mpcl_context_destroy(ctx);
 }
 
+/* Labels out of range at rows 11 and 13 of a batch of 15 rows (the last of
+ * three chunks where the head fuses the loss), in the second of two calls:
+ * the error names the first by its row in the batch and its call, and the
+ * stats count two calls, 13 good rows of the second and all 15 of the
+ * first -- as where the head keeps the whole logits. */
+static void bad_labels_named_by_their_row(void **state) {
+    (void)state;
+    enum { B = 3, T = 5 };
+    mpcl_context *ctx = tu_context();
+    tu_rng rng = tu_rng_make(tu_seed("bad_labels_named_by_their_row"));
+    mpcl_model_params p = tied_params(T, NULL, B, MPCL_POLICY_FLOAT32);
+    mpcl_model *m = NULL;
+    TU_ASSERT_OK(mpcl_model_create(ctx, &p, &m));
+    mpcl_tensor *x = random_ids(ctx, &rng, B, T), *y = random_ids(ctx, &rng, B, T);
+    TU_ASSERT_OK(mpcl_model_forward(m, x, y));
+    int32_t labels[B * T];
+    TU_ASSERT_OK(mpcl_tensor_download_i32(y, labels, B * T));
+    labels[11] = V;
+    labels[13] = -1;
+    TU_ASSERT_OK(mpcl_tensor_upload_i32(y, labels, B * T));
+    TU_ASSERT_OK(mpcl_model_forward(m, x, y));
+    mpcl_loss_stats st;
+    tu_expect_error(mpcl_model_read_train_stats(m, &st, false), MPCL_ERR_LABEL,
+                    "2 row(s) with a label out of range; the first: label 13 in row 11 of loss "
+                    "call 1 since the last reset");
+    assert_int_equal(st.calls, 2);
+    assert_int_equal(st.samples, 2 * B * T - 2);
+    mpcl_tensor_destroy(x);
+    mpcl_tensor_destroy(y);
+    mpcl_model_destroy(m);
+    mpcl_context_destroy(ctx);
+}
+
 int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(layers_match_reference), cmocka_unit_test(gradients_match_differences),
-        cmocka_unit_test(no_row_of_its_own),      cmocka_unit_test(bad_models_refused),
+    const struct CMUnitTest layers[] = {
+        cmocka_unit_test(layers_match_reference),
+        cmocka_unit_test(no_row_of_its_own),
+        cmocka_unit_test(bad_models_refused),
+    };
+    /* Through models: the head keeps the whole logits, or fuses the loss
+     * in chunks of a third of the rows. */
+    const struct CMUnitTest models[] = {
+        cmocka_unit_test(gradients_match_differences),
+        cmocka_unit_test(bad_labels_named_by_their_row),
         cmocka_unit_test(learns_in_two_policies),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    int failed = cmocka_run_group_tests(layers, NULL, NULL);
+    return failed + TU_RUN_WITH_EACH(models, "MPCL_LM_HEAD", "whole", "chunked");
 }

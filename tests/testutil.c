@@ -283,14 +283,16 @@ static size_t mapped_bytes(void) {
 }
 
 int tu_run_with_each(const char *name, const struct CMUnitTest *tests, size_t count,
-                     const char *var, const char *value0, const char *value1) {
+                     CMFixtureFunction setup, CMFixtureFunction teardown, const char *var,
+                     const char *value0, const char *value1) {
     int failed = 0;
     const char *values[] = {value0, value1};
     for (size_t i = 0; i < 2; i++) {
         setenv(var, values[i], 1);
         fprintf(stderr, "# %s=%s\n", var, values[i]);
-        failed += _cmocka_run_group_tests(name, tests, count, NULL, NULL);
+        failed += _cmocka_run_group_tests(name, tests, count, setup, teardown);
     }
+    unsetenv(var); /* the tests after these see the default */
     return failed;
 }
 

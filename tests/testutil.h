@@ -143,11 +143,18 @@ int tu_run_memory_limited(size_t extra, int (*fn)(void *), void *arg, bool *limi
 
 /* Runs cmocka's group `tests` once with the environment variable `var` set
  * to each of the two `values` in turn (a kernel layout, whatever the device
- * would take by default), and returns the failures of both runs. */
-#define TU_RUN_WITH_EACH(tests, var, value0, value1) \
-    tu_run_with_each(#tests, (tests), sizeof(tests) / sizeof((tests)[0]), (var), (value0), (value1))
+ * would take by default), and returns the failures of both runs; `var` is
+ * unset after them. */
+#define TU_RUN_WITH_EACH(tests, var, value0, value1)                                         \
+    tu_run_with_each(#tests, (tests), sizeof(tests) / sizeof((tests)[0]), NULL, NULL, (var), \
+                     (value0), (value1))
+/* The same with a group setup and teardown around each run. */
+#define TU_RUN_GROUP_WITH_EACH(tests, setup, teardown, var, value0, value1)                    \
+    tu_run_with_each(#tests, (tests), sizeof(tests) / sizeof((tests)[0]), (setup), (teardown), \
+                     (var), (value0), (value1))
 int tu_run_with_each(const char *name, const struct CMUnitTest *tests, size_t count,
-                     const char *var, const char *value0, const char *value1);
+                     CMFixtureFunction setup, CMFixtureFunction teardown, const char *var,
+                     const char *value0, const char *value1);
 
 /* Fails the test unless `got` is `want` and the error detail contains
  * `needle`, printing both statuses and the detail. */

@@ -51,6 +51,11 @@ mpcl_status mpcl__tensor_download_f32_at(const mpcl_tensor *t, size_t first, flo
  * alignment needed, unlike a view): a generation step's keys and values
  * into attention's cache. MPCL_ERR_SHAPE past dst's end or across dtypes. */
 mpcl_status mpcl__tensor_copy_at(mpcl_tensor *dst, size_t dst_first, const mpcl_tensor *src);
+/* Enqueues a copy of count elements of src from element src_first on into
+ * dst from element dst_first on: a chunk of rows in or out of a larger
+ * tensor (tied_lm_head.c). MPCL_ERR_SHAPE past either end or across dtypes. */
+mpcl_status mpcl__tensor_copy_range(mpcl_tensor *dst, size_t dst_first, const mpcl_tensor *src,
+                                    size_t src_first, size_t count);
 
 /* The first B rows of t as a tensor value sharing t's memory: batches
  * smaller than the buffers allocated for max_batch. Never destroyed. */
@@ -144,6 +149,16 @@ mpcl_status mpcl__loss_forward_backward_rows(mpcl_context *ctx, mpcl_loss loss, 
                                              mpcl_tensor *d_pred, const mpcl_tensor *pred,
                                              const mpcl_tensor *targets, const mpcl_tensor *scale,
                                              size_t grad_rows);
+/* One chunk of rows of a loss call computed in pieces (a language-model
+ * head's over a large vocabulary, tied_lm_head.c): the call's rows [row0,
+ * row0 + pred->rows). A bad target is recorded with its row in the whole
+ * call, and the stats count the call once, at the chunk that ends it. With
+ * d_pred, the gradient as mpcl__loss_forward_backward_rows; without, the
+ * forward alone (grad_rows unused). */
+mpcl_status mpcl__loss_chunk(mpcl_context *ctx, mpcl_loss loss, mpcl_tensor *stats,
+                             mpcl_tensor *d_pred, const mpcl_tensor *pred,
+                             const mpcl_tensor *targets, const mpcl_tensor *scale, size_t grad_rows,
+                             size_t row0, bool ends_call);
 
 /* ---- gemm ---- */
 

@@ -185,14 +185,25 @@ static mpcl_status check_loss_args(mpcl_context *ctx, const char *op, mpcl_loss 
     return MPCL_OK;
 }
 
+/* Where a launch sits in its call: a whole call (0, true), or a chunk of
+ * rows starting at row0 (mpcl__loss_chunk). */
+typedef struct loss_part {
+    size_t row0;
+    bool ends_call;
+} loss_part;
+static const loss_part WHOLE_CALL = {0, true};
+
 /* Without d_pred the forward alone (the kernel writes no gradient).
  * grad_rows: the B the gradient is divided by (the rows of pred, or a
  * data-parallel replica's global batch). */
 static mpcl_status loss_launch(mpcl_context *ctx, const char *op, mpcl_loss loss,
                                mpcl_tensor *stats, mpcl_tensor *d_pred, const mpcl_tensor *pred,
                                const mpcl_tensor *targets, const mpcl_tensor *scale,
-                               size_t grad_rows) {
+                               size_t grad_rows, loss_part part) {
     TRY(check_loss_args(ctx, op, loss, stats, d_pred, pred, targets, scale, grad_rows));
+    if (part.row0 > UINT32_MAX - pred->rows)
+        return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "%s: a chunk at row %zu: past 2^32 rows", op,
+                          part.row0);
     const char *name = loss_table[loss].kernel;
     cl_kernel k;
     TRY(mpcl__kernel(ctx, pred->dtype, name, &k));
@@ -200,6 +211,7 @@ static mpcl_status loss_launch(mpcl_context *ctx, const char *op, mpcl_loss loss
     cl_uint divisor = (cl_uint)grad_rows;
     cl_float scale_value = 1.0f;
     cl_int use_scale_buf = scale != NULL, write_grad = d_pred != NULL;
+    cl_uint row0 = (cl_uint)part.row0, ends_call = part.ends_call;
     /* A group per MPCL_ABI_LOSS_GROUP_ROWS rows (cl/loss.cl); with more
      * than one, their partials, then mpcl_loss_finish. */
     size_t groups = (pred->rows + MPCL_ABI_LOSS_GROUP_ROWS - 1) / MPCL_ABI_LOSS_GROUP_ROWS;
@@ -213,21 +225,22 @@ static mpcl_status loss_launch(mpcl_context *ctx, const char *op, mpcl_loss loss
     TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(stats->mem), MPCL_ARG(d_mem), MPCL_ARG(pred->mem),
                        MPCL_ARG(targets->mem), MPCL_ARG(rows), MPCL_ARG(divisor), MPCL_ARG(cols),
                        MPCL_ARG(scale_mem), MPCL_ARG(scale_value), MPCL_ARG(use_scale_buf),
-                       MPCL_ARG(write_grad), MPCL_ARG(partials), MPCL_ARGS_END));
+                       MPCL_ARG(write_grad), MPCL_ARG(partials), MPCL_ARG(row0),
+                       MPCL_ARG(ends_call), MPCL_ARGS_END));
     TRY(mpcl__launch_1d(ctx, k, name, groups * MPCL_ABI_LOSS_WG, MPCL_ABI_LOSS_WG));
     if (groups == 1) return MPCL_OK;
     static const char finish[] = "mpcl_loss_finish";
     TRY(mpcl__kernel(ctx, pred->dtype, finish, &k));
     cl_uint n = (cl_uint)groups, kind = (cl_uint)loss;
     TRY(mpcl__set_args(ctx, k, finish, MPCL_ARG(stats->mem), MPCL_ARG(partials), MPCL_ARG(n),
-                       MPCL_ARG(kind), MPCL_ARGS_END));
+                       MPCL_ARG(kind), MPCL_ARG(ends_call), MPCL_ARGS_END));
     return mpcl__launch_1d(ctx, k, finish, 1, 1);
 }
 
 mpcl_status mpcl_loss_forward(mpcl_context *ctx, mpcl_loss loss, mpcl_tensor *stats,
                               const mpcl_tensor *pred, const mpcl_tensor *targets) {
     return loss_launch(ctx, "mpcl_loss_forward", loss, stats, NULL, pred, targets, NULL,
-                       pred ? pred->rows : 0);
+                       pred ? pred->rows : 0, WHOLE_CALL);
 }
 
 /* The training calls require d_pred: without it the kernel would skip the
@@ -237,7 +250,7 @@ static mpcl_status loss_forward_backward(mpcl_context *ctx, const char *op, mpcl
                                          const mpcl_tensor *pred, const mpcl_tensor *targets,
                                          const mpcl_tensor *scale, size_t grad_rows) {
     if (!d_pred) return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "%s: d_logits is NULL", op);
-    return loss_launch(ctx, op, loss, stats, d_pred, pred, targets, scale, grad_rows);
+    return loss_launch(ctx, op, loss, stats, d_pred, pred, targets, scale, grad_rows, WHOLE_CALL);
 }
 
 mpcl_status mpcl_loss_forward_backward(mpcl_context *ctx, mpcl_loss loss, mpcl_tensor *stats,
@@ -253,6 +266,14 @@ mpcl_status mpcl__loss_forward_backward_rows(mpcl_context *ctx, mpcl_loss loss, 
                                              size_t grad_rows) {
     return loss_forward_backward(ctx, "mpcl_loss_forward_backward", loss, stats, d_pred, pred,
                                  targets, scale, grad_rows);
+}
+
+mpcl_status mpcl__loss_chunk(mpcl_context *ctx, mpcl_loss loss, mpcl_tensor *stats,
+                             mpcl_tensor *d_pred, const mpcl_tensor *pred,
+                             const mpcl_tensor *targets, const mpcl_tensor *scale, size_t grad_rows,
+                             size_t row0, bool ends_call) {
+    return loss_launch(ctx, "mpcl__loss_chunk", loss, stats, d_pred, pred, targets, scale,
+                       d_pred ? grad_rows : (pred ? pred->rows : 0), (loss_part){row0, ends_call});
 }
 
 /* ---- softmax cross-entropy: the older names ---- */
@@ -288,7 +309,7 @@ static const mpcl_loss sparse_xent = MPCL_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY;
 mpcl_status mpcl_softmax_xent_forward(mpcl_context *ctx, mpcl_tensor *stats,
                                       const mpcl_tensor *logits, const mpcl_tensor *labels) {
     return loss_launch(ctx, "mpcl_softmax_xent_forward", sparse_xent, stats, NULL, logits, labels,
-                       NULL, logits ? logits->rows : 0);
+                       NULL, logits ? logits->rows : 0, WHOLE_CALL);
 }
 
 mpcl_status mpcl_softmax_xent_forward_backward(mpcl_context *ctx, mpcl_tensor *stats,

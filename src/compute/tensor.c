@@ -201,20 +201,27 @@ mpcl_status mpcl_tensor_fill(mpcl_tensor *t, float value) {
     return mpcl__launch_1d(ctx, k, "mpcl_fill", n, 64);
 }
 
-mpcl_status mpcl__tensor_copy_at(mpcl_tensor *dst, size_t dst_first, const mpcl_tensor *src) {
+mpcl_status mpcl__tensor_copy_range(mpcl_tensor *dst, size_t dst_first, const mpcl_tensor *src,
+                                    size_t src_first, size_t count) {
     mpcl_context *ctx = dst->ctx;
-    size_t count = src->rows * src->cols, size = mpcl_dtype_size(dst->dtype);
-    if (src->dtype != dst->dtype || dst_first > dst->rows * dst->cols ||
-        count > dst->rows * dst->cols - dst_first)
+    size_t size = mpcl_dtype_size(dst->dtype);
+    size_t dst_n = dst->rows * dst->cols, src_n = src->rows * src->cols;
+    if (src->dtype != dst->dtype || dst_first > dst_n || count > dst_n - dst_first ||
+        src_first > src_n || count > src_n - src_first)
         return MPCL_ERROR(ctx, MPCL_ERR_SHAPE,
-                          "copy of a %s %zux%zu tensor to element %zu of a %s %zux%zu tensor",
-                          mpcl_dtype_name(src->dtype), src->rows, src->cols, dst_first,
-                          mpcl_dtype_name(dst->dtype), dst->rows, dst->cols);
+                          "copy of %zu elements from element %zu of a %s %zux%zu tensor to "
+                          "element %zu of a %s %zux%zu tensor",
+                          count, src_first, mpcl_dtype_name(src->dtype), src->rows, src->cols,
+                          dst_first, mpcl_dtype_name(dst->dtype), dst->rows, dst->cols);
     mpcl_status st = MPCL_OK;
-    CHECK_CL(ctx, clEnqueueCopyBuffer(ctx->queue, src->mem, dst->mem, 0, dst_first * size,
-                                      count * size, 0, NULL, NULL));
+    CHECK_CL(ctx, clEnqueueCopyBuffer(ctx->queue, src->mem, dst->mem, src_first * size,
+                                      dst_first * size, count * size, 0, NULL, NULL));
 cleanup:
     return st;
+}
+
+mpcl_status mpcl__tensor_copy_at(mpcl_tensor *dst, size_t dst_first, const mpcl_tensor *src) {
+    return mpcl__tensor_copy_range(dst, dst_first, src, 0, src->rows * src->cols);
 }
 
 mpcl_tensor mpcl__tensor_rows(const mpcl_tensor *t, size_t B) {

@@ -31,6 +31,9 @@ struct mpcl_model {
     mpcl_dtype x_dtype; /* int32 token ids when the first layer takes them, else storage */
     size_t positions;   /* labels per sample: T for a (T, classes) output, else 1 */
     size_t last_batch;
+    /* The last forward computed the top layer's output: not so where the top
+     * layer fused the loss (its output, if any, is an older prediction's). */
+    bool logits_kept;
     /* Gradient accumulation (mpcl_model_stash_grads): the f32 sum of the
      * micro-batches stashed since the last apply, made on first use. */
     mpcl_tensor *grad_stash;
@@ -582,10 +585,13 @@ static bool runs_in_inference(const mpcl_model *m, size_t l) {
 }
 
 /* Every layer's forward; the logits are the last layer's output. */
-static mpcl_status forward_layers(mpcl_model *m, const mpcl_tensor *x, bool training) {
+/* Runs the layers below `end` on x; *top_in (when not NULL) receives what
+ * layer `end` would take. */
+static mpcl_status forward_below(mpcl_model *m, const mpcl_tensor *x, bool training, size_t end,
+                                 mpcl_tensor *top_in) {
     mpcl_tensor in = *x;
     if (training) m->env.rng_counter++;
-    for (size_t l = 0; l < m->count; l++) {
+    for (size_t l = 0; l < end; l++) {
         mpcl__layer *L = &m->layers[l];
         if (L->kind->passthrough || (!training && !runs_in_inference(m, l))) continue;
         mpcl_status st = L->kind->forward(L, &in, training);
@@ -593,7 +599,26 @@ static mpcl_status forward_layers(mpcl_model *m, const mpcl_tensor *x, bool trai
         in = mpcl__tensor_rows(L->output, x->rows);
     }
     m->last_batch = x->rows;
+    m->logits_kept = end > (size_t)m->top;
+    if (top_in) *top_in = in;
     return MPCL_OK;
+}
+
+static mpcl_status forward_layers(mpcl_model *m, const mpcl_tensor *x, bool training) {
+    return forward_below(m, x, training, m->count, NULL);
+}
+
+/* The input of layer l for a batch of B and, when l has a computing layer
+ * below it, the gradient it writes there (*has_d_in); passthrough layers
+ * hand tensors on unchanged. */
+static mpcl_tensor layer_input(const mpcl_model *m, size_t l, size_t B, mpcl_tensor *d_in,
+                               bool *has_d_in) {
+    int below = (int)l - 1;
+    while (below >= 0 && m->layers[below].kind->passthrough) below--;
+    *has_d_in = below >= 0;
+    if (below < 0) return m->x;
+    *d_in = mpcl__tensor_rows(m->layers[below].d_output, B);
+    return mpcl__tensor_rows(m->layers[below].output, B);
 }
 
 bool mpcl__model_can_step(const mpcl_model *m) {
@@ -654,17 +679,27 @@ mpcl_status mpcl_model_forward_slice(mpcl_model *m, const mpcl_tensor *x, const 
     m->phase = PHASE_IDLE;
     mpcl__layer *top = &m->layers[m->top];
     size_t B = x->rows;
-    mpcl_tensor logits = loss_rows(m, top->output, B), dlogits = loss_rows(m, top->d_output, B);
     /* The gradient is the mean over the global batch's positions. */
     mpcl_tensor y = target_rows(m, labels);
-    if ((st = forward_layers(m, x, true)) != MPCL_OK) return st;
     /* The loss refuses a divisor below its rows (or past 32 bits). */
     size_t divisor = batch_rows <= SIZE_MAX / m->positions ? batch_rows * m->positions : 0;
-    st =
-        mpcl__loss_forward_backward_rows(m->ctx, m->params.loss, m->train_stats, &dlogits, &logits,
-                                         &y, m->ls ? mpcl_loss_scale_tensor(m->ls) : NULL, divisor);
-    if (st != MPCL_OK) return st;
+    const mpcl_tensor *scale = m->ls ? mpcl_loss_scale_tensor(m->ls) : NULL;
     m->x = *x;
+    if (top->fuses_loss) {
+        /* The top layer's loss and its backward, chunk by chunk. */
+        mpcl_tensor in, d_in = {0};
+        bool has_d_in;
+        if ((st = forward_below(m, x, true, (size_t)m->top, NULL)) != MPCL_OK) return st;
+        in = layer_input(m, (size_t)m->top, B, &d_in, &has_d_in);
+        mpcl__loss_job job = {m->params.loss, m->train_stats, &y, scale, divisor};
+        st = top->kind->forward_loss(top, &in, &job, has_d_in ? &d_in : NULL);
+    } else {
+        mpcl_tensor logits = loss_rows(m, top->output, B), dlogits = loss_rows(m, top->d_output, B);
+        if ((st = forward_layers(m, x, true)) != MPCL_OK) return st;
+        st = mpcl__loss_forward_backward_rows(m->ctx, m->params.loss, m->train_stats, &dlogits,
+                                              &logits, &y, scale, divisor);
+    }
+    if (st != MPCL_OK) return st;
     m->phase = PHASE_FORWARD;
     return MPCL_OK;
 }
@@ -676,14 +711,12 @@ mpcl_status mpcl_model_backward(mpcl_model *m) {
     size_t B = m->x.rows;
     for (size_t l = m->count; l-- > 0;) {
         mpcl__layer *L = &m->layers[l];
-        if (L->kind->passthrough) continue;
-        /* The input is the output of the last layer below that computes
-         * (passthrough layers forward it unchanged), or the model's. */
-        int below = (int)l - 1;
-        while (below >= 0 && m->layers[below].kind->passthrough) below--;
-        mpcl_tensor in = below < 0 ? m->x : mpcl__tensor_rows(m->layers[below].output, B);
-        mpcl_tensor d_in = below < 0 ? in : mpcl__tensor_rows(m->layers[below].d_output, B);
-        mpcl_status st = L->kind->backward(L, &in, below < 0 ? NULL : &d_in);
+        /* A top layer that fuses the loss ran its backward in the forward. */
+        if (L->kind->passthrough || L->fuses_loss) continue;
+        mpcl_tensor d_in = {0};
+        bool has_d_in;
+        mpcl_tensor in = layer_input(m, l, B, &d_in, &has_d_in);
+        mpcl_status st = L->kind->backward(L, &in, has_d_in ? &d_in : NULL);
         if (st != MPCL_OK) {
             m->phase = PHASE_IDLE;
             return st;
@@ -761,9 +794,16 @@ mpcl_status mpcl_model_eval_step(mpcl_model *m, const mpcl_tensor *x, const mpcl
     if (st != MPCL_OK) return st;
     /* The activations are overwritten: a pending backward would read them. */
     m->phase = PHASE_IDLE;
-    if ((st = forward_layers(m, x, false)) != MPCL_OK) return st;
-    mpcl_tensor logits = loss_rows(m, m->layers[m->top].output, x->rows);
+    mpcl__layer *top = &m->layers[m->top];
     mpcl_tensor y = target_rows(m, labels);
+    if (top->fuses_loss) {
+        mpcl_tensor in;
+        if ((st = forward_below(m, x, false, (size_t)m->top, &in)) != MPCL_OK) return st;
+        mpcl__loss_job job = {m->params.loss, m->eval_stats, &y, NULL, 0};
+        return top->kind->forward_loss(top, &in, &job, NULL);
+    }
+    if ((st = forward_layers(m, x, false)) != MPCL_OK) return st;
+    mpcl_tensor logits = loss_rows(m, top->output, x->rows);
     return mpcl_loss_forward(m->ctx, m->params.loss, m->eval_stats, &logits, &y);
 }
 
@@ -787,7 +827,17 @@ mpcl_status mpcl_model_read_grad_norm(mpcl_model *m, float *norm) {
     return mpcl_optimizer_read_grad_norm(m->ctx, m->opt, norm);
 }
 
+/* A top layer that fuses the loss makes its output only when a prediction
+ * asks for it: until then there are no logits to read. */
+static mpcl_status check_logits_kept(mpcl_model *m) {
+    if (m->layers[m->top].output && (m->logits_kept || !m->last_batch)) return MPCL_OK;
+    return MPCL_ERROR(m->ctx, MPCL_ERR_INVALID_ARG,
+                      "no logits to read: the model computes its loss chunk by chunk without "
+                      "keeping them (MPCL_LM_HEAD); run a prediction first");
+}
+
 mpcl_status mpcl_model_read_logits(mpcl_model *m, float *dst, size_t count) {
+    TRY(check_logits_kept(m));
     mpcl_tensor logits =
         mpcl__tensor_rows(m->layers[m->top].output, m->last_batch ? m->last_batch : 1);
     return mpcl_tensor_download_f32(&logits, dst, count);
@@ -795,6 +845,7 @@ mpcl_status mpcl_model_read_logits(mpcl_model *m, float *dst, size_t count) {
 
 mpcl_status mpcl_model_read_position_logits(mpcl_model *m, size_t sample, size_t position,
                                             float *dst, size_t count) {
+    TRY(check_logits_kept(m));
     size_t classes = mpcl_model_classes(m);
     if (sample >= (m->last_batch ? m->last_batch : 1) || position >= m->positions ||
         count != classes)

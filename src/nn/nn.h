@@ -100,6 +100,19 @@ typedef struct mpcl__attr {
     bool hi_open;
 } mpcl__attr;
 
+/* The loss that a top layer computes itself (forward_loss below): the
+ * model's loss over the targets as the loss sees them ([B positions, 1]
+ * labels, or [B positions, classes] targets), into `stats`. For training,
+ * `scale` is the loss scale (NULL: 1) and `divisor` the rows the gradient
+ * is the mean over; evaluation gives neither. */
+typedef struct mpcl__loss_job {
+    mpcl_loss loss;
+    mpcl_tensor *stats;
+    const mpcl_tensor *targets;
+    const mpcl_tensor *scale;
+    size_t divisor;
+} mpcl__loss_job;
+
 /* One layer kind. Adding a kind is one file that defines one of these plus
  * its lines in layers.c. */
 typedef struct mpcl__layer_kind {
@@ -153,6 +166,14 @@ typedef struct mpcl__layer_kind {
      * since: a kind that looks back (attention) keeps what it needs of them
      * (its keys and values) and adds this position's. */
     mpcl_status (*forward_step)(mpcl__layer *L, const mpcl_tensor *in, size_t position);
+    /* Optional, for a top layer whose outputs are too many to keep for a
+     * whole batch (a language-model head over a large vocabulary): the loss
+     * straight from its input, chunk by chunk, without L->output. With d_in
+     * (a training forward) each chunk's gradient flows on at once: its
+     * parameters' gradients and d_in are written here, and the model skips
+     * its backward. The model calls it when create set L->fuses_loss. */
+    mpcl_status (*forward_loss)(mpcl__layer *L, const mpcl_tensor *in, const mpcl__loss_job *job,
+                                mpcl_tensor *d_in);
     void (*destroy)(mpcl__layer *L);
 } mpcl__layer_kind;
 
@@ -182,7 +203,11 @@ struct mpcl__layer {
     size_t inputs, outputs; /* features per sample: the products of the shapes */
     mpcl_tensor *output;    /* [max_batch, outputs] storage */
     mpcl_tensor *d_output;  /* [max_batch, outputs] storage */
-    void *state;            /* the kind's own */
+    /* Set by create: the model computes the loss through forward_loss. The
+     * layer then has no d_output, and makes its output only when asked for
+     * it (a prediction). */
+    bool fuses_loss;
+    void *state; /* the kind's own */
 };
 
 /* The registered kind of that name; NULL when there is none. */
