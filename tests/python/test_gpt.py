@@ -132,6 +132,26 @@ def test_predict_shape_and_evaluate_against_numpy(trained):
                                atol=1e-6)
 
 
+def test_the_head_fused_with_the_loss_trains_as_the_whole_logits(monkeypatch):
+    """MPCL_LM_HEAD=chunked: the head takes the loss a chunk of rows at a
+    time and keeps no logits in training. fit follows the run with the
+    whole logits (the same seed and data: only d_wte's summation order
+    differs), and predict and evaluate still agree with numpy."""
+    mpcl.mixed_precision.set_global_policy("float32")
+    histories = {}
+    for mode in ("whole", "chunked"):
+        monkeypatch.setenv("MPCL_LM_HEAD", mode)
+        model = tiny()
+        histories[mode] = model.fit(pattern(), steps=60, batch_size=16, eval_every=30,
+                                    verbose=0).history
+        windows = np.random.default_rng(3).integers(0, V, (3, 9))
+        logits = model.predict(windows[:, :-1])
+        assert model.evaluate(windows) == pytest.approx(
+            cross_entropy(logits, windows[:, 1:]), rel=1e-5)
+    for key in ("loss", "eval_loss"):
+        assert histories["chunked"][key] == pytest.approx(histories["whole"][key], rel=1e-4)
+
+
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
 def test_mixed_precision(policy):
     """The global policy when the model is made, as for Sequential: the
