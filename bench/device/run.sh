@@ -2,7 +2,7 @@
 # On a GPU machine, from the repository root, with the stage of
 # bench/device/stage.sh (in .gpu): NVIDIA's OpenCL driver through the staged
 # ICD loader, then the probe, the C suite on the GPU, mpcl-train in every
-# policy and the benches. $OUT (default: a temporary folder, named at the
+# policy (the MLP and the GPT) and the benches. $OUT (default: a temporary folder, named at the
 # end) gets summary.txt, all.log (every step's output, appended as it ends)
 # and logs.tar.gz (a log per step): few files, since a device call brings
 # back at most eight. Every step has its
@@ -31,10 +31,16 @@ export OCL_ICD_VENDORS=$work/vendors
 icd_dir=$(dirname "$icd")
 export LD_LIBRARY_PATH=$work/lib:$icd_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export MPCL_CACHE_DIR=$work/cache MPCL_CL_DIR='' MPCL_SOURCE_ROOT=$PWD MPCL_DEVICE=${MPCL_DEVICE:-gpu}
-# The tests and benches read Fashion-MNIST where Debian's package puts it.
+# The tests and benches read Fashion-MNIST, and the GPT its fortunes, where
+# Debian's packages put them.
 default_data=/usr/share/datasets/fashion-mnist
 if [ ! -e "$default_data" ]; then
     mkdir -p "$(dirname "$default_data")" && ln -s "$stage/data" "$default_data"
+fi
+default_text=/usr/share/games/fortunes
+if [ ! -e "$default_text" ]; then
+    tar -C "$work" -xJf "$stage/fortunes.tar.xz" &&
+        mkdir -p "$(dirname "$default_text")" && ln -s "$work/fortunes" "$default_text"
 fi
 echo "ICD: $icd" | tee "$out/summary.txt"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader >>"$out/summary.txt" 2>&1
@@ -68,6 +74,17 @@ for p in auto float32 mixed_float16 mixed_bfloat16; do
     step "train-wide-$p" 90 "$bin/mpcl-train" --data "$data" --epochs 2 --precision "$p" \
         --hidden 2048,2048 --batch 1024 --json --quiet
 done
+# The GPT (issue 22): the default model in every policy, then GPT-2 124M's
+# shape (12 layers, 12 heads, 768 channels, context 1024, its vocabulary) in
+# mixed_bfloat16 with the device time by kernel: tokens/s are its
+# train_samples_per_s times 1024.
+for p in float32 mixed_float16 mixed_bfloat16; do
+    step "gpt-$p" 120 "$bin/mpcl-train" --model gpt --steps 300 --eval-every 300 \
+        --precision "$p" --json --quiet
+done
+MPCL_PROFILE=1 step gpt2-124m-mixed_bfloat16 300 "$bin/mpcl-train" --model gpt --layers 12 \
+    --heads 12 --embd 768 --context 1024 --vocab 50257 --batch 8 --steps 30 --eval-every 30 \
+    --precision mixed_bfloat16 --json --quiet
 step probe-bench 120 "$bin/mpcl-probe" --device "$MPCL_DEVICE" --bench
 step bench-gemm 120 "$bin/mpcl-bench" gemm
 step bench-train 120 "$bin/mpcl-bench" train

@@ -2,7 +2,8 @@
 # Stages what a bare GPU machine needs to run mpcl's probe, C suite and
 # benches (bench/device/run.sh): the programs of a build without MPI, the
 # shared libraries they load from Debian (CLBlast, the ICD loader, libdeflate,
-# cmocka, OpenBLAS for mpcl-bench's reference) and the Fashion-MNIST files.
+# cmocka, OpenBLAS for mpcl-bench's reference), the Fashion-MNIST files and
+# the fortunes corpus (the GPT's default text).
 # The libraries and programs travel as one xz tarball to stay well inside a
 # 64 MiB transfer; the gzip data files are already compressed.
 #   bench/device/stage.sh [BUILD_DIR] [STAGE_DIR]   (defaults build-gpu, .gpu)
@@ -12,6 +13,7 @@ cd "$(dirname "$0")/../.."
 build=${1:-build-gpu}
 stage=${2:-.gpu}
 data=/usr/share/datasets/fashion-mnist
+text=/usr/share/games/fortunes
 
 [ -x "$build/src/tools/mpcl-train" ] || { echo "stage.sh: no build in $build" >&2; exit 1; }
 if ldd "$build/src/libmpcl.so.0" | grep -q libmpi; then
@@ -39,5 +41,7 @@ rm -rf "$stage"
 mkdir -p "$stage/data"
 tar -C "$tmp" -cJf "$stage/programs.tar.xz" bin lib
 cp "$data"/*-ubyte.gz "$stage/data/"
+# As it is: its .u8 names are links, which the text reader skips.
+tar -C "$(dirname "$text")" -cJf "$stage/fortunes.tar.xz" "$(basename "$text")"
 grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >>.git/info/exclude
 du -sh "$stage"
