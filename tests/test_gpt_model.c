@@ -183,8 +183,7 @@ static void check_training(const suite *s, mpcl_model *m, const char *policy, co
         }
         TU_ASSERT_OK(mpcl_model_forward(m, s->x, s->y));
         double loss = train_loss(m, terms), e = fabs(loss - (double)s->ref.losses[k]);
-        const char *head = getenv("MPCL_LM_HEAD");
-        if (k == 0 && head && strcmp(head, "chunked") == 0) {
+        if (k == 0 && tu_env_is("MPCL_LM_HEAD", "chunked")) {
             /* the fused loss ran: no logits were kept */
             float one;
             tu_expect_error(mpcl_model_read_logits(m, &one, 1), MPCL_ERR_INVALID_ARG,
@@ -219,6 +218,12 @@ static void matches_pytorch(const suite *s, mpcl_policy policy, const bounds *b)
     if (!mpcl_context_plan(s->ctx, policy).usable) {
         printf("%s: not usable on this device\n", name);
         return;
+    }
+    /* The chunks run the kernels of the whole logits: a slow device's
+     * checks of them (Oclgrind's) see nothing new in a second run. */
+    if (tu_env_is("MPCL_LM_HEAD", "chunked") && tu_slow_device(s->ctx)) {
+        printf("%s: chunked head skipped on a slow device (the same kernels as whole)\n", name);
+        skip();
     }
     mpcl_model *m = reference_model(s, policy, 42);
     TU_ASSERT_OK(mpcl_model_load_gpt2(m, s->ref.weights));

@@ -213,6 +213,12 @@ static void gradients_match_differences(void **state) {
     (void)state;
     enum { B = 2, T = 5 };
     mpcl_context *ctx = tu_context();
+    /* The chunks run the kernels of the whole logits: a slow device's
+     * checks of them (Oclgrind's) see nothing new in a second run. */
+    if (tu_env_is("MPCL_LM_HEAD", "chunked") && tu_slow_device(ctx)) {
+        mpcl_context_destroy(ctx);
+        skip();
+    }
     tu_rng rng = tu_rng_make(tu_seed("gradients_match_differences"));
     mpcl_model_params p =
         tied_params(T, "causal_self_attention num_heads=2", B, MPCL_POLICY_FLOAT32);

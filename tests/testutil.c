@@ -282,6 +282,11 @@ static size_t mapped_bytes(void) {
     return (size_t)pages * (size_t)sysconf(_SC_PAGESIZE);
 }
 
+bool tu_env_is(const char *var, const char *value) {
+    const char *v = getenv(var);
+    return v && strcmp(v, value) == 0;
+}
+
 int tu_run_with_each(const char *name, const struct CMUnitTest *tests, size_t count,
                      CMFixtureFunction setup, CMFixtureFunction teardown, const char *var,
                      const char *value0, const char *value1) {
