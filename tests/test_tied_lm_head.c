@@ -376,11 +376,62 @@ static void bad_labels_named_by_their_row(void **state) {
     mpcl_context_destroy(ctx);
 }
 
+/* A vocabulary large enough (V C >= 16384) that mpcl's GEMM would stage
+ * wte^T for every chunk, which the head then makes once a batch
+ * (mpcl__gemm_stages_bt): in float32 the chunks give the whole logits'
+ * loss and every gradient but for the summation order of d_wte. */
+static void chunks_match_the_whole_logits_over_a_large_vocabulary(void **state) {
+    (void)state;
+    enum { B = 3, T = 7, BIG_V = 1030, BIG_C = 16 };
+    mpcl_context *ctx = tu_context();
+    tu_rng rng = tu_rng_make(tu_seed("chunks_match_the_whole_logits"));
+    mpcl_tensor *x = random_ids(ctx, &rng, B, T), *y = random_ids(ctx, &rng, B, T);
+    static const char *const modes[] = {"whole", "chunked"};
+    double loss[2];
+    float *grads[2][2];
+    for (size_t k = 0; k < 2; k++) {
+        setenv("MPCL_LM_HEAD", modes[k], 1);
+        mpcl_model_params p = parse(
+            "input_shape=7; token_pos_embedding vocabulary_size=1030 sequence_length=9 "
+            "embedding_dim=16; tied_lm_head");
+        p.classes = BIG_V;
+        p.max_batch = B;
+        p.policy = MPCL_POLICY_FLOAT32;
+        mpcl_model *m = NULL;
+        TU_ASSERT_OK(mpcl_model_create(ctx, &p, &m));
+        TU_ASSERT_OK(mpcl_model_forward(m, x, y));
+        TU_ASSERT_OK(mpcl_model_backward(m));
+        mpcl_loss_stats st;
+        TU_ASSERT_OK(mpcl_model_read_train_stats(m, &st, true));
+        loss[k] = st.loss_sum / (double)st.terms;
+        for (size_t i = 0; i < 2; i++) grads[k][i] = tu_param_grads(m, i);
+        mpcl_model_destroy(m);
+    }
+    unsetenv("MPCL_LM_HEAD");
+    printf("loss whole %.9g, chunked %.9g\n", loss[0], loss[1]);
+    assert_true(fabs(loss[0] - loss[1]) <= 1e-6 * fabs(loss[0]));
+    const size_t count[2] = {BIG_V * BIG_C, 9 * BIG_C};
+    for (size_t i = 0; i < 2; i++) {
+        double scale = 0;
+        for (size_t j = 0; j < count[i]; j++) scale = fmax(scale, fabs((double)grads[0][i][j]));
+        for (size_t j = 0; j < count[i]; j++)
+            if (!(fabs((double)grads[1][i][j] - (double)grads[0][i][j]) <= 1e-5 * scale))
+                fail_msg("gradient %zu [%zu]: chunked %.9g, whole %.9g", i, j,
+                         (double)grads[1][i][j], (double)grads[0][i][j]);
+        free(grads[0][i]);
+        free(grads[1][i]);
+    }
+    mpcl_tensor_destroy(x);
+    mpcl_tensor_destroy(y);
+    mpcl_context_destroy(ctx);
+}
+
 int main(void) {
     const struct CMUnitTest layers[] = {
         cmocka_unit_test(layers_match_reference),
         cmocka_unit_test(no_row_of_its_own),
         cmocka_unit_test(bad_models_refused),
+        cmocka_unit_test(chunks_match_the_whole_logits_over_a_large_vocabulary),
     };
     /* Through models: the head keeps the whole logits, or fuses the loss
      * in chunks of a third of the rows. */

@@ -168,6 +168,14 @@ mpcl_status mpcl__loss_chunk(mpcl_context *ctx, mpcl_loss loss, mpcl_tensor *sta
 mpcl_status mpcl__gemm_check(mpcl_context *ctx, mpcl_gemm_path path, bool trans_a, bool trans_b,
                              const mpcl_tensor *a, const mpcl_tensor *b, const mpcl_tensor *c);
 
+/* Whether mpcl_gemm, given A (m x k, not transposed, of a_dtype) times
+ * B^T for a B of n x k, first transposes B into its workspace: mpcl's own
+ * kernels do for a large B, CLBlast and the bf16 dot kernels read B^T as
+ * it is. A caller that multiplies by the same B^T many times can transpose
+ * it once (mpcl__transpose) and multiply NN (tied_lm_head.c). */
+bool mpcl__gemm_stages_bt(const mpcl_context *ctx, mpcl_gemm_path path, mpcl_dtype a_dtype,
+                          size_t m, size_t n, size_t k);
+
 /* Forces the tiles of mpcl's GEMM (every kernel takes any N: narrower
  * outputs clamp their columns) and the tiles per item of the 4x16 kernel (0:
  * by the shape), so that tests cover every kernel on any device. */

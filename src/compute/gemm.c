@@ -374,7 +374,7 @@ mpcl_status mpcl_gemm(mpcl_context *ctx, mpcl_gemm_path path, bool trans_a, bool
         return run_staged(ctx, trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
     const dot_tiles *dot = path == MPCL_GEMM_MPCL_MIXED ? dot_kernel(ctx, trans_a, a, m, n) : NULL;
     if (dot) return run_dot(ctx, dot, trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
-    if (trans_b && b->rows * b->cols >= STAGE_BT_MIN) {
+    if (trans_b && n * k >= STAGE_BT_MIN) {
         /* B^T staged in workspace 1 (free on mpcl's paths), then NN. */
         mpcl_tensor bt;
         st = scratch(ctx, 1, n, k, &bt);
@@ -385,4 +385,12 @@ mpcl_status mpcl_gemm(mpcl_context *ctx, mpcl_gemm_path path, bool trans_a, bool
         return run_mpcl(ctx, path, trans_a, false, m, n, k, alpha, a, &bt, beta, c);
     }
     return run_mpcl(ctx, path, trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
+}
+
+bool mpcl__gemm_stages_bt(const mpcl_context *ctx, mpcl_gemm_path path, mpcl_dtype a_dtype,
+                          size_t m, size_t n, size_t k) {
+    if (path != MPCL_GEMM_MPCL_F32 && path != MPCL_GEMM_MPCL_MIXED) return false;
+    const mpcl_tensor a = {.dtype = a_dtype};
+    if (path == MPCL_GEMM_MPCL_MIXED && dot_kernel(ctx, false, &a, m, n)) return false;
+    return n * k >= STAGE_BT_MIN;
 }

@@ -41,10 +41,10 @@ typedef struct head {
      * storage, where the GEMM path writes f32 (NULL otherwise: f32 storage,
      * or HGEMM, which sums in f16 anyway). */
     mpcl_tensor *d_wte_sum;
-    /* [C, V] storage: wte^T, once per batch, where the GEMM path would
-     * transpose a transposed B into its workspace at every chunk's logits
-     * (mpcl's kernels, gemm.c: 80 ms a chunk for GPT-2's wte on PoCL);
-     * NULL on CLBlast's paths, which read B^T as it is. */
+    /* [C, V] storage: wte^T, once per batch, where the GEMM would
+     * transpose wte into its workspace at every chunk's logits
+     * (mpcl__gemm_stages_bt: 80 ms a chunk for GPT-2's wte on PoCL); NULL
+     * where it reads wte^T as it is. */
     mpcl_tensor *wte_t;
 } head;
 
@@ -100,15 +100,16 @@ static bool sums_in_f32(const mpcl__layer_env *env) {
 }
 
 /* Whether the fused loss keeps wte^T (see head.wte_t). */
-static bool keeps_wte_t(const mpcl__layer_env *env) {
-    return env->gemm == MPCL_GEMM_MPCL_F32 || env->gemm == MPCL_GEMM_MPCL_MIXED;
+static bool keeps_wte_t(const head *h, const mpcl__layer_env *env, size_t chunk) {
+    return mpcl__gemm_stages_bt(env->ctx, env->gemm, env->storage, chunk, h->V, h->C);
 }
 
 /* Device bytes of the fused loss's tensors for chunks of `chunk` rows. */
 static double fused_bytes(const head *h, const mpcl__layer_env *env, size_t chunk) {
     double e = (double)mpcl_dtype_size(env->storage), vc = (double)h->V * (double)h->C;
     return 2.0 * (double)chunk * (double)(h->V + h->C) * e +
-           (sums_in_f32(env) ? vc * sizeof(float) : 0.0) + (keeps_wte_t(env) ? vc * e : 0.0);
+           (sums_in_f32(env) ? vc * sizeof(float) : 0.0) +
+           (keeps_wte_t(h, env, chunk) ? vc * e : 0.0);
 }
 
 /* The rows of a chunk of the fused loss; 0 where the head keeps the whole
@@ -142,7 +143,8 @@ static mpcl_status head_create(mpcl__layer *L, const mpcl__tables *t, const mpcl
     TRY(mpcl_tensor_create(env->ctx, env->storage, h->chunk, h->V, &h->dlogits_c));
     if (sums_in_f32(env))
         TRY(mpcl_tensor_create(env->ctx, MPCL_DTYPE_F32, h->V, h->C, &h->d_wte_sum));
-    if (keeps_wte_t(env)) TRY(mpcl_tensor_create(env->ctx, env->storage, h->C, h->V, &h->wte_t));
+    if (keeps_wte_t(h, env, h->chunk))
+        TRY(mpcl_tensor_create(env->ctx, env->storage, h->C, h->V, &h->wte_t));
     return MPCL_OK;
 }
 
