@@ -20,7 +20,7 @@ static char cache_dir[] = "/tmp/mpcl-auto-XXXXXX";
 static int setup(void **state) {
     (void)state;
     unsetenv("MPCL_AUTO");
-    return tu_cache_dir_make(cache_dir) ? 0 : -1;
+    return tu_cache_dir_make(cache_dir) && tu_cache_dir_add_programs(cache_dir) ? 0 : -1;
 }
 
 static int teardown(void **state) {

@@ -517,7 +517,7 @@ static void auto_plan_measures_a_token_model(void **state) {
         skip();
     }
     char cache[] = "/tmp/mpcl-emb-auto-XXXXXX";
-    assert_true(tu_cache_dir_make(cache));
+    assert_true(tu_cache_dir_make(cache) && tu_cache_dir_add_programs(cache));
     unsetenv("MPCL_AUTO");
     mpcl_model_params p = tu_token_model_params(8, 8, 8, 16, 8, MPCL_POLICY_AUTO);
     mpcl_model *m = NULL;

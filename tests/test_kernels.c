@@ -132,7 +132,11 @@ static void cache_miss_then_hit_across_contexts(void **state) {
     assert_int_equal(build(ctx, source_a), MPCL__CACHE_HIT);
     mpcl_context_destroy(ctx);
 
-    /* A fresh context loads the library program from the cache and it runs. */
+    /* A fresh context loads the library program from the cache and it runs.
+     * The folder gets the suite's entries, which programs_build_for_every_
+     * float_storage made, so that a driver with a slow compiler (Intel's:
+     * ~20 s a program) need not build it here again. */
+    assert_true(tu_cache_dir_add_programs(cache_dir));
     ctx = tu_context();
     TU_ASSERT_OK(mpcl_context_warm_up(ctx));
     mpcl_context_destroy(ctx);
@@ -195,17 +199,16 @@ static void corrupt_truncated_and_foreign_entries_are_rebuilt(void **state) {
  * such entries, and the wrong program then ran (crashes, or NaN in training). */
 static void swapped_program_bodies_are_rebuilt(void **state) {
     (void)state;
+    /* The suite's entries (programs_build_for_every_float_storage's), built
+     * here where they are missing. */
+    assert_true(tu_cache_dir_add_programs(cache_dir));
     mpcl_context *ctx = tu_context();
     cl_program p;
-    TU_ASSERT_OK(mpcl__program(ctx, MPCL_DTYPE_F32, &p));
     char path32[512], path16[512];
-    only_entry(path32, sizeof path32);
-    char saved[600];
-    snprintf(saved, sizeof saved, "%s.keep", cache_dir);
-    assert_int_equal(rename(path32, saved), 0); /* so that only_entry finds the f16 one */
+    TU_ASSERT_OK(mpcl__program(ctx, MPCL_DTYPE_F32, &p));
+    mpcl__cache_entry_path(path32, sizeof path32, cache_dir, mpcl__cache_last_key(ctx));
     TU_ASSERT_OK(mpcl__program(ctx, MPCL_DTYPE_F16, &p));
-    only_entry(path16, sizeof path16);
-    assert_int_equal(rename(saved, path32), 0);
+    mpcl__cache_entry_path(path16, sizeof path16, cache_dir, mpcl__cache_last_key(ctx));
     mpcl_context_destroy(ctx);
 
     /* Swap everything after the magic and the key (size, tag, body). */
@@ -380,7 +383,9 @@ static void a_verdict_not_in_its_written_form_is_verified_again(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(embedded_sources_are_there),
-        cmocka_unit_test_setup_teardown(programs_build_for_every_float_storage, setup, teardown),
+        /* In the suite's cache folder: what the programs are, not how the
+         * cache gets them, and what it builds the tests below copy. */
+        cmocka_unit_test(programs_build_for_every_float_storage),
         cmocka_unit_test_setup_teardown(a_build_failure_carries_the_build_log, setup, teardown),
         cmocka_unit_test_setup_teardown(cache_miss_then_hit_across_contexts, setup, teardown),
         cmocka_unit_test_setup_teardown(corrupt_truncated_and_foreign_entries_are_rebuilt, setup,

@@ -249,10 +249,49 @@ size_t tu_check_param_gradients(mpcl_model *m, double h, tu_loss_fn loss, void *
     return checked;
 }
 
+/* MPCL_CACHE_DIR as the test started (NULL: unset), kept by the first
+ * tu_cache_dir_make. */
+static bool suite_cache_kept;
+static char *suite_cache;
+
 bool tu_cache_dir_make(char *template_path) {
+    if (!suite_cache_kept) {
+        const char *dir = getenv("MPCL_CACHE_DIR");
+        suite_cache = dir ? strdup(dir) : NULL;
+        suite_cache_kept = true;
+    }
     if (!mkdtemp(template_path)) return false;
     setenv("MPCL_CACHE_DIR", template_path, 1);
     return true;
+}
+
+static bool copy_file(const char *from, const char *to) {
+    FILE *in = fopen(from, "rb"), *out = in ? fopen(to, "wb") : NULL;
+    bool ok = out != NULL;
+    char buf[1 << 16];
+    size_t n;
+    while (ok && (n = fread(buf, 1, sizeof buf, in)) > 0) ok = fwrite(buf, 1, n, out) == n;
+    ok = ok && !ferror(in);
+    if (out && fclose(out) != 0) ok = false;
+    if (in) fclose(in);
+    return ok;
+}
+
+bool tu_cache_dir_add_programs(const char *dir) {
+    DIR *d = suite_cache ? opendir(suite_cache) : NULL;
+    if (!d) return true; /* nothing to copy: the programs are built */
+    bool ok = true;
+    struct dirent *e;
+    while (ok && (e = readdir(d)) != NULL) {
+        size_t len = strlen(e->d_name);
+        if (e->d_type != DT_REG || len < 4 || strcmp(e->d_name + len - 4, ".bin") != 0) continue;
+        char from[4096], to[4096];
+        snprintf(from, sizeof from, "%s/%s", suite_cache, e->d_name);
+        snprintf(to, sizeof to, "%s/%s", dir, e->d_name);
+        ok = copy_file(from, to);
+    }
+    closedir(d);
+    return ok;
 }
 
 void tu_cache_dir_remove(const char *dir) {
@@ -271,6 +310,11 @@ void tu_cache_dir_remove(const char *dir) {
         closedir(d);
     }
     rmdir(dir);
+    if (!suite_cache_kept) return; /* not a folder of tu_cache_dir_make */
+    if (suite_cache)
+        setenv("MPCL_CACHE_DIR", suite_cache, 1);
+    else
+        unsetenv("MPCL_CACHE_DIR");
 }
 
 /* The process's mapped bytes now: the first field of /proc/self/statm, in pages. */

@@ -129,8 +129,14 @@ int tu_tmpdir_remove(const char *dir);
 /* A fresh folder from mkdtemp(template) made this process's cache folder
  * (MPCL_CACHE_DIR); false when it cannot be made. */
 bool tu_cache_dir_make(char *template_path);
+/* Copies into dir the entries (compiled programs, capability verdicts; not
+ * the auto plan's verdicts/) of the suite's cache folder, the MPCL_CACHE_DIR
+ * the test started with: for tests of other caches than the program cache,
+ * which on a driver with a slow compiler (Intel's: ~20 s a program) would
+ * otherwise build every program again. False when a copy fails. */
+bool tu_cache_dir_add_programs(const char *dir);
 /* Removes a folder made by tu_cache_dir_make with what is in it (files and
- * the verdicts/ folder). */
+ * the verdicts/ folder), and makes the suite's folder the cache again. */
 void tu_cache_dir_remove(const char *dir);
 /* A whole file, malloc'ed (at least 1 byte), its length in *n; fails the
  * test when it cannot be read. */

@@ -193,6 +193,7 @@ mpcl_status mpcl__program_build(mpcl_context *ctx, const char *source, const cha
         source,      options, ctx->info.name, ctx->info.driver_version, ctx->info.platform_version,
         MPCL_VERSION};
     mpcl__cache_key key = mpcl__cache_key_make(parts, sizeof parts / sizeof parts[0]);
+    ctx->cache_key = key;
     bool cached = mpcl__cache_dir(dir, sizeof dir);
     ctx->cache_outcome = cached ? MPCL__CACHE_MISS : MPCL__CACHE_OFF;
     if (cached) {
@@ -231,6 +232,10 @@ mpcl_status mpcl__program_build(mpcl_context *ctx, const char *source, const cha
 
 mpcl__cache_outcome mpcl__cache_last_outcome(const mpcl_context *ctx) {
     return ctx->cache_outcome;
+}
+
+mpcl__cache_key mpcl__cache_last_key(const mpcl_context *ctx) {
+    return ctx->cache_key;
 }
 
 mpcl_status mpcl__program(mpcl_context *ctx, mpcl_dtype storage, cl_program *out) {

@@ -109,7 +109,6 @@ mpcl_status mpcl__kernel(mpcl_context *ctx, mpcl_dtype storage, const char *name
 mpcl_status mpcl__program_build(mpcl_context *ctx, const char *source, const char *options,
                                 cl_program *out);
 
-/* What the last mpcl__program_build did with the cache; for tests and bench. */
 /* The tile shapes of mpcl's GEMM (src/compute/gemm.c picks one; tests force
  * each). */
 typedef enum mpcl__gemm_tiles {
@@ -120,6 +119,7 @@ typedef enum mpcl__gemm_tiles {
     MPCL__GEMM_TILES_BF16_DOT, /* bf16 on AVX512-BF16 where verified (gemm.c's dot_kernel) */
 } mpcl__gemm_tiles;
 
+/* What the last mpcl__program_build did with the cache; for tests and bench. */
 typedef enum mpcl__cache_outcome {
     MPCL__CACHE_OFF,
     MPCL__CACHE_HIT,
@@ -186,6 +186,8 @@ typedef struct mpcl__cache_key {
     unsigned char bytes[32]; /* SHA-256 of the key material */
 } mpcl__cache_key;
 mpcl__cache_key mpcl__cache_key_make(const char *const parts[], size_t count);
+/* The key of the last mpcl__program_build's entry, for tests. */
+mpcl__cache_key mpcl__cache_last_key(const mpcl_context *ctx);
 /* <dir>/<64 hex digits of key>.bin */
 void mpcl__cache_entry_path(char *buf, size_t size, const char *dir, mpcl__cache_key key);
 /* SHA-256 of n bytes (FIPS 180-4), for the cache and its tests. */
@@ -241,6 +243,7 @@ struct mpcl_context {
     } kernels[MPCL__MAX_KERNELS];
     int kernel_count;
     mpcl__cache_outcome cache_outcome;
+    mpcl__cache_key cache_key;    /* the last program build's */
     bool verdict_cached;          /* the fp16/bf16 verification was read from the cache */
     mpcl__gemm_tiles gemm_tiles;  /* mpcl's GEMM tiles; AUTO but in tests */
     unsigned gemm_strip;          /* tiles per item (a strip); 0: by the shape */
