@@ -41,6 +41,7 @@ static void enumeration_lists_devices_with_stable_ids(void **state) {
         assert_int_equal(d->fp16_math, MPCL_FP16_MATH_UNTESTED);
         assert_int_equal(d->bf16_storage, MPCL_BF16_STORAGE_UNTESTED);
         assert_int_equal(d->bf16_dot, MPCL_BF16_DOT_UNTESTED);
+        assert_int_equal(d->matrix_engine, MPCL_MATRIX_ENGINE_UNTESTED);
         for (size_t j = 0; j < i; j++)
             assert_string_not_equal(d->id, mpcl_device_list_get(list, j)->id);
     }
@@ -158,6 +159,23 @@ static void fp16_verification_on_the_suite_device(void **state) {
         assert_true(strstr(d->bf16_dot_detail, "not a CPU device") ||
                     strstr(d->bf16_dot_detail, "no AVX512-BF16") ||
                     strstr(d->bf16_dot_detail, "not an x86-64 host"));
+    }
+    /* The matrix engine: the NVIDIA row applies to NVIDIA devices only (its
+     * inline PTX never reaches another compiler), so on every other device
+     * there is none, and the detail names the row and why. On an NVIDIA
+     * device of compute capability 8.0 or newer it must verify. */
+    fprintf(stderr, "matrix engine %s %s: %s\n", d->matrix_engine_kind,
+            mpcl_matrix_engine_name(d->matrix_engine), d->matrix_engine_detail);
+    if (!strstr(d->vendor, "NVIDIA")) {
+        assert_int_equal(d->matrix_engine, MPCL_MATRIX_ENGINE_NONE);
+        assert_string_equal(d->matrix_engine_kind, "");
+        assert_string_equal(d->matrix_engine_detail, "nvidia-mma-sm80: not an NVIDIA device");
+    } else if (d->matrix_engine != MPCL_MATRIX_ENGINE_NONE) {
+        assert_string_equal(d->matrix_engine_kind, "nvidia-mma-sm80");
+        assert_int_equal(d->matrix_engine, MPCL_MATRIX_ENGINE_VERIFIED);
+        assert_string_equal(d->matrix_engine_detail,
+                            "mma.sync m16n8k16 f32 accumulation, f16: 128/128 exact; "
+                            "bf16: 128/128 exact");
     }
     bool known_without_fp16 = strstr(d->platform, "Portable Computing Language") ||
                               strstr(d->platform, "rusticl") || strstr(d->name, "Oclgrind");

@@ -276,8 +276,13 @@ static void verification_verdict_is_cached(void **state) {
     assert_int_equal(a->fp16_math, b->fp16_math);
     assert_int_equal(a->fp16_storage, b->fp16_storage);
     assert_int_equal(a->bf16_storage, b->bf16_storage);
+    assert_int_equal(a->bf16_dot, b->bf16_dot);
+    assert_int_equal(a->matrix_engine, b->matrix_engine);
     assert_string_equal(a->fp16_detail, b->fp16_detail);
     assert_string_equal(a->bf16_detail, b->bf16_detail);
+    assert_string_equal(a->bf16_dot_detail, b->bf16_dot_detail);
+    assert_string_equal(a->matrix_engine_detail, b->matrix_engine_detail);
+    assert_string_equal(a->matrix_engine_kind, b->matrix_engine_kind);
     mpcl_context_destroy(second);
 
     char verdicts[128], path[512];
@@ -363,12 +368,13 @@ static void a_verdict_not_in_its_written_form_is_verified_again(void **state) {
     assert_non_null(rest);
     const mpcl_device_info *a = mpcl_context_device(first);
     int m = (int)a->fp16_math, s = (int)a->fp16_storage, b = (int)a->bf16_storage,
-        d = (int)a->bf16_dot;
-    const char *forms[] = {"%d %d %d %d",  "+%d %d %d %d", "%d  %d %d %d",  " %d %d %d %d",
-                           "%d %d %d %d ", "%d %d %d",     "%d %d %d %d 0", "0x%d %d %d %d"};
+        d = (int)a->bf16_dot, e = (int)a->matrix_engine;
+    const char *forms[] = {"%d %d %d %d %d",   "+%d %d %d %d %d", "%d  %d %d %d %d",
+                           " %d %d %d %d %d",  "%d %d %d %d %d ", "%d %d %d %d",
+                           "%d %d %d %d %d 0", "0x%d %d %d %d %d"};
     for (size_t i = 0; i < sizeof forms / sizeof *forms; i++) {
         char text[4200];
-        int n = snprintf(text, sizeof text, forms[i], m, s, b, d);
+        int n = snprintf(text, sizeof text, forms[i], m, s, b, d, e);
         snprintf(text + n, sizeof text - (size_t)n, "%s", rest);
         mpcl__cache_write(folder, key, (const unsigned char *)text, strlen(text));
         mpcl_context *ctx = tu_context();

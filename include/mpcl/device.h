@@ -59,6 +59,20 @@ typedef enum mpcl_bf16_dot {
     MPCL_BF16_DOT_UNTESTED,
 } mpcl_bf16_dot;
 
+/* A matrix engine (tensor cores and the like) reached from OpenCL C, for
+ * the mpcl-mma GEMM path: the engines are rows of one table
+ * (src/runtime/matrix_engine.c), each with a probe kernel that multiplies one
+ * tile and is checked exactly against the host; the first row that applies
+ * to the device is probed, and no row's code is built on a device it does
+ * not apply to. */
+typedef enum mpcl_matrix_engine {
+    MPCL_MATRIX_ENGINE_NONE,     /* no row applies to the device (the detail says why) */
+    MPCL_MATRIX_ENGINE_VERIFIED, /* the row's probe built, ran, and every result was exact */
+    MPCL_MATRIX_ENGINE_BROKEN, /* the row applies, but its probe did not build or run, or was wrong
+                                */
+    MPCL_MATRIX_ENGINE_UNTESTED,
+} mpcl_matrix_engine;
+
 /* cl_device_fp_config decoded; `present` is false when the query failed or the
  * device has no such precision (half on most devices, double on some). */
 typedef struct mpcl_fp_config {
@@ -97,6 +111,9 @@ typedef struct mpcl_device_info {
     char bf16_detail[MPCL_INFO_STR];
     mpcl_bf16_dot bf16_dot; /* filled by the same verification */
     char bf16_dot_detail[MPCL_INFO_STR];
+    mpcl_matrix_engine matrix_engine; /* filled by the same verification */
+    char matrix_engine_kind[32];      /* the row probed, "nvidia-mma-sm80"; "" when none */
+    char matrix_engine_detail[MPCL_INFO_STR];
 } mpcl_device_info;
 
 /* A platform that was found but contributed no device, and why. */
@@ -145,6 +162,7 @@ const char *mpcl_fp16_math_name(mpcl_fp16_math math);
 const char *mpcl_fp16_storage_name(mpcl_fp16_storage storage);
 const char *mpcl_bf16_storage_name(mpcl_bf16_storage storage);
 const char *mpcl_bf16_dot_name(mpcl_bf16_dot dot);
+const char *mpcl_matrix_engine_name(mpcl_matrix_engine engine);
 
 #pragma GCC visibility pop
 

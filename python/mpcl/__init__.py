@@ -75,6 +75,9 @@ def devices():
             s["bf16_detail"] = _text(d.bf16_detail)
             s["bf16_dot"] = _text(_clib.mpcl_bf16_dot_name(d.bf16_dot))
             s["bf16_dot_detail"] = _text(d.bf16_dot_detail)
+            s["matrix_engine"] = _text(_clib.mpcl_matrix_engine_name(d.matrix_engine))
+            s["matrix_engine_kind"] = _text(d.matrix_engine_kind)
+            s["matrix_engine_detail"] = _text(d.matrix_engine_detail)
             s["fp64"] = bool(d.has_fp64)
             s["fp_config"] = {"half": _fp(d.half_fp), "single": _fp(d.single_fp),
                               "double": _fp(d.double_fp)}

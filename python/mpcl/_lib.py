@@ -208,7 +208,9 @@ class DeviceInfo(Structure):
         ("intel_bfloat16_conversions", c_bool), ("integer_dot_product", c_bool),
         ("fp16_math", c_int), ("fp16_storage", c_int), ("fp16_detail", c_char * INFO_STR),
         ("bf16_storage", c_int), ("bf16_detail", c_char * INFO_STR),
-        ("bf16_dot", c_int), ("bf16_dot_detail", c_char * INFO_STR)]
+        ("bf16_dot", c_int), ("bf16_dot_detail", c_char * INFO_STR),
+        ("matrix_engine", c_int), ("matrix_engine_kind", c_char * 32),
+        ("matrix_engine_detail", c_char * INFO_STR)]
 
 
 class SkippedPlatform(Structure):
@@ -283,6 +285,7 @@ _PROTOTYPES = {
     "mpcl_fp16_storage_name": (c_char_p, [c_int]),
     "mpcl_bf16_storage_name": (c_char_p, [c_int]),
     "mpcl_bf16_dot_name": (c_char_p, [c_int]),
+    "mpcl_matrix_engine_name": (c_char_p, [c_int]),
     "mpcl_plan_overrides_from_env": (_S, [POINTER(PlanOverrides)]),
     "mpcl_plan_resolve": (Plan, [POINTER(DeviceInfo), c_int, POINTER(PlanOverrides)]),
     "mpcl_plan_fp16_math_usable": (c_bool, [POINTER(DeviceInfo), c_int]),

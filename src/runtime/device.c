@@ -133,6 +133,9 @@ mpcl_status mpcl__device_query(cl_platform_id platform, cl_device_id d, mpcl_dev
     snprintf(info->bf16_detail, sizeof info->bf16_detail, "not verified");
     info->bf16_dot = MPCL_BF16_DOT_UNTESTED;
     snprintf(info->bf16_dot_detail, sizeof info->bf16_dot_detail, "not verified");
+    info->matrix_engine = MPCL_MATRIX_ENGINE_UNTESTED;
+    info->matrix_engine_kind[0] = '\0';
+    snprintf(info->matrix_engine_detail, sizeof info->matrix_engine_detail, "not verified");
     return MPCL_OK;
 }
 
@@ -275,6 +278,9 @@ cleanup:
         e->info.bf16_dot = MPCL_BF16_DOT_BROKEN;
         snprintf(e->info.bf16_dot_detail, sizeof e->info.bf16_dot_detail, "%s",
                  e->info.fp16_detail);
+        e->info.matrix_engine = MPCL_MATRIX_ENGINE_BROKEN;
+        snprintf(e->info.matrix_engine_detail, sizeof e->info.matrix_engine_detail, "%s",
+                 e->info.fp16_detail);
     }
     return st;
 }
@@ -393,6 +399,15 @@ const char *mpcl_bf16_dot_name(mpcl_bf16_dot dot) {
     case MPCL_BF16_DOT_NONE: return "none";
     case MPCL_BF16_DOT_VERIFIED: return "verified";
     case MPCL_BF16_DOT_BROKEN: return "broken";
+    default: return "untested";
+    }
+}
+
+const char *mpcl_matrix_engine_name(mpcl_matrix_engine engine) {
+    switch (engine) {
+    case MPCL_MATRIX_ENGINE_NONE: return "none";
+    case MPCL_MATRIX_ENGINE_VERIFIED: return "verified";
+    case MPCL_MATRIX_ENGINE_BROKEN: return "broken";
     default: return "untested";
     }
 }

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "runtime/probe.h"
 #include "runtime/runtime.h"
 
 #define N 16
@@ -30,145 +31,30 @@ static const uint16_t load_bits[N] = {0x0001, 0x03ff, 0x0400, 0x7bff, 0xfbff, 0x
                                       0xfc00, 0x3c00, 0x8000, 0x3555, 0x0000, 0xc500,
                                       0x3bff, 0x8001, 0x5640, 0x1234};
 
-static const uint32_t POISON_F32 = 0x7fc0dead; /* a NaN no kernel would produce */
 static const uint16_t POISON_F16 = 0x7e55;
-
-static float poison_f32(void) {
-    float f;
-    memcpy(&f, &POISON_F32, sizeof f);
-    return f;
-}
-
-static bool same_f32(float got, float want) {
-    if (isnan(want)) return isnan(got);
-    return memcmp(&got, &want, sizeof got) == 0;
-}
-
-/* What a probe's compiler wrote to stderr, when it wrote anything. */
-typedef struct probe_log {
-    char text[160];
-} probe_log;
-
-/* Serialises the fd 2 redirection below within the process. */
-static pthread_mutex_t stderr_lock = PTHREAD_MUTEX_INITIALIZER;
-
-/* clBuildProgram with file descriptor 2 pointed at an unlinked temp file for
- * the duration, the text kept in `log`. The half-math probe is expected not
- * to build on devices without half, and some compilers (PoCL's clang) print
- * their diagnostics' summary ("1 warning and 4 errors generated.") straight
- * to fd 2 besides the build log, which would reach the terminal of every
- * run, --quiet or not; that text belongs to the probe's detail only.
- * fd 2 is the whole process's: the mutex serialises mpcl's own probes, and
- * anything another thread of the application writes to stderr during the
- * build (milliseconds, once per context) lands in the same file; it is
- * then kept in the detail rather than shown. When no temp file can be made
- * the build runs with stderr as it is. A temp file rather than a pipe, so
- * that a long diagnostic cannot fill a pipe and block the build. */
-static cl_int build_capturing_stderr(cl_program p, cl_device_id dev, const char *options,
-                                     probe_log *log) {
-    log->text[0] = '\0';
-    pthread_mutex_lock(&stderr_lock);
-    fflush(stderr);
-    FILE *tmp = tmpfile();
-    int saved = tmp ? dup(STDERR_FILENO) : -1;
-    bool redirected = saved >= 0 && dup2(fileno(tmp), STDERR_FILENO) >= 0;
-    cl_int err = clBuildProgram(p, 1, &dev, options, NULL, NULL);
-    if (redirected) {
-        fflush(stderr);
-        dup2(saved, STDERR_FILENO);
-    }
-    if (saved >= 0) close(saved);
-    if (tmp) {
-        rewind(tmp);
-        size_t n = fread(log->text, 1, sizeof log->text - 1, tmp);
-        log->text[n] = '\0';
-        fclose(tmp);
-    }
-    pthread_mutex_unlock(&stderr_lock);
-    /* One line for the detail: newlines and tabs become spaces, trailing
-     * ones go. */
-    size_t n = strlen(log->text);
-    for (size_t i = 0; i < n; i++)
-        if (log->text[i] == '\n' || log->text[i] == '\t' || log->text[i] == '\r')
-            log->text[i] = ' ';
-    while (n > 0 && log->text[n - 1] == ' ') log->text[--n] = '\0';
-    return err;
-}
-
-static cl_program build(cl_context cl, cl_device_id dev, const char *src, const char *options,
-                        probe_log *log) {
-    cl_int err;
-    size_t len = strlen(src);
-    log->text[0] = '\0';
-    cl_program p = clCreateProgramWithSource(cl, 1, &src, &len, &err);
-    if (err != CL_SUCCESS) return NULL;
-    if (build_capturing_stderr(p, dev, options, log) != CL_SUCCESS) {
-        clReleaseProgram(p);
-        return NULL;
-    }
-    return p;
-}
-
-/* Runs `kernel` over `items` items with 4 buffers; the ones marked as outputs are
- * poisoned before the launch and read back after. Returns false when any
- * OpenCL call fails. */
-typedef struct arg {
-    void *host;
-    size_t bytes;
-    bool output;
-} arg;
-
-static bool run4(cl_context cl, cl_command_queue q, cl_program p, const char *name, arg args[4],
-                 size_t items) {
-    cl_int err;
-    bool ok = false;
-    cl_mem mem[4] = {0};
-    cl_kernel k = clCreateKernel(p, name, &err);
-    if (err != CL_SUCCESS) return false;
-    for (int i = 0; i < 4; i++) {
-        mem[i] = clCreateBuffer(cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, args[i].bytes,
-                                args[i].host, &err);
-        if (err != CL_SUCCESS) goto cleanup;
-        if (clSetKernelArg(k, (cl_uint)i, sizeof(cl_mem), &mem[i]) != CL_SUCCESS) goto cleanup;
-    }
-    size_t global = items;
-    if (clEnqueueNDRangeKernel(q, k, 1, NULL, &global, NULL, 0, NULL, NULL) != CL_SUCCESS)
-        goto cleanup;
-    for (int i = 0; i < 4; i++) {
-        if (args[i].output && clEnqueueReadBuffer(q, mem[i], CL_TRUE, 0, args[i].bytes,
-                                                  args[i].host, 0, NULL, NULL) != CL_SUCCESS)
-            goto cleanup;
-    }
-    ok = clFinish(q) == CL_SUCCESS;
-cleanup:
-    for (int i = 0; i < 4; i++)
-        if (mem[i]) clReleaseMemObject(mem[i]);
-    clReleaseKernel(k);
-    return ok;
-}
 
 /* Number of wrong results, N+1 when the kernel could not run at all. */
 static int check_storage(cl_context cl, cl_device_id dev, cl_command_queue q, const char *src,
-                         probe_log *log) {
-    cl_program p = build(cl, dev, src, "-cl-std=CL1.2", log);
+                         mpcl__probe_log *log) {
+    cl_program p = mpcl__probe_build(cl, dev, src, "-cl-std=CL1.2", log);
     if (!p) return N + 1;
     uint16_t in[N], stored[N];
     float loaded[N], srcv[N];
     memcpy(in, load_bits, sizeof in);
     memcpy(srcv, store_src, sizeof srcv);
     for (int i = 0; i < N; i++) {
-        loaded[i] = poison_f32();
+        loaded[i] = mpcl__probe_poison_f32();
         stored[i] = POISON_F16;
     }
-    arg args[4] = {{in, sizeof in, false},
-                   {loaded, sizeof loaded, true},
-                   {srcv, sizeof srcv, false},
-                   {stored, sizeof stored, true}};
+    mpcl__probe_arg args[4] = {{in, sizeof in, false},
+                               {loaded, sizeof loaded, true},
+                               {srcv, sizeof srcv, false},
+                               {stored, sizeof stored, true}};
     int wrong = N + 1;
-    if (run4(cl, q, p, "probe_half_storage", args, N)) {
+    if (mpcl__probe_run(cl, q, p, "probe_half_storage", args, N, 0)) {
         wrong = 0;
         for (int i = 0; i < N; i++) {
-            wrong += !same_f32(loaded[i], mpcl_f16_to_f32(load_bits[i]));
+            wrong += !mpcl__probe_same_f32(loaded[i], mpcl_f16_to_f32(load_bits[i]));
             wrong += stored[i] != mpcl_f32_to_f16(store_src[i]);
         }
     }
@@ -177,27 +63,27 @@ static int check_storage(cl_context cl, cl_device_id dev, cl_command_queue q, co
 }
 
 static int check_math(cl_context cl, cl_device_id dev, cl_command_queue q, const char *src,
-                      probe_log *log) {
-    cl_program p = build(cl, dev, src, "-cl-std=CL1.2 -DMPCL_PROBE_HALF_MATH", log);
+                      mpcl__probe_log *log) {
+    cl_program p = mpcl__probe_build(cl, dev, src, "-cl-std=CL1.2 -DMPCL_PROBE_HALF_MATH", log);
     if (!p) return N + 1;
     float a[N], b[N], prod[N], sum[N];
     memcpy(a, math_a, sizeof a);
     memcpy(b, math_b, sizeof b);
-    for (int i = 0; i < N; i++) prod[i] = sum[i] = poison_f32();
-    arg args[4] = {{a, sizeof a, false},
-                   {b, sizeof b, false},
-                   {prod, sizeof prod, true},
-                   {sum, sizeof sum, true}};
+    for (int i = 0; i < N; i++) prod[i] = sum[i] = mpcl__probe_poison_f32();
+    mpcl__probe_arg args[4] = {{a, sizeof a, false},
+                               {b, sizeof b, false},
+                               {prod, sizeof prod, true},
+                               {sum, sizeof sum, true}};
     int wrong = N + 1;
-    if (run4(cl, q, p, "probe_half_math", args, N)) {
+    if (mpcl__probe_run(cl, q, p, "probe_half_math", args, N, 0)) {
         wrong = 0;
         for (int i = 0; i < N; i++) {
             /* Products and sums of two halves are exact in double, so one
              * rounding to half gives the correctly rounded result. */
             float want_prod = mpcl_f16_to_f32(mpcl_f64_to_f16((double)a[i] * (double)b[i]));
             float want_sum = mpcl_f16_to_f32(mpcl_f64_to_f16((double)a[i] + (double)b[i]));
-            wrong += !same_f32(prod[i], want_prod);
-            wrong += !same_f32(sum[i], want_sum);
+            wrong += !mpcl__probe_same_f32(prod[i], want_prod);
+            wrong += !mpcl__probe_same_f32(sum[i], want_sum);
         }
     }
     clReleaseProgram(p);
@@ -241,14 +127,14 @@ static int check_bf16_kernel(cl_context cl, cl_command_queue q, cl_program p, co
     memcpy(in, bf16_load_bits, sizeof in);
     memcpy(srcv, bf16_store_src, sizeof srcv);
     for (int i = 0; i < NB; i++) {
-        loaded[i] = poison_f32();
+        loaded[i] = mpcl__probe_poison_f32();
         stored[i] = POISON_BF16;
     }
-    arg args[4] = {{in, sizeof in, false},
-                   {loaded, sizeof loaded, true},
-                   {srcv, sizeof srcv, false},
-                   {stored, sizeof stored, true}};
-    if (!run4(cl, q, p, name, args, NB / width)) return -1;
+    mpcl__probe_arg args[4] = {{in, sizeof in, false},
+                               {loaded, sizeof loaded, true},
+                               {srcv, sizeof srcv, false},
+                               {stored, sizeof stored, true}};
+    if (!mpcl__probe_run(cl, q, p, name, args, NB / width, 0)) return -1;
     int wrong = 0;
     for (int i = 0; i < NB; i++) {
         float src_f;
@@ -259,24 +145,6 @@ static int check_bf16_kernel(cl_context cl, cl_command_queue q, cl_program p, co
     return wrong;
 }
 
-/* The probe file `name` after common.cl, built for bf16 storage plus
- * `options`, so that it runs the library's own macros; NULL when a source
- * is missing or the build fails. */
-static cl_program build_after_common(cl_context cl, cl_device_id dev, const char *name,
-                                     const char *options, probe_log *log) {
-    char *common = mpcl__cl_source_load("common.cl", NULL);
-    char *probe = mpcl__cl_source_load(name, NULL);
-    char *src = NULL, all_options[160];
-    if (common && probe && (src = malloc(strlen(common) + strlen(probe) + 2)) != NULL)
-        sprintf(src, "%s\n%s", common, probe);
-    free(common);
-    free(probe);
-    snprintf(all_options, sizeof all_options, "-cl-std=CL1.2 -DMPCL_STORAGE_BF16=1%s", options);
-    cl_program p = src ? build(cl, dev, src, all_options, log) : NULL;
-    free(src);
-    return p;
-}
-
 /* The bf16 probe kernels (scalar, 4-, 8- and 16-wide), each checking NB
  * loads and NB stores. */
 #define BF16_KERNELS 4
@@ -284,8 +152,8 @@ static cl_program build_after_common(cl_context cl, cl_device_id dev, const char
 
 /* Number of wrong results over the kernels (2 * NB checks each),
  * BF16_CHECKS * NB + 1 when the program did not build or a kernel did not run. */
-static int check_bf16(cl_context cl, cl_device_id dev, cl_command_queue q, probe_log *log) {
-    cl_program p = build_after_common(cl, dev, "bf16_probe.cl", "", log);
+static int check_bf16(cl_context cl, cl_device_id dev, cl_command_queue q, mpcl__probe_log *log) {
+    cl_program p = mpcl__probe_build_after_common(cl, dev, "bf16_probe.cl", "", log);
     if (!p) return BF16_CHECKS * NB + 1;
     static const char *const names[BF16_KERNELS] = {"probe_bf16_storage", "probe_bf16_storage4",
                                                     "probe_bf16_storage8", "probe_bf16_storage16"};
@@ -342,8 +210,10 @@ static const char *dot_unavailable(cl_device_id dev) {
  * are the bf16 load cases above (zeros, subnormals, extremes, inf, NaN)
  * against each other, then pseudo-random bit patterns; the accumulators
  * include subnormals, inf and values that cancel. */
-static int check_bf16_dot(cl_context cl, cl_device_id dev, cl_command_queue q, probe_log *log) {
-    cl_program p = build_after_common(cl, dev, "bf16_dot_probe.cl", " -DMPCL_BF16_DOT_X86=1", log);
+static int check_bf16_dot(cl_context cl, cl_device_id dev, cl_command_queue q,
+                          mpcl__probe_log *log) {
+    cl_program p =
+        mpcl__probe_build_after_common(cl, dev, "bf16_dot_probe.cl", " -DMPCL_BF16_DOT_X86=1", log);
     if (!p) return ND + 1;
     uint32_t a[ND], b[ND], seed = 12345u;
     float acc[ND], out[ND];
@@ -359,40 +229,26 @@ static int check_bf16_dot(cl_context cl, cl_device_id dev, cl_command_queue q, p
         }
         uint32_t bits = i % 2 ? acc_bits[i / 2 % 8] : (seed = seed * 1664525u + 1013904223u);
         memcpy(&acc[i], &bits, sizeof bits);
-        out[i] = poison_f32();
+        out[i] = mpcl__probe_poison_f32();
     }
-    arg args[4] = {{a, sizeof a, false},
-                   {b, sizeof b, false},
-                   {acc, sizeof acc, false},
-                   {out, sizeof out, true}};
+    mpcl__probe_arg args[4] = {{a, sizeof a, false},
+                               {b, sizeof b, false},
+                               {acc, sizeof acc, false},
+                               {out, sizeof out, true}};
     int wrong = ND + 1;
-    if (run4(cl, q, p, "probe_bf16_dot", args, ND / 16)) {
+    if (mpcl__probe_run(cl, q, p, "probe_bf16_dot", args, ND / 16, 0)) {
         wrong = 0;
-        for (int i = 0; i < ND; i++) wrong += !same_f32(out[i], dot_model(acc[i], a[i], b[i]));
+        for (int i = 0; i < ND; i++)
+            wrong += !mpcl__probe_same_f32(out[i], dot_model(acc[i], a[i], b[i]));
     }
     clReleaseProgram(p);
     return wrong;
 }
 
-/* `total` results were checked; more than `total` wrong means it never ran.
- * What the compiler printed, if anything, follows in brackets. */
-static void describe(char *buf, size_t size, const char *what, int wrong, int total,
-                     const probe_log *log) {
-    int n;
-    if (wrong == 0)
-        n = snprintf(buf, size, "%s: %d/%d exact", what, total, total);
-    else if (wrong > total)
-        n = snprintf(buf, size, "%s: did not build or run", what);
-    else
-        n = snprintf(buf, size, "%s: %d/%d wrong", what, wrong, total);
-    if (log->text[0] && n > 0 && (size_t)n < size)
-        snprintf(buf + n, size - (size_t)n, " (compiler: %s)", log->text);
-}
-
 void mpcl__fp16_verify(cl_context cl, cl_device_id dev, cl_command_queue q,
                        mpcl_device_info *info) {
     char *src = mpcl__cl_source_load("fp16_probe.cl", NULL);
-    probe_log storage_log = {""}, math_log = {""}, bf16_log = {""};
+    mpcl__probe_log storage_log = {""}, math_log = {""}, bf16_log = {""};
     int storage_wrong = src ? check_storage(cl, dev, q, src, &storage_log) : N + 1;
     int math_wrong = src ? check_math(cl, dev, q, src, &math_log) : N + 1;
     free(src);
@@ -403,9 +259,10 @@ void mpcl__fp16_verify(cl_context cl, cl_device_id dev, cl_command_queue q,
         info->fp16_math = math_ok ? MPCL_FP16_MATH_UNDECLARED_BUT_WORKS : MPCL_FP16_MATH_NONE;
     info->fp16_storage = storage_wrong == 0 ? MPCL_FP16_STORAGE_VERIFIED : MPCL_FP16_STORAGE_BROKEN;
     char m[MPCL_INFO_STR], s[MPCL_INFO_STR];
-    describe(m, sizeof m, "half math", math_wrong > N ? 2 * N + 1 : math_wrong, 2 * N, &math_log);
-    describe(s, sizeof s, "vload_half/vstore_half_rte",
-             storage_wrong > N ? 2 * N + 1 : storage_wrong, 2 * N, &storage_log);
+    mpcl__probe_describe(m, sizeof m, "half math", math_wrong > N ? 2 * N + 1 : math_wrong, 2 * N,
+                         &math_log);
+    mpcl__probe_describe(s, sizeof s, "vload_half/vstore_half_rte",
+                         storage_wrong > N ? 2 * N + 1 : storage_wrong, 2 * N, &storage_log);
     /* "m; s", cut so that each keeps at least half of the field. */
     size_t room = sizeof info->fp16_detail - 3, km = strlen(m), ks = strlen(s);
     if (km + ks > room) {
@@ -419,19 +276,20 @@ void mpcl__fp16_verify(cl_context cl, cl_device_id dev, cl_command_queue q,
 
     int bf16_wrong = check_bf16(cl, dev, q, &bf16_log);
     info->bf16_storage = bf16_wrong == 0 ? MPCL_BF16_STORAGE_VERIFIED : MPCL_BF16_STORAGE_BROKEN;
-    describe(info->bf16_detail, sizeof info->bf16_detail,
-             "bf16 LOAD/STORE (scalar, 4-, 8- and 16-wide)", bf16_wrong, BF16_CHECKS * NB,
-             &bf16_log);
+    mpcl__probe_describe(info->bf16_detail, sizeof info->bf16_detail,
+                         "bf16 LOAD/STORE (scalar, 4-, 8- and 16-wide)", bf16_wrong,
+                         BF16_CHECKS * NB, &bf16_log);
 
     const char *why_not = dot_unavailable(dev);
     if (why_not) {
         info->bf16_dot = MPCL_BF16_DOT_NONE;
         snprintf(info->bf16_dot_detail, sizeof info->bf16_dot_detail, "%s", why_not);
     } else {
-        probe_log dot_log = {""};
+        mpcl__probe_log dot_log = {""};
         int dot_wrong = check_bf16_dot(cl, dev, q, &dot_log);
         info->bf16_dot = dot_wrong == 0 ? MPCL_BF16_DOT_VERIFIED : MPCL_BF16_DOT_BROKEN;
-        describe(info->bf16_dot_detail, sizeof info->bf16_dot_detail, "vdpbf16ps", dot_wrong, ND,
-                 &dot_log);
+        mpcl__probe_describe(info->bf16_dot_detail, sizeof info->bf16_dot_detail, "vdpbf16ps",
+                             dot_wrong, ND, &dot_log);
     }
+    mpcl__matrix_engine_verify(cl, dev, q, info);
 }

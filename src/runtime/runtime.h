@@ -63,9 +63,18 @@ mpcl_status mpcl__error_to_context(mpcl_context *ctx, mpcl_status status);
 /* Fills info for one device; the fp16 and bf16 fields are left UNTESTED. */
 mpcl_status mpcl__device_query(cl_platform_id platform, cl_device_id device,
                                mpcl_device_info *info);
-/* The fp16 and bf16 verification kernels on an existing context and queue. */
+/* The fp16, bf16 and matrix-engine verification kernels on an existing
+ * context and queue. */
 void mpcl__fp16_verify(cl_context cl, cl_device_id device, cl_command_queue queue,
                        mpcl_device_info *info);
+/* The first matrix engine (matrix_engine.c) that applies to the device,
+ * probed; MPCL_MATRIX_ENGINE_NONE with every row's reason when none does.
+ * Part of mpcl__fp16_verify. */
+void mpcl__matrix_engine_verify(cl_context cl, cl_device_id device, cl_command_queue queue,
+                                mpcl_device_info *info);
+/* Row i's probe source (cl/), NULL past the last: the verification's cache
+ * key covers them. */
+const char *mpcl__matrix_engine_probe_source(size_t i);
 /* <cache folder>/verdicts, made when missing: small measured or verified
  * facts (verify_cache.c, nn/auto_plan.c), apart from the kernel binaries.
  * 0 when caching is off or the folder cannot be made. */

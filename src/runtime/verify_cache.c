@@ -1,4 +1,5 @@
-/* The fp16 and bf16 verification of a context, kept in the cache folder.
+/* The fp16, bf16 and matrix-engine verification of a context, kept in the
+ * cache folder.
  *
  * Verifying builds three probe programs, and the half-math one fails to
  * build on devices without half, which a compiler cannot cache: on PoCL the
@@ -15,44 +16,42 @@
 #include "mpcl/number.h"
 #include "runtime/runtime.h"
 
-#define VERDICT_MAGIC "mpcl verification 2"
+#define VERDICT_MAGIC "mpcl verification 3"
 
-/* The probe sources the verification builds (fp16_verify.c). */
+/* The probe sources the verification builds (fp16_verify.c), before the
+ * matrix engines' (matrix_engine.c). */
 static const char *const PROBE_SOURCES[] = {"common.cl", "fp16_probe.cl", "bf16_probe.cl",
                                             "bf16_dot_probe.cl"};
-#define NSOURCES (sizeof PROBE_SOURCES / sizeof PROBE_SOURCES[0])
+#define NFIXED (sizeof PROBE_SOURCES / sizeof PROBE_SOURCES[0])
+#define MAX_SOURCES (NFIXED + 8)
 
 static bool verdict_key(const mpcl_device_info *d, mpcl__cache_key *key) {
-    char *src[NSOURCES] = {0};
+    const char *parts[8 + MAX_SOURCES] = {
+        VERDICT_MAGIC, mpcl_version(), d->platform,       d->platform_version,
+        d->name,       d->vendor,      d->driver_version, d->opencl_c_version};
+    size_t n = 8, first_source = n;
     bool ok = true;
-    for (size_t i = 0; i < NSOURCES; i++)
-        ok = ok && (src[i] = mpcl__cl_source_load(PROBE_SOURCES[i], NULL));
-    if (ok) {
-        const char *parts[] = {VERDICT_MAGIC,
-                               mpcl_version(),
-                               d->platform,
-                               d->platform_version,
-                               d->name,
-                               d->vendor,
-                               d->driver_version,
-                               d->opencl_c_version,
-                               src[0],
-                               src[1],
-                               src[2],
-                               src[3]};
-        *key = mpcl__cache_key_make(parts, sizeof parts / sizeof parts[0]);
+    for (size_t i = 0; ok && i < MAX_SOURCES; i++) {
+        const char *name =
+            i < NFIXED ? PROBE_SOURCES[i] : mpcl__matrix_engine_probe_source(i - NFIXED);
+        if (!name) break;
+        ok = (parts[n++] = mpcl__cl_source_load(name, NULL)) != NULL;
     }
-    for (size_t i = 0; i < NSOURCES; i++) free(src[i]);
+    if (ok) *key = mpcl__cache_key_make(parts, n);
+    for (size_t i = first_source; i < n; i++) free((char *)parts[i]);
     return ok;
 }
 
-/* The verdict as text: the four outcomes as numbers, then the three
- * details, one per line (details never hold a newline: fp16_verify.c writes
- * one line). */
+/* The verdict as text: the five outcomes as numbers, then the four details
+ * and the matrix engine's kind, one per line (none of them holds a newline:
+ * fp16_verify.c and matrix_engine.c write one line). */
+#define OUTCOMES 5
+#define LINES 5
 static int verdict_format(const mpcl_device_info *d, char *buf, size_t size) {
-    return snprintf(buf, size, "%d %d %d %d\n%s\n%s\n%s\n", (int)d->fp16_math, (int)d->fp16_storage,
-                    (int)d->bf16_storage, (int)d->bf16_dot, d->fp16_detail, d->bf16_detail,
-                    d->bf16_dot_detail);
+    return snprintf(buf, size, "%d %d %d %d %d\n%s\n%s\n%s\n%s\n%s\n", (int)d->fp16_math,
+                    (int)d->fp16_storage, (int)d->bf16_storage, (int)d->bf16_dot,
+                    (int)d->matrix_engine, d->fp16_detail, d->bf16_detail, d->bf16_dot_detail,
+                    d->matrix_engine_detail, d->matrix_engine_kind);
 }
 
 static void copy_line(char *dst, size_t size, const char *src, const char *end) {
@@ -61,14 +60,14 @@ static void copy_line(char *dst, size_t size, const char *src, const char *end) 
     dst[n] = '\0';
 }
 
-/* The first line's four outcomes, exactly as verdict_format writes them:
- * single spaces, plain decimal (the strict parser), nothing else. */
-static bool outcomes_parse(const char *line, const char *end, int out[4]) {
+/* The first line's outcomes, exactly as verdict_format writes them: single
+ * spaces, plain decimal (the strict parser), nothing else. */
+static bool outcomes_parse(const char *line, const char *end, int out[OUTCOMES]) {
     char text[64];
     if ((size_t)(end - line) >= sizeof text) return false;
     copy_line(text, sizeof text, line, end);
     char *rest = text;
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < OUTCOMES; i++) {
         uint64_t v;
         if (mpcl_parse_uint(mpcl__next_field(&rest), INT32_MAX, &v) != MPCL_NUMBER_OK) return false;
         out[i] = (int)v;
@@ -78,23 +77,34 @@ static bool outcomes_parse(const char *line, const char *end, int out[4]) {
 
 /* Parses what verdict_format wrote; false (info untouched) for anything else. */
 static bool verdict_parse(const char *text, mpcl_device_info *info) {
-    int outcome[4];
-    const char *l1 = strchr(text, '\n'), *l2 = l1 ? strchr(l1 + 1, '\n') : NULL;
-    const char *l3 = l2 ? strchr(l2 + 1, '\n') : NULL, *l4 = l3 ? strchr(l3 + 1, '\n') : NULL;
-    if (!l4 || l4[1] != '\0' || !outcomes_parse(text, l1, outcome)) return false;
-    int math = outcome[0], storage = outcome[1], bf16 = outcome[2], dot = outcome[3];
+    int outcome[OUTCOMES];
+    const char *end[1 + LINES]; /* end[0]: the outcomes' line; end[i]: detail line i's */
+    const char *at = text;
+    for (int i = 0; i <= LINES; i++) {
+        end[i] = strchr(at, '\n');
+        if (!end[i]) return false;
+        at = end[i] + 1;
+    }
+    if (*at != '\0' || !outcomes_parse(text, end[0], outcome)) return false;
+    int math = outcome[0], storage = outcome[1], bf16 = outcome[2], dot = outcome[3],
+        engine = outcome[4];
     if (math < MPCL_FP16_MATH_NONE || math > MPCL_FP16_MATH_UNDECLARED_BUT_WORKS ||
         (storage != MPCL_FP16_STORAGE_VERIFIED && storage != MPCL_FP16_STORAGE_BROKEN) ||
         (bf16 != MPCL_BF16_STORAGE_VERIFIED && bf16 != MPCL_BF16_STORAGE_BROKEN) ||
-        dot < MPCL_BF16_DOT_NONE || dot > MPCL_BF16_DOT_BROKEN)
+        dot < MPCL_BF16_DOT_NONE || dot > MPCL_BF16_DOT_BROKEN ||
+        engine < MPCL_MATRIX_ENGINE_NONE || engine > MPCL_MATRIX_ENGINE_BROKEN)
         return false;
     info->fp16_math = (mpcl_fp16_math)math;
     info->fp16_storage = (mpcl_fp16_storage)storage;
     info->bf16_storage = (mpcl_bf16_storage)bf16;
     info->bf16_dot = (mpcl_bf16_dot)dot;
-    copy_line(info->fp16_detail, sizeof info->fp16_detail, l1 + 1, l2);
-    copy_line(info->bf16_detail, sizeof info->bf16_detail, l2 + 1, l3);
-    copy_line(info->bf16_dot_detail, sizeof info->bf16_dot_detail, l3 + 1, l4);
+    info->matrix_engine = (mpcl_matrix_engine)engine;
+    char *const lines[LINES] = {info->fp16_detail, info->bf16_detail, info->bf16_dot_detail,
+                                info->matrix_engine_detail, info->matrix_engine_kind};
+    const size_t sizes[LINES] = {sizeof info->fp16_detail, sizeof info->bf16_detail,
+                                 sizeof info->bf16_dot_detail, sizeof info->matrix_engine_detail,
+                                 sizeof info->matrix_engine_kind};
+    for (int i = 0; i < LINES; i++) copy_line(lines[i], sizes[i], end[i] + 1, end[i + 1]);
     return true;
 }
 

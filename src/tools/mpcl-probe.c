@@ -84,6 +84,12 @@ static void print_text(const probe *p, const mpcl_plan_overrides *o) {
     printf("  bf16 storage %s\n", mpcl_bf16_storage_name(d->bf16_storage));
     printf("  bf16 check   %s\n", d->bf16_detail);
     printf("  bf16 dot     %s (%s)\n", mpcl_bf16_dot_name(d->bf16_dot), d->bf16_dot_detail);
+    if (d->matrix_engine_kind[0])
+        printf("  matrix engine %s %s (%s)\n", d->matrix_engine_kind,
+               mpcl_matrix_engine_name(d->matrix_engine), d->matrix_engine_detail);
+    else
+        printf("  matrix engine %s (%s)\n", mpcl_matrix_engine_name(d->matrix_engine),
+               d->matrix_engine_detail);
     printf("  fp64         %s\n", d->has_fp64 ? "yes" : "no");
     printf("  fp configs\n");
     print_fp("half", &d->half_fp);
@@ -168,6 +174,9 @@ static void json_device(jsonw *w, const probe *p, const mpcl_plan_overrides *o) 
     jsonw_kv_string(w, "bf16_detail", d->bf16_detail);
     jsonw_kv_string(w, "bf16_dot", mpcl_bf16_dot_name(d->bf16_dot));
     jsonw_kv_string(w, "bf16_dot_detail", d->bf16_dot_detail);
+    jsonw_kv_string(w, "matrix_engine", mpcl_matrix_engine_name(d->matrix_engine));
+    jsonw_kv_string(w, "matrix_engine_kind", d->matrix_engine_kind);
+    jsonw_kv_string(w, "matrix_engine_detail", d->matrix_engine_detail);
     jsonw_kv_bool(w, "fp64", d->has_fp64);
     jsonw_key(w, "fp_config");
     jsonw_object_begin(w);

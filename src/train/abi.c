@@ -317,6 +317,9 @@ static const abi_row rows[] = {
     FIELD(mpcl_device_info, bf16_detail),
     FIELD(mpcl_device_info, bf16_dot),
     FIELD(mpcl_device_info, bf16_dot_detail),
+    FIELD(mpcl_device_info, matrix_engine),
+    FIELD(mpcl_device_info, matrix_engine_kind),
+    FIELD(mpcl_device_info, matrix_engine_detail),
 
     SIZE(mpcl_skipped_platform),
     FIELD(mpcl_skipped_platform, platform_index),
