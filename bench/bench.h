@@ -32,5 +32,6 @@ int bench_cmd_train_rounds(mpcl_context *ctx, const bench_opts *opts);
 int bench_cmd_elementwise(mpcl_context *ctx, const bench_opts *opts);
 int bench_cmd_conv(mpcl_context *ctx, const bench_opts *opts);
 int bench_cmd_gemm_cnn(mpcl_context *ctx, const bench_opts *opts);
+int bench_cmd_gemm_square(mpcl_context *ctx, const bench_opts *opts);
 
 #endif

@@ -156,6 +156,7 @@ int bench_cmd_gemm(mpcl_context *ctx, const bench_opts *opts) {
     paths[np++] = MPCL_GEMM_CLBLAST_STAGED;
     if (mpcl_plan_hgemm_usable(mpcl_context_device(ctx), mpcl_context_overrides(ctx)->fp16))
         paths[np++] = MPCL_GEMM_CLBLAST_HGEMM;
+    if (mpcl_plan_mma_usable(mpcl_context_device(ctx))) paths[np++] = MPCL_GEMM_MPCL_MMA;
 
     const size_t nshape = sizeof gemm_shapes / sizeof gemm_shapes[0];
     gemm_row rows[64];
@@ -186,7 +187,8 @@ int bench_cmd_gemm(mpcl_context *ctx, const bench_opts *opts) {
     for (size_t pi = 0; pi < np; pi++) {
         mpcl_gemm_path path = paths[pi];
         mpcl_dtype dtype = path == MPCL_GEMM_CLBLAST_STAGED ? MPCL_DTYPE_BF16
-                           : path == MPCL_GEMM_MPCL_MIXED || path == MPCL_GEMM_CLBLAST_HGEMM
+                           : path == MPCL_GEMM_MPCL_MIXED || path == MPCL_GEMM_CLBLAST_HGEMM ||
+                                   path == MPCL_GEMM_MPCL_MMA
                                ? MPCL_DTYPE_F16
                                : MPCL_DTYPE_F32;
         for (size_t si = 0; si <= nshape; si++) {
@@ -379,6 +381,8 @@ static const bench_cmd commands[] = {
      "the CNN's convolutions: im2col + GEMM against the direct kernels, interleaved"},
     {"gemm-cnn", bench_cmd_gemm_cnn,
      "the CNN step's GEMMs in f32 and bf16, with and without AVX512-BF16, interleaved"},
+    {"gemm-square", bench_cmd_gemm_square,
+     "square GEMMs to 8192 on SGEMM and the 16-bit paths (mpcl-mma where verified), TFLOP/s"},
 };
 #define COMMAND_COUNT (sizeof commands / sizeof commands[0])
 

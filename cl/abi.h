@@ -120,6 +120,11 @@
  * mpcl_gemm_w8*. */
 #define MPCL_ABI_GEMM_STRIP_MAX 8
 #define MPCL_ABI_GEMM_COL_STRIP_MAX 4
+/* mpcl-mma's tile (cl/gemm_mma_nvidia.cl): one work-group of this many items
+ * (four warps) computes MMA_TILE x MMA_TILE of C; src/compute/gemm_mma.c
+ * launches ceil(N / MMA_TILE) x ceil(M / MMA_TILE) groups. */
+#define MPCL_ABI_MMA_ITEMS 128
+#define MPCL_ABI_MMA_TILE 64
 
 /* Floats per work-item of mpcl_copy_f32x4 (cl/fill.cl, a float4 each): the
  * host passes the element count divided by this (src/compute/quickbench.c). */
@@ -203,6 +208,8 @@
     X(MPCL_ABI_GEMM_TILE_FLAT_ROWS)   \
     X(MPCL_ABI_GEMM_STRIP_MAX)        \
     X(MPCL_ABI_GEMM_COL_STRIP_MAX)    \
+    X(MPCL_ABI_MMA_ITEMS)             \
+    X(MPCL_ABI_MMA_TILE)              \
     X(MPCL_ABI_COPY_F32_LANES)        \
     X(MPCL_ABI_ELEMENTWISE_VEC)       \
     X(MPCL_ABI_BIAS_GRAD_COLS)        \

@@ -192,6 +192,14 @@ static size_t variants_for(mpcl_context *ctx, gemm_variant *out) {
     out[n++] = (gemm_variant){MPCL_GEMM_CLBLAST_STAGED, MPCL_DTYPE_BF16, MPCL_DTYPE_F32, false};
     if (mpcl_plan_hgemm_usable(mpcl_context_device(ctx), mpcl_context_overrides(ctx)->fp16))
         out[n++] = (gemm_variant){MPCL_GEMM_CLBLAST_HGEMM, MPCL_DTYPE_F16, MPCL_DTYPE_F16, true};
+    /* The matrix engine's, where it verified (an NVIDIA GPU of sm_80 or newer
+     * here; no CPU device has one). */
+    if (mpcl_plan_mma_usable(mpcl_context_device(ctx))) {
+        out[n++] = (gemm_variant){MPCL_GEMM_MPCL_MMA, MPCL_DTYPE_F16, MPCL_DTYPE_F16, true};
+        out[n++] = (gemm_variant){MPCL_GEMM_MPCL_MMA, MPCL_DTYPE_F16, MPCL_DTYPE_F32, false};
+        out[n++] = (gemm_variant){MPCL_GEMM_MPCL_MMA, MPCL_DTYPE_BF16, MPCL_DTYPE_BF16, false};
+        out[n++] = (gemm_variant){MPCL_GEMM_MPCL_MMA, MPCL_DTYPE_BF16, MPCL_DTYPE_F32, true};
+    }
     return n;
 }
 
@@ -323,6 +331,10 @@ static void test_clblast_staged(void **state) {
     (void)state;
     run_variant(MPCL_GEMM_CLBLAST_STAGED);
 }
+static void test_mpcl_mma(void **state) {
+    (void)state;
+    run_variant(MPCL_GEMM_MPCL_MMA);
+}
 
 /* clblast-staged's f32 workspaces count in the context's bytes, grow to the
  * largest call and are reused: an f32 C needs none of its own. */
@@ -449,6 +461,18 @@ static void test_dtype_errors(void **state) {
                  "C f16");
     expect_error(ctx, MPCL_ERR_DTYPE, MPCL_GEMM_MPCL_MIXED, false, false, a32, b32, 0.0f, c32,
                  "mpcl-mixed");
+    /* mpcl-mma takes what mpcl-mixed takes, and only on a verified matrix
+     * engine: elsewhere refused, saying what the device's engine is. */
+    expect_error(ctx, MPCL_ERR_DTYPE, MPCL_GEMM_MPCL_MMA, false, false, a32, b32, 0.0f, c32,
+                 "mpcl-mma needs f16 (or bf16) A and B");
+    expect_error(ctx, MPCL_ERR_DTYPE, MPCL_GEMM_MPCL_MMA, false, false, abf, bbf, 0.0f, c16,
+                 "C f16");
+    if (!mpcl_plan_mma_usable(mpcl_context_device(ctx))) {
+        expect_error(ctx, MPCL_ERR_UNSUPPORTED, MPCL_GEMM_MPCL_MMA, false, false, abf, bbf, 0.0f,
+                     cbf, "runs on a verified matrix engine");
+        expect_error(ctx, MPCL_ERR_UNSUPPORTED, MPCL_GEMM_MPCL_MMA, false, false, a16, b16, 1.0f,
+                     c32, mpcl_context_device(ctx)->matrix_engine_detail);
+    }
     expect_error(ctx, MPCL_ERR_DTYPE, MPCL_GEMM_MPCL_MIXED, false, false, a16, b32, 0.0f, c16,
                  "B f32");
     expect_error(ctx, MPCL_ERR_DTYPE, MPCL_GEMM_CLBLAST_HGEMM, false, false, a16, b16, 0.0f, c32,
@@ -547,11 +571,17 @@ static void test_default_path_and_override(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_mpcl_f32),           cmocka_unit_test(test_mpcl_mixed),
-        cmocka_unit_test(test_bf16_dot_half_pair), cmocka_unit_test(test_clblast_sgemm),
-        cmocka_unit_test(test_clblast_hgemm),      cmocka_unit_test(test_clblast_staged),
-        cmocka_unit_test(test_staged_workspace),   cmocka_unit_test(test_shape_errors),
-        cmocka_unit_test(test_dtype_errors),       cmocka_unit_test(test_default_path_and_override),
+        cmocka_unit_test(test_mpcl_f32),
+        cmocka_unit_test(test_mpcl_mixed),
+        cmocka_unit_test(test_bf16_dot_half_pair),
+        cmocka_unit_test(test_clblast_sgemm),
+        cmocka_unit_test(test_clblast_hgemm),
+        cmocka_unit_test(test_clblast_staged),
+        cmocka_unit_test(test_mpcl_mma),
+        cmocka_unit_test(test_staged_workspace),
+        cmocka_unit_test(test_shape_errors),
+        cmocka_unit_test(test_dtype_errors),
+        cmocka_unit_test(test_default_path_and_override),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

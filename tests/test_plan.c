@@ -280,6 +280,66 @@ static void dtype_table(void **state) {
     assert_int_equal(MPCL_GEMM_MPCL_MIXED, 3);
     assert_int_equal(MPCL_GEMM_CLBLAST_STAGED, 4);
     assert_string_equal(mpcl_gemm_path_name(MPCL_GEMM_CLBLAST_STAGED), "clblast-staged");
+    assert_int_equal(MPCL_GEMM_MPCL_MMA, 5);
+    assert_string_equal(mpcl_gemm_path_name(MPCL_GEMM_MPCL_MMA), "mpcl-mma");
+}
+
+/* A GPU whose matrix engine verified (an H200: no declared cl_khr_fp16, bf16
+ * storage verified): both 16-bit policies take mpcl-mma and say so, float32
+ * keeps CLBlast's SGEMM; MPCL_GEMM may pick another path, and asks for
+ * mpcl-mma in vain where the engine did not verify, with its state and
+ * detail in the reason. */
+static void a_verified_matrix_engine_takes_the_16_bit_gemms(void **state) {
+    (void)state;
+    mpcl_device_info d =
+        device(MPCL_DEVICE_TYPE_GPU, false, MPCL_FP16_MATH_NONE, MPCL_FP16_STORAGE_VERIFIED);
+    d.bf16_storage = MPCL_BF16_STORAGE_VERIFIED;
+    d.matrix_engine = MPCL_MATRIX_ENGINE_VERIFIED;
+    snprintf(d.matrix_engine_kind, sizeof d.matrix_engine_kind, "nvidia-mma-sm80");
+    assert_true(mpcl_plan_mma_usable(&d));
+    expect(mpcl_plan_resolve(&d, MPCL_POLICY_MIXED_FLOAT16, &none), MPCL_POLICY_MIXED_FLOAT16,
+           MPCL_DTYPE_F16, MPCL_GEMM_MPCL_MMA, true,
+           "GEMM accumulates in f32; GEMMs on the matrix engine (nvidia-mma-sm80)");
+    expect(mpcl_plan_resolve(&d, MPCL_POLICY_MIXED_BFLOAT16, &none), MPCL_POLICY_MIXED_BFLOAT16,
+           MPCL_DTYPE_BF16, MPCL_GEMM_MPCL_MMA, false, "GEMMs on the matrix engine (nvidia-mma");
+    expect(mpcl_plan_resolve(&d, MPCL_POLICY_FLOAT32, &none), MPCL_POLICY_FLOAT32, MPCL_DTYPE_F32,
+           MPCL_GEMM_CLBLAST_SGEMM, false, "float32 requested");
+    /* With verified half arithmetic too (HGEMM usable), the engine still wins:
+     * it accumulates in f32. */
+    d.has_fp16_extension = true;
+    d.fp16_math = MPCL_FP16_MATH_VERIFIED;
+    expect(mpcl_plan_resolve(&d, MPCL_POLICY_AUTO, &none), MPCL_POLICY_MIXED_FLOAT16,
+           MPCL_DTYPE_F16, MPCL_GEMM_MPCL_MMA, true, "mixed_float16 accumulating in f32");
+    mpcl_plan_overrides o = none;
+    o.gemm_set = true;
+    o.gemm = MPCL_GEMM_CLBLAST_STAGED;
+    expect(mpcl_plan_resolve(&d, MPCL_POLICY_MIXED_BFLOAT16, &o), MPCL_POLICY_MIXED_BFLOAT16,
+           MPCL_DTYPE_BF16, MPCL_GEMM_CLBLAST_STAGED, false, "GEMM set by MPCL_GEMM");
+    o.gemm = MPCL_GEMM_MPCL_MMA;
+    expect(mpcl_plan_resolve(&d, MPCL_POLICY_MIXED_BFLOAT16, &o), MPCL_POLICY_MIXED_BFLOAT16,
+           MPCL_DTYPE_BF16, MPCL_GEMM_MPCL_MMA, false, "GEMM set by MPCL_GEMM");
+    mpcl_plan p = mpcl_plan_resolve(&d, MPCL_POLICY_FLOAT32, &o);
+    assert_false(p.usable);
+    assert_non_null(strstr(p.reason, "MPCL_GEMM=mpcl-mma needs f16 or bf16 storage"));
+
+    /* No engine (or a broken one): never chosen, refused when asked for. */
+    d.matrix_engine = MPCL_MATRIX_ENGINE_BROKEN;
+    snprintf(d.matrix_engine_detail, sizeof d.matrix_engine_detail, "f16: 3/128 wrong");
+    assert_false(mpcl_plan_mma_usable(&d));
+    expect(mpcl_plan_resolve(&d, MPCL_POLICY_MIXED_BFLOAT16, &none), MPCL_POLICY_MIXED_BFLOAT16,
+           MPCL_DTYPE_BF16, MPCL_GEMM_CLBLAST_STAGED, false, "bf16 storage");
+    p = mpcl_plan_resolve(&d, MPCL_POLICY_MIXED_BFLOAT16, &o);
+    assert_false(p.usable);
+    assert_string_equal(p.reason,
+                        "MPCL_GEMM=mpcl-mma needs a verified matrix engine; this "
+                        "device's is broken (f16: 3/128 wrong)");
+    /* A detail as long as the field: the reason is cut, still terminated. */
+    memset(d.matrix_engine_detail, 'x', sizeof d.matrix_engine_detail - 1);
+    d.matrix_engine_detail[sizeof d.matrix_engine_detail - 1] = '\0';
+    p = mpcl_plan_resolve(&d, MPCL_POLICY_MIXED_FLOAT16, &o);
+    assert_false(p.usable);
+    assert_int_equal(strlen(p.reason), sizeof p.reason - 1);
+    assert_int_equal(p.reason[sizeof p.reason - 2], ')');
 }
 
 static void overrides_from_the_environment(void **state) {
@@ -325,7 +385,7 @@ static void environment_values_outside_their_set(void **state) {
         {"MPCL_FP16", "on", "force, off"},
         {"MPCL_GEMM", "mpcl-f32 ",
          "clblast-sgemm, clblast-hgemm, mpcl-f32, mpcl-mixed, "
-         "clblast-staged"},
+         "clblast-staged, mpcl-mma"},
     };
     const char *suite_auto = getenv("MPCL_AUTO");
     char *saved_auto = suite_auto ? strdup(suite_auto) : NULL;
@@ -379,6 +439,7 @@ static void names_parse_back(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(nvidia_like_gpu),
+        cmocka_unit_test(a_verified_matrix_engine_takes_the_16_bit_gemms),
         cmocka_unit_test(amd_like_gpu_with_verified_fp16),
         cmocka_unit_test(undeclared_but_works_needs_force),
         cmocka_unit_test(declared_but_broken_falls_back),

@@ -87,6 +87,14 @@ MPCL_PROFILE=1 step gpt2-124m-mixed_bfloat16 300 "$bin/mpcl-train" --model gpt -
     --precision mixed_bfloat16 --json --quiet
 step probe-bench 120 "$bin/mpcl-probe" --device "$MPCL_DEVICE" --bench
 step bench-gemm 120 "$bin/mpcl-bench" gemm
+# mpcl-mma (where the probe verified the matrix engine) against CLBlast
+# SGEMM, square to 8192 (issue 20's 4096^3 target); and the 16-bit steps on
+# the default path and with mpcl-mma refused, for its effect on training.
+step bench-gemm-square 180 "$bin/mpcl-bench" gemm-square
+for p in mixed_float16 mixed_bfloat16; do
+    MPCL_GEMM=clblast-staged step "train-wide-$p-staged" 90 "$bin/mpcl-train" --data "$data" \
+        --epochs 2 --precision "$p" --hidden 2048,2048 --batch 1024 --json --quiet
+done
 step bench-train 120 "$bin/mpcl-bench" train
 step bench-elementwise 60 "$bin/mpcl-bench" elementwise
 step bench-train-rounds 120 "$bin/mpcl-bench" train-rounds

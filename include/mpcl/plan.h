@@ -53,6 +53,10 @@ typedef enum mpcl_gemm_path {
      * workspaces (exactly), f32 accumulation, C rounded once. For GPUs, where
      * the tuned SGEMM outruns mpcl's CPU-shaped kernel by far. */
     MPCL_GEMM_CLBLAST_STAGED,
+    /* f16 or bf16 storage on the device's matrix engine (tensor cores), f32
+     * accumulation, C in the same dtype (rounded once) or f32: only where the
+     * engine verified (mpcl_device_info.matrix_engine). */
+    MPCL_GEMM_MPCL_MMA,
     MPCL_GEMM_PATH_COUNT,
 } mpcl_gemm_path;
 
@@ -93,6 +97,8 @@ bool mpcl_plan_fp16_math_usable(const mpcl_device_info *device, mpcl_fp16_overri
  * declared, since CLBlast reads the extension list and refuses HGEMM without
  * it (CLBlastNoHalfPrecision, seen on NVIDIA under MPCL_FP16=force). */
 bool mpcl_plan_hgemm_usable(const mpcl_device_info *device, mpcl_fp16_override fp16);
+/* Whether the device's matrix engine verified, so that mpcl-mma runs. */
+bool mpcl_plan_mma_usable(const mpcl_device_info *device);
 
 const char *mpcl_policy_name(mpcl_policy policy);
 const char *mpcl_dtype_name(mpcl_dtype dtype);

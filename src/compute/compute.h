@@ -176,6 +176,15 @@ mpcl_status mpcl__gemm_check(mpcl_context *ctx, mpcl_gemm_path path, bool trans_
 bool mpcl__gemm_stages_bt(const mpcl_context *ctx, mpcl_gemm_path path, mpcl_dtype a_dtype,
                           size_t m, size_t n, size_t k);
 
+/* Whether the path multiplies A and B stored in `storage` (f16 or bf16)
+ * into an f32 C: it accumulates in f32 and can hand the sums on unrounded. */
+bool mpcl__gemm_f32_c_of_16_bit(mpcl_gemm_path path, mpcl_dtype storage);
+
+/* mpcl-mma (gemm_mma.c): op(A) m x k times op(B) k x n into C, checked. */
+mpcl_status mpcl__gemm_run_mma(mpcl_context *ctx, bool ta, bool tb, size_t m, size_t n, size_t k,
+                               float alpha, const mpcl_tensor *a, const mpcl_tensor *b, float beta,
+                               mpcl_tensor *c);
+
 /* Forces the tiles of mpcl's GEMM (every kernel takes any N: narrower
  * outputs clamp their columns) and the tiles per item of the 4x16 kernel (0:
  * by the shape), so that tests cover every kernel on any device. */

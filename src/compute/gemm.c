@@ -27,30 +27,46 @@ static const char *override_note(const mpcl_context *ctx, mpcl_gemm_path path) {
     return ctx->overrides.gemm_set && ctx->overrides.gemm == path ? " (set by MPCL_GEMM)" : "";
 }
 
+/* The dtypes a path takes, for A of dtype a_dtype: A and B in *in, C in *in
+ * or *out_alt, in words for errors. False for an unknown path. */
+static bool path_dtypes(mpcl_gemm_path path, mpcl_dtype a_dtype, mpcl_dtype *in,
+                        mpcl_dtype *out_alt, const char **want) {
+    switch (path) {
+    case MPCL_GEMM_CLBLAST_SGEMM:
+    case MPCL_GEMM_MPCL_F32:
+        *in = *out_alt = MPCL_DTYPE_F32;
+        *want = "f32 A, B and C";
+        return true;
+    case MPCL_GEMM_CLBLAST_HGEMM:
+        *in = *out_alt = MPCL_DTYPE_F16;
+        *want = "f16 A, B and C";
+        return true;
+    case MPCL_GEMM_MPCL_MIXED:
+    case MPCL_GEMM_CLBLAST_STAGED:
+    case MPCL_GEMM_MPCL_MMA:
+        /* f16 or bf16 inputs, C in the same dtype or f32. */
+        *in = a_dtype == MPCL_DTYPE_BF16 ? MPCL_DTYPE_BF16 : MPCL_DTYPE_F16;
+        *out_alt = MPCL_DTYPE_F32;
+        *want = *in == MPCL_DTYPE_BF16 ? "bf16 A and B, and bf16 or f32 C"
+                                       : "f16 (or bf16) A and B, and the same or f32 C";
+        return true;
+    default: return false;
+    }
+}
+
+bool mpcl__gemm_f32_c_of_16_bit(mpcl_gemm_path path, mpcl_dtype storage) {
+    mpcl_dtype in, out_alt;
+    const char *want;
+    return storage != MPCL_DTYPE_F32 && path_dtypes(path, storage, &in, &out_alt, &want) &&
+           in == storage && out_alt == MPCL_DTYPE_F32;
+}
+
 static mpcl_status check_dtypes(mpcl_context *ctx, mpcl_gemm_path path, const mpcl_tensor *a,
                                 const mpcl_tensor *b, const mpcl_tensor *c) {
     mpcl_dtype in, out_alt;
     const char *want;
-    switch (path) {
-    case MPCL_GEMM_CLBLAST_SGEMM:
-    case MPCL_GEMM_MPCL_F32:
-        in = out_alt = MPCL_DTYPE_F32;
-        want = "f32 A, B and C";
-        break;
-    case MPCL_GEMM_CLBLAST_HGEMM:
-        in = out_alt = MPCL_DTYPE_F16;
-        want = "f16 A, B and C";
-        break;
-    case MPCL_GEMM_MPCL_MIXED:
-    case MPCL_GEMM_CLBLAST_STAGED:
-        /* f16 or bf16 inputs, C in the same dtype or f32. */
-        in = a->dtype == MPCL_DTYPE_BF16 ? MPCL_DTYPE_BF16 : MPCL_DTYPE_F16;
-        out_alt = MPCL_DTYPE_F32;
-        want = in == MPCL_DTYPE_BF16 ? "bf16 A and B, and bf16 or f32 C"
-                                     : "f16 (or bf16) A and B, and the same or f32 C";
-        break;
-    default: return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "unknown GEMM path %d", (int)path);
-    }
+    if (!path_dtypes(path, a->dtype, &in, &out_alt, &want))
+        return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "unknown GEMM path %d", (int)path);
     if (a->dtype != in || b->dtype != in || (c->dtype != in && c->dtype != out_alt))
         return MPCL_ERROR(ctx, MPCL_ERR_DTYPE, "gemm path %s%s needs %s; got A %s, B %s, C %s",
                           mpcl_gemm_path_name(path), override_note(ctx, path), want,
@@ -357,6 +373,13 @@ mpcl_status mpcl__gemm_check(mpcl_context *ctx, mpcl_gemm_path path, bool trans_
                           mpcl_plan_fp16_math_usable(&ctx->info, ctx->overrides.fp16)
                               ? "cl_khr_fp16 is not declared, and CLBlast checks it"
                               : "no half arithmetic: no verified cl_khr_fp16, or MPCL_FP16=off");
+    if (path == MPCL_GEMM_MPCL_MMA && !mpcl_plan_mma_usable(&ctx->info))
+        return MPCL_ERROR(ctx, MPCL_ERR_UNSUPPORTED,
+                          "gemm path mpcl-mma%s runs on a verified matrix engine, and %s has none "
+                          "(%s: %s); use mpcl-mixed or clblast-staged",
+                          override_note(ctx, path), ctx->info.name,
+                          mpcl_matrix_engine_name(ctx->info.matrix_engine),
+                          ctx->info.matrix_engine_detail);
     return MPCL_OK;
 }
 
@@ -372,6 +395,8 @@ mpcl_status mpcl_gemm(mpcl_context *ctx, mpcl_gemm_path path, bool trans_a, bool
         return run_clblast(ctx, path, trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
     if (path == MPCL_GEMM_CLBLAST_STAGED)
         return run_staged(ctx, trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
+    if (path == MPCL_GEMM_MPCL_MMA)
+        return mpcl__gemm_run_mma(ctx, trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
     const dot_tiles *dot = path == MPCL_GEMM_MPCL_MIXED ? dot_kernel(ctx, trans_a, a, m, n) : NULL;
     if (dot) return run_dot(ctx, dot, trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
     if (trans_b && n * k >= STAGE_BT_MIN) {

@@ -95,8 +95,7 @@ static mpcl_status head_declare(mpcl__layer *L, mpcl__tables *t) {
 
 /* Whether d_wte is summed over the chunks in an f32 tensor. */
 static bool sums_in_f32(const mpcl__layer_env *env) {
-    return env->storage != MPCL_DTYPE_F32 &&
-           (env->gemm == MPCL_GEMM_MPCL_MIXED || env->gemm == MPCL_GEMM_CLBLAST_STAGED);
+    return mpcl__gemm_f32_c_of_16_bit(env->gemm, env->storage);
 }
 
 /* Whether the fused loss keeps wte^T (see head.wte_t). */

@@ -250,12 +250,15 @@ mpcl_status mpcl__program(mpcl_context *ctx, mpcl_dtype storage, cl_program *out
             return st;
         }
         /* The bf16 program takes the AVX512-BF16 GEMM (cl/gemm_bf16_dot.cl)
-         * where the verification ran its instruction and got the right bits. */
-        char options[128];
-        snprintf(options, sizeof options, "%s%s", storage_options[storage],
+         * where the verification ran its instruction and got the right bits;
+         * the 16-bit programs take mpcl-mma's kernels where the device's
+         * matrix engine verified. */
+        char options[160];
+        snprintf(options, sizeof options, "%s%s%s", storage_options[storage],
                  storage == MPCL_DTYPE_BF16 && ctx->info.bf16_dot == MPCL_BF16_DOT_VERIFIED
                      ? " -DMPCL_BF16_DOT_X86=1"
-                     : "");
+                     : "",
+                 storage != MPCL_DTYPE_F32 ? mpcl__matrix_engine_program_option(&ctx->info) : "");
         st = mpcl__program_build(ctx, source, options, &ctx->programs[storage]);
         free(source);
         if (st != MPCL_OK) return st;

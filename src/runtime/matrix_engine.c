@@ -26,6 +26,7 @@ typedef struct engine {
     const char *source;                           /* its probe, in cl/ */
     const char *instruction;                      /* for the detail */
     size_t work_items;                            /* of the work-group that multiplies a tile */
+    const char *program_option; /* builds its mpcl-mma kernels into the 16-bit programs */
 } engine;
 
 /* cl_nv_device_attribute_query (cl_ext.h names them where it is new enough). */
@@ -54,7 +55,7 @@ static const char *nvidia_sm80_unavailable(cl_device_id dev) {
 
 static const engine engines[] = {
     {"nvidia-mma-sm80", nvidia_sm80_unavailable, "mma_nvidia_probe.cl",
-     "mma.sync m16n8k16 f32 accumulation", 32},
+     "mma.sync m16n8k16 f32 accumulation", 32, " -DMPCL_MMA_NVIDIA=1"},
 };
 #define NENGINES (sizeof engines / sizeof engines[0])
 
@@ -139,6 +140,14 @@ void mpcl__matrix_engine_verify(cl_context cl, cl_device_id dev, cl_command_queu
     info->matrix_engine = MPCL_MATRIX_ENGINE_NONE;
     info->matrix_engine_kind[0] = '\0';
     snprintf(info->matrix_engine_detail, sizeof info->matrix_engine_detail, "%s", why);
+}
+
+const char *mpcl__matrix_engine_program_option(const mpcl_device_info *info) {
+    if (info->matrix_engine != MPCL_MATRIX_ENGINE_VERIFIED) return "";
+    for (size_t i = 0; i < NENGINES; i++)
+        if (strcmp(engines[i].kind, info->matrix_engine_kind) == 0)
+            return engines[i].program_option;
+    return "";
 }
 
 const char *mpcl__matrix_engine_probe_source(size_t i) {

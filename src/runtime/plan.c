@@ -10,7 +10,7 @@
 static const char *const policy_names[MPCL_POLICY_COUNT] = {"auto", "mixed_float16", "float32",
                                                             "mixed_bfloat16"};
 const char *const mpcl__gemm_path_names[MPCL_GEMM_PATH_COUNT + 1] = {
-    "clblast-sgemm", "clblast-hgemm", "mpcl-f32", "mpcl-mixed", "clblast-staged", NULL};
+    "clblast-sgemm", "clblast-hgemm", "mpcl-f32", "mpcl-mixed", "clblast-staged", "mpcl-mma", NULL};
 
 const char *mpcl_policy_name(mpcl_policy policy) {
     return (unsigned)policy < MPCL_POLICY_COUNT ? policy_names[policy] : "unknown";
@@ -75,6 +75,10 @@ bool mpcl_plan_hgemm_usable(const mpcl_device_info *d, mpcl_fp16_override fp16) 
     return mpcl_plan_fp16_math_usable(d, fp16) && d->has_fp16_extension;
 }
 
+bool mpcl_plan_mma_usable(const mpcl_device_info *d) {
+    return d->matrix_engine == MPCL_MATRIX_ENGINE_VERIFIED;
+}
+
 /* Why half arithmetic is off the table, in words a user can act on. */
 static const char *why_no_fp16_math(const mpcl_device_info *d, mpcl_fp16_override fp16) {
     if (fp16 == MPCL_FP16_OFF) return "MPCL_FP16=off";
@@ -90,12 +94,16 @@ static const char *why_no_fp16_math(const mpcl_device_info *d, mpcl_fp16_overrid
 
 /* The GEMM rule, in one place. f32: on CPUs mpcl's register-tiled kernel
  * (PoCL, 128x128x784: ~250-330 GFLOP/s against ~19 for untuned CLBlast), on
- * GPUs CLBlast's tuned SGEMM. f16 storage: CLBlast HGEMM where half arithmetic
- * is usable; else, and for bf16 (CLBlast has no bf16 GEMM), f32 accumulation:
+ * GPUs CLBlast's tuned SGEMM. 16-bit storage: the matrix engine where it
+ * verified (on an H200, mma.sync's register ceiling is ~640 TFLOP/s against
+ * CLBlast SGEMM's 14.6); else f16 on CLBlast HGEMM where half arithmetic is
+ * usable; else, and for bf16 (CLBlast has no bf16 GEMM), f32 accumulation:
  * mpcl-mixed on CPUs, clblast-staged elsewhere (an H200 ran mpcl-mixed at 229
  * GFLOP/s at 1024^3, CLBlast SGEMM at 14.6 TFLOP/s; bench/README.md). */
 static mpcl_gemm_path default_gemm(const mpcl_device_info *d, mpcl_dtype storage, bool hgemm) {
     bool cpu = d->type == MPCL_DEVICE_TYPE_CPU;
+    bool sixteen = storage == MPCL_DTYPE_F16 || storage == MPCL_DTYPE_BF16;
+    if (sixteen && mpcl_plan_mma_usable(d)) return MPCL_GEMM_MPCL_MMA;
     if (storage == MPCL_DTYPE_F16 && hgemm) return MPCL_GEMM_CLBLAST_HGEMM;
     if (storage == MPCL_DTYPE_F16 || storage == MPCL_DTYPE_BF16)
         return cpu ? MPCL_GEMM_MPCL_MIXED : MPCL_GEMM_CLBLAST_STAGED;
@@ -107,7 +115,8 @@ static bool gemm_takes(mpcl_gemm_path path, mpcl_dtype storage) {
     switch (path) {
     case MPCL_GEMM_CLBLAST_HGEMM: return storage == MPCL_DTYPE_F16;
     case MPCL_GEMM_MPCL_MIXED:
-    case MPCL_GEMM_CLBLAST_STAGED: return storage == MPCL_DTYPE_F16 || storage == MPCL_DTYPE_BF16;
+    case MPCL_GEMM_CLBLAST_STAGED:
+    case MPCL_GEMM_MPCL_MMA: return storage == MPCL_DTYPE_F16 || storage == MPCL_DTYPE_BF16;
     default: return storage == MPCL_DTYPE_F32;
     }
 }
@@ -121,7 +130,7 @@ static void set_float32(mpcl_plan *p, const mpcl_device_info *d) {
 
 /* MPCL_GEMM: honoured when the storage and the device allow it, else the plan
  * is marked unusable with the reason. */
-static void apply_gemm_override(mpcl_plan *p, bool fp16_math, bool hgemm,
+static void apply_gemm_override(mpcl_plan *p, const mpcl_device_info *d, bool fp16_math, bool hgemm,
                                 const mpcl_gemm_path *gemm) {
     if (!gemm) return;
     if (!gemm_takes(*gemm, p->storage)) {
@@ -144,6 +153,18 @@ static void apply_gemm_override(mpcl_plan *p, bool fp16_math, bool hgemm,
                              "the extension list), which this device does not declare"
                            : "MPCL_GEMM=clblast-hgemm needs half arithmetic, which this device "
                              "cannot use");
+        return;
+    }
+    if (*gemm == MPCL_GEMM_MPCL_MMA && !mpcl_plan_mma_usable(d)) {
+        p->usable = false;
+        /* The detail may fill the reason: cut there, the head says what matters. */
+        int n = snprintf(p->reason, sizeof p->reason,
+                         "MPCL_GEMM=mpcl-mma needs a verified matrix engine; this device's is %s (",
+                         mpcl_matrix_engine_name(d->matrix_engine));
+        size_t room = sizeof p->reason - (size_t)n;
+        size_t len = strnlen(d->matrix_engine_detail, room - 2);
+        memcpy(p->reason + n, d->matrix_engine_detail, len);
+        memcpy(p->reason + n + len, ")", 2);
         return;
     }
     p->gemm = *gemm;
@@ -183,7 +204,9 @@ mpcl_plan mpcl_plan_resolve(const mpcl_device_info *d, mpcl_policy policy,
             p.gemm = default_gemm(d, MPCL_DTYPE_F16, hgemm);
             p.loss_scaling = true;
             snprintf(p.reason, sizeof p.reason, "device has verified fp16 math: mixed_float16 %s",
-                     hgemm ? "with HGEMM" : NO_HGEMM_REASON);
+                     p.gemm == MPCL_GEMM_MPCL_MMA ? "accumulating in f32"
+                     : hgemm                      ? "with HGEMM"
+                                                  : NO_HGEMM_REASON);
         } else {
             set_float32(&p, d);
             snprintf(p.reason, sizeof p.reason, "%s: float32",
@@ -230,7 +253,9 @@ mpcl_plan mpcl_plan_resolve(const mpcl_device_info *d, mpcl_policy policy,
         p.loss_scaling = true;
         if (fp16_math)
             snprintf(p.reason, sizeof p.reason, "device has verified fp16 math: f16 storage, %s",
-                     hgemm ? "HGEMM" : NO_HGEMM_REASON);
+                     p.gemm == MPCL_GEMM_MPCL_MMA ? "GEMM accumulates in f32"
+                     : hgemm                      ? "HGEMM"
+                                                  : NO_HGEMM_REASON);
         else
             snprintf(p.reason, sizeof p.reason,
                      "%s: f16 storage with f32 math, GEMM accumulates in f32",
@@ -238,6 +263,11 @@ mpcl_plan mpcl_plan_resolve(const mpcl_device_info *d, mpcl_policy policy,
         break;
     }
     if (p.usable && overrides->gemm_set)
-        apply_gemm_override(&p, fp16_math, hgemm, &overrides->gemm);
+        apply_gemm_override(&p, d, fp16_math, hgemm, &overrides->gemm);
+    else if (p.usable && p.gemm == MPCL_GEMM_MPCL_MMA) {
+        size_t n = strlen(p.reason);
+        snprintf(p.reason + n, sizeof p.reason - n, "; GEMMs on the matrix engine (%s)",
+                 d->matrix_engine_kind);
+    }
     return p;
 }

@@ -72,6 +72,9 @@ void mpcl__fp16_verify(cl_context cl, cl_device_id device, cl_command_queue queu
  * Part of mpcl__fp16_verify. */
 void mpcl__matrix_engine_verify(cl_context cl, cl_device_id device, cl_command_queue queue,
                                 mpcl_device_info *info);
+/* The build option that puts the verified engine's mpcl-mma kernels into a
+ * 16-bit program; "" where no engine verified. */
+const char *mpcl__matrix_engine_program_option(const mpcl_device_info *info);
 /* Row i's probe source (cl/), NULL past the last: the verification's cache
  * key covers them. */
 const char *mpcl__matrix_engine_probe_source(size_t i);
