@@ -9,8 +9,9 @@
  * The plans `auto` may take: float32, and mixed_float16 with each GEMM path
  * that takes f16 here: the one accumulating in f32 that the plan's rule
  * picks (mpcl-mma on a verified matrix engine, else mpcl-mixed on CPUs and
- * clblast-staged elsewhere), and clblast-hgemm where the rule takes it. Not mixed_bfloat16: its 8-bit mantissa changes the
- * numerics more than a speed choice should; it stays a policy one asks for. */
+ * clblast-staged elsewhere), and clblast-hgemm where the rule takes it.
+ * Not mixed_bfloat16: its 8-bit mantissa changes the numerics more than a
+ * speed choice should; it stays a policy one asks for. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
