@@ -258,11 +258,61 @@ BIAS_GRAD_KERNEL(mpcl_bias_grad_f32, float, STORE_FLOAT8, STORE_FLOAT, 1, -1)
 BIAS_GRAD_KERNEL(mpcl_bias_grad_v8, storage_t, STORE8, STORE, 0, -1)
 BIAS_GRAD_KERNEL(mpcl_bias_grad_f32_v8, float, STORE_FLOAT8, STORE_FLOAT, 0, -1)
 
+// The bias gradient shaped for a GPU (src/compute/ops.c takes it on GPUs and
+// accelerators): the shape above has one group of BIAS_GRAD_PARTS items per
+// 32 columns, 64 items in all for a 128-wide layer, where a GPU wants
+// thousands (an H200 summed at 1/4.8 of its memcpy speed). Two launches
+// instead. mpcl_bias_grad_parts*, range (ceil(cols / 8), parts): item (i, p)
+// sums the 8 columns from 8 i over rows [p per, (p + 1) per), in row order,
+// into row p of `partial` (f32, parts x cols); with ACT >= 0 the
+// activation's backward is fused in as above. Then
+// mpcl_bias_grad_sum_parts*, range ceil(cols / 8): item i adds the rows of
+// `partial` for its columns in order p = 0, 1, ... and stores the sum
+// rounded once. A fixed order for a given shape: deterministic, no atomics.
+#define BIAS_GRAD_PARTS_KERNEL(NAME, PART, ACT)                                            \
+    __kernel void NAME(__global float *partial, __global storage_t *d_pre,                 \
+                       __global const storage_t *d_out, __global const storage_t *saved,   \
+                       uint rows, uint cols, uint per) {                                   \
+        size_t j = get_global_id(0) * 8, p = get_global_id(1);                             \
+        if (j >= cols) return;                                                             \
+        size_t b0 = min(p * per, (size_t)rows), b1 = min(b0 + per, (size_t)rows);           \
+        float8 s = 0.0f;                                                                   \
+        for (size_t b = b0; b < b1; b++) {                                                 \
+            BIAS_GRAD_ADD(s, j, PART, ACT)                                                 \
+        }                                                                                  \
+        __global float *d_bias = partial + p * cols; /* BIAS_GRAD_STORE's destination */   \
+        BIAS_GRAD_STORE(STORE_FLOAT8, STORE_FLOAT, s, j, PART)                             \
+    }
+#define BIAS_GRAD_SUM_PARTS_KERNEL(NAME, OUT_T, OUT_STORE8, OUT_STORE, PART)                \
+    __kernel void NAME(__global OUT_T *d_bias, __global const float *partial, uint parts,  \
+                       uint cols) {                                                        \
+        size_t j = get_global_id(0) * 8;                                                   \
+        if (j >= cols) return;                                                             \
+        float8 s = 0.0f;                                                                   \
+        for (uint p = 0; p < parts; p++) {                                                 \
+            size_t at = (size_t)p * cols + j;                                              \
+            if (!(PART) || cols - j >= 8)                                                  \
+                s += LOAD_FLOAT8(partial, at);                                             \
+            else                                                                           \
+                s += LOAD8_PART_WITH(LOAD_FLOAT, partial, at, (uint)(cols - j));           \
+        }                                                                                  \
+        BIAS_GRAD_STORE(OUT_STORE8, OUT_STORE, s, j, PART)                                 \
+    }
+BIAS_GRAD_PARTS_KERNEL(mpcl_bias_grad_parts, 1, -1)
+BIAS_GRAD_PARTS_KERNEL(mpcl_bias_grad_parts_v8, 0, -1)
+BIAS_GRAD_SUM_PARTS_KERNEL(mpcl_bias_grad_sum_parts, storage_t, STORE8, STORE, 1)
+BIAS_GRAD_SUM_PARTS_KERNEL(mpcl_bias_grad_sum_parts_v8, storage_t, STORE8, STORE, 0)
+BIAS_GRAD_SUM_PARTS_KERNEL(mpcl_bias_grad_sum_parts_f32, float, STORE_FLOAT8, STORE_FLOAT, 1)
+BIAS_GRAD_SUM_PARTS_KERNEL(mpcl_bias_grad_sum_parts_f32_v8, float, STORE_FLOAT8, STORE_FLOAT, 0)
+
 // mpcl_bias_act_backward_grad_<act>[_v8]: the bias gradient in the storage
-// dtype with the activation's backward fused in.
+// dtype with the activation's backward fused in; and its first launch in
+// the GPU shape, mpcl_bias_act_backward_grad_parts_<act>[_v8].
 #define BIAS_ACT_GRAD_KERNELS(SUFFIX, ACT)                                                       \
     BIAS_GRAD_KERNEL(mpcl_bias_act_backward_grad##SUFFIX, storage_t, STORE8, STORE, 1, ACT)     \
-    BIAS_GRAD_KERNEL(mpcl_bias_act_backward_grad##SUFFIX##_v8, storage_t, STORE8, STORE, 0, ACT)
+    BIAS_GRAD_KERNEL(mpcl_bias_act_backward_grad##SUFFIX##_v8, storage_t, STORE8, STORE, 0, ACT) \
+    BIAS_GRAD_PARTS_KERNEL(mpcl_bias_act_backward_grad_parts##SUFFIX, 1, ACT)                  \
+    BIAS_GRAD_PARTS_KERNEL(mpcl_bias_act_backward_grad_parts##SUFFIX##_v8, 0, ACT)
 #define BIAS_ACT_GRAD_KERNELS_ROW(NAME, name, saved) \
     BIAS_ACT_GRAD_KERNELS(_##name, ACTIVATION_##NAME)
 MPCL_ACTIVATION_LIST(BIAS_ACT_GRAD_KERNELS_ROW)

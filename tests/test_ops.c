@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "compute/compute.h" /* mpcl__bias_grad_force_parts */
 #include "ref_ops.h"
 #include "testutil.h"
 
@@ -301,10 +302,14 @@ static void test_bias_act(void **state) {
     (void)state;
     mpcl_context *ctx = tu_context();
     tu_rng r = tu_rng_make(tu_seed("bias_act"));
-    for (size_t d = 0; d < NSTORAGES; d++)
-        for (size_t si = 0; si < shape_count(ctx); si++)
-            for (int a = 0; a < MPCL_ACT_COUNT; a++)
-                check_act_case(ctx, &r, storages[d], shapes[si], (mpcl_activation)a);
+    /* The bias gradient in both its shapes, the CPU's and the GPU's. */
+    for (int parts = -1; parts <= 1; parts += 2) {
+        mpcl__bias_grad_force_parts(ctx, parts);
+        for (size_t d = 0; d < NSTORAGES; d++)
+            for (size_t si = 0; si < shape_count(ctx); si++)
+                for (int a = 0; a < MPCL_ACT_COUNT; a++)
+                    check_act_case(ctx, &r, storages[d], shapes[si], (mpcl_activation)a);
+    }
     mpcl_context_destroy(ctx);
 }
 
@@ -430,10 +435,16 @@ static void test_bias_grad_edges(void **state) {
     (void)state;
     mpcl_context *ctx = tu_context();
     tu_rng r = tu_rng_make(tu_seed("bias_grad_edges"));
-    for (size_t d = 0; d < 2; d++) {
-        check_bias_grad_edges(ctx, &r, storages[d], 40, 45);
-        check_bias_grad_edges(ctx, &r, storages[d], 1, 45);
-        check_bias_grad_edges(ctx, &r, storages[d], 40, 40);
+    /* Both shapes; in the GPU's, 40 rows are 3 parts of 14, 14 and 12 rows,
+     * and 1100 rows (parts capped at 64: 18 rows each) 62 parts, the last of 2. */
+    for (int parts = -1; parts <= 1; parts += 2) {
+        mpcl__bias_grad_force_parts(ctx, parts);
+        for (size_t d = 0; d < 2; d++) {
+            check_bias_grad_edges(ctx, &r, storages[d], 40, 45);
+            check_bias_grad_edges(ctx, &r, storages[d], 1, 45);
+            check_bias_grad_edges(ctx, &r, storages[d], 40, 40);
+            check_bias_grad_edges(ctx, &r, storages[d], 1100, 45);
+        }
     }
     mpcl_context_destroy(ctx);
 }

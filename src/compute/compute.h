@@ -185,6 +185,11 @@ mpcl_status mpcl__gemm_run_mma(mpcl_context *ctx, bool ta, bool tb, size_t m, si
                                float alpha, const mpcl_tensor *a, const mpcl_tensor *b, float beta,
                                mpcl_tensor *c);
 
+/* Forces the bias gradient's shape (ops.c): in row parts, as on GPUs (> 0),
+ * in groups per column block, as on CPUs (< 0), or the device's (0), so that
+ * tests cover both on any device. */
+void mpcl__bias_grad_force_parts(mpcl_context *ctx, int parts);
+
 /* Forces the tiles of mpcl's GEMM (every kernel takes any N: narrower
  * outputs clamp their columns) and the tiles per item of the 4x16 kernel (0:
  * by the shape), so that tests cover every kernel on any device. */

@@ -199,18 +199,63 @@ mpcl_status mpcl_bias_act_backward(mpcl_context *ctx, mpcl_tensor *d_pre, const 
     return mpcl__launch_1d(ctx, k, name, ceil_div(n, ELEMENTWISE_VEC), ELEMENTWISE_WG);
 }
 
-/* The bias-gradient kernels' launch (cl/activation.cl, BIAS_GRAD_KERNEL):
- * one group of BIAS_GRAD_PARTS items per block of 32 columns; the items
- * split the rows. */
+void mpcl__bias_grad_force_parts(mpcl_context *ctx, int parts) {
+    ctx->bias_grad_parts = parts;
+}
+
+/* The bias gradient's two shapes (cl/activation.cl): on CPUs one group of
+ * BIAS_GRAD_PARTS items per block of 32 columns (the items split the rows);
+ * on GPUs and accelerators, which want many more items, rows in parts. */
+static bool bias_grad_in_parts(const mpcl_context *ctx) {
+    if (ctx->bias_grad_parts) return ctx->bias_grad_parts > 0;
+    return ctx->info.type != MPCL_DEVICE_TYPE_CPU;
+}
+
+/* Rows per part in the GPU shape: at least BIAS_PART_ROWS, in at most
+ * BIAS_PARTS parts (the second launch adds that many rows per column). */
+#define BIAS_PART_ROWS 16
+#define BIAS_PARTS 64
+
+/* One bias-gradient launch in the CPU shape (kernel k), or the GPU shape's
+ * two: k into the partial sums, then `sum_name` into d_bias. The plain
+ * kernels never read d_out and saved (the callers pass d_pre). */
 static mpcl_status bias_grad_launch(mpcl_context *ctx, cl_kernel k, const char *name,
-                                    const mpcl_tensor *d_bias, const mpcl_tensor *d_pre,
-                                    const mpcl_tensor *d_out, const mpcl_tensor *saved) {
+                                    const char *sum_name, const mpcl_tensor *d_bias,
+                                    const mpcl_tensor *d_pre, const mpcl_tensor *d_out,
+                                    const mpcl_tensor *saved) {
     cl_uint rows = (cl_uint)d_pre->rows, cols = (cl_uint)d_pre->cols;
-    TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(d_bias->mem), MPCL_ARG(d_pre->mem),
-                       MPCL_ARG(d_out->mem), MPCL_ARG(saved->mem), MPCL_ARG(rows), MPCL_ARG(cols),
+    if (!sum_name) {
+        TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(d_bias->mem), MPCL_ARG(d_pre->mem),
+                           MPCL_ARG(d_out->mem), MPCL_ARG(saved->mem), MPCL_ARG(rows),
+                           MPCL_ARG(cols), MPCL_ARGS_END));
+        const size_t local[2] = {1, BIAS_GRAD_PARTS};
+        return mpcl__launch_2d(ctx, k, name, ceil_div(cols, BIAS_GRAD_COLS), BIAS_GRAD_PARTS,
+                               local);
+    }
+    size_t parts = ceil_div(rows, BIAS_PART_ROWS);
+    if (parts > BIAS_PARTS) parts = BIAS_PARTS;
+    cl_uint per = (cl_uint)ceil_div(rows, parts), nparts = (cl_uint)ceil_div(rows, per);
+    cl_mem partial;
+    TRY(mpcl__workspace(ctx, MPCL__WORKSPACE_BIAS_PARTIALS, (size_t)nparts * cols * sizeof(float),
+                        &partial));
+    TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(partial), MPCL_ARG(d_pre->mem), MPCL_ARG(d_out->mem),
+                       MPCL_ARG(saved->mem), MPCL_ARG(rows), MPCL_ARG(cols), MPCL_ARG(per),
                        MPCL_ARGS_END));
-    const size_t local[2] = {1, BIAS_GRAD_PARTS};
-    return mpcl__launch_2d(ctx, k, name, ceil_div(cols, BIAS_GRAD_COLS), BIAS_GRAD_PARTS, local);
+    TRY(mpcl__launch_2d(ctx, k, name, ceil_div(cols, ELEMENTWISE_VEC), nparts, NULL));
+    cl_kernel sum;
+    TRY(mpcl__kernel(ctx, d_pre->dtype, sum_name, &sum));
+    TRY(mpcl__set_args(ctx, sum, sum_name, MPCL_ARG(d_bias->mem), MPCL_ARG(partial),
+                       MPCL_ARG(nparts), MPCL_ARG(cols), MPCL_ARGS_END));
+    return mpcl__launch_1d(ctx, sum, sum_name, ceil_div(cols, ELEMENTWISE_VEC), 0);
+}
+
+/* The second launch of the GPU shape: into d_bias's dtype, _v8 for whole
+ * vectors; NULL in the CPU shape. */
+static const char *bias_grad_sum_name(const mpcl_context *ctx, bool f32_out, bool v8) {
+    static const char *const names[2][2] = {
+        {"mpcl_bias_grad_sum_parts", "mpcl_bias_grad_sum_parts_v8"},
+        {"mpcl_bias_grad_sum_parts_f32", "mpcl_bias_grad_sum_parts_f32_v8"}};
+    return bias_grad_in_parts(ctx) ? names[f32_out][v8] : NULL;
 }
 
 mpcl_status mpcl_bias_grad(mpcl_context *ctx, mpcl_tensor *d_bias, const mpcl_tensor *d_pre) {
@@ -228,11 +273,13 @@ mpcl_status mpcl_bias_grad(mpcl_context *ctx, mpcl_tensor *d_bias, const mpcl_te
      * program both are the same kernel), and _v8 serves whole vectors. */
     static const char *const names[2][2] = {{"mpcl_bias_grad", "mpcl_bias_grad_v8"},
                                             {"mpcl_bias_grad_f32", "mpcl_bias_grad_f32_v8"}};
-    const char *name = names[d_bias->dtype != d_pre->dtype][d_pre->cols % ELEMENTWISE_VEC == 0];
+    static const char *const part_names[2] = {"mpcl_bias_grad_parts", "mpcl_bias_grad_parts_v8"};
+    bool f32_out = d_bias->dtype != d_pre->dtype, v8 = d_pre->cols % ELEMENTWISE_VEC == 0;
+    const char *sum_name = bias_grad_sum_name(ctx, f32_out, v8);
+    const char *name = sum_name ? part_names[v8] : names[f32_out][v8];
     cl_kernel k;
     TRY(mpcl__kernel(ctx, d_pre->dtype, name, &k));
-    /* The plain kernel never reads d_out and saved: d_pre stands in. */
-    return bias_grad_launch(ctx, k, name, d_bias, d_pre, d_pre, d_pre);
+    return bias_grad_launch(ctx, k, name, sum_name, d_bias, d_pre, d_pre, d_pre);
 }
 
 mpcl_status mpcl_bias_act_backward_grad(mpcl_context *ctx, mpcl_tensor *d_pre, mpcl_tensor *d_bias,
@@ -246,14 +293,19 @@ mpcl_status mpcl_bias_act_backward_grad(mpcl_context *ctx, mpcl_tensor *d_pre, m
 #define GRAD_ROW(NAME, name, saved) [MPCL_ACT_##NAME] = "mpcl_bias_act_backward_grad_" #name,
 #define GRAD_V8_ROW(NAME, name, saved) \
     [MPCL_ACT_##NAME] = "mpcl_bias_act_backward_grad_" #name "_v8",
-    static const char *const names[2][MPCL_ACT_COUNT] = {
-        {MPCL_ACTIVATION_LIST(GRAD_ROW)},
-        {MPCL_ACTIVATION_LIST(GRAD_V8_ROW)},
+#define PARTS_ROW(NAME, name, saved) [MPCL_ACT_##NAME] = "mpcl_bias_act_backward_grad_parts_" #name,
+#define PARTS_V8_ROW(NAME, name, saved) \
+    [MPCL_ACT_##NAME] = "mpcl_bias_act_backward_grad_parts_" #name "_v8",
+    static const char *const names[2][2][MPCL_ACT_COUNT] = {
+        {{MPCL_ACTIVATION_LIST(GRAD_ROW)}, {MPCL_ACTIVATION_LIST(GRAD_V8_ROW)}},
+        {{MPCL_ACTIVATION_LIST(PARTS_ROW)}, {MPCL_ACTIVATION_LIST(PARTS_V8_ROW)}},
     };
-    const char *name = names[d_out->cols % ELEMENTWISE_VEC == 0][act];
+    bool v8 = d_out->cols % ELEMENTWISE_VEC == 0;
+    const char *sum_name = bias_grad_sum_name(ctx, false, v8);
+    const char *name = names[sum_name != NULL][v8][act];
     cl_kernel k;
     TRY(mpcl__kernel(ctx, d_out->dtype, name, &k));
-    return bias_grad_launch(ctx, k, name, d_bias, d_pre, d_out, saved ? saved : d_out);
+    return bias_grad_launch(ctx, k, name, sum_name, d_bias, d_pre, d_out, saved ? saved : d_out);
 }
 
 /* ---- the elementwise sum (cl/fill.cl) ---- */

@@ -238,7 +238,8 @@ void mpcl__profile_record(mpcl_context *ctx, const char *name);
  * are the GEMM's (clblast-staged's A, B and C; the packs and the staged
  * transpose reuse 0 and 1), the last the loss kernels' group partials. */
 #define MPCL__WORKSPACE_LOSS_PARTIALS 3
-#define MPCL__WORKSPACE_SLOTS 4
+#define MPCL__WORKSPACE_BIAS_PARTIALS 4 /* the GPU-shaped bias gradient's (ops.c) */
+#define MPCL__WORKSPACE_SLOTS 5
 
 struct mpcl_context {
     cl_platform_id platform;
@@ -259,6 +260,7 @@ struct mpcl_context {
     bool verdict_cached;          /* the fp16/bf16 verification was read from the cache */
     mpcl__gemm_tiles gemm_tiles;  /* mpcl's GEMM tiles; AUTO but in tests */
     unsigned gemm_strip;          /* tiles per item (a strip); 0: by the shape */
+    int bias_grad_parts;          /* the bias gradient's shape: 0 by the device, 1 GPU, -1 CPU */
     size_t bytes_now, bytes_peak; /* tensors and workspaces */
     /* Workspaces, grown on demand (never shrunk) and reused by every call:
      * the queue is in order. */
