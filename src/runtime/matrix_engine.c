@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cl/abi.h" /* mpcl-mma's tile and work-group */
 #include "mpcl/half.h"
 #include "runtime/probe.h"
 #include "runtime/runtime.h"
@@ -20,14 +21,7 @@
 /* The tile every probe multiplies: d (M x N) = a (M x K) b (K x N) + c. */
 enum { TILE_M = 16, TILE_N = 8, TILE_K = 16 };
 
-typedef struct engine {
-    const char *kind;                             /* as mpcl-probe reports it */
-    const char *(*unavailable)(cl_device_id dev); /* NULL: the probe may run; else why not */
-    const char *source;                           /* its probe, in cl/ */
-    const char *instruction;                      /* for the detail */
-    size_t work_items;                            /* of the work-group that multiplies a tile */
-    const char *program_option; /* builds its mpcl-mma kernels into the 16-bit programs */
-} engine;
+typedef mpcl__matrix_engine_row engine;
 
 /* cl_nv_device_attribute_query (cl_ext.h names them where it is new enough). */
 #define NV_COMPUTE_CAPABILITY_MAJOR 0x4000
@@ -55,7 +49,7 @@ static const char *nvidia_sm80_unavailable(cl_device_id dev) {
 
 static const engine engines[] = {
     {"nvidia-mma-sm80", nvidia_sm80_unavailable, "mma_nvidia_probe.cl",
-     "mma.sync m16n8k16 f32 accumulation", 32, " -DMPCL_MMA_NVIDIA=1"},
+     "mma.sync m16n8k16 f32 accumulation", 32, " -DMPCL_MMA_NVIDIA=1", "gemm_mma_nvidia.cl"},
 };
 #define NENGINES (sizeof engines / sizeof engines[0])
 
@@ -99,26 +93,152 @@ static int check_tile(cl_context cl, cl_command_queue q, cl_program p, const eng
     return wrong;
 }
 
-/* Runs e's probe: f16 and bf16 tiles. */
-static void verify_row(cl_context cl, cl_device_id dev, cl_command_queue q, const engine *e,
-                       mpcl_device_info *info) {
-    enum { TOTAL = TILE_M * TILE_N };
-    mpcl__probe_log log = {""};
+/* ---- the row's mpcl-mma kernels ---- */
+
+/* One shape with edges in M, N and K (none a multiple of the kernels' 64,
+ * 64 and 32), small integers in A, B and C so that every sum is exact in
+ * f32 and in both 16-bit formats (|C| <= 2 * 2 * 20 + 3 < 256). */
+enum { GEMM_M = 70, GEMM_N = 40, GEMM_K = 20 };
+
+static float small_int(int i, int salt) {
+    return (float)((i * 7 + salt * 3) % 5 - 2);
+}
+
+/* Runs `kernel` (mpcl_gemm_mma*'s arguments: a, b, c, m, n, k, ta, tb,
+ * alpha, beta) on the device; c is read back into c_host. False when an
+ * OpenCL call fails. */
+static bool run_gemm(cl_context cl, cl_command_queue q, cl_program p, const char *kernel,
+                     const uint16_t *a, const uint16_t *b, void *c_host, size_t c_bytes, bool ta,
+                     bool tb, float beta) {
+    cl_int err;
+    cl_kernel k = clCreateKernel(p, kernel, &err);
+    if (err != CL_SUCCESS) return false;
+    size_t ab = GEMM_M * GEMM_K * sizeof *a, bb = GEMM_K * GEMM_N * sizeof *b;
+    cl_mem mem[3] = {
+        clCreateBuffer(cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, ab, (void *)a, NULL),
+        clCreateBuffer(cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, bb, (void *)b, NULL),
+        clCreateBuffer(cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, c_bytes, c_host, NULL)};
+    cl_uint m = GEMM_M, n = GEMM_N, kk = GEMM_K, ta32 = ta, tb32 = tb;
+    float alpha = 1.0f;
+    bool ok = mem[0] && mem[1] && mem[2];
+    const struct {
+        size_t size;
+        const void *value;
+    } args[] = {{sizeof(cl_mem), &mem[0]},
+                {sizeof(cl_mem), &mem[1]},
+                {sizeof(cl_mem), &mem[2]},
+                {sizeof m, &m},
+                {sizeof n, &n},
+                {sizeof kk, &kk},
+                {sizeof ta32, &ta32},
+                {sizeof tb32, &tb32},
+                {sizeof alpha, &alpha},
+                {sizeof beta, &beta}};
+    for (cl_uint i = 0; ok && i < sizeof args / sizeof args[0]; i++)
+        ok = clSetKernelArg(k, i, args[i].size, args[i].value) == CL_SUCCESS;
+    const size_t tile = MPCL_ABI_MMA_TILE, local[2] = {MPCL_ABI_MMA_ITEMS, 1};
+    const size_t global[2] = {(GEMM_N + tile - 1) / tile * MPCL_ABI_MMA_ITEMS,
+                              (GEMM_M + tile - 1) / tile};
+    ok = ok && clEnqueueNDRangeKernel(q, k, 2, NULL, global, local, 0, NULL, NULL) == CL_SUCCESS;
+    ok = ok &&
+         clEnqueueReadBuffer(q, mem[2], CL_TRUE, 0, c_bytes, c_host, 0, NULL, NULL) == CL_SUCCESS;
+    for (int i = 0; i < 3; i++)
+        if (mem[i]) clReleaseMemObject(mem[i]);
+    clReleaseKernel(k);
+    return ok;
+}
+
+/* Wrong elements of C over both runs (GEMM_CHECKS), GEMM_CHECKS + 1 when
+ * the kernels did not build or run: in dt's program with the row's option,
+ * A^T B^T into a 16-bit C with beta 1 (C read, the sum rounded back), then
+ * A B into an f32 C with beta 0 over a poisoned C. */
+enum { GEMM_CHECKS = 2 * GEMM_M * GEMM_N };
+static int check_gemm(cl_context cl, cl_device_id dev, cl_command_queue q, const engine *e,
+                      mpcl_dtype dt, mpcl__probe_log *log) {
+    enum { TOTAL = GEMM_M * GEMM_N };
+    const char *const names[] = {"abi.h", "activations.h", "common.cl", e->gemm_source};
+    char options[160];
+    snprintf(options, sizeof options, "-cl-std=CL1.2 %s%s",
+             dt == MPCL_DTYPE_BF16 ? "-DMPCL_STORAGE_BF16=1" : "-DMPCL_STORAGE_F16=1",
+             e->program_option);
+    cl_program p = mpcl__probe_build_sources(cl, dev, names, 4, options, log);
+    if (!p) return GEMM_CHECKS + 1;
+    uint16_t a[GEMM_M * GEMM_K], b[GEMM_K * GEMM_N], c16[TOTAL];
+    float c32[TOTAL];
+    double want_t[TOTAL], want_n[TOTAL];
+    for (int i = 0; i < GEMM_M; i++)
+        for (int j = 0; j < GEMM_N; j++) {
+            double t = small_int(i * GEMM_N + j, 3), s = 0; /* C, then the products */
+            for (int k = 0; k < GEMM_K; k++)
+                s += (double)small_int(i * GEMM_K + k, 1) * (double)small_int(k * GEMM_N + j, 2);
+            want_t[i * GEMM_N + j] = t + s;
+            want_n[i * GEMM_N + j] = s;
+            c16[i * GEMM_N + j] =
+                dt == MPCL_DTYPE_BF16 ? mpcl_f32_to_bf16((float)t) : mpcl_f32_to_f16((float)t);
+            c32[i * GEMM_N + j] = mpcl__probe_poison_f32();
+        }
+    uint16_t at[GEMM_M * GEMM_K], bt[GEMM_K * GEMM_N];
+    for (int i = 0; i < GEMM_M; i++)
+        for (int k = 0; k < GEMM_K; k++) {
+            float v = small_int(i * GEMM_K + k, 1);
+            uint16_t bits = dt == MPCL_DTYPE_BF16 ? mpcl_f32_to_bf16(v) : mpcl_f32_to_f16(v);
+            a[i * GEMM_K + k] = bits;  /* M x K */
+            at[k * GEMM_M + i] = bits; /* K x M: A stored transposed */
+        }
+    for (int k = 0; k < GEMM_K; k++)
+        for (int j = 0; j < GEMM_N; j++) {
+            float v = small_int(k * GEMM_N + j, 2);
+            uint16_t bits = dt == MPCL_DTYPE_BF16 ? mpcl_f32_to_bf16(v) : mpcl_f32_to_f16(v);
+            b[k * GEMM_N + j] = bits;  /* K x N */
+            bt[j * GEMM_K + k] = bits; /* N x K: B stored transposed */
+        }
+    int wrong = GEMM_CHECKS + 1;
+    if (run_gemm(cl, q, p, "mpcl_gemm_mma", at, bt, c16, sizeof c16, true, true, 1.0f) &&
+        run_gemm(cl, q, p, "mpcl_gemm_mma_cf32", a, b, c32, sizeof c32, false, false, 0.0f)) {
+        wrong = 0;
+        for (int i = 0; i < TOTAL; i++) {
+            wrong += operand_value(dt, c16[i]) != (float)want_t[i];
+            wrong += !mpcl__probe_same_f32(c32[i], (float)want_n[i]);
+        }
+    }
+    clReleaseProgram(p);
+    return wrong;
+}
+
+/* Runs e's probe (f16 and bf16 tiles) and, where the tiles are exact, its
+ * mpcl-mma kernels: verified only when both are, so that the plan never
+ * takes kernels that did not build or were wrong here. */
+void mpcl__matrix_engine_verify_row(cl_context cl, cl_device_id dev, cl_command_queue q,
+                                    const engine *e, mpcl_device_info *info) {
+    snprintf(info->matrix_engine_kind, sizeof info->matrix_engine_kind, "%s", e->kind);
+    enum { TILE = TILE_M * TILE_N };
+    mpcl__probe_log log = {""}, none = {""}, gemm_log[2] = {{""}, {""}};
     char *src = mpcl__cl_source_load(e->source, NULL);
     cl_program p = src ? mpcl__probe_build(cl, dev, src, "-cl-std=CL1.2", &log) : NULL;
     free(src);
-    int f16 = p ? check_tile(cl, q, p, e, "probe_mma_f16", MPCL_DTYPE_F16) : TOTAL + 1;
-    int bf16 = p ? check_tile(cl, q, p, e, "probe_mma_bf16", MPCL_DTYPE_BF16) : TOTAL + 1;
+    int f16 = p ? check_tile(cl, q, p, e, "probe_mma_f16", MPCL_DTYPE_F16) : TILE + 1;
+    int bf16 = p ? check_tile(cl, q, p, e, "probe_mma_bf16", MPCL_DTYPE_BF16) : TILE + 1;
     if (p) clReleaseProgram(p);
+    bool tiles = f16 == 0 && bf16 == 0;
+    int g16 = tiles ? check_gemm(cl, dev, q, e, MPCL_DTYPE_F16, &gemm_log[0]) : 0;
+    int gbf16 = tiles ? check_gemm(cl, dev, q, e, MPCL_DTYPE_BF16, &gemm_log[1]) : 0;
     info->matrix_engine =
-        f16 == 0 && bf16 == 0 ? MPCL_MATRIX_ENGINE_VERIFIED : MPCL_MATRIX_ENGINE_BROKEN;
-    /* Two halves of the detail, each of at most (MPCL_INFO_STR - 4) / 2 characters. */
-    char what[96], first[(MPCL_INFO_STR - 2) / 2], second[(MPCL_INFO_STR - 2) / 2];
+        tiles && g16 == 0 && gbf16 == 0 ? MPCL_MATRIX_ENGINE_VERIFIED : MPCL_MATRIX_ENGINE_BROKEN;
+    /* Four parts of the detail, each of at most (MPCL_INFO_STR - 8) / 4
+     * characters; the kernels' only where the tiles were exact. */
+    char part[4][(MPCL_INFO_STR - 8) / 4 + 1], what[64];
     snprintf(what, sizeof what, "%s, f16", e->instruction);
-    mpcl__probe_describe(first, sizeof first, what, f16, TOTAL, &log);
-    mpcl__probe_describe(second, sizeof second, "bf16", bf16, TOTAL, &(mpcl__probe_log){""});
-    snprintf(info->matrix_engine_detail, sizeof info->matrix_engine_detail, "%s; %s", first,
-             second);
+    mpcl__probe_describe(part[0], sizeof part[0], what, f16, TILE, &log);
+    mpcl__probe_describe(part[1], sizeof part[1], "bf16", bf16, TILE, &none);
+    if (!tiles) {
+        snprintf(info->matrix_engine_detail, sizeof info->matrix_engine_detail, "%s; %s", part[0],
+                 part[1]);
+        return;
+    }
+    mpcl__probe_describe(part[2], sizeof part[2], "mpcl-mma f16", g16, GEMM_CHECKS, &gemm_log[0]);
+    mpcl__probe_describe(part[3], sizeof part[3], "bf16", gbf16, GEMM_CHECKS, &gemm_log[1]);
+    snprintf(info->matrix_engine_detail, sizeof info->matrix_engine_detail, "%s; %s; %s; %s",
+             part[0], part[1], part[2], part[3]);
 }
 
 void mpcl__matrix_engine_verify(cl_context cl, cl_device_id dev, cl_command_queue q,
@@ -128,9 +248,7 @@ void mpcl__matrix_engine_verify(cl_context cl, cl_device_id dev, cl_command_queu
     for (size_t i = 0; i < NENGINES; i++) {
         const char *reason = engines[i].unavailable(dev);
         if (!reason) {
-            snprintf(info->matrix_engine_kind, sizeof info->matrix_engine_kind, "%s",
-                     engines[i].kind);
-            verify_row(cl, dev, q, &engines[i], info);
+            mpcl__matrix_engine_verify_row(cl, dev, q, &engines[i], info);
             return;
         }
         int n = snprintf(why + used, sizeof why - used, "%s%s: %s", used ? "; " : "",

@@ -116,19 +116,36 @@ cleanup:
 /* The probe file `name` after common.cl, built for bf16 storage plus
  * `options`, so that it runs the library's own macros; NULL when a source
  * is missing or the build fails. */
-cl_program mpcl__probe_build_after_common(cl_context cl, cl_device_id dev, const char *name,
-                                          const char *options, mpcl__probe_log *log) {
-    char *common = mpcl__cl_source_load("common.cl", NULL);
-    char *probe = mpcl__cl_source_load(name, NULL);
-    char *src = NULL, all_options[160];
-    if (common && probe && (src = malloc(strlen(common) + strlen(probe) + 2)) != NULL)
-        sprintf(src, "%s\n%s", common, probe);
-    free(common);
-    free(probe);
-    snprintf(all_options, sizeof all_options, "-cl-std=CL1.2 -DMPCL_STORAGE_BF16=1%s", options);
-    cl_program p = src ? mpcl__probe_build(cl, dev, src, all_options, log) : NULL;
+cl_program mpcl__probe_build_sources(cl_context cl, cl_device_id dev, const char *const names[],
+                                     size_t count, const char *options, mpcl__probe_log *log) {
+    char *src = NULL;
+    size_t used = 0;
+    bool ok = true;
+    for (size_t i = 0; ok && i < count; i++) {
+        size_t n = 0;
+        char *text = mpcl__cl_source_load(names[i], &n);
+        char *grown = text ? realloc(src, used + n + 2) : NULL;
+        ok = grown != NULL;
+        if (ok) {
+            src = grown;
+            memcpy(src + used, text, n);
+            used += n;
+            src[used++] = '\n';
+            src[used] = '\0';
+        }
+        free(text);
+    }
+    cl_program p = ok && src ? mpcl__probe_build(cl, dev, src, options, log) : NULL;
     free(src);
     return p;
+}
+
+cl_program mpcl__probe_build_after_common(cl_context cl, cl_device_id dev, const char *name,
+                                          const char *options, mpcl__probe_log *log) {
+    const char *const names[] = {"common.cl", name};
+    char all_options[160];
+    snprintf(all_options, sizeof all_options, "-cl-std=CL1.2 -DMPCL_STORAGE_BF16=1%s", options);
+    return mpcl__probe_build_sources(cl, dev, names, 2, all_options, log);
 }
 
 /* `total` results were checked; more than `total` wrong means it never ran.

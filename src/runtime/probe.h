@@ -22,6 +22,10 @@ typedef struct mpcl__probe_log {
 /* The program from src; NULL when it does not build. */
 cl_program mpcl__probe_build(cl_context cl, cl_device_id dev, const char *src, const char *options,
                              mpcl__probe_log *log);
+/* The embedded (or MPCL_CL_DIR) sources `names`, joined in order, built
+ * with `options`; NULL when a source is missing or the build fails. */
+cl_program mpcl__probe_build_sources(cl_context cl, cl_device_id dev, const char *const names[],
+                                     size_t count, const char *options, mpcl__probe_log *log);
 /* The probe file `name` after common.cl, built for bf16 storage plus
  * `options`, so that it runs the library's own macros; NULL when a source
  * is missing or the build fails. */

@@ -72,6 +72,21 @@ void mpcl__fp16_verify(cl_context cl, cl_device_id device, cl_command_queue queu
  * Part of mpcl__fp16_verify. */
 void mpcl__matrix_engine_verify(cl_context cl, cl_device_id device, cl_command_queue queue,
                                 mpcl_device_info *info);
+/* One row of the matrix-engine table (matrix_engine.c). */
+typedef struct mpcl__matrix_engine_row {
+    const char *kind;                             /* as mpcl-probe reports it */
+    const char *(*unavailable)(cl_device_id dev); /* NULL: the probe may run; else why not */
+    const char *source;         /* its probe (cl/): probe_mma_f16 and probe_mma_bf16 */
+    const char *instruction;    /* for the detail */
+    size_t work_items;          /* of the work-group that multiplies a probe's tile */
+    const char *program_option; /* builds its mpcl-mma kernels into the 16-bit programs */
+    const char *gemm_source;    /* those kernels (cl/), checked as part of the verification */
+} mpcl__matrix_engine_row;
+/* Verifies `row` on the device whatever its `unavailable` says (the table
+ * asks that first; tests give rows of their own that run anywhere): its
+ * probe's tiles, then its mpcl-mma kernels on one shape with edges. */
+void mpcl__matrix_engine_verify_row(cl_context cl, cl_device_id device, cl_command_queue queue,
+                                    const mpcl__matrix_engine_row *row, mpcl_device_info *info);
 /* The build option that puts the verified engine's mpcl-mma kernels into a
  * 16-bit program; "" where no engine verified. */
 const char *mpcl__matrix_engine_program_option(const mpcl_device_info *info);

@@ -1,0 +1,165 @@
+/* The matrix engine's verification (src/runtime/matrix_engine.c) on any
+ * device: rows of the test's own whose probe and mpcl-mma kernels are plain
+ * OpenCL C with the real ones' signatures and launch shapes (through
+ * MPCL_CL_DIR), so that the host side (the tiles and the GEMM shape with
+ * edges and both transposes, beta, the poisoned outputs, the detail) runs
+ * here; the NVIDIA row's own kernels run only on an NVIDIA GPU
+ * (bench/device/, where test_device requires them verified). A stand-in
+ * that is wrong anywhere leaves the row broken, never verified. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/runtime.h"
+#include "testutil.h"
+
+static char dir[64];
+
+static int setup(void **state) {
+    (void)state;
+    return tu_tmpdir_make(dir, "engine");
+}
+
+static int teardown(void **state) {
+    (void)state;
+    unsetenv("MPCL_CL_DIR");
+    return tu_tmpdir_remove(dir);
+}
+
+static void write_source(const char *name, const char *text) {
+    char path[128];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* d = a b + c on the probe's 16x8x16 tile, 32 items of 4 elements each;
+ * `wrong` adds something to one element. */
+static void write_probe(bool wrong) {
+    char text[2048];
+    snprintf(text, sizeof text,
+             "float f16v(__global const ushort *p, uint i) { return vload_half(i, (__global const "
+             "half *)p); }\n"
+             "float bf16v(__global const ushort *p, uint i) { return as_float((uint)p[i] << 16); "
+             "}\n"
+             "#define PROBE(NAME, V) __kernel __attribute__((reqd_work_group_size(32, 1, 1))) "
+             "void NAME(__global const ushort *a, __global const ushort *b, __global const float "
+             "*c, __global float *d) { \\\n"
+             "    for (uint e = get_local_id(0); e < 128; e += 32) { \\\n"
+             "        uint i = e / 8, j = e %% 8; float s = c[e]; \\\n"
+             "        for (uint k = 0; k < 16; k++) s += V(a, i * 16 + k) * V(b, k * 8 + j); \\\n"
+             "        d[e] = s + (%s && e == 77 ? 1.0f : 0.0f); } }\n"
+             "PROBE(probe_mma_f16, f16v)\nPROBE(probe_mma_bf16, bf16v)\n",
+             wrong ? "1" : "0");
+    write_source("test_mma_probe.cl", text);
+}
+
+/* mpcl_gemm_mma and _cf32 in plain loops, launched as the real ones (a
+ * group of MPCL_ABI_MMA_ITEMS items per MMA_TILE square of C); with
+ * `no_beta`, beta is ignored (C never read). */
+static void write_gemm(bool no_beta) {
+    char text[2048];
+    snprintf(text, sizeof text,
+             "#define GEMM(NAME, C_T, LC, SC) __kernel void NAME(__global const storage_t *a, "
+             "__global const storage_t *b, __global C_T *c, uint m, uint n, uint k, uint ta, "
+             "uint tb, float alpha, float beta) { \\\n"
+             "    uint r0 = get_group_id(1) * MPCL_ABI_MMA_TILE, c0 = get_group_id(0) * "
+             "MPCL_ABI_MMA_TILE; \\\n"
+             "    for (uint e = get_local_id(0); e < MPCL_ABI_MMA_TILE * MPCL_ABI_MMA_TILE; e += "
+             "MPCL_ABI_MMA_ITEMS) { \\\n"
+             "        uint i = r0 + e / MPCL_ABI_MMA_TILE, j = c0 + e %% MPCL_ABI_MMA_TILE; \\\n"
+             "        if (i >= m || j >= n) continue; \\\n"
+             "        float s = 0.0f; \\\n"
+             "        for (uint p = 0; p < k; p++) s += LOAD(a, ta ? p * m + i : i * k + p) * "
+             "LOAD(b, tb ? j * k + p : p * n + j); \\\n"
+             "        float v = alpha * s; \\\n"
+             "        if (%s beta != 0.0f) v += beta * LC(c, i * n + j); \\\n"
+             "        SC(c, i * n + j, v); } }\n"
+             "#define LF(p, i) ((p)[(i)])\n#define SF(p, i, v) ((p)[(i)] = (v))\n"
+             "GEMM(mpcl_gemm_mma, storage_t, LOAD, STORE)\nGEMM(mpcl_gemm_mma_cf32, float, LF, "
+             "SF)\n",
+             no_beta ? "0 &&" : "");
+    write_source("test_gemm_mma.cl", text);
+}
+
+static const mpcl__matrix_engine_row row = {"test-row", NULL, "test_mma_probe.cl", "plain loops",
+                                            32,         "",   "test_gemm_mma.cl"};
+
+static mpcl_device_info verify(mpcl_context *ctx) {
+    mpcl_device_info info = *mpcl_context_device(ctx);
+    setenv("MPCL_CL_DIR", dir, 1);
+    mpcl__matrix_engine_verify_row(ctx->cl, ctx->device, ctx->queue, &row, &info);
+    unsetenv("MPCL_CL_DIR");
+    fprintf(stderr, "%s %s: %s\n", info.matrix_engine_kind,
+            mpcl_matrix_engine_name(info.matrix_engine), info.matrix_engine_detail);
+    return info;
+}
+
+static void right_kernels_are_verified(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    write_probe(false);
+    write_gemm(false);
+    mpcl_device_info info = verify(ctx);
+    assert_int_equal(info.matrix_engine, MPCL_MATRIX_ENGINE_VERIFIED);
+    assert_string_equal(info.matrix_engine_kind, "test-row");
+    /* 70 x 40 elements, twice: A^T B^T into a 16-bit C with beta, then A B
+     * into an f32 C. */
+    assert_string_equal(info.matrix_engine_detail,
+                        "plain loops, f16: 128/128 exact; bf16: 128/128 exact; mpcl-mma f16: "
+                        "5600/5600 exact; bf16: 5600/5600 exact");
+    assert_true(mpcl_plan_mma_usable(&info));
+    assert_string_equal(mpcl__matrix_engine_program_option(&info), "");
+    mpcl_context_destroy(ctx);
+}
+
+static void a_wrong_tile_is_broken(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    write_probe(true);
+    write_gemm(false);
+    mpcl_device_info info = verify(ctx);
+    assert_int_equal(info.matrix_engine, MPCL_MATRIX_ENGINE_BROKEN);
+    /* One element of each tile; the kernels are then not run at all. */
+    assert_string_equal(info.matrix_engine_detail,
+                        "plain loops, f16: 1/128 wrong; bf16: 1/128 wrong");
+    assert_false(mpcl_plan_mma_usable(&info));
+    mpcl_context_destroy(ctx);
+}
+
+static void a_gemm_without_beta_is_broken(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    write_probe(false);
+    write_gemm(true);
+    mpcl_device_info info = verify(ctx);
+    assert_int_equal(info.matrix_engine, MPCL_MATRIX_ENGINE_BROKEN);
+    assert_non_null(strstr(info.matrix_engine_detail, "mpcl-mma f16: "));
+    assert_non_null(strstr(info.matrix_engine_detail, "/5600 wrong"));
+    assert_false(mpcl_plan_mma_usable(&info));
+    mpcl_context_destroy(ctx);
+}
+
+static void missing_kernels_are_broken(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    write_probe(false);
+    write_source("test_gemm_mma.cl",
+                 "__kernel void not_the_gemm(__global float *x) { x[0] = 1; }\n");
+    mpcl_device_info info = verify(ctx);
+    assert_int_equal(info.matrix_engine, MPCL_MATRIX_ENGINE_BROKEN);
+    assert_non_null(strstr(info.matrix_engine_detail, "mpcl-mma f16: did not build or run"));
+    mpcl_context_destroy(ctx);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(right_kernels_are_verified),
+        cmocka_unit_test(a_wrong_tile_is_broken),
+        cmocka_unit_test(a_gemm_without_beta_is_broken),
+        cmocka_unit_test(missing_kernels_are_broken),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
