@@ -41,6 +41,53 @@
 #define MMA_A_STRIDE (MMA_BK + MMA_PAD)
 #define MMA_B_STRIDE (MPCL_ABI_MMA_TILE + MMA_PAD)
 
+#ifdef MPCL_MMA_EMULATE
+// For tests on devices without the engine (tests/test_gemm.c, through
+// mpcl__matrix_engine_emulate): mma.sync's arithmetic computed from the
+// fragments as the PTX ISA lays them out, the lanes of each warp exchanging
+// theirs through local memory (6 registers per item); f32 fmas in k order.
+// It checks everything of this file but the instruction and the layout on
+// hardware, which the probe checks there.
+#if defined(MPCL_STORAGE_F16)
+inline float mma_value(uint reg, uint high) {
+    ushort h = (ushort)(high ? reg >> 16 : reg);
+    return vload_half(0, (const half *)&h);
+}
+#else
+inline float mma_value(uint reg, uint high) {
+    return as_float((high ? reg >> 16 : reg & 0xffffu) << 16);
+}
+#endif
+static inline void mma_emulated(float d[4], uint a0, uint a1, uint a2, uint a3, uint b0, uint b1,
+                                __local uint *frags) {
+    const uint lane = get_local_id(0) & 31u, g = lane >> 2, t = lane & 3u;
+    __local uint *mine = frags + get_local_id(0) * 6u, *warp = frags + (get_local_id(0) & ~31u) * 6u;
+    mine[0] = a0;
+    mine[1] = a1;
+    mine[2] = a2;
+    mine[3] = a3;
+    mine[4] = b0;
+    mine[5] = b1;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint q = 0; q < 4u; q++) {
+        uint r = g + (q >> 1) * 8u, c = 2u * t + (q & 1u);
+        float s = d[q];
+        for (uint k = 0; k < 16u; k++) {
+            // A(r, k): lane 4 (r % 8) + (k % 8) / 2, register (r >= 8) + 2 (k >= 8);
+            // B(k, c): lane 4 c + (k % 8) / 2, register 4 + (k >= 8); half k % 2.
+            uint al = (r & 7u) * 4u + ((k & 7u) >> 1), ar = (r >> 3) + 2u * (k >> 3);
+            uint bl = c * 4u + ((k & 7u) >> 1), br = 4u + (k >> 3);
+            s = fma(mma_value(warp[al * 6u + ar], k & 1u), mma_value(warp[bl * 6u + br], k & 1u),
+                    s);
+        }
+        d[q] = s;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+}
+#define MMA_16816(d, a0, a1, a2, a3, b0, b1) mma_emulated((d), a0, a1, a2, a3, b0, b1, frags)
+#define MMA_FRAG_WORDS (MPCL_ABI_MMA_ITEMS * 6)
+#else
+#define MMA_FRAG_WORDS 1
 // d += a b for one 16x8x16 tile: a0-a3 A's fragment, b0-b1 B's.
 #define MMA_16816(d, a0, a1, a2, a3, b0, b1)                                                \
     MMA_GEMM_ASM volatile("mma.sync.aligned.m16n8k16.row.col.f32." MMA_TYPE "." MMA_TYPE     \
@@ -48,6 +95,7 @@
                           "{%0, %1, %2, %3};"                                                \
                           : "+f"((d)[0]), "+f"((d)[1]), "+f"((d)[2]), "+f"((d)[3])           \
                           : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1))
+#endif
 
 // Two 16-bit elements in one register, the first in the low half.
 #define MMA_LOCAL_PAIR(p, i, j) ((uint)(p)[i] | (uint)(p)[j] << 16)
@@ -55,9 +103,10 @@
 // One group's 64x64 tile of C into acc (per item: 2 x 4 tiles x 4 floats).
 // Inlined (static: OpenCL C's plain inline emits no definition of its own),
 // so that the accumulators stay in registers.
-static inline __attribute__((always_inline)) void mma_tile(__global const ushort *a, __global const ushort *b, uint m, uint n, uint k,
-                     uint ta, uint tb, uint row0, uint col0, __local ushort *as,
-                     __local ushort *bs, float acc[2][4][4]) {
+static inline __attribute__((always_inline)) void mma_tile(
+    __global const ushort *a, __global const ushort *b, uint m, uint n, uint k, uint ta, uint tb,
+    uint row0, uint col0, __local ushort *as, __local ushort *bs, __local uint *frags,
+    float acc[2][4][4]) {
     const uint item = get_local_id(0), lane = item & 31u, warp = item >> 5;
     const uint g = lane >> 2, t = lane & 3u;
     const uint wr = (warp >> 1) * 32u, wc = (warp & 1u) * 32u;
@@ -117,10 +166,11 @@ static inline __attribute__((always_inline)) void mma_tile(__global const ushort
         uint k, uint ta, uint tb, float alpha, float beta) {                                  \
         __local ushort as[MPCL_ABI_MMA_TILE * MMA_A_STRIDE];                                  \
         __local ushort bs[MMA_BK * MMA_B_STRIDE];                                             \
+        __local uint frags[MMA_FRAG_WORDS]; /* the emulation's (unused on the engine) */      \
         float acc[2][4][4] = {{{0.0f}}};                                                      \
         const uint row0 = get_group_id(1) * MPCL_ABI_MMA_TILE;                                \
         const uint col0 = get_group_id(0) * MPCL_ABI_MMA_TILE;                                \
-        mma_tile(a, b, m, n, k, ta, tb, row0, col0, as, bs, acc);                             \
+        mma_tile(a, b, m, n, k, ta, tb, row0, col0, as, bs, frags, acc);                      \
         const uint lane = get_local_id(0) & 31u, warp = get_local_id(0) >> 5;                 \
         const uint g = lane >> 2, t = lane & 3u;                                              \
         _Pragma("unroll") for (uint mi = 0; mi < 2u; mi++)                                    \

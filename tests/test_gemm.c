@@ -252,8 +252,7 @@ static void test_bf16_dot_half_pair(void **state) {
     mpcl_context_destroy(ctx);
 }
 
-static void run_variant(mpcl_gemm_path path) {
-    mpcl_context *ctx = tu_context();
+static void run_variant_in(mpcl_context *ctx, mpcl_gemm_path path) {
     gemm_variant vs[16];
     size_t nv = variants_for(ctx, vs);
     bool slow = tu_slow_device(ctx);
@@ -308,6 +307,11 @@ static void run_variant(mpcl_gemm_path path) {
         mpcl__gemm_force_tiles(ctx, MPCL__GEMM_TILES_AUTO, 0);
     }
     if (!ran) printf("%s: not usable on this device, skipped\n", mpcl_gemm_path_name(path));
+}
+
+static void run_variant(mpcl_gemm_path path) {
+    mpcl_context *ctx = tu_context();
+    run_variant_in(ctx, path);
     mpcl_context_destroy(ctx);
 }
 
@@ -334,6 +338,37 @@ static void test_clblast_staged(void **state) {
 static void test_mpcl_mma(void **state) {
     (void)state;
     run_variant(MPCL_GEMM_MPCL_MMA);
+}
+/* mpcl-mma's kernels (cl/gemm_mma_nvidia.cl) with mma.sync computed by the
+ * lanes from their fragments (mpcl__matrix_engine_emulate), on any device:
+ * the staging, both transposes, the edges, alpha, beta and the rounding of
+ * C, against the double reference as every path. */
+static void test_mpcl_mma_emulated(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    TU_ASSERT_OK(mpcl__matrix_engine_emulate(ctx));
+    assert_true(mpcl_plan_mma_usable(mpcl_context_device(ctx)));
+    if (tu_slow_device(ctx)) {
+        /* Oclgrind (~1e6 ops/s; here for its race and bounds checks of the
+         * local-memory staging): two shapes across the edges of the 64x64
+         * tiles and of the 32-deep K blocks, a transpose pair each, in the
+         * two variants that run there. */
+        static const gemm_case few[] = {{33, 7, 130, false, false}, {67, 130, 33, false, false}};
+        gemm_variant vs[16];
+        size_t nv = variants_for(ctx, vs);
+        for (size_t vi = 0; vi < nv; vi++) {
+            if (vs[vi].path != MPCL_GEMM_MPCL_MMA || !vs[vi].slow_too) continue;
+            for (int ci = 0; ci < 2; ci++) {
+                run_case(ctx, &vs[vi], &few[ci], ci == 1, ci == 0, false);
+                run_case(ctx, &vs[vi], &few[ci], ci == 1, ci == 0, true);
+            }
+        }
+    } else {
+        run_variant_in(ctx, MPCL_GEMM_MPCL_MMA);
+    }
+    /* After a 16-bit program exists, the emulation is refused. */
+    assert_int_equal(mpcl__matrix_engine_emulate(ctx), MPCL_ERR_INVALID_ARG);
+    mpcl_context_destroy(ctx);
 }
 
 /* clblast-staged's f32 workspaces count in the context's bytes, grow to the
@@ -571,17 +606,12 @@ static void test_default_path_and_override(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_mpcl_f32),
-        cmocka_unit_test(test_mpcl_mixed),
-        cmocka_unit_test(test_bf16_dot_half_pair),
-        cmocka_unit_test(test_clblast_sgemm),
-        cmocka_unit_test(test_clblast_hgemm),
-        cmocka_unit_test(test_clblast_staged),
-        cmocka_unit_test(test_mpcl_mma),
-        cmocka_unit_test(test_staged_workspace),
-        cmocka_unit_test(test_shape_errors),
-        cmocka_unit_test(test_dtype_errors),
-        cmocka_unit_test(test_default_path_and_override),
+        cmocka_unit_test(test_mpcl_f32),           cmocka_unit_test(test_mpcl_mixed),
+        cmocka_unit_test(test_bf16_dot_half_pair), cmocka_unit_test(test_clblast_sgemm),
+        cmocka_unit_test(test_clblast_hgemm),      cmocka_unit_test(test_clblast_staged),
+        cmocka_unit_test(test_mpcl_mma),           cmocka_unit_test(test_mpcl_mma_emulated),
+        cmocka_unit_test(test_staged_workspace),   cmocka_unit_test(test_shape_errors),
+        cmocka_unit_test(test_dtype_errors),       cmocka_unit_test(test_default_path_and_override),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

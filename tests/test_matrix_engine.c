@@ -142,6 +142,26 @@ static void a_gemm_without_beta_is_broken(void **state) {
     mpcl_context_destroy(ctx);
 }
 
+/* The NVIDIA row's own mpcl-mma kernels, with the instruction computed by
+ * the lanes (MPCL_MMA_EMULATE, as test_gemm runs them), pass the check. */
+static void the_nvidia_kernels_in_emulation_are_verified(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    write_probe(false);
+    const mpcl__matrix_engine_row emulated = {
+        "emulated",          NULL, "test_mma_probe.cl",
+        "plain loops",       32,   " -DMPCL_MMA_NVIDIA=1 -DMPCL_MMA_EMULATE=1",
+        "gemm_mma_nvidia.cl"};
+    mpcl_device_info info = *mpcl_context_device(ctx);
+    setenv("MPCL_CL_DIR", dir, 1);
+    mpcl__matrix_engine_verify_row(ctx->cl, ctx->device, ctx->queue, &emulated, &info);
+    unsetenv("MPCL_CL_DIR");
+    assert_int_equal(info.matrix_engine, MPCL_MATRIX_ENGINE_VERIFIED);
+    assert_non_null(
+        strstr(info.matrix_engine_detail, "mpcl-mma f16: 5600/5600 exact; bf16: 5600/5600 exact"));
+    mpcl_context_destroy(ctx);
+}
+
 static void missing_kernels_are_broken(void **state) {
     (void)state;
     mpcl_context *ctx = tu_context();
@@ -160,6 +180,7 @@ int main(void) {
         cmocka_unit_test(a_wrong_tile_is_broken),
         cmocka_unit_test(a_gemm_without_beta_is_broken),
         cmocka_unit_test(missing_kernels_are_broken),
+        cmocka_unit_test(the_nvidia_kernels_in_emulation_are_verified),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

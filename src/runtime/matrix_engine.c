@@ -260,8 +260,26 @@ void mpcl__matrix_engine_verify(cl_context cl, cl_device_id dev, cl_command_queu
     snprintf(info->matrix_engine_detail, sizeof info->matrix_engine_detail, "%s", why);
 }
 
+/* mpcl__matrix_engine_emulate's engine: the NVIDIA row's kernels with its
+ * instruction computed by the lanes (cl/gemm_mma_nvidia.cl). */
+static const char EMULATED_KIND[] = "nvidia-mma-sm80-emulated";
+
+mpcl_status mpcl__matrix_engine_emulate(mpcl_context *ctx) {
+    if (ctx->programs[MPCL_DTYPE_F16] || ctx->programs[MPCL_DTYPE_BF16])
+        return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG,
+                          "the matrix engine's emulation must come before any 16-bit program");
+    ctx->info.matrix_engine = MPCL_MATRIX_ENGINE_VERIFIED;
+    snprintf(ctx->info.matrix_engine_kind, sizeof ctx->info.matrix_engine_kind, "%s",
+             EMULATED_KIND);
+    snprintf(ctx->info.matrix_engine_detail, sizeof ctx->info.matrix_engine_detail,
+             "emulated for tests");
+    return MPCL_OK;
+}
+
 const char *mpcl__matrix_engine_program_option(const mpcl_device_info *info) {
     if (info->matrix_engine != MPCL_MATRIX_ENGINE_VERIFIED) return "";
+    if (strcmp(info->matrix_engine_kind, EMULATED_KIND) == 0)
+        return " -DMPCL_MMA_NVIDIA=1 -DMPCL_MMA_EMULATE=1";
     for (size_t i = 0; i < NENGINES; i++)
         if (strcmp(engines[i].kind, info->matrix_engine_kind) == 0)
             return engines[i].program_option;

@@ -87,6 +87,10 @@ typedef struct mpcl__matrix_engine_row {
  * probe's tiles, then its mpcl-mma kernels on one shape with edges. */
 void mpcl__matrix_engine_verify_row(cl_context cl, cl_device_id device, cl_command_queue queue,
                                     const mpcl__matrix_engine_row *row, mpcl_device_info *info);
+/* For tests: ctx's device gets a verified engine whose mpcl-mma kernels are
+ * the NVIDIA row's with mma.sync computed by the lanes themselves, so that
+ * they run on any device. Before any 16-bit program is built. */
+mpcl_status mpcl__matrix_engine_emulate(mpcl_context *ctx);
 /* The build option that puts the verified engine's mpcl-mma kernels into a
  * 16-bit program; "" where no engine verified. */
 const char *mpcl__matrix_engine_program_option(const mpcl_device_info *info);
