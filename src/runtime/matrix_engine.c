@@ -56,9 +56,12 @@ static const engine engines[] = {
 /* The probe's operands: small integers (and halves of them) whose products
  * and sums are exact in f32 and in both 16-bit formats, signed and zero, so
  * that any engine that multiplies and accumulates at all gets every bit. */
-static uint16_t operand(mpcl_dtype dt, int i, int salt) {
-    float v = (float)((i * 7 + salt * 3) % 9 - 4) * (i % 5 == 0 ? 0.5f : 1.0f);
+static uint16_t bits_of(mpcl_dtype dt, float v) {
     return dt == MPCL_DTYPE_BF16 ? mpcl_f32_to_bf16(v) : mpcl_f32_to_f16(v);
+}
+
+static uint16_t operand(mpcl_dtype dt, int i, int salt) {
+    return bits_of(dt, (float)((i * 7 + salt * 3) % 9 - 4) * (i % 5 == 0 ? 0.5f : 1.0f));
 }
 
 static float operand_value(mpcl_dtype dt, uint16_t bits) {
@@ -102,6 +105,18 @@ enum { GEMM_M = 70, GEMM_N = 40, GEMM_K = 20 };
 
 static float small_int(int i, int salt) {
     return (float)((i * 7 + salt * 3) % 5 - 2);
+}
+
+/* The rows x cols matrix of small_int(i cols + j, salt) in dt, stored as it
+ * is (plain) and transposed (cols x rows). */
+static void fill_both_ways(mpcl_dtype dt, int rows, int cols, int salt, uint16_t *plain,
+                           uint16_t *transposed) {
+    for (int i = 0; i < rows; i++)
+        for (int j = 0; j < cols; j++) {
+            uint16_t bits = bits_of(dt, small_int(i * cols + j, salt));
+            plain[i * cols + j] = bits;
+            transposed[j * rows + i] = bits;
+        }
 }
 
 /* Runs `kernel` (mpcl_gemm_mma*'s arguments: a, b, c, m, n, k, ta, tb,
@@ -173,25 +188,12 @@ static int check_gemm(cl_context cl, cl_device_id dev, cl_command_queue q, const
                 s += (double)small_int(i * GEMM_K + k, 1) * (double)small_int(k * GEMM_N + j, 2);
             want_t[i * GEMM_N + j] = t + s;
             want_n[i * GEMM_N + j] = s;
-            c16[i * GEMM_N + j] =
-                dt == MPCL_DTYPE_BF16 ? mpcl_f32_to_bf16((float)t) : mpcl_f32_to_f16((float)t);
+            c16[i * GEMM_N + j] = bits_of(dt, (float)t);
             c32[i * GEMM_N + j] = mpcl__probe_poison_f32();
         }
     uint16_t at[GEMM_M * GEMM_K], bt[GEMM_K * GEMM_N];
-    for (int i = 0; i < GEMM_M; i++)
-        for (int k = 0; k < GEMM_K; k++) {
-            float v = small_int(i * GEMM_K + k, 1);
-            uint16_t bits = dt == MPCL_DTYPE_BF16 ? mpcl_f32_to_bf16(v) : mpcl_f32_to_f16(v);
-            a[i * GEMM_K + k] = bits;  /* M x K */
-            at[k * GEMM_M + i] = bits; /* K x M: A stored transposed */
-        }
-    for (int k = 0; k < GEMM_K; k++)
-        for (int j = 0; j < GEMM_N; j++) {
-            float v = small_int(k * GEMM_N + j, 2);
-            uint16_t bits = dt == MPCL_DTYPE_BF16 ? mpcl_f32_to_bf16(v) : mpcl_f32_to_f16(v);
-            b[k * GEMM_N + j] = bits;  /* K x N */
-            bt[j * GEMM_K + k] = bits; /* N x K: B stored transposed */
-        }
+    fill_both_ways(dt, GEMM_M, GEMM_K, 1, a, at);
+    fill_both_ways(dt, GEMM_K, GEMM_N, 2, b, bt);
     int wrong = GEMM_CHECKS + 1;
     if (run_gemm(cl, q, p, "mpcl_gemm_mma", at, bt, c16, sizeof c16, true, true, 1.0f) &&
         run_gemm(cl, q, p, "mpcl_gemm_mma_cf32", a, b, c32, sizeof c32, false, false, 0.0f)) {
