@@ -87,14 +87,18 @@ static void write_gemm(bool no_beta) {
 static const mpcl__matrix_engine_row row = {"test-row", NULL, "test_mma_probe.cl", "plain loops",
                                             32,         "",   "test_gemm_mma.cl"};
 
-static mpcl_device_info verify(mpcl_context *ctx) {
+static mpcl_device_info verify_with(mpcl_context *ctx, const mpcl__matrix_engine_row *r) {
     mpcl_device_info info = *mpcl_context_device(ctx);
     setenv("MPCL_CL_DIR", dir, 1);
-    mpcl__matrix_engine_verify_row(ctx->cl, ctx->device, ctx->queue, &row, &info);
+    mpcl__matrix_engine_verify_row(ctx->cl, ctx->device, ctx->queue, r, &info);
     unsetenv("MPCL_CL_DIR");
     fprintf(stderr, "%s %s: %s\n", info.matrix_engine_kind,
             mpcl_matrix_engine_name(info.matrix_engine), info.matrix_engine_detail);
     return info;
+}
+
+static mpcl_device_info verify(mpcl_context *ctx) {
+    return verify_with(ctx, &row);
 }
 
 static void right_kernels_are_verified(void **state) {
@@ -152,10 +156,7 @@ static void the_nvidia_kernels_in_emulation_are_verified(void **state) {
         "emulated",          NULL, "test_mma_probe.cl",
         "plain loops",       32,   " -DMPCL_MMA_NVIDIA=1 -DMPCL_MMA_EMULATE=1",
         "gemm_mma_nvidia.cl"};
-    mpcl_device_info info = *mpcl_context_device(ctx);
-    setenv("MPCL_CL_DIR", dir, 1);
-    mpcl__matrix_engine_verify_row(ctx->cl, ctx->device, ctx->queue, &emulated, &info);
-    unsetenv("MPCL_CL_DIR");
+    mpcl_device_info info = verify_with(ctx, &emulated);
     assert_int_equal(info.matrix_engine, MPCL_MATRIX_ENGINE_VERIFIED);
     assert_non_null(
         strstr(info.matrix_engine_detail, "mpcl-mma f16: 5600/5600 exact; bf16: 5600/5600 exact"));
