@@ -2,6 +2,7 @@
 #include "testutil.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -116,6 +117,17 @@ void tu_poison(mpcl_tensor *t) {
 }
 
 uint64_t tu_seed(const char *test) {
+    const char *replay = getenv("MPCL_TEST_SEED");
+    if (replay && *replay) {
+        char *end;
+        errno = 0;
+        unsigned long long seed = strtoull(replay, &end, 10);
+        if (errno || *end || *replay == '-')
+            fail_msg("MPCL_TEST_SEED=%s: not a seed (a decimal number, as the tests print)",
+                     replay);
+        fprintf(stderr, "%s: seed %llu (MPCL_TEST_SEED)\n", test, seed);
+        return seed;
+    }
     uint64_t seed = (uint64_t)time(NULL) * 2654435761u ^ (uint64_t)clock();
     fprintf(stderr, "%s: seed %llu\n", test, (unsigned long long)seed);
     return seed;

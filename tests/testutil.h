@@ -54,8 +54,8 @@ void tu_poison(mpcl_tensor *t);
 /* The float that poisons outputs: a NaN with a payload no kernel produces. */
 float tu_poison_f32(void);
 
-/* A seed from the clock, printed with the test's name so that a failure can
- * be replayed. */
+/* A seed from the clock, printed with the test's name; MPCL_TEST_SEED=N
+ * replays a failure with the seed it printed. */
 uint64_t tu_seed(const char *test);
 
 /* What a tensor of `dtype` holds after an upload of x. */
