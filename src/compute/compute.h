@@ -57,6 +57,11 @@ mpcl_status mpcl__tensor_copy_at(mpcl_tensor *dst, size_t dst_first, const mpcl_
 mpcl_status mpcl__tensor_copy_range(mpcl_tensor *dst, size_t dst_first, const mpcl_tensor *src,
                                     size_t src_first, size_t count);
 
+/* Fills the first `bytes` of mem (a multiple of pattern_size) with the
+ * pattern by clEnqueueFillBuffer (event as there), then mpcl__host_wrote. */
+mpcl_status mpcl__fill_buffer(mpcl_context *ctx, cl_mem mem, const void *pattern,
+                              size_t pattern_size, size_t bytes, cl_event *event);
+
 /* The first B rows of t as a tensor value sharing t's memory: batches
  * smaller than the buffers allocated for max_batch. Never destroyed. */
 mpcl_tensor mpcl__tensor_rows(const mpcl_tensor *t, size_t B);

@@ -193,8 +193,8 @@ static mpcl_status run_clblast(mpcl_context *ctx, mpcl_gemm_path path, bool ta, 
         /* CLBlast computes beta * C even for beta == 0, so NaN or inf in C
          * would survive; zero C first to give beta == 0 its BLAS meaning. */
         const cl_uint zero = 0;
-        CHECK_CL(ctx, clEnqueueFillBuffer(ctx->queue, c->mem, &zero, mpcl_dtype_size(c->dtype), 0,
-                                          c->bytes, 0, NULL, mpcl__profile_slot(ctx)));
+        TRY(mpcl__fill_buffer(ctx, c->mem, &zero, mpcl_dtype_size(c->dtype), c->bytes,
+                              mpcl__profile_slot(ctx)));
         mpcl__profile_record(ctx, "clblast: zero C");
         ctx->launches++;
     }

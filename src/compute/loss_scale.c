@@ -81,10 +81,6 @@ mpcl_status mpcl_loss_scale_create(mpcl_context *ctx, const mpcl_loss_scale_para
     if (st == MPCL_OK)
         st = mpcl_tensor_create(ctx, MPCL_DTYPE_I32, 1, MPCL_ABI_LS_STATE_WORDS, &ls->state);
     if (st == MPCL_OK) st = mpcl_tensor_upload_f32(ls->scale, &p->initial_scale, 1);
-    /* Written although the tensor starts zero-filled: Oclgrind does not count
-     * clEnqueueFillBuffer as initializing memory and would report every read. */
-    const uint32_t zeros[MPCL_ABI_LS_STATE_WORDS] = {0};
-    if (st == MPCL_OK) st = mpcl_tensor_upload_raw(ls->state, zeros, sizeof zeros);
     if (st != MPCL_OK) {
         mpcl_loss_scale_destroy(ls);
         return st;

@@ -80,12 +80,8 @@ static mpcl_status check_stats(mpcl_context *ctx, const mpcl_tensor *stats, cons
 
 mpcl_status mpcl_loss_stats_reset(mpcl_context *ctx, mpcl_tensor *stats) {
     TRY(check_stats(ctx, stats, "mpcl_loss_stats_reset"));
-    mpcl_status st = MPCL_OK;
     const cl_uint zero = 0;
-    CHECK_CL(ctx, clEnqueueFillBuffer(ctx->queue, stats->mem, &zero, sizeof zero, 0, stats->bytes,
-                                      0, NULL, NULL));
-cleanup:
-    return st;
+    return mpcl__fill_buffer(ctx, stats->mem, &zero, sizeof zero, stats->bytes, NULL);
 }
 
 /* A Kahan pair: sum - comp is the better estimate. */

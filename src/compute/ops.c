@@ -345,7 +345,7 @@ mpcl_status mpcl_cast(mpcl_context *ctx, mpcl_tensor *dst, const mpcl_tensor *sr
         if (dst != src)
             CHECK_CL(ctx, clEnqueueCopyBuffer(ctx->queue, src->mem, dst->mem, 0, 0, src->bytes, 0,
                                               NULL, NULL));
-        return MPCL_OK;
+        return mpcl__host_wrote(ctx, dst->mem);
     }
     /* [dst][src] over the float dtypes (cl/cast.cl); the diagonal is the copy above. */
     static const char *const names[MPCL_DTYPE_COUNT][MPCL_DTYPE_COUNT] = {

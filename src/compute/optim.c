@@ -410,12 +410,8 @@ static size_t decay_chunks(size_t n) {
 
 /* Every flag 1: weight_decay on every element, as before flags existed. */
 static mpcl_status decay_everywhere(mpcl_context *ctx, mpcl_optimizer *opt) {
-    mpcl_status st = MPCL_OK;
     const cl_uchar one = 1;
-    CHECK_CL(ctx, clEnqueueFillBuffer(ctx->queue, opt->decay->mem, &one, sizeof one, 0,
-                                      opt->decay->bytes, 0, NULL, NULL));
-cleanup:
-    return st;
+    return mpcl__fill_buffer(ctx, opt->decay->mem, &one, sizeof one, opt->decay->bytes, NULL);
 }
 
 void mpcl_optimizer_destroy(mpcl_optimizer *opt) {
@@ -666,7 +662,7 @@ static mpcl_status transfer(mpcl_context *ctx, const mpcl_optimizer *opt, mpcl_o
     if (err != CL_SUCCESS)
         return mpcl__cl_error(ctx, err, dst ? "clEnqueueReadBuffer" : "clEnqueueWriteBuffer",
                               __FILE__, __LINE__);
-    return MPCL_OK;
+    return dst ? MPCL_OK : mpcl__host_wrote(ctx, mem);
 }
 
 mpcl_status mpcl_optimizer_read(mpcl_context *ctx, const mpcl_optimizer *opt, mpcl_optim_slot slot,

@@ -40,13 +40,23 @@ mpcl_status mpcl_tensor_create(mpcl_context *ctx, mpcl_dtype dtype, size_t rows,
     /* Zero-fill: a driver that allocates lazily fails here rather than in
      * some later kernel, and nothing ever reads uninitialized memory. */
     const uint32_t zero = 0; /* the pattern is one element: sizes are multiples of it */
-    CHECK_CL(ctx, clEnqueueFillBuffer(ctx->queue, t->mem, &zero, elem, 0, t->bytes, 0, NULL, NULL));
+    if ((st = mpcl__fill_buffer(ctx, t->mem, &zero, elem, t->bytes, NULL)) != MPCL_OK) goto cleanup;
     mpcl__count_bytes(ctx, t->bytes);
     *out = t;
     return MPCL_OK;
 cleanup:
     if (t->mem) clReleaseMemObject(t->mem);
     free(t);
+    return st;
+}
+
+mpcl_status mpcl__fill_buffer(mpcl_context *ctx, cl_mem mem, const void *pattern,
+                              size_t pattern_size, size_t bytes, cl_event *event) {
+    mpcl_status st = MPCL_OK;
+    CHECK_CL(ctx,
+             clEnqueueFillBuffer(ctx->queue, mem, pattern, pattern_size, 0, bytes, 0, NULL, event));
+    st = mpcl__host_wrote(ctx, mem);
+cleanup:
     return st;
 }
 
@@ -94,6 +104,7 @@ mpcl_status mpcl_tensor_upload_raw(mpcl_tensor *t, const void *src, size_t bytes
                           bytes, t->bytes);
     ctx->syncs++;
     CHECK_CL(ctx, clEnqueueWriteBuffer(ctx->queue, t->mem, CL_TRUE, 0, bytes, src, 0, NULL, NULL));
+    st = mpcl__host_wrote(ctx, t->mem);
 cleanup:
     return st;
 }
@@ -216,6 +227,7 @@ mpcl_status mpcl__tensor_copy_range(mpcl_tensor *dst, size_t dst_first, const mp
     mpcl_status st = MPCL_OK;
     CHECK_CL(ctx, clEnqueueCopyBuffer(ctx->queue, src->mem, dst->mem, src_first * size,
                                       dst_first * size, count * size, 0, NULL, NULL));
+    st = mpcl__host_wrote(ctx, dst->mem);
 cleanup:
     return st;
 }
@@ -287,6 +299,11 @@ mpcl_status mpcl__workspace(mpcl_context *ctx, int slot, size_t bytes, cl_mem *o
             return MPCL_ERROR(ctx, mpcl__cl_status(err),
                               "clCreateBuffer(%zu bytes of workspace %d) returned %s (%d)", bytes,
                               slot, mpcl_cl_error_name(err), (int)err);
+        mpcl_status st = mpcl__host_wrote(ctx, mem);
+        if (st != MPCL_OK) {
+            clReleaseMemObject(mem);
+            return st;
+        }
         /* Commands already enqueued on the old buffer keep it alive. */
         if (ctx->workspace[slot]) clReleaseMemObject(ctx->workspace[slot]);
         mpcl__count_bytes(ctx, bytes - ctx->workspace_bytes[slot]);

@@ -283,6 +283,7 @@ static mpcl_status write_async(mpcl_context *ctx, const mpcl_tensor *t, const vo
                                size_t bytes, cl_event *done) {
     mpcl_status st = MPCL_OK;
     CHECK_CL(ctx, clEnqueueWriteBuffer(ctx->queue, t->mem, CL_FALSE, 0, bytes, src, 0, NULL, done));
+    st = mpcl__host_wrote(ctx, t->mem);
 cleanup:
     return st;
 }

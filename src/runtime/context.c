@@ -45,6 +45,7 @@ mpcl_status mpcl_context_create(const mpcl_context_params *params, mpcl_context 
     ctx->info = *mpcl_device_list_get(list, index);
     mpcl__device_list_ids(list, index, &ctx->platform, &ctx->device);
     mpcl_device_list_destroy(list);
+    ctx->oclgrind = strcmp(ctx->info.platform, "Oclgrind") == 0;
 
     cl_int err;
     cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)ctx->platform, 0};
@@ -139,6 +140,26 @@ mpcl_status mpcl__wait_event(mpcl_context *ctx, cl_event e) {
     clReleaseEvent(e);
     if (err != CL_SUCCESS) return mpcl__cl_error(ctx, err, "clWaitForEvents", __FILE__, __LINE__);
     return MPCL_OK;
+}
+
+mpcl_status mpcl__host_wrote(mpcl_context *ctx, cl_mem mem) {
+    if (!ctx->oclgrind) return MPCL_OK;
+    mpcl_status st = MPCL_OK;
+    cl_mem whole = NULL;
+    size_t bytes = 0;
+    unsigned char *host = NULL;
+    CHECK_CL(ctx, clGetMemObjectInfo(mem, CL_MEM_ASSOCIATED_MEMOBJECT, sizeof whole, &whole, NULL));
+    if (!whole) whole = mem; /* not a sub-buffer */
+    CHECK_CL(ctx, clGetMemObjectInfo(whole, CL_MEM_SIZE, sizeof bytes, &bytes, NULL));
+    if (!(host = malloc(bytes))) {
+        st = MPCL_ERROR(ctx, MPCL_ERR_OUT_OF_MEMORY, "allocating %zu bytes for Oclgrind", bytes);
+        goto cleanup;
+    }
+    CHECK_CL(ctx, clEnqueueReadBuffer(ctx->queue, whole, CL_TRUE, 0, bytes, host, 0, NULL, NULL));
+    CHECK_CL(ctx, clEnqueueWriteBuffer(ctx->queue, whole, CL_TRUE, 0, bytes, host, 0, NULL, NULL));
+cleanup:
+    free(host);
+    return st;
 }
 
 cl_context mpcl_context_cl_context(const mpcl_context *ctx) {

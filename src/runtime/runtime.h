@@ -280,6 +280,7 @@ struct mpcl_context {
     mpcl__gemm_tiles gemm_tiles;  /* mpcl's GEMM tiles; AUTO but in tests */
     unsigned gemm_strip;          /* tiles per item (a strip); 0: by the shape */
     int bias_grad_parts;          /* the bias gradient's shape: 0 by the device, 1 GPU, -1 CPU */
+    bool oclgrind;                /* the platform is Oclgrind (mpcl__host_wrote) */
     size_t bytes_now, bytes_peak; /* tensors and workspaces */
     /* Workspaces, grown on demand (never shrunk) and reused by every call:
      * the queue is in order. */
@@ -296,6 +297,21 @@ struct mpcl_context {
 mpcl_status mpcl__marker(mpcl_context *ctx, cl_event *out);
 /* Waits for e and releases it; a blocking call, counted in ctx->syncs. */
 mpcl_status mpcl__wait_event(mpcl_context *ctx, cl_event e);
+
+/* Call after a host-side write into mem (a write, copy or fill command, or a
+ * new buffer before its first use); does something on Oclgrind only. Its
+ * uninitialized-value checker mistracks such writes: it replaces a buffer's
+ * whole record by one the size of the write, so that a write which starts
+ * past the buffer's start or stops short of its end (a fill of one pattern
+ * is many of them; a tensor view; a copy at an offset) leaves the rest, and
+ * then all of it, "uninitialized"; and a new buffer inherits the record of
+ * the released one whose number it reuses. Rewriting the whole underlying
+ * buffer from the host gives it a record that matches: everything
+ * initialized (mpcl zero-fills every tensor it creates), so the checker's
+ * reports come from private and local memory and what flows from them.
+ * Blocking, and not counted in ctx->syncs (tests that count a step's
+ * blocking calls run on Oclgrind too). */
+mpcl_status mpcl__host_wrote(mpcl_context *ctx, cl_mem mem);
 
 /* Counts `bytes` more of device memory held by ctx (tensors, workspaces). */
 static inline void mpcl__count_bytes(mpcl_context *ctx, size_t bytes) {
