@@ -641,12 +641,14 @@ static void test_conv_no_d_in(void **state) {
 
 /* {batch, height, width, channels, pool_h, pool_w, stride_h, stride_w, padding} */
 static const mpcl_pool2d_shape pool_cases[] = {
-    {3, 7, 5, 3, 2, 2, 2, 2, MPCL_PADDING_VALID}, /* odd sizes: the last row and column left */
-    {3, 7, 5, 3, 3, 3, 2, 2, MPCL_PADDING_SAME},  /* overlapping windows, padded edges */
-    {1, 6, 5, 1, 2, 2, 1, 1, MPCL_PADDING_SAME},  /* padding after only */
-    {2, 4, 3, 2, 4, 3, 4, 3, MPCL_PADDING_VALID}, /* the window is the image */
-    {1, 5, 5, 1, 1, 1, 2, 2, MPCL_PADDING_SAME},  /* 1x1 windows, stride 2 */
-    {3, 7, 5, 1, 3, 2, 1, 2, MPCL_PADDING_VALID}, /* mixed strides */
+    {3, 7, 5, 3, 2, 2, 2, 2, MPCL_PADDING_VALID},  /* odd sizes: the last row and column left */
+    {3, 7, 5, 3, 3, 3, 2, 2, MPCL_PADDING_SAME},   /* overlapping windows, padded edges */
+    {1, 6, 5, 1, 2, 2, 1, 1, MPCL_PADDING_SAME},   /* padding after only */
+    {2, 4, 3, 2, 4, 3, 4, 3, MPCL_PADDING_VALID},  /* the window is the image */
+    {1, 5, 5, 1, 1, 1, 2, 2, MPCL_PADDING_SAME},   /* 1x1 windows, stride 2 */
+    {3, 7, 5, 1, 3, 2, 1, 2, MPCL_PADDING_VALID},  /* mixed strides */
+    {2, 7, 8, 3, 3, 3, 3, 3, MPCL_PADDING_SAME},   /* no overlap, padded before and after */
+    {2, 9, 7, 10, 2, 2, 3, 3, MPCL_PADDING_VALID}, /* gaps between windows, a row and column left */
     /* The kernels take eight channels at a time: */
     {2, 6, 7, 19, 2, 2, 2, 2, MPCL_PADDING_VALID}, /* two chunks of 8 and a tail of 3 */
     {2, 6, 5, 16, 3, 3, 2, 2, MPCL_PADDING_SAME},  /* chunks only, overlapping windows */
