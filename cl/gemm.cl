@@ -261,8 +261,9 @@ typedef storage_bits_t gemm_raw_t; // common.cl
         const uint bvec_rows =                                                                 \
             N >= GEMM_W ? K : (K * N >= GEMM_W ? (K * N - GEMM_W) / N + 1 : 0);                \
         const bool bvec = !tb && bvec_rows > 0, baligned = GEMM_B_ALIGNED(b, N);               \
-        /* f32 A read in place where every row of a tile is inside it. */                      \
-        const bool in_place = GEMM_A_DIRECT && M >= GEMM_TM;                                    \
+        /* f32 A read in place where every row of a tile is inside it and     */               \
+        /* its rows (ta: its k's) are not a multiple of 4 KiB apart.          */               \
+        const bool in_place = GEMM_A_DIRECT && M >= GEMM_TM && (ta ? M : K) % 1024u != 0u;      \
         const uint rstride = ta ? 1 : GEMM_KB, kstride = ta ? GEMM_TM : 1;                     \
         float abuf[GEMM_KB * GEMM_TM], tmp[GEMM_W], part[GEMM_STRIP_MAX * GEMM_TM * GEMM_W];       \
         gemm_raw_t araw[GEMM_KB * GEMM_TM];                                                    \

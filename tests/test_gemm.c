@@ -54,6 +54,10 @@ static const gemm_case cases[] = {
      * columns in four whole blocks of 16 and a part. Its 8x32 tiles:
      * {18, 36, 27} above. */
     {67, 130, 33, false, false},
+    /* f32 A staged rather than read in place where its rows (transposed:
+     * its k's) are 4 KiB apart, which aliased in the L1 cache. */
+    {20, 17, 1024, true, false},
+    {1024, 17, 9, true, false},
 };
 
 /* One (path, C dtype) combination to test. */
