@@ -43,8 +43,8 @@ MAX_REPORTS = "1000000"
 
 # Tests whose kernels Oclgrind 21.10's uninitialized-value checker cannot
 # run: on cl/attention.cl it stops at LLVM's `freeze` (a fatal "Unsupported
-# instruction", a report this wrapper fails on) and goes on with wrong values, and
-# with the remainders written without `%` it crashed. The API and data-race
+# instruction", a report this wrapper fails on) and goes on with wrong values,
+# and with the remainders written without `%` it crashed. The API and data-race
 # checks still run on them. test_transformer_decoder and test_gpt_model run
 # cl/attention.cl too (their blocks' attention gave wrong values there the
 # same way: test_gpt_model's float32 loss was off by 0.02 with the checker,
@@ -63,14 +63,14 @@ def reports(stderr):
 def main(argv):
     if len(argv) < 2:
         sys.exit("usage: oclgrind_check.py COMMAND [ARGS...]")
+    test = os.path.basename(argv[1])
     checks = ["--check-api", "--data-races"]
-    if os.path.basename(argv[1]) not in WITHOUT_UNINITIALIZED:
+    if test not in WITHOUT_UNINITIALIZED:
         checks.append("--uninitialized")
     env = dict(os.environ, OCLGRIND_MAX_ERRORS=MAX_REPORTS)
     p = subprocess.run(["oclgrind"] + checks + argv[1:], stderr=subprocess.PIPE, text=True,
                        errors="replace", env=env)
     sys.stderr.write(p.stderr)
-    test = os.path.basename(argv[1])
     provoked = PROVOKED.get(test, ())
     found = [b for b in reports(p.stderr) if not any(ok(b) for ok in EXPECTED)
              and not ("Oclgrind - OpenCL runtime error" in b and any(e in b for e in provoked))]

@@ -152,10 +152,11 @@ static void the_nvidia_kernels_in_emulation_are_verified(void **state) {
     (void)state;
     mpcl_context *ctx = tu_context();
     write_probe(false);
+    /* The emulation's program option, as mpcl__matrix_engine_emulate gives it. */
+    TU_ASSERT_OK(mpcl__matrix_engine_emulate(ctx));
+    const char *option = mpcl__matrix_engine_program_option(mpcl_context_device(ctx));
     const mpcl__matrix_engine_row emulated = {
-        "emulated",          NULL, "test_mma_probe.cl",
-        "plain loops",       32,   " -DMPCL_MMA_NVIDIA=1 -DMPCL_MMA_EMULATE=1",
-        "gemm_mma_nvidia.cl"};
+        "emulated", NULL, "test_mma_probe.cl", "plain loops", 32, option, "gemm_mma_nvidia.cl"};
     mpcl_device_info info = verify_with(ctx, &emulated);
     assert_int_equal(info.matrix_engine, MPCL_MATRIX_ENGINE_VERIFIED);
     assert_non_null(

@@ -340,13 +340,7 @@ mpcl_status mpcl_cast(mpcl_context *ctx, mpcl_tensor *dst, const mpcl_tensor *sr
     TRY(mpcl__check_storage(ctx, dst, op, "dst"));
     TRY(mpcl__check_shape(ctx, dst, src->rows, src->cols, op, "dst"));
     TRY(mpcl__check_count(ctx, src, op));
-    mpcl_status st = MPCL_OK;
-    if (dst->dtype == src->dtype) {
-        if (dst != src)
-            CHECK_CL(ctx, clEnqueueCopyBuffer(ctx->queue, src->mem, dst->mem, 0, 0, src->bytes, 0,
-                                              NULL, NULL));
-        return mpcl__host_wrote(ctx, dst->mem);
-    }
+    if (dst->dtype == src->dtype) return dst == src ? MPCL_OK : mpcl__tensor_copy_at(dst, 0, src);
     /* [dst][src] over the float dtypes (cl/cast.cl); the diagonal is the copy above. */
     static const char *const names[MPCL_DTYPE_COUNT][MPCL_DTYPE_COUNT] = {
         [MPCL_DTYPE_F16][MPCL_DTYPE_F32] = "mpcl_cast_f32_to_f16",
@@ -377,6 +371,4 @@ mpcl_status mpcl_cast(mpcl_context *ctx, mpcl_tensor *dst, const mpcl_tensor *sr
     TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(dst->mem), MPCL_ARG(src->mem), MPCL_ARG(n),
                        MPCL_ARGS_END));
     return mpcl__launch_1d(ctx, k, name, vec ? ceil_div(n, ELEMENTWISE_VEC) : n, ELEMENTWISE_WG);
-cleanup:
-    return st;
 }

@@ -45,7 +45,6 @@ mpcl_status mpcl_context_create(const mpcl_context_params *params, mpcl_context 
     ctx->info = *mpcl_device_list_get(list, index);
     mpcl__device_list_ids(list, index, &ctx->platform, &ctx->device);
     mpcl_device_list_destroy(list);
-    ctx->oclgrind = strcmp(ctx->info.platform, "Oclgrind") == 0;
 
     cl_int err;
     cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)ctx->platform, 0};
@@ -143,7 +142,7 @@ mpcl_status mpcl__wait_event(mpcl_context *ctx, cl_event e) {
 }
 
 mpcl_status mpcl__host_wrote(mpcl_context *ctx, cl_mem mem) {
-    if (!ctx->oclgrind) return MPCL_OK;
+    if (strcmp(ctx->info.platform, "Oclgrind") != 0) return MPCL_OK;
     mpcl_status st = MPCL_OK;
     cl_mem whole = NULL;
     size_t bytes = 0;
