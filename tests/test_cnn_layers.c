@@ -393,6 +393,11 @@ static void odd_shapes_match_the_reference(void **state) {
         "input_shape=5,5,2; conv2d filters=2 kernel_size=3 padding=same; max_pooling2d "
         "pool_size=2; conv2d filters=3 kernel_size=2 padding=same; max_pooling2d pool_size=3,1 "
         "strides=1,2 padding=same; flatten",
+        /* relu's bias and activation applied after the pooling (model.c),
+         * with windows that overlap, and with an odd edge left out */
+        "input_shape=6,7,2; conv2d filters=3 kernel_size=3 padding=same activation=relu; "
+        "max_pooling2d pool_size=3 strides=1 padding=same; conv2d filters=2 kernel_size=2 "
+        "activation=relu; max_pooling2d pool_size=2; flatten",
     };
     mpcl_context *ctx = tu_context();
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++)

@@ -125,6 +125,12 @@ size_t mpcl__local_size(mpcl_context *ctx, cl_kernel k, size_t want);
 mpcl_status mpcl__launch_2d(mpcl_context *ctx, cl_kernel k, const char *name, size_t gx, size_t gy,
                             const size_t *local);
 
+/* ---- activations (ops.c) ---- */
+
+/* POOLS_FIRST of the activation's row (include/mpcl/activations.h):
+ * whether a max pooling after it may run before it. */
+bool mpcl__activation_pools_first(mpcl_activation act);
+
 /* ---- optimizer ---- */
 
 /* The update's work-group and elements per work-item: an arena of a multiple

@@ -1,7 +1,8 @@
 /* Conv2D: y = act(conv(x, W) + b) on NHWC images, kernel W [kh, kw, in
  * channels, filters], bias b [filters]. The convolution is im2col + GEMM
  * (include/mpcl/conv.h) on the env's GEMM path; the bias and activation are
- * Dense's epilogue on the [B*out_h*out_w, filters] view of the output. */
+ * Dense's epilogue on the [B*out_h*out_w, filters] view of the output, or
+ * the max pooling's above it when the model moves them there (nn.h). */
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,6 +105,7 @@ static mpcl_status conv2d_create(mpcl__layer *L, const mpcl__tables *t, const mp
             MPCL_OK ||
         (st = mpcl__layer_create_io(L)) != MPCL_OK)
         return st;
+    L->epilogue = &c->epilogue;
     return mpcl__bias_act_create(&c->epilogue, env, t, a, B * c->pixels, L->spec.activation);
 }
 
@@ -123,7 +125,7 @@ static mpcl_status conv2d_forward(mpcl__layer *L, const mpcl_tensor *in, bool tr
     mpcl_conv2d_shape s = batch_shape(c, B, &columns);
     mpcl_status st = mpcl_conv2d_forward(env->ctx, env->gemm, &s, &out, in, c->w, &columns);
     c->columns_hold_input = st == MPCL_OK && training;
-    if (st != MPCL_OK) return st;
+    if (st != MPCL_OK || L->epilogue_moved) return st;
     mpcl_tensor h = mpcl__tensor_reshape(&out, B * c->pixels, s.filters);
     return mpcl__bias_act_forward(&c->epilogue, env->ctx, &h, training);
 }
@@ -137,8 +139,12 @@ static mpcl_status conv2d_backward(mpcl__layer *L, const mpcl_tensor *in, mpcl_t
     mpcl_conv2d_shape s = batch_shape(c, B, &columns);
     mpcl_tensor dpre = mpcl__tensor_reshape(&d_out, B * c->pixels, s.filters),
                 h = mpcl__tensor_reshape(&out, B * c->pixels, s.filters);
-    mpcl_status st = mpcl__bias_act_backward(&c->epilogue, env->ctx, &dpre, &h);
-    if (st != MPCL_OK) return st;
+    /* A moved epilogue's backward ran in the layer above: d_out is then the
+     * gradient of the GEMM's output already. */
+    if (!L->epilogue_moved) {
+        mpcl_status st = mpcl__bias_act_backward(&c->epilogue, env->ctx, &dpre, &h);
+        if (st != MPCL_OK) return st;
+    }
     /* Without d_in (the first layer) the op skips the input's gradient. The
      * model runs each backward after its step's training forward, on the
      * same input; the backward then overwrites the columns. */

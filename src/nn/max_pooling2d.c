@@ -1,6 +1,9 @@
 /* MaxPooling2D: the largest value of each window, per channel, on NHWC
  * images. The forward keeps where each maximum was (argmax), which the
- * backward sends the gradient to (include/mpcl/conv.h). */
+ * backward sends the gradient to (include/mpcl/conv.h). It applies the
+ * bias and activation of a convolution below when the model moves them
+ * here (nn.h): after the pooling in the forward, before it in the
+ * backward. */
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,13 +77,23 @@ static mpcl_pool2d_shape batch_shape(const max_pooling2d *p, size_t B) {
     return s;
 }
 
+/* A [B, OH*OW*C] tensor of the layer as [B*OH*OW, C]: rows of channels,
+ * as the bias and activation take them. */
+static mpcl_tensor pixel_rows(const mpcl__layer *L, const mpcl_tensor *t) {
+    size_t C = L->out_shape[2];
+    return mpcl__tensor_reshape(t, t->rows * (L->outputs / C), C);
+}
+
 static mpcl_status pool_forward(mpcl__layer *L, const mpcl_tensor *in, bool training) {
     max_pooling2d *p = L->state;
     size_t B = in->rows;
     mpcl_pool2d_shape s = batch_shape(p, B);
     mpcl_tensor out = mpcl__tensor_rows(L->output, B), argmax = mpcl__tensor_rows(p->argmax, B);
     /* Only a training forward has a backward to keep the argmax for. */
-    return mpcl_maxpool2d_forward(L->env->ctx, &s, &out, training ? &argmax : NULL, in);
+    mpcl_status st = mpcl_maxpool2d_forward(L->env->ctx, &s, &out, training ? &argmax : NULL, in);
+    if (st != MPCL_OK || !L->epilogue_below) return st;
+    mpcl_tensor h = pixel_rows(L, &out);
+    return mpcl__bias_act_forward(L->epilogue_below, L->env->ctx, &h, training);
 }
 
 static mpcl_status pool_backward(mpcl__layer *L, const mpcl_tensor *in, mpcl_tensor *d_in) {
@@ -90,6 +103,15 @@ static mpcl_status pool_backward(mpcl__layer *L, const mpcl_tensor *in, mpcl_ten
     size_t B = in->rows;
     mpcl_pool2d_shape s = batch_shape(p, B);
     mpcl_tensor d_out = mpcl__tensor_rows(L->d_output, B), argmax = mpcl__tensor_rows(p->argmax, B);
+    if (L->epilogue_below) {
+        /* d_out becomes the gradient of the pooled pre-activation, and the
+         * bias gradient its column sums: each window's gradient goes to
+         * one pixel below, so these are the sums over the whole map. */
+        mpcl_tensor d_h = pixel_rows(L, &d_out), out = mpcl__tensor_rows(L->output, B),
+                    h = pixel_rows(L, &out);
+        mpcl_status st = mpcl__bias_act_backward(L->epilogue_below, L->env->ctx, &d_h, &h);
+        if (st != MPCL_OK) return st;
+    }
     /* It overwrites d_in, zeros where no maximum was. */
     return mpcl_maxpool2d_backward(L->env->ctx, &s, d_in, &d_out, &argmax);
 }
@@ -114,6 +136,7 @@ const mpcl__layer_kind mpcl__max_pooling2d_layer = {
     .attrs = POOL_ATTRS,
     .attr_count = sizeof POOL_ATTRS / sizeof POOL_ATTRS[0],
     .input_rank = 3,
+    .takes_epilogue = true,
     .resolve = pool_resolve,
     .declare = pool_declare,
     .activation_bytes = pool_activation_bytes,

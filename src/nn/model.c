@@ -439,6 +439,23 @@ mpcl_status mpcl_model_create(mpcl_context *ctx, const mpcl_model_params *params
     return mpcl__model_create_plan(ctx, params, &plan, out);
 }
 
+/* Each layer that takes the epilogue of the layer right below it (a max
+ * pooling after a convolution) gets it when its activation commutes with
+ * max: Conv2D relu + MaxPooling2D 2x2 then adds the bias and applies relu
+ * to a quarter of the elements, forward and backward (nn.h). The values
+ * are the same; where two pixels of a window round to the same value
+ * after the bias, the gradient may go to the other one. */
+static void move_epilogues(mpcl_model *m) {
+    for (size_t l = 1; l < m->count; l++) {
+        mpcl__layer *below = &m->layers[l - 1], *L = &m->layers[l];
+        if (!L->kind->takes_epilogue || !below->epilogue ||
+            !mpcl__activation_pools_first(below->epilogue->act))
+            continue;
+        below->epilogue_moved = true;
+        L->epilogue_below = below->epilogue;
+    }
+}
+
 mpcl_status mpcl__model_create_plan(mpcl_context *ctx, const mpcl_model_params *params,
                                     const mpcl_plan *planp, mpcl_model **out) {
     *out = NULL;
@@ -476,6 +493,7 @@ mpcl_status mpcl__model_create_plan(mpcl_context *ctx, const mpcl_model_params *
         st = MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "the model has no layer that computes");
         goto fail;
     }
+    move_epilogues(m);
     m->x_dtype = m->layers[0].kind->takes_tokens ? MPCL_DTYPE_I32 : plan.storage;
     const mpcl__layer *top = &m->layers[m->top];
     m->positions = top->out_rank == 2 ? top->out_shape[0] : 1;

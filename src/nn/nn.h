@@ -77,6 +77,7 @@ typedef struct mpcl__arenas {
 /* ---- layers ---- */
 
 typedef struct mpcl__layer mpcl__layer;
+typedef struct mpcl__bias_act mpcl__bias_act;
 
 /* What a layer sees of the model it belongs to. */
 typedef struct mpcl__layer_env {
@@ -138,6 +139,10 @@ typedef struct mpcl__layer_kind {
      * instead of calling forward, except for the top layer, whose output
      * is the model's. */
     bool eval_identity;
+    /* It applies the bias and activation of the layer below to its own
+     * output when the model moves them here (MaxPooling2D: see `epilogue`
+     * in mpcl__layer). */
+    bool takes_epilogue;
     /* Optional: fills attributes whose default depends on others (pooling
      * strides 0 mean the pool size), so that a model's text shows what
      * runs and two ways of writing one model read the same. */
@@ -207,6 +212,19 @@ struct mpcl__layer {
      * layer then has no d_output, and makes its output only when asked for
      * it (a prediction). */
     bool fuses_loss;
+    /* Set by create for a kind that ends in a bias and activation
+     * (Conv2D); NULL otherwise. When the layer above takes it
+     * (takes_epilogue) and the activation commutes with max
+     * (mpcl__activation_pools_first), the model moves it there
+     * (`epilogue_moved`): pooling the GEMM's map, then adding the bias
+     * and applying the activation to the pooled map, gives the same
+     * values as the other order with a quarter of the elementwise passes
+     * (a 2x2 pool). This layer's output and d_output are then its GEMM's,
+     * before the bias. */
+    mpcl__bias_act *epilogue;
+    bool epilogue_moved;
+    /* The epilogue the layer below moved here; NULL when none was. */
+    mpcl__bias_act *epilogue_below;
     void *state; /* the kind's own */
 };
 
@@ -233,7 +251,7 @@ void mpcl__layer_set_output(mpcl__layer *L, size_t rank, const size_t *shape);
 
 /* ---- the bias and activation after a GEMM (Dense, Conv2D) ---- */
 
-typedef struct mpcl__bias_act {
+struct mpcl__bias_act {
     size_t units;
     bool use_bias;
     mpcl_activation act;
@@ -241,7 +259,7 @@ typedef struct mpcl__bias_act {
     mpcl_tensor *b;  /* [1, units] f32: a view of the master arena, or zeros without a bias */
     mpcl_tensor *db; /* [1, units] view of the gradient arena; NULL without a bias */
     mpcl_tensor *z;  /* [rows, units] pre-activation, only when act' needs it */
-} mpcl__bias_act;
+};
 
 /* Device bytes it keeps for `rows` rows (z only). */
 double mpcl__bias_act_bytes(mpcl_activation act, size_t rows, size_t cols, mpcl_dtype storage);
