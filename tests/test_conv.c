@@ -637,6 +637,75 @@ static void test_conv_no_d_in(void **state) {
     mpcl_context_destroy(ctx);
 }
 
+/* The input gradient in chunks of images (conv.c: each chunk's d_columns
+ * are still cached when col2im reads them) gives the bits of the whole
+ * batch at once, on every path and dtype, writing every element; the
+ * chunks are real (more launches). The sizes let a chunk of one or two
+ * images start on the sub-buffer alignment. */
+static void test_conv_input_gradient_in_chunks(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    tu_rng r = tu_rng_make(seed_counter++);
+    static const mpcl_conv2d_shape cases[] = {
+        {5, 8, 8, 4, 3, 3, 8, 1, 1, MPCL_PADDING_VALID},
+        {6, 8, 6, 8, 3, 2, 8, 2, 1, MPCL_PADDING_SAME}, /* stride 2x1, padded */
+    };
+    conv_variant vs[8];
+    size_t nv = conv_variants(ctx, vs);
+    for (size_t vi = 0; vi < nv; vi++) {
+        for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+            const mpcl_conv2d_shape *s = &cases[ci];
+            const mpcl_dtype dt = vs[vi].dt;
+            mpcl_window2d win;
+            TU_ASSERT_OK(mpcl_conv2d_window(ctx, s, &win));
+            size_t rows, patch, img = s->height * s->width * s->channels;
+            mpcl_conv2d_columns_shape(s, &win, &rows, &patch);
+            double *xd, *wd, *dyd;
+            float *x = random_stored(&r, dt, s->batch * img, -1, 1, &xd);
+            float *w = random_stored(&r, dt, patch * s->filters, -1, 1, &wd);
+            float *dy = random_stored(&r, dt, rows * s->filters, -1, 1, &dyd);
+            mpcl_tensor *t_x = upload(ctx, dt, s->batch, img, x),
+                        *t_w = upload(ctx, dt, patch, s->filters, w),
+                        *t_dy = upload(ctx, dt, s->batch, rows / s->batch * s->filters, dy);
+            mpcl_tensor *cols = tu_tensor(ctx, dt, rows, patch);
+            mpcl_tensor *dx[2], *dw[2];
+            uint64_t launches[2];
+            for (int chunked = 0; chunked < 2; chunked++) {
+                dx[chunked] = tu_tensor_poisoned(ctx, dt, s->batch, img);
+                dw[chunked] = tu_tensor_poisoned(ctx, dt, patch, s->filters);
+                ctx->conv_chunk_bytes = chunked ? 1 : SIZE_MAX;
+                uint64_t before = mpcl_context_launch_count(ctx);
+                TU_ASSERT_OK(mpcl_conv2d_backward(ctx, vs[vi].path, s, dx[chunked], dw[chunked],
+                                                  t_dy, t_x, t_w, cols, false));
+                launches[chunked] = mpcl_context_launch_count(ctx) - before;
+            }
+            ctx->conv_chunk_bytes = 0;
+            fprintf(stderr, "%s %s case %zu: %llu launches whole, %llu in chunks\n",
+                    mpcl_gemm_path_name(vs[vi].path), mpcl_dtype_name(dt), ci,
+                    (unsigned long long)launches[0], (unsigned long long)launches[1]);
+            assert_true(launches[1] > launches[0]);
+            float *a = download(dx[0]), *b = download(dx[1]);
+            assert_memory_equal(a, b, s->batch * img * sizeof *a);
+            free(a);
+            free(b);
+            a = download(dw[0]);
+            b = download(dw[1]);
+            assert_memory_equal(a, b, patch * s->filters * sizeof *a);
+            free(a);
+            free(b);
+            free(x);
+            free(w);
+            free(dy);
+            free(xd);
+            free(wd);
+            free(dyd);
+            mpcl_tensor *all[] = {t_x, t_w, t_dy, cols, dx[0], dx[1], dw[0], dw[1]};
+            for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) mpcl_tensor_destroy(all[i]);
+        }
+    }
+    mpcl_context_destroy(ctx);
+}
+
 /* ---- max pooling ---- */
 
 /* {batch, height, width, channels, pool_h, pool_w, stride_h, stride_w, padding} */
@@ -930,6 +999,7 @@ int main(void) {
         cmocka_unit_test(test_im2col_col2im),
         cmocka_unit_test(test_conv),
         cmocka_unit_test(test_conv_no_d_in),
+        cmocka_unit_test(test_conv_input_gradient_in_chunks),
         cmocka_unit_test(test_maxpool),
         cmocka_unit_test(test_maxpool_nan),
         cmocka_unit_test(test_conv_finite_differences),

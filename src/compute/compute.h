@@ -31,7 +31,7 @@ struct mpcl_tensor {
 /* A rows x cols view of base's elements [offset, offset + rows * cols): an
  * OpenCL sub-buffer, destroyed with mpcl_tensor_destroy. The byte offset must
  * be a multiple of mpcl__sub_buffer_align (MPCL_ERR_INVALID_ARG). */
-mpcl_status mpcl__tensor_view(mpcl_tensor *base, size_t offset, size_t rows, size_t cols,
+mpcl_status mpcl__tensor_view(const mpcl_tensor *base, size_t offset, size_t rows, size_t cols,
                               mpcl_tensor **out);
 /* CL_DEVICE_MEM_BASE_ADDR_ALIGN in bytes: the alignment of a sub-buffer's
  * origin. */
@@ -111,6 +111,10 @@ mpcl_status mpcl__set_args(mpcl_context *ctx, cl_kernel k, const char *name, ...
  * least `bytes` bytes: grown when smaller (never shrunk), counted in the
  * context's device bytes. Valid until the next call for the same slot. */
 mpcl_status mpcl__workspace(mpcl_context *ctx, int slot, size_t bytes, cl_mem *out);
+/* A rows x cols tensor value of `dtype` over workspace `slot`, grown to fit:
+ * it shares the workspace's memory and is never destroyed. */
+mpcl_status mpcl__workspace_tensor(mpcl_context *ctx, int slot, mpcl_dtype dtype, size_t rows,
+                                   size_t cols, mpcl_tensor *out);
 
 /* Enqueues a 1-D kernel over n items; the global size is rounded up to a
  * multiple of `local` (0 lets the driver choose the work-group). */

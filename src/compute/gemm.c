@@ -216,23 +216,6 @@ cleanup:
     return st;
 }
 
-/* An f32 rows x cols tensor value over workspace `slot` (mpcl__workspace);
- * it shares the workspace's memory and is never destroyed. */
-static mpcl_status scratch(mpcl_context *ctx, int slot, size_t rows, size_t cols,
-                           mpcl_tensor *out) {
-    size_t bytes = rows * cols * sizeof(float);
-    cl_mem mem;
-    TRY(mpcl__workspace(ctx, slot, bytes, &mem));
-    *out = (mpcl_tensor){.ctx = ctx,
-                         .mem = mem,
-                         .dtype = MPCL_DTYPE_F32,
-                         .rows = rows,
-                         .cols = cols,
-                         .bytes = bytes,
-                         .view = true};
-    return MPCL_OK;
-}
-
 /* clblast-staged: A and B widened to f32 (exact), SGEMM, and C rounded once
  * when it is 16-bit (read first only when beta needs it). Three to five
  * launches instead of one: on a GPU each cast is a few microseconds, where
@@ -241,15 +224,15 @@ static mpcl_status run_staged(mpcl_context *ctx, bool ta, bool tb, size_t m, siz
                               float alpha, const mpcl_tensor *a, const mpcl_tensor *b, float beta,
                               mpcl_tensor *c) {
     mpcl_tensor a32, b32, c32;
-    mpcl_status st = scratch(ctx, 0, a->rows, a->cols, &a32);
-    if (st == MPCL_OK) st = scratch(ctx, 1, b->rows, b->cols, &b32);
+    mpcl_status st = mpcl__workspace_tensor(ctx, 0, MPCL_DTYPE_F32, a->rows, a->cols, &a32);
+    if (st == MPCL_OK) st = mpcl__workspace_tensor(ctx, 1, MPCL_DTYPE_F32, b->rows, b->cols, &b32);
     if (st == MPCL_OK) st = mpcl_cast(ctx, &a32, a);
     if (st == MPCL_OK) st = mpcl_cast(ctx, &b32, b);
     if (st != MPCL_OK) return st;
     if (c->dtype == MPCL_DTYPE_F32)
         return run_clblast(ctx, MPCL_GEMM_CLBLAST_SGEMM, ta, tb, m, n, k, alpha, &a32, &b32, beta,
                            c);
-    st = scratch(ctx, 2, m, n, &c32);
+    st = mpcl__workspace_tensor(ctx, 2, MPCL_DTYPE_F32, m, n, &c32);
     if (st == MPCL_OK && beta != 0.0f) st = mpcl_cast(ctx, &c32, c);
     if (st == MPCL_OK)
         st = run_clblast(ctx, MPCL_GEMM_CLBLAST_SGEMM, ta, tb, m, n, k, alpha, &a32, &b32, beta,
@@ -297,7 +280,9 @@ static mpcl_status dot_pack(mpcl_context *ctx, int slot, const mpcl_tensor *x, s
     static const char name[] = "mpcl_gemm_dot_pack";
     size_t pairs = (k + 1) / 2;
     cl_kernel kern;
-    mpcl_status st = scratch(ctx, slot, out_t ? n : pairs, out_t ? pairs : n, out);
+    /* a pair of bf16 per f32-sized element */
+    mpcl_status st = mpcl__workspace_tensor(ctx, slot, MPCL_DTYPE_F32, out_t ? n : pairs,
+                                            out_t ? pairs : n, out);
     if (st == MPCL_OK) st = mpcl__kernel(ctx, MPCL_DTYPE_BF16, name, &kern);
     cl_uint k32 = (cl_uint)k, n32 = (cl_uint)n, xt32 = x_t, outt32 = out_t;
     if (st == MPCL_OK)
@@ -402,10 +387,8 @@ mpcl_status mpcl_gemm(mpcl_context *ctx, mpcl_gemm_path path, bool trans_a, bool
     if (trans_b && n * k >= STAGE_BT_MIN) {
         /* B^T staged in workspace 1 (free on mpcl's paths), then NN. */
         mpcl_tensor bt;
-        st = scratch(ctx, 1, n, k, &bt);
+        st = mpcl__workspace_tensor(ctx, 1, b->dtype, n, k, &bt);
         if (st != MPCL_OK) return st;
-        bt.dtype = b->dtype;
-        bt.bytes = n * k * mpcl_dtype_size(b->dtype);
         if ((st = mpcl__transpose(ctx, &bt, b, 1)) != MPCL_OK) return st;
         return run_mpcl(ctx, path, trans_a, false, m, n, k, alpha, a, &bt, beta, c);
     }

@@ -314,6 +314,21 @@ mpcl_status mpcl__workspace(mpcl_context *ctx, int slot, size_t bytes, cl_mem *o
     return MPCL_OK;
 }
 
+mpcl_status mpcl__workspace_tensor(mpcl_context *ctx, int slot, mpcl_dtype dtype, size_t rows,
+                                   size_t cols, mpcl_tensor *out) {
+    size_t bytes = rows * cols * mpcl_dtype_size(dtype);
+    cl_mem mem;
+    TRY(mpcl__workspace(ctx, slot, bytes, &mem));
+    *out = (mpcl_tensor){.ctx = ctx,
+                         .mem = mem,
+                         .dtype = dtype,
+                         .rows = rows,
+                         .cols = cols,
+                         .bytes = bytes,
+                         .view = true};
+    return MPCL_OK;
+}
+
 mpcl_status mpcl__launch_1d(mpcl_context *ctx, cl_kernel k, const char *name, size_t n,
                             size_t local) {
     size_t global = round_up(n, local);

@@ -14,7 +14,7 @@ size_t mpcl__sub_buffer_align(mpcl_context *ctx) {
     return bits / 8;
 }
 
-mpcl_status mpcl__tensor_view(mpcl_tensor *base, size_t offset, size_t rows, size_t cols,
+mpcl_status mpcl__tensor_view(const mpcl_tensor *base, size_t offset, size_t rows, size_t cols,
                               mpcl_tensor **out) {
     *out = NULL;
     mpcl_context *ctx = base->ctx;

@@ -255,10 +255,11 @@ void mpcl__profile_record(mpcl_context *ctx, const char *name);
 #define MPCL__MAX_KERNELS 256
 /* The context's workspaces (compute/tensor.c's mpcl__workspace): slots 0-2
  * are the GEMM's (clblast-staged's A, B and C; the packs and the staged
- * transpose reuse 0 and 1), the last the loss kernels' group partials. */
+ * transpose reuse 0 and 1), then the slots named below. */
 #define MPCL__WORKSPACE_LOSS_PARTIALS 3
-#define MPCL__WORKSPACE_BIAS_PARTIALS 4 /* the GPU-shaped bias gradient's (ops.c) */
-#define MPCL__WORKSPACE_SLOTS 5
+#define MPCL__WORKSPACE_BIAS_PARTIALS 4  /* the GPU-shaped bias gradient's (ops.c) */
+#define MPCL__WORKSPACE_CONV_WEIGHTS_T 5 /* the chunked input gradient's weights^T (conv.c) */
+#define MPCL__WORKSPACE_SLOTS 6
 
 struct mpcl_context {
     cl_platform_id platform;
@@ -280,6 +281,7 @@ struct mpcl_context {
     mpcl__gemm_tiles gemm_tiles;  /* mpcl's GEMM tiles; AUTO but in tests */
     unsigned gemm_strip;          /* tiles per item (a strip); 0: by the shape */
     int bias_grad_parts;          /* the bias gradient's shape: 0 by the device, 1 GPU, -1 CPU */
+    size_t conv_chunk_bytes;      /* the input gradient's chunks (conv.c): 0 by the device */
     size_t bytes_now, bytes_peak; /* tensors and workspaces */
     /* Workspaces, grown on demand (never shrunk) and reused by every call:
      * the queue is in order. */
