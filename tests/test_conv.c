@@ -637,12 +637,12 @@ static void test_conv_no_d_in(void **state) {
     mpcl_context_destroy(ctx);
 }
 
-/* The input gradient in chunks of images (conv.c: each chunk's d_columns
- * are still cached when col2im reads them) gives the bits of the whole
- * batch at once, on every path and dtype, writing every element; the
- * chunks are real (more launches). The sizes let a chunk of one or two
- * images start on the sub-buffer alignment. */
-static void test_conv_input_gradient_in_chunks(void **state) {
+/* The forward pass and the input gradient in chunks of images (conv.c:
+ * each chunk's columns are still cached when the GEMM or col2im reads them)
+ * give the bits of the whole batch at once, on every path and dtype,
+ * writing every element; the chunks are real (more launches). The sizes
+ * let a chunk of one or two images start on the sub-buffer alignment. */
+static void test_conv_in_chunks(void **state) {
     (void)state;
     mpcl_context *ctx = tu_context();
     tu_rng r = tu_rng_make(seed_counter++);
@@ -668,38 +668,52 @@ static void test_conv_input_gradient_in_chunks(void **state) {
                         *t_w = upload(ctx, dt, patch, s->filters, w),
                         *t_dy = upload(ctx, dt, s->batch, rows / s->batch * s->filters, dy);
             mpcl_tensor *cols = tu_tensor(ctx, dt, rows, patch);
-            mpcl_tensor *dx[2], *dw[2];
-            uint64_t launches[2];
+            /* [0]: whole, [1]: in chunks */
+            mpcl_tensor *y[2], *fcols[2], *dx[2], *dw[2];
+            uint64_t forward[2], backward[2];
             for (int chunked = 0; chunked < 2; chunked++) {
+                y[chunked] = tu_tensor_poisoned(ctx, dt, s->batch, rows / s->batch * s->filters);
+                fcols[chunked] = tu_tensor_poisoned(ctx, dt, rows, patch);
                 dx[chunked] = tu_tensor_poisoned(ctx, dt, s->batch, img);
                 dw[chunked] = tu_tensor_poisoned(ctx, dt, patch, s->filters);
                 ctx->conv_chunk_bytes = chunked ? 1 : SIZE_MAX;
                 uint64_t before = mpcl_context_launch_count(ctx);
+                TU_ASSERT_OK(
+                    mpcl_conv2d_forward(ctx, vs[vi].path, s, y[chunked], t_x, t_w, fcols[chunked]));
+                forward[chunked] = mpcl_context_launch_count(ctx) - before;
+                before = mpcl_context_launch_count(ctx);
                 TU_ASSERT_OK(mpcl_conv2d_backward(ctx, vs[vi].path, s, dx[chunked], dw[chunked],
                                                   t_dy, t_x, t_w, cols, false));
-                launches[chunked] = mpcl_context_launch_count(ctx) - before;
+                backward[chunked] = mpcl_context_launch_count(ctx) - before;
             }
             ctx->conv_chunk_bytes = 0;
-            fprintf(stderr, "%s %s case %zu: %llu launches whole, %llu in chunks\n",
+            fprintf(stderr, "%s %s case %zu: launches whole %llu + %llu, in chunks %llu + %llu\n",
                     mpcl_gemm_path_name(vs[vi].path), mpcl_dtype_name(dt), ci,
-                    (unsigned long long)launches[0], (unsigned long long)launches[1]);
-            assert_true(launches[1] > launches[0]);
-            float *a = download(dx[0]), *b = download(dx[1]);
-            assert_memory_equal(a, b, s->batch * img * sizeof *a);
-            free(a);
-            free(b);
-            a = download(dw[0]);
-            b = download(dw[1]);
-            assert_memory_equal(a, b, patch * s->filters * sizeof *a);
-            free(a);
-            free(b);
+                    (unsigned long long)forward[0], (unsigned long long)backward[0],
+                    (unsigned long long)forward[1], (unsigned long long)backward[1]);
+            assert_true(forward[1] > forward[0]);
+            assert_true(backward[1] > backward[0]);
+            const struct {
+                mpcl_tensor **t;
+                size_t n;
+            } outputs[] = {{y, rows * s->filters},
+                           {fcols, rows * patch},
+                           {dx, s->batch * img},
+                           {dw, patch * s->filters}};
+            for (size_t o = 0; o < sizeof outputs / sizeof outputs[0]; o++) {
+                float *a = download(outputs[o].t[0]), *b = download(outputs[o].t[1]);
+                assert_memory_equal(a, b, outputs[o].n * sizeof *a);
+                free(a);
+                free(b);
+            }
             free(x);
             free(w);
             free(dy);
             free(xd);
             free(wd);
             free(dyd);
-            mpcl_tensor *all[] = {t_x, t_w, t_dy, cols, dx[0], dx[1], dw[0], dw[1]};
+            mpcl_tensor *all[] = {t_x,      t_w,      t_dy,  cols,  y[0],  y[1],
+                                  fcols[0], fcols[1], dx[0], dx[1], dw[0], dw[1]};
             for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) mpcl_tensor_destroy(all[i]);
         }
     }
@@ -999,7 +1013,7 @@ int main(void) {
         cmocka_unit_test(test_im2col_col2im),
         cmocka_unit_test(test_conv),
         cmocka_unit_test(test_conv_no_d_in),
-        cmocka_unit_test(test_conv_input_gradient_in_chunks),
+        cmocka_unit_test(test_conv_in_chunks),
         cmocka_unit_test(test_maxpool),
         cmocka_unit_test(test_maxpool_nan),
         cmocka_unit_test(test_conv_finite_differences),

@@ -397,26 +397,29 @@ static mpcl_status check_conv(mpcl_context *ctx, mpcl_gemm_path path, const wind
     return mpcl__gemm_check(ctx, path, false, true, &map, t->weights, t->columns);
 }
 
-/* ---- the input gradient, in chunks ---- */
+/* ---- the convolution in chunks ---- */
 
-/* The input gradient passes through the columns twice: the GEMM writes
- * d_columns, col2im reads them back. Over a whole batch they have left the
- * caches in between (conv2 of the CNN: 17.8 MB of f32 at batch 128), and
- * col2im, whose items gather nine runs from three rows of windows, reads
- * memory at a third of its speed: 1.9 ms from memory against 0.68 ms from
- * the cache (PoCL, Zen 4). So the batch goes in chunks of images whose
- * d_columns fill an eighth of the device's global memory cache, each in
- * the same first rows of the columns, which are still cached when col2im
- * reads them. Each element sees the same fmas in the same order: the same
- * bits as one chunk. */
+/* The columns pass through the caches twice in each direction: im2col
+ * writes them and the forward's GEMM reads them; the input gradient's GEMM
+ * writes d_columns and col2im reads them back. Over a whole batch they
+ * have left the caches in between (conv2 of the CNN: 17.8 MB of f32 at
+ * batch 128), and col2im, whose items gather nine runs from three rows of
+ * windows, reads memory at a third of its speed: 1.9 ms from memory
+ * against 0.68 ms from the cache (PoCL, Zen 4). So both go in chunks of
+ * images whose columns fill an eighth of the device's global memory cache.
+ * The forward's chunks fill their own rows of the columns (the weight
+ * gradient takes them all); the input gradient's reuse the first rows.
+ * Each element sees the same fmas in the same order: the same bits as one
+ * chunk. */
 #define CHUNK_CACHE_FRACTION 8
 
 /* Images per chunk: whole when the batch fits in one, or when a chunk of
- * d_out or d_in cannot start on the device's sub-buffer alignment (or they
- * are sub-buffers already, which cannot have their own). */
+ * the image tensor or the map (or of the columns, when each chunk has its
+ * own rows) cannot start on the device's sub-buffer alignment, or they are
+ * sub-buffers already, which cannot have their own. */
 static size_t chunk_images(mpcl_context *ctx, const window_spec *w, const mpcl_window2d *win,
-                           const mpcl_tensor *d_in, const mpcl_tensor *d_out,
-                           const mpcl_tensor *columns) {
+                           const mpcl_tensor *image, const mpcl_tensor *map,
+                           const mpcl_tensor *columns, bool own_columns) {
     size_t bytes = ctx->conv_chunk_bytes;
     if (!bytes) {
         cl_ulong cache = 0;
@@ -425,17 +428,73 @@ static size_t chunk_images(mpcl_context *ctx, const window_spec *w, const mpcl_w
             return w->batch;
         bytes = (size_t)(cache / CHUNK_CACHE_FRACTION);
     }
-    if (d_in->view || d_out->view) return w->batch;
+    if (image->view || map->view || (own_columns && columns->view)) return w->batch;
     size_t elem = mpcl_dtype_size(columns->dtype), align = mpcl__sub_buffer_align(ctx);
     size_t per_image = win->out_h * win->out_w * columns->cols * elem;
     size_t n = bytes / per_image ? bytes / per_image : 1;
-    while (n < w->batch && ((n * d_in->cols * elem) % align || (n * d_out->cols * elem) % align))
+    while (n < w->batch && ((n * image->cols * elem) % align || (n * map->cols * elem) % align ||
+                            (own_columns && (n * per_image) % align)))
         n++;
     return n < w->batch ? n : w->batch;
 }
 
+/* Views of images [first, first + n) of the image tensor and the map; any
+ * that cannot be made is destroyed and NULL. */
+static mpcl_status chunk_views(const mpcl_tensor *image, const mpcl_tensor *map, size_t first,
+                               size_t n, mpcl_tensor **image_n, mpcl_tensor **map_n) {
+    *image_n = *map_n = NULL;
+    mpcl_status st = mpcl__tensor_view(image, first * image->cols, n, image->cols, image_n);
+    if (st == MPCL_OK) st = mpcl__tensor_view(map, first * map->cols, n, map->cols, map_n);
+    if (st != MPCL_OK) {
+        mpcl_tensor_destroy(*image_n);
+        *image_n = NULL;
+    }
+    return st;
+}
+
+/* im2col then columns x weights for images [first, first + n), into their
+ * own rows of the columns. */
+static mpcl_status forward_chunk(mpcl_context *ctx, mpcl_gemm_path path, const window_spec *w,
+                                 const mpcl_window2d *win, mpcl_tensor *out, const mpcl_tensor *in,
+                                 const mpcl_tensor *weights, mpcl_tensor *columns, size_t first,
+                                 size_t n) {
+    size_t per_image = win->out_h * win->out_w;
+    mpcl_tensor *in_n, *out_n, *columns_n = NULL;
+    mpcl_status st = chunk_views(in, out, first, n, &in_n, &out_n);
+    if (st == MPCL_OK)
+        st = mpcl__tensor_view(columns, first * per_image * columns->cols, n * per_image,
+                               columns->cols, &columns_n);
+    if (st == MPCL_OK) {
+        window_spec wn = *w;
+        wn.batch = n;
+        mpcl_tensor map = mpcl__tensor_reshape(out_n, n * per_image, w->out_channels);
+        st = im2col(ctx, &wn, win, columns_n, in_n);
+        if (st == MPCL_OK)
+            st = mpcl_gemm(ctx, path, false, false, 1.0f, columns_n, weights, 0.0f, &map);
+    }
+    mpcl_tensor_destroy(in_n);
+    mpcl_tensor_destroy(out_n);
+    mpcl_tensor_destroy(columns_n);
+    return st;
+}
+
+static mpcl_status forward(mpcl_context *ctx, mpcl_gemm_path path, const window_spec *w,
+                           const mpcl_window2d *win, mpcl_tensor *out, const mpcl_tensor *in,
+                           const mpcl_tensor *weights, mpcl_tensor *columns) {
+    size_t n = chunk_images(ctx, w, win, in, out, columns, true);
+    if (n >= w->batch) {
+        mpcl_tensor map = mpcl__tensor_reshape(out, columns->rows, w->out_channels);
+        TRY(im2col(ctx, w, win, columns, in));
+        return mpcl_gemm(ctx, path, false, false, 1.0f, columns, weights, 0.0f, &map);
+    }
+    for (size_t first = 0; first < w->batch; first += n)
+        TRY(forward_chunk(ctx, path, w, win, out, in, weights, columns, first,
+                          w->batch - first < n ? w->batch - first : n));
+    return MPCL_OK;
+}
+
 /* d_columns = d_out weights^T then col2im, for images [first, first + n),
- * through views of d_out and d_in; wt: weights^T when staged (NN), else
+ * in the first rows of the columns; wt: weights^T when staged (NN), else
  * weights (NT). */
 static mpcl_status input_gradient_chunk(mpcl_context *ctx, mpcl_gemm_path path,
                                         const window_spec *w, const mpcl_window2d *win,
@@ -443,9 +502,8 @@ static mpcl_status input_gradient_chunk(mpcl_context *ctx, mpcl_gemm_path path,
                                         const mpcl_tensor *wt, bool staged, mpcl_tensor *columns,
                                         size_t first, size_t n) {
     size_t rows = n * win->out_h * win->out_w;
-    mpcl_tensor *d_out_n = NULL, *d_in_n = NULL;
-    mpcl_status st = mpcl__tensor_view(d_out, first * d_out->cols, n, d_out->cols, &d_out_n);
-    if (st == MPCL_OK) st = mpcl__tensor_view(d_in, first * d_in->cols, n, d_in->cols, &d_in_n);
+    mpcl_tensor *d_in_n, *d_out_n;
+    mpcl_status st = chunk_views(d_in, d_out, first, n, &d_in_n, &d_out_n);
     if (st == MPCL_OK) {
         mpcl_tensor map = mpcl__tensor_reshape(d_out_n, rows, w->out_channels),
                     d_columns = mpcl__tensor_rows(columns, rows);
@@ -463,7 +521,7 @@ static mpcl_status input_gradient(mpcl_context *ctx, mpcl_gemm_path path, const 
                                   const mpcl_window2d *win, mpcl_tensor *d_in,
                                   const mpcl_tensor *d_out, const mpcl_tensor *weights,
                                   mpcl_tensor *columns) {
-    size_t n = chunk_images(ctx, w, win, d_in, d_out, columns);
+    size_t n = chunk_images(ctx, w, win, d_in, d_out, columns, false);
     if (n >= w->batch) {
         mpcl_tensor map = mpcl__tensor_reshape(d_out, columns->rows, w->out_channels);
         TRY(mpcl_gemm(ctx, path, false, true, 1.0f, &map, weights, 0.0f, columns));
@@ -499,8 +557,7 @@ mpcl_status mpcl_conv2d_forward(mpcl_context *ctx, mpcl_gemm_path path, const mp
     if (direct_path(s->filters))
         return direct(ctx, "mpcl_conv2d_direct", &map, in, weights, &w, &win, s->filters,
                       columns->rows, s->filters);
-    TRY(im2col(ctx, &w, &win, columns, in));
-    return mpcl_gemm(ctx, path, false, false, 1.0f, columns, weights, 0.0f, &map);
+    return forward(ctx, path, &w, &win, out, in, weights, columns);
 }
 
 mpcl_status mpcl_conv2d_backward(mpcl_context *ctx, mpcl_gemm_path path, const mpcl_conv2d_shape *s,
