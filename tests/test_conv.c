@@ -456,21 +456,51 @@ static void check_with(const char *what, const float *got, const double *want, c
     if (!tu_check_close(what, got, want, n, max_tol, 0.0, norm)) fail_msg("%s failed", what);
 }
 
-static void run_conv_case(mpcl_context *ctx, tu_rng *r, const conv_variant *v,
-                          const mpcl_conv2d_shape *s) {
+/* A case's random x, weights and d_out as stored in dt (floats), exactly
+ * (doubles) and on the device; rows x patch is the columns' shape. */
+typedef struct conv_inputs {
+    size_t rows, patch, img;
+    float *x, *w, *dy;
+    double *xd, *wd, *dyd;
+    mpcl_tensor *t_x, *t_w, *t_dy;
+} conv_inputs;
+
+static conv_inputs conv_inputs_make(mpcl_context *ctx, tu_rng *r, mpcl_dtype dt,
+                                    const mpcl_conv2d_shape *s) {
+    conv_inputs in;
     mpcl_window2d win;
     TU_ASSERT_OK(mpcl_conv2d_window(ctx, s, &win));
-    size_t rows, patch;
-    mpcl_conv2d_columns_shape(s, &win, &rows, &patch);
-    const size_t F = s->filters, img = s->height * s->width * s->channels;
+    mpcl_conv2d_columns_shape(s, &win, &in.rows, &in.patch);
+    in.img = s->height * s->width * s->channels;
+    const size_t n_w = in.patch * s->filters, n_out = in.rows * s->filters;
+    in.x = random_stored(r, dt, s->batch * in.img, -1, 1, &in.xd);
+    in.w = random_stored(r, dt, n_w, -1, 1, &in.wd);
+    in.dy = random_stored(r, dt, n_out, -1, 1, &in.dyd);
+    in.t_x = upload(ctx, dt, s->batch, in.img, in.x);
+    in.t_w = upload(ctx, dt, in.patch, s->filters, in.w);
+    in.t_dy = upload(ctx, dt, s->batch, n_out / s->batch, in.dy);
+    return in;
+}
+
+static void conv_inputs_free(conv_inputs *in) {
+    free(in->x);
+    free(in->w);
+    free(in->dy);
+    free(in->xd);
+    free(in->wd);
+    free(in->dyd);
+    mpcl_tensor_destroy(in->t_x);
+    mpcl_tensor_destroy(in->t_w);
+    mpcl_tensor_destroy(in->t_dy);
+}
+
+static void run_conv_case(mpcl_context *ctx, tu_rng *r, const conv_variant *v,
+                          const mpcl_conv2d_shape *s) {
+    conv_inputs in = conv_inputs_make(ctx, r, v->dt, s);
+    const size_t rows = in.rows, patch = in.patch, F = s->filters, img = in.img;
     const size_t n_in = s->batch * img, n_w = patch * F, n_out = rows * F;
-    double *xd, *wd, *dyd;
-    float *x = random_stored(r, v->dt, n_in, -1, 1, &xd);
-    float *w = random_stored(r, v->dt, n_w, -1, 1, &wd);
-    float *dy = random_stored(r, v->dt, n_out, -1, 1, &dyd);
-    mpcl_tensor *t_x = upload(ctx, v->dt, s->batch, img, x);
-    mpcl_tensor *t_w = upload(ctx, v->dt, patch, F, w);
-    mpcl_tensor *t_dy = upload(ctx, v->dt, s->batch, n_out / s->batch, dy);
+    const double *xd = in.xd, *wd = in.wd, *dyd = in.dyd;
+    mpcl_tensor *t_x = in.t_x, *t_w = in.t_w, *t_dy = in.t_dy;
     guarded out = guarded_make(ctx, v->dt, s->batch, n_out / s->batch);
     guarded cols = guarded_make(ctx, v->dt, rows, patch);
     guarded d_in = guarded_make(ctx, v->dt, s->batch, img);
@@ -551,14 +581,9 @@ static void run_conv_case(mpcl_context *ctx, tu_rng *r, const conv_variant *v,
     free(dw);
     free(dx);
     free(tol);
-    double *doubles[] = {xd, wd, dyd, want_y, mag_y, want_dx, mag_dx, want_dw, mag_dw, ax, aw, ady};
+    double *doubles[] = {want_y, mag_y, want_dx, mag_dx, want_dw, mag_dw, ax, aw, ady};
     for (size_t i = 0; i < sizeof doubles / sizeof doubles[0]; i++) free(doubles[i]);
-    free(x);
-    free(w);
-    free(dy);
-    mpcl_tensor_destroy(t_x);
-    mpcl_tensor_destroy(t_w);
-    mpcl_tensor_destroy(t_dy);
+    conv_inputs_free(&in);
     for (size_t i = 0; i < 4; i++) mpcl_tensor_destroy(all[i]->whole);
 }
 
@@ -598,17 +623,9 @@ static void test_conv_no_d_in(void **state) {
     const mpcl_conv2d_shape s = {3, 7, 5, 3, 3, 3, 4, 2, 2, MPCL_PADDING_SAME};
     const mpcl_dtype dt = MPCL_DTYPE_F16;
     const mpcl_gemm_path path = mpcl_gemm_default_path(ctx, dt);
-    mpcl_window2d win;
-    TU_ASSERT_OK(mpcl_conv2d_window(ctx, &s, &win));
-    size_t rows, patch, img = s.height * s.width * s.channels;
-    mpcl_conv2d_columns_shape(&s, &win, &rows, &patch);
-    double *xd, *wd, *dyd;
-    float *x = random_stored(&r, dt, s.batch * img, -1, 1, &xd);
-    float *w = random_stored(&r, dt, patch * s.filters, -1, 1, &wd);
-    float *dy = random_stored(&r, dt, rows * s.filters, -1, 1, &dyd);
-    mpcl_tensor *t_x = upload(ctx, dt, s.batch, img, x),
-                *t_w = upload(ctx, dt, patch, s.filters, w);
-    mpcl_tensor *t_dy = upload(ctx, dt, s.batch, rows / s.batch * s.filters, dy);
+    conv_inputs in = conv_inputs_make(ctx, &r, dt, &s);
+    const size_t rows = in.rows, patch = in.patch, img = in.img;
+    mpcl_tensor *t_x = in.t_x, *t_w = in.t_w, *t_dy = in.t_dy;
     mpcl_tensor *cols = tu_tensor(ctx, dt, rows, patch);
     mpcl_tensor *dw1 = tu_tensor(ctx, dt, patch, s.filters),
                 *dw2 = tu_tensor(ctx, dt, patch, s.filters);
@@ -626,13 +643,8 @@ static void test_conv_no_d_in(void **state) {
     assert_memory_equal(a, b, patch * s.filters * sizeof *a);
     free(a);
     free(b);
-    free(x);
-    free(w);
-    free(dy);
-    free(xd);
-    free(wd);
-    free(dyd);
-    mpcl_tensor *all[] = {t_x, t_w, t_dy, cols, dw1, dw2, dx1, dx2};
+    conv_inputs_free(&in);
+    mpcl_tensor *all[] = {cols, dw1, dw2, dx1, dx2};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) mpcl_tensor_destroy(all[i]);
     mpcl_context_destroy(ctx);
 }
@@ -656,17 +668,9 @@ static void test_conv_in_chunks(void **state) {
         for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
             const mpcl_conv2d_shape *s = &cases[ci];
             const mpcl_dtype dt = vs[vi].dt;
-            mpcl_window2d win;
-            TU_ASSERT_OK(mpcl_conv2d_window(ctx, s, &win));
-            size_t rows, patch, img = s->height * s->width * s->channels;
-            mpcl_conv2d_columns_shape(s, &win, &rows, &patch);
-            double *xd, *wd, *dyd;
-            float *x = random_stored(&r, dt, s->batch * img, -1, 1, &xd);
-            float *w = random_stored(&r, dt, patch * s->filters, -1, 1, &wd);
-            float *dy = random_stored(&r, dt, rows * s->filters, -1, 1, &dyd);
-            mpcl_tensor *t_x = upload(ctx, dt, s->batch, img, x),
-                        *t_w = upload(ctx, dt, patch, s->filters, w),
-                        *t_dy = upload(ctx, dt, s->batch, rows / s->batch * s->filters, dy);
+            conv_inputs in = conv_inputs_make(ctx, &r, dt, s);
+            const size_t rows = in.rows, patch = in.patch, img = in.img;
+            mpcl_tensor *t_x = in.t_x, *t_w = in.t_w, *t_dy = in.t_dy;
             mpcl_tensor *cols = tu_tensor(ctx, dt, rows, patch);
             /* [0]: whole, [1]: in chunks */
             mpcl_tensor *y[2], *fcols[2], *dx[2], *dw[2];
@@ -706,14 +710,8 @@ static void test_conv_in_chunks(void **state) {
                 free(a);
                 free(b);
             }
-            free(x);
-            free(w);
-            free(dy);
-            free(xd);
-            free(wd);
-            free(dyd);
-            mpcl_tensor *all[] = {t_x,      t_w,      t_dy,  cols,  y[0],  y[1],
-                                  fcols[0], fcols[1], dx[0], dx[1], dw[0], dw[1]};
+            conv_inputs_free(&in);
+            mpcl_tensor *all[] = {cols, y[0], y[1], fcols[0], fcols[1], dx[0], dx[1], dw[0], dw[1]};
             for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) mpcl_tensor_destroy(all[i]);
         }
     }
