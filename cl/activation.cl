@@ -7,7 +7,7 @@
 // The activation codes: the rows of MPCL_ACTIVATION_LIST
 // (include/mpcl/activations.h, joined to the program before this file), in
 // order, as enum mpcl_activation numbers them.
-#define ACTIVATION_CODE_ROW(NAME, name, saved, pools_first) ACTIVATION_##NAME,
+#define ACTIVATION_CODE_ROW(NAME, name, ...) ACTIVATION_##NAME,
 enum activation_code { MPCL_ACTIVATION_LIST(ACTIVATION_CODE_ROW) };
 
 // tanh(u) = 1 - 2 / (1 + exp(2u)): exp vectorizes where the builtin tanh is
@@ -147,7 +147,7 @@ static float8 activation_grad(int act, float8 s) {
     ACTIVATION_FORWARD(mpcl_bias_act_forward_z##SUFFIX##_v8, ACT, 1, 0)     \
     ACTIVATION_BACKWARD(mpcl_bias_act_backward##SUFFIX##_v8, ACT, 0)
 
-#define ACTIVATION_KERNELS_ROW(NAME, name, saved, pools_first) ACTIVATION_KERNELS(_##name, ACTIVATION_##NAME)
+#define ACTIVATION_KERNELS_ROW(NAME, name, ...) ACTIVATION_KERNELS(_##name, ACTIVATION_##NAME)
 MPCL_ACTIVATION_LIST(ACTIVATION_KERNELS_ROW)
 
 // The bias gradient's shape; src/compute/ops.c launches with the same values.
@@ -313,6 +313,6 @@ BIAS_GRAD_SUM_PARTS_KERNEL(mpcl_bias_grad_sum_parts_f32_v8, float, STORE_FLOAT8,
     BIAS_GRAD_KERNEL(mpcl_bias_act_backward_grad##SUFFIX##_v8, storage_t, STORE8, STORE, 0, ACT) \
     BIAS_GRAD_PARTS_KERNEL(mpcl_bias_act_backward_grad_parts##SUFFIX, 1, ACT)                  \
     BIAS_GRAD_PARTS_KERNEL(mpcl_bias_act_backward_grad_parts##SUFFIX##_v8, 0, ACT)
-#define BIAS_ACT_GRAD_KERNELS_ROW(NAME, name, saved, pools_first) \
+#define BIAS_ACT_GRAD_KERNELS_ROW(NAME, name, ...) \
     BIAS_ACT_GRAD_KERNELS(_##name, ACTIVATION_##NAME)
 MPCL_ACTIVATION_LIST(BIAS_ACT_GRAD_KERNELS_ROW)

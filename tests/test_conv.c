@@ -664,6 +664,7 @@ static void test_conv_in_chunks(void **state) {
     };
     conv_variant vs[8];
     size_t nv = conv_variants(ctx, vs);
+    const size_t cache_bytes = ctx->cache_bytes;
     for (size_t vi = 0; vi < nv; vi++) {
         for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
             const mpcl_conv2d_shape *s = &cases[ci];
@@ -680,7 +681,7 @@ static void test_conv_in_chunks(void **state) {
                 fcols[chunked] = tu_tensor_poisoned(ctx, dt, rows, patch);
                 dx[chunked] = tu_tensor_poisoned(ctx, dt, s->batch, img);
                 dw[chunked] = tu_tensor_poisoned(ctx, dt, patch, s->filters);
-                ctx->conv_chunk_bytes = chunked ? 1 : SIZE_MAX;
+                ctx->cache_bytes = chunked; /* 1: chunks of one image or so; 0: whole */
                 uint64_t before = mpcl_context_launch_count(ctx);
                 TU_ASSERT_OK(
                     mpcl_conv2d_forward(ctx, vs[vi].path, s, y[chunked], t_x, t_w, fcols[chunked]));
@@ -690,7 +691,7 @@ static void test_conv_in_chunks(void **state) {
                                                   t_dy, t_x, t_w, cols, false));
                 backward[chunked] = mpcl_context_launch_count(ctx) - before;
             }
-            ctx->conv_chunk_bytes = 0;
+            ctx->cache_bytes = cache_bytes;
             fprintf(stderr, "%s %s case %zu: launches whole %llu + %llu, in chunks %llu + %llu\n",
                     mpcl_gemm_path_name(vs[vi].path), mpcl_dtype_name(dt), ci,
                     (unsigned long long)forward[0], (unsigned long long)backward[0],

@@ -12,7 +12,9 @@
  * only (src/nn/model.c); 0 where its rounding may not keep the order
  * (sigmoid's and tanh's exp) or it is not monotonic. A new activation is
  * its row here, its two formulas in cl/activation.cl (activation_apply,
- * activation_grad) and its test. Plain preprocessor text only: it is C and OpenCL C. */
+ * activation_grad) and its test. A consumer names the columns it reads
+ * and takes the rest as `...`, so that a new column touches only its
+ * readers. Plain preprocessor text only: it is C and OpenCL C. */
 #ifndef MPCL_ACTIVATIONS_H
 #define MPCL_ACTIVATIONS_H
 

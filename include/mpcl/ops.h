@@ -30,7 +30,7 @@ extern "C" {
  * of them, the elementwise ones the kernels run. MPCL_ACT_SOFTMAX is not
  * elementwise and no op takes it: only a model's output layer declares it,
  * for the loss that applies it itself (mpcl_loss_output_activation). */
-#define MPCL_ACTIVATION_ENUM_(NAME, name, saved, pools_first) MPCL_ACT_##NAME,
+#define MPCL_ACTIVATION_ENUM_(NAME, name, ...) MPCL_ACT_##NAME,
 typedef enum mpcl_activation {
     MPCL_ACTIVATION_LIST(MPCL_ACTIVATION_ENUM_) MPCL_ACT_COUNT,
     MPCL_ACT_SOFTMAX,

@@ -413,22 +413,17 @@ static mpcl_status check_conv(mpcl_context *ctx, mpcl_gemm_path path, const wind
  * chunk. */
 #define CHUNK_CACHE_FRACTION 8
 
-/* Images per chunk: whole when the batch fits in one, or when a chunk of
- * the image tensor or the map (or of the columns, when each chunk has its
- * own rows) cannot start on the device's sub-buffer alignment, or they are
- * sub-buffers already, which cannot have their own. */
+/* Images per chunk: whole when the batch fits in one or the device names
+ * no cache, or when a chunk of the image tensor or the map (or of the
+ * columns, when each chunk has its own rows) cannot start on the device's
+ * sub-buffer alignment, or they are sub-buffers already, which cannot have
+ * their own. */
 static size_t chunk_images(mpcl_context *ctx, const window_spec *w, const mpcl_window2d *win,
                            const mpcl_tensor *image, const mpcl_tensor *map,
                            const mpcl_tensor *columns, bool own_columns) {
-    size_t bytes = ctx->conv_chunk_bytes;
-    if (!bytes) {
-        cl_ulong cache = 0;
-        if (clGetDeviceInfo(ctx->device, CL_DEVICE_GLOBAL_MEM_CACHE_SIZE, sizeof cache, &cache,
-                            NULL) != CL_SUCCESS)
-            return w->batch;
-        bytes = (size_t)(cache / CHUNK_CACHE_FRACTION);
-    }
-    if (image->view || map->view || (own_columns && columns->view)) return w->batch;
+    size_t bytes = ctx->cache_bytes / CHUNK_CACHE_FRACTION;
+    if (!ctx->cache_bytes || image->view || map->view || (own_columns && columns->view))
+        return w->batch;
     size_t elem = mpcl_dtype_size(columns->dtype), align = mpcl__sub_buffer_align(ctx);
     size_t per_image = win->out_h * win->out_w * columns->cols * elem;
     size_t n = bytes / per_image ? bytes / per_image : 1;

@@ -24,7 +24,7 @@ static size_t ceil_div(size_t a, size_t b) {
     return (a + b - 1) / b;
 }
 
-#define NAME_ROW(NAME, name, saved, pools_first) [MPCL_ACT_##NAME] = #name,
+#define NAME_ROW(NAME, name, ...) [MPCL_ACT_##NAME] = #name,
 static const char *const activation_names[MPCL_ACT_COUNT] = {MPCL_ACTIVATION_LIST(NAME_ROW)};
 #undef NAME_ROW
 
@@ -46,7 +46,7 @@ bool mpcl_activation_parse(const char *name, mpcl_activation *out) {
 }
 
 mpcl_act_saved mpcl_activation_saved(mpcl_activation act) {
-#define SAVED_ROW(NAME, name, saved, pools_first) [MPCL_ACT_##NAME] = MPCL_ACT_SAVED_##saved,
+#define SAVED_ROW(NAME, name, saved, ...) [MPCL_ACT_##NAME] = MPCL_ACT_SAVED_##saved,
     static const mpcl_act_saved saved[MPCL_ACT_COUNT] = {MPCL_ACTIVATION_LIST(SAVED_ROW)};
 #undef SAVED_ROW
     return (unsigned)act < MPCL_ACT_COUNT ? saved[act] : MPCL_ACT_SAVED_NONE;
@@ -60,7 +60,7 @@ bool mpcl__activation_pools_first(mpcl_activation act) {
 }
 
 const char *mpcl_activation_names(void) {
-#define LIST_ROW(NAME, name, saved, pools_first) ", " #name
+#define LIST_ROW(NAME, name, ...) ", " #name
     /* ", identity, relu, ...": the list after its first two characters. */
     static const char list[] = "" MPCL_ACTIVATION_LIST(LIST_ROW);
 #undef LIST_ROW
@@ -137,13 +137,10 @@ mpcl_status mpcl_bias_act_forward_z(mpcl_context *ctx, mpcl_tensor *out, mpcl_te
 
     /* One kernel per activation, and _v8 when the rows are whole vectors
      * (cl/activation.cl says why). */
-#define FORWARD_ROW(NAME, name, saved, pools_first) \
-    [MPCL_ACT_##NAME] = "mpcl_bias_act_forward_" #name,
-#define FORWARD_Z_ROW(NAME, name, saved, pools_first) \
-    [MPCL_ACT_##NAME] = "mpcl_bias_act_forward_z_" #name,
-#define FORWARD_V8_ROW(NAME, name, saved, pools_first) \
-    [MPCL_ACT_##NAME] = "mpcl_bias_act_forward_" #name "_v8",
-#define FORWARD_Z_V8_ROW(NAME, name, saved, pools_first) \
+#define FORWARD_ROW(NAME, name, ...) [MPCL_ACT_##NAME] = "mpcl_bias_act_forward_" #name,
+#define FORWARD_Z_ROW(NAME, name, ...) [MPCL_ACT_##NAME] = "mpcl_bias_act_forward_z_" #name,
+#define FORWARD_V8_ROW(NAME, name, ...) [MPCL_ACT_##NAME] = "mpcl_bias_act_forward_" #name "_v8",
+#define FORWARD_Z_V8_ROW(NAME, name, ...) \
     [MPCL_ACT_##NAME] = "mpcl_bias_act_forward_z_" #name "_v8",
     static const char *const names[2][2][MPCL_ACT_COUNT] = {
         {{MPCL_ACTIVATION_LIST(FORWARD_ROW)}, {MPCL_ACTIVATION_LIST(FORWARD_Z_ROW)}},
@@ -191,10 +188,8 @@ mpcl_status mpcl_bias_act_backward(mpcl_context *ctx, mpcl_tensor *d_pre, const 
     static const char op[] = "mpcl_bias_act_backward";
     TRY(check_backward_args(ctx, op, d_pre, d_out, saved, act));
 
-#define BACKWARD_ROW(NAME, name, saved, pools_first) \
-    [MPCL_ACT_##NAME] = "mpcl_bias_act_backward_" #name,
-#define BACKWARD_V8_ROW(NAME, name, saved, pools_first) \
-    [MPCL_ACT_##NAME] = "mpcl_bias_act_backward_" #name "_v8",
+#define BACKWARD_ROW(NAME, name, ...) [MPCL_ACT_##NAME] = "mpcl_bias_act_backward_" #name,
+#define BACKWARD_V8_ROW(NAME, name, ...) [MPCL_ACT_##NAME] = "mpcl_bias_act_backward_" #name "_v8",
     static const char *const names[2][MPCL_ACT_COUNT] = {
         {MPCL_ACTIVATION_LIST(BACKWARD_ROW)},
         {MPCL_ACTIVATION_LIST(BACKWARD_V8_ROW)},
@@ -301,13 +296,10 @@ mpcl_status mpcl_bias_act_backward_grad(mpcl_context *ctx, mpcl_tensor *d_pre, m
     TRY(mpcl__check_present(ctx, d_bias, op, "d_bias"));
     TRY(mpcl__check_dtype(ctx, d_bias, d_out->dtype, op, "d_bias"));
     TRY(mpcl__check_shape(ctx, d_bias, 1, d_out->cols, op, "d_bias"));
-#define GRAD_ROW(NAME, name, saved, pools_first) \
-    [MPCL_ACT_##NAME] = "mpcl_bias_act_backward_grad_" #name,
-#define GRAD_V8_ROW(NAME, name, saved, pools_first) \
-    [MPCL_ACT_##NAME] = "mpcl_bias_act_backward_grad_" #name "_v8",
-#define PARTS_ROW(NAME, name, saved, pools_first) \
-    [MPCL_ACT_##NAME] = "mpcl_bias_act_backward_grad_parts_" #name,
-#define PARTS_V8_ROW(NAME, name, saved, pools_first) \
+#define GRAD_ROW(NAME, name, ...) [MPCL_ACT_##NAME] = "mpcl_bias_act_backward_grad_" #name,
+#define GRAD_V8_ROW(NAME, name, ...) [MPCL_ACT_##NAME] = "mpcl_bias_act_backward_grad_" #name "_v8",
+#define PARTS_ROW(NAME, name, ...) [MPCL_ACT_##NAME] = "mpcl_bias_act_backward_grad_parts_" #name,
+#define PARTS_V8_ROW(NAME, name, ...) \
     [MPCL_ACT_##NAME] = "mpcl_bias_act_backward_grad_parts_" #name "_v8",
     static const char *const names[2][2][MPCL_ACT_COUNT] = {
         {{MPCL_ACTIVATION_LIST(GRAD_ROW)}, {MPCL_ACTIVATION_LIST(GRAD_V8_ROW)}},

@@ -125,9 +125,9 @@ static mpcl_status conv2d_forward(mpcl__layer *L, const mpcl_tensor *in, bool tr
     mpcl_conv2d_shape s = batch_shape(c, B, &columns);
     mpcl_status st = mpcl_conv2d_forward(env->ctx, env->gemm, &s, &out, in, c->w, &columns);
     c->columns_hold_input = st == MPCL_OK && training;
-    if (st != MPCL_OK || L->epilogue_moved) return st;
+    if (st != MPCL_OK || !L->epilogue) return st;
     mpcl_tensor h = mpcl__tensor_reshape(&out, B * c->pixels, s.filters);
-    return mpcl__bias_act_forward(&c->epilogue, env->ctx, &h, training);
+    return mpcl__bias_act_forward(L->epilogue, env->ctx, &h, training);
 }
 
 static mpcl_status conv2d_backward(mpcl__layer *L, const mpcl_tensor *in, mpcl_tensor *d_in) {
@@ -141,8 +141,8 @@ static mpcl_status conv2d_backward(mpcl__layer *L, const mpcl_tensor *in, mpcl_t
                 h = mpcl__tensor_reshape(&out, B * c->pixels, s.filters);
     /* A moved epilogue's backward ran in the layer above: d_out is then the
      * gradient of the GEMM's output already. */
-    if (!L->epilogue_moved) {
-        mpcl_status st = mpcl__bias_act_backward(&c->epilogue, env->ctx, &dpre, &h);
+    if (L->epilogue) {
+        mpcl_status st = mpcl__bias_act_backward(L->epilogue, env->ctx, &dpre, &h);
         if (st != MPCL_OK) return st;
     }
     /* Without d_in (the first layer) the op skips the input's gradient. The

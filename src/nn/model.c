@@ -451,8 +451,8 @@ static void move_epilogues(mpcl_model *m) {
         if (!L->kind->takes_epilogue || !below->epilogue ||
             !mpcl__activation_pools_first(below->epilogue->act))
             continue;
-        below->epilogue_moved = true;
         L->epilogue_below = below->epilogue;
+        below->epilogue = NULL;
     }
 }
 

@@ -212,17 +212,16 @@ struct mpcl__layer {
      * layer then has no d_output, and makes its output only when asked for
      * it (a prediction). */
     bool fuses_loss;
-    /* Set by create for a kind that ends in a bias and activation
-     * (Conv2D); NULL otherwise. When the layer above takes it
+    /* The bias and activation the layer applies after its GEMM, set by
+     * create (Conv2D); NULL for other kinds. When the layer above takes it
      * (takes_epilogue) and the activation commutes with max
      * (mpcl__activation_pools_first), the model moves it there
-     * (`epilogue_moved`): pooling the GEMM's map, then adding the bias
-     * and applying the activation to the pooled map, gives the same
-     * values as the other order with a quarter of the elementwise passes
-     * (a 2x2 pool). This layer's output and d_output are then its GEMM's,
-     * before the bias. */
+     * (`epilogue_below`) and sets this one NULL: pooling the GEMM's map,
+     * then adding the bias and applying the activation to the pooled map,
+     * gives the same values as the other order with a quarter of the
+     * elementwise passes (a 2x2 pool). This layer's output and d_output
+     * are then its GEMM's, before the bias. */
     mpcl__bias_act *epilogue;
-    bool epilogue_moved;
     /* The epilogue the layer below moved here; NULL when none was. */
     mpcl__bias_act *epilogue_below;
     void *state; /* the kind's own */

@@ -45,6 +45,10 @@ mpcl_status mpcl_context_create(const mpcl_context_params *params, mpcl_context 
     ctx->info = *mpcl_device_list_get(list, index);
     mpcl__device_list_ids(list, index, &ctx->platform, &ctx->device);
     mpcl_device_list_destroy(list);
+    cl_ulong cache = 0;
+    if (clGetDeviceInfo(ctx->device, CL_DEVICE_GLOBAL_MEM_CACHE_SIZE, sizeof cache, &cache, NULL) ==
+        CL_SUCCESS)
+        ctx->cache_bytes = (size_t)cache;
 
     cl_int err;
     cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)ctx->platform, 0};

@@ -281,7 +281,7 @@ struct mpcl_context {
     mpcl__gemm_tiles gemm_tiles;  /* mpcl's GEMM tiles; AUTO but in tests */
     unsigned gemm_strip;          /* tiles per item (a strip); 0: by the shape */
     int bias_grad_parts;          /* the bias gradient's shape: 0 by the device, 1 GPU, -1 CPU */
-    size_t conv_chunk_bytes;      /* the input gradient's chunks (conv.c): 0 by the device */
+    size_t cache_bytes;           /* CL_DEVICE_GLOBAL_MEM_CACHE_SIZE, 0 if none; tests set it */
     size_t bytes_now, bytes_peak; /* tensors and workspaces */
     /* Workspaces, grown on demand (never shrunk) and reused by every call:
      * the queue is in order. */
