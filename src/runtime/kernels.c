@@ -238,6 +238,19 @@ mpcl__cache_key mpcl__cache_last_key(const mpcl_context *ctx) {
     return ctx->cache_key;
 }
 
+/* Clang's __builtin_prefetch in the kernels (MPCL_PREFETCH, cl/gemm.cl)
+ * where the device's compiler lowers it to a prefetch instruction: PoCL's
+ * and Intel's CPU runtimes. Rusticl's SPIR-V writer rejects llvm.prefetch
+ * and Oclgrind reports it as an error, CPU devices too; a GPU hides memory
+ * latency with its other work-items. */
+static const char *prefetch_option(const mpcl_device_info *d) {
+    static const char *const platforms[] = {"Portable Computing Language", "Intel(R) OpenCL"};
+    if (d->type != MPCL_DEVICE_TYPE_CPU) return "";
+    for (size_t i = 0; i < sizeof platforms / sizeof platforms[0]; i++)
+        if (strcmp(d->platform, platforms[i]) == 0) return " -DMPCL_PREFETCH=1";
+    return "";
+}
+
 mpcl_status mpcl__program(mpcl_context *ctx, mpcl_dtype storage, cl_program *out) {
     if (!mpcl_dtype_is_float(storage) || !storage_options[storage])
         return MPCL_ERROR(ctx, MPCL_ERR_DTYPE, "no program for storage dtype %s",
@@ -253,12 +266,13 @@ mpcl_status mpcl__program(mpcl_context *ctx, mpcl_dtype storage, cl_program *out
          * where the verification ran its instruction and got the right bits;
          * the 16-bit programs take mpcl-mma's kernels where the device's
          * matrix engine verified. */
-        char options[160];
-        snprintf(options, sizeof options, "%s%s%s", storage_options[storage],
+        char options[256];
+        snprintf(options, sizeof options, "%s%s%s%s", storage_options[storage],
                  storage == MPCL_DTYPE_BF16 && ctx->info.bf16_dot == MPCL_BF16_DOT_VERIFIED
                      ? " -DMPCL_BF16_DOT_X86=1"
                      : "",
-                 storage != MPCL_DTYPE_F32 ? mpcl__matrix_engine_program_option(&ctx->info) : "");
+                 storage != MPCL_DTYPE_F32 ? mpcl__matrix_engine_program_option(&ctx->info) : "",
+                 prefetch_option(&ctx->info));
         st = mpcl__program_build(ctx, source, options, &ctx->programs[storage]);
         free(source);
         if (st != MPCL_OK) return st;
