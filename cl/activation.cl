@@ -190,6 +190,20 @@ MPCL_ACTIVATION_LIST(ACTIVATION_KERNELS_ROW)
         if ((ACT) >= 0) STORE8_PART(d_pre, I, N, BIAS_GRAD_ACT_TERM8_PART(ACT, I, N)); \
         S += LOAD8_PART(d_pre, I, N);                                                  \
     }
+// An item's rows are cols apart (2 KiB in a GPT's [2048, 512] MLP), each a
+// 128-byte piece, which the stream prefetcher does not follow: the rows
+// BIAS_GRAD_AHEAD on are prefetched (MPCL_PREFETCH; the GELU backward over
+// that tensor, cold: 1.07-1.29 -> 0.75-0.83 ms, Zen 4, two threads).
+#define BIAS_GRAD_AHEAD 8
+#define BIAS_GRAD_PREFETCH(ACT, I)                                                        \
+    {                                                                                     \
+        PREFETCH_READ(d_out + (I));                                                       \
+        PREFETCH_READ(d_out + (I) + 16);                                                  \
+        if ((ACT) >= 0 && (ACT) != ACTIVATION_IDENTITY) {                                 \
+            PREFETCH_READ(saved + (I));                                                   \
+            PREFETCH_READ(saved + (I) + 16);                                              \
+        }                                                                                 \
+    }
 #define BIAS_GRAD_STORE(OUT_STORE8, OUT_STORE, T, J, PART)                  \
     if ((J) < cols && (!(PART) || cols - (J) >= 8)) OUT_STORE8(d_bias, (J), T); \
     else if ((PART) && (J) < cols)                                          \
@@ -222,6 +236,7 @@ MPCL_ACTIVATION_LIST(ACTIVATION_KERNELS_ROW)
         if (j0 < cols && cols - j0 >= BIAS_GRAD_COLS) {                                       \
             for (size_t b = b0; b < b1; b++) {                                                \
                 size_t i = b * cols + j0;                                                     \
+                BIAS_GRAD_PREFETCH(ACT, min(b + BIAS_GRAD_AHEAD, (size_t)rows - 1) * cols + j0) \
                 BIAS_GRAD_SUM8(s0, ACT, i)                                                    \
                 BIAS_GRAD_SUM8(s1, ACT, i + 8)                                                \
                 BIAS_GRAD_SUM8(s2, ACT, i + 16)                                               \

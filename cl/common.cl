@@ -132,6 +132,19 @@ typedef ushort16 __attribute__((aligned(2))) mpcl_ushort16_u;
 #define STORE_USHORT8(p, i, v) GSTORE_U(ushort8, (__global ushort *)(p) + (i), (v))
 #define STORE_USHORT16(p, i, v) GSTORE_U(ushort16, (__global ushort *)(p) + (i), (v))
 
+// Software prefetch of the cache line at p, for reading or for writing,
+// where the program was built with MPCL_PREFETCH (src/runtime/kernels.c: the
+// CPU compilers that lower clang's __builtin_prefetch to an instruction);
+// nothing elsewhere. For strided walks that the CPU's stream prefetcher does
+// not follow: rows a few KiB apart, a line or two from each.
+#if defined(MPCL_PREFETCH)
+#define PREFETCH_READ(p) __builtin_prefetch((p), 0, 3)
+#define PREFETCH_WRITE(p) __builtin_prefetch((p), 1, 3)
+#else
+#define PREFETCH_READ(p) ((void)0)
+#define PREFETCH_WRITE(p) ((void)0)
+#endif
+
 #define LOAD_HALF8(p, i) vload_half8(0, (__global const half *)(p) + (i))
 #define STORE_HALF8(p, i, v) vstore_half8_rte((v), 0, (__global half *)(p) + (i))
 #define LOAD_FLOAT8(p, i) GLOAD_U(float8, (__global const float *)(p) + (i))

@@ -190,22 +190,16 @@ typedef storage_bits_t gemm_raw_t; // common.cl
 // few to a 4 KiB page, which the CPU's stream prefetcher does not follow,
 // and the operands come cold from memory in training (their forward ran long
 // before). So the row GEMM_PREFETCH_AHEAD k's ahead is prefetched, where the
-// program was built with MPCL_PREFETCH (src/runtime/kernels.c: CPU compilers
-// that lower clang's __builtin_prefetch to an instruction). Cold, on Zen 4
+// program was built with MPCL_PREFETCH (common.cl's PREFETCH_READ). Cold, on Zen 4
 // with two threads: 128x512x2048 TN 2.5 -> 1.6 ms, 512x128x2048 2.2 -> 1.9,
 // 128x384x2048 1.6 -> 1.2; 16 rows ahead did a little worse, 64 the same.
 // And a tile's rows of C are prefetched for writing as its last block of k
 // starts: C is new memory to the cache, whose lines each store would first
 // read (cold, 2048x384x128 NN 1.19 -> 1.09 ms, 2048x512x128 1.53 -> 1.48).
 #define GEMM_PREFETCH_AHEAD 32u
-#if defined(MPCL_PREFETCH)
 #define GEMM_PREFETCH_ROW(p, ld, col, k) \
-    __builtin_prefetch((p) + min((k) + GEMM_PREFETCH_AHEAD, K - 1u) * (ld) + (col), 0, 3)
-#define GEMM_PREFETCH_C(r, P) __builtin_prefetch(c + min(i0 + (r), M - 1u) * N + j0, 1, 3);
-#else
-#define GEMM_PREFETCH_ROW(p, ld, col, k) ((void)0)
-#define GEMM_PREFETCH_C(r, P)
-#endif
+    PREFETCH_READ((p) + min((k) + GEMM_PREFETCH_AHEAD, K - 1u) * (ld) + (col))
+#define GEMM_PREFETCH_C(r, P) PREFETCH_WRITE(c + min(i0 + (r), M - 1u) * N + j0);
 // The multiply of one block; RSTRIDE is ap's row stride.
 #define GEMM_BLOCK(RSTRIDE, AP)                                                        \
     if (bvec && baligned) {                                                            \
