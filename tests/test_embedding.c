@@ -224,9 +224,10 @@ static void layer_matches_reference(void **state) {
     (void)state;
     mpcl_context *ctx = tu_context();
     tu_rng rng = tu_rng_make(tu_seed("layer_matches_reference"));
-    /* B, T, V, P, C: T = 1; odd T below P; T = P; many repeats (V 3). */
+    /* B, T, V, P, C: T = 1; odd T below P; T = P; many repeats (V 3); C
+     * past, under and at the kernels' eight channels an item. */
     static const size_t cases[][5] = {
-        {1, 1, 5, 4, 3}, {3, 7, 6, 9, 5}, {2, 8, 3, 8, 17}, {5, 13, 256, 16, 4}};
+        {1, 1, 5, 4, 3}, {3, 7, 6, 9, 5}, {2, 8, 3, 8, 17}, {5, 13, 256, 16, 4}, {2, 5, 7, 6, 16}};
     for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++) {
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
             const size_t *k = cases[c];

@@ -104,6 +104,13 @@ static mpcl_status launch(mpcl_context *ctx, cl_kernel k, const char *name, size
     return mpcl__launch_1d(ctx, k, name, n, mpcl__local_size(ctx, k, 256));
 }
 
+/* The kernels of eight channels an item: a (ceil(channels / 8), rows)
+ * range, in groups the driver picks. */
+static mpcl_status launch_rows(mpcl_context *ctx, cl_kernel k, const char *name, size_t channels,
+                               size_t rows) {
+    return mpcl__launch_2d(ctx, k, name, (channels + 7) / 8, rows, NULL);
+}
+
 /* y = the embeddings of the token ids in, int32 [B, seq], at positions
  * first .. first + seq - 1. */
 static mpcl_status embed(mpcl__layer *L, const mpcl_tensor *in, size_t first, mpcl_tensor *y) {
@@ -114,12 +121,12 @@ static mpcl_status embed(mpcl__layer *L, const mpcl_tensor *in, size_t first, mp
     cl_kernel k;
     TRY(mpcl__kernel(ctx, y->dtype, name, &k));
     cl_uint seq = (cl_uint)in->cols, from = (cl_uint)first, C = (cl_uint)L->spec.embedding_dim;
-    cl_uint vocab = (cl_uint)e->rows_of[TOKENS], n = (cl_uint)(y->rows * y->cols);
+    cl_uint vocab = (cl_uint)e->rows_of[TOKENS], positions = (cl_uint)(y->rows * y->cols / C);
     TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(y->mem), MPCL_ARG(in->mem),
                        MPCL_ARG(e->table[TOKENS]->mem), MPCL_ARG(e->table[POSITIONS]->mem),
-                       MPCL_ARG(seq), MPCL_ARG(from), MPCL_ARG(C), MPCL_ARG(vocab), MPCL_ARG(n),
-                       MPCL_ARGS_END));
-    return launch(ctx, k, name, n);
+                       MPCL_ARG(seq), MPCL_ARG(from), MPCL_ARG(C), MPCL_ARG(vocab),
+                       MPCL_ARG(positions), MPCL_ARGS_END));
+    return launch_rows(ctx, k, name, C, positions);
 }
 
 /* in: the token ids, int32 [B, T]. */
@@ -143,10 +150,10 @@ static mpcl_status backward_positions(emb *e, mpcl_context *ctx, const mpcl_tens
     cl_kernel k;
     TRY(mpcl__kernel(ctx, g->dtype, name, &k));
     cl_uint batch = (cl_uint)in->rows, seq = (cl_uint)in->cols, C = (cl_uint)g->cols;
-    cl_uint n = (cl_uint)(g->rows * g->cols);
+    cl_uint rows = (cl_uint)g->rows;
     TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(g->mem), MPCL_ARG(dy->mem), MPCL_ARG(batch),
-                       MPCL_ARG(seq), MPCL_ARG(C), MPCL_ARG(n), MPCL_ARGS_END));
-    return launch(ctx, k, name, n);
+                       MPCL_ARG(seq), MPCL_ARG(C), MPCL_ARG(rows), MPCL_ARGS_END));
+    return launch_rows(ctx, k, name, C, rows);
 }
 
 /* links: the chains of the positions holding each token. */
@@ -172,11 +179,11 @@ static mpcl_status backward_tokens(emb *e, mpcl_context *ctx, const mpcl_tensor 
     cl_kernel k;
     TRY(mpcl__kernel(ctx, g->dtype, name, &k));
     cl_uint positions = (cl_uint)(in->rows * in->cols), C = (cl_uint)g->cols;
-    cl_uint n = (cl_uint)(dy->rows * dy->cols), add = e->add_tokens;
+    cl_uint add = e->add_tokens;
     TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(g->mem), MPCL_ARG(dy->mem), MPCL_ARG(in->mem),
                        MPCL_ARG(e->links->mem), MPCL_ARG(positions), MPCL_ARG(C), MPCL_ARG(add),
-                       MPCL_ARG(n), MPCL_ARGS_END));
-    return launch(ctx, k, name, n);
+                       MPCL_ARGS_END));
+    return launch_rows(ctx, k, name, C, positions);
 }
 
 /* Token ids have no gradient: d_in is ignored (the model passes none to
