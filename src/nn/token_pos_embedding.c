@@ -104,11 +104,13 @@ static mpcl_status launch(mpcl_context *ctx, cl_kernel k, const char *name, size
     return mpcl__launch_1d(ctx, k, name, n, mpcl__local_size(ctx, k, 256));
 }
 
-/* The kernels of eight channels an item: a (ceil(channels / 8), rows)
- * range, in groups the driver picks. */
+/* The kernels of a vector of channels an item (cl/abi.h's elementwise
+ * width, cl/embedding.cl's LOAD8): a (ceil(channels / width), rows) range,
+ * in groups the driver picks. */
 static mpcl_status launch_rows(mpcl_context *ctx, cl_kernel k, const char *name, size_t channels,
                                size_t rows) {
-    return mpcl__launch_2d(ctx, k, name, (channels + 7) / 8, rows, NULL);
+    const size_t width = MPCL_ABI_ELEMENTWISE_VEC;
+    return mpcl__launch_2d(ctx, k, name, (channels + width - 1) / width, rows, NULL);
 }
 
 /* y = the embeddings of the token ids in, int32 [B, seq], at positions
