@@ -631,50 +631,57 @@ static void test_xent_overflow(void **state) {
     mpcl_context_destroy(ctx);
 }
 
-/* The first bad row is found wherever it lies: the kernel takes eight rows
- * per lane group and 512 per work-group, so a batch of 1201 rows with bad
- * labels at 530 (the second group, an inner lane), 600 (a lane group of
- * one live lane) and 1100 (the third group) must name 530, whichever group
- * finishes first. */
+/* The softmax has two kernels (src/compute/losses.c): eight rows an item
+ * below 32 classes, a row an item from there on. The label tests run both. */
+static const size_t xent_widths[] = {3, 37};
+
+/* The first bad row is found wherever it lies: the kernels take 512 rows
+ * per work-group (the narrow one eight rows per lane group), so a batch of
+ * 1201 rows with bad labels at 530 (the second group, an inner lane), 600
+ * (a lane group of one live lane) and 1100 (the third group) must name
+ * 530, whichever group finishes first. */
 static void test_xent_bad_label_late_row(void **state) {
     (void)state;
     mpcl_context *ctx = tu_context();
-    enum { B = 1201, C = 3 };
-    static float logits[B * C];
-    static int32_t labels[B];
-    for (size_t i = 0; i < B * C; i++) logits[i] = (float)(i % 7) - 3;
-    for (size_t b = 0; b < B; b++) labels[b] = (int32_t)(b % C);
-    labels[530] = 7;
-    labels[600] = -2;
-    labels[1100] = 9;
-    mpcl_tensor *t_logits = tu_tensor_from(ctx, MPCL_DTYPE_F32, B, C, logits);
-    mpcl_tensor *t_labels = tu_tensor(ctx, MPCL_DTYPE_I32, B, 1);
-    TU_ASSERT_OK(mpcl_tensor_upload_i32(t_labels, labels, B));
-    mpcl_tensor *stats = NULL;
-    TU_ASSERT_OK(mpcl_xent_stats_create(ctx, &stats));
-    TU_ASSERT_OK(mpcl_softmax_xent_forward(ctx, stats, t_logits, t_labels));
-    mpcl_xent_stats s;
-    assert_int_equal(mpcl_xent_stats_read(ctx, stats, &s, true), MPCL_ERR_LABEL);
-    assert_int_equal(s.bad, 3);
-    assert_int_equal(s.bad_row, 530);
-    assert_int_equal(s.bad_label, 7);
-    assert_int_equal(s.samples, B - 3);
-    mpcl_tensor *all[] = {t_logits, t_labels, stats};
-    for (size_t i = 0; i < 3; i++) mpcl_tensor_destroy(all[i]);
+    enum { B = 1201 };
+    for (size_t w = 0; w < sizeof xent_widths / sizeof xent_widths[0]; w++) {
+        const size_t C = xent_widths[w];
+        float *logits = malloc(B * C * sizeof *logits);
+        int32_t labels[B];
+        for (size_t i = 0; i < B * C; i++) logits[i] = (float)(i % 7) - 3;
+        for (size_t b = 0; b < B; b++) labels[b] = (int32_t)(b % C);
+        labels[530] = (int32_t)C + 4;
+        labels[600] = -2;
+        labels[1100] = (int32_t)C + 6;
+        mpcl_tensor *t_logits = tu_tensor_from(ctx, MPCL_DTYPE_F32, B, C, logits);
+        mpcl_tensor *t_labels = tu_tensor(ctx, MPCL_DTYPE_I32, B, 1);
+        TU_ASSERT_OK(mpcl_tensor_upload_i32(t_labels, labels, B));
+        mpcl_tensor *stats = NULL;
+        TU_ASSERT_OK(mpcl_xent_stats_create(ctx, &stats));
+        TU_ASSERT_OK(mpcl_softmax_xent_forward(ctx, stats, t_logits, t_labels));
+        mpcl_xent_stats s;
+        assert_int_equal(mpcl_xent_stats_read(ctx, stats, &s, true), MPCL_ERR_LABEL);
+        assert_int_equal(s.bad, 3);
+        assert_int_equal(s.bad_row, 530);
+        assert_int_equal(s.bad_label, (int64_t)C + 4);
+        assert_int_equal(s.samples, B - 3);
+        mpcl_tensor *all[] = {t_logits, t_labels, stats};
+        for (size_t i = 0; i < 3; i++) mpcl_tensor_destroy(all[i]);
+        free(logits);
+    }
     mpcl_context_destroy(ctx);
 }
 
 /* A label out of range: MPCL_ERR_LABEL from the read that follows, naming the
  * first bad call, row and label; zero gradient rows, no NaN; the flag stays
  * until a reset and a clean interval reads MPCL_OK again. */
-static void test_xent_bad_label(void **state) {
-    (void)state;
-    mpcl_context *ctx = tu_context();
-    tu_rng r = tu_rng_make(tu_seed("xent_bad_label"));
-    enum { B = 7, C = 5 };
-    float logits[B * C];
-    tu_fill_uniform(&r, logits, B * C, -3, 3);
-    int32_t good[B] = {0, 1, 2, 3, 4, 0, 1}, bad[B] = {0, 1, 2, 5, 4, -1, 1};
+static void check_xent_bad_label(mpcl_context *ctx, tu_rng *r, size_t C) {
+    enum { B = 7 };
+    float *logits = malloc(B * C * sizeof *logits);
+    double *dl = malloc(B * C * sizeof *dl), *dref = malloc(B * C * sizeof *dref);
+    tu_fill_uniform(r, logits, B * C, -3, 3);
+    const int32_t c = (int32_t)C;
+    int32_t good[B] = {0, 1, 2 % c, 3 % c, c - 1, 0, 1}, bad[B] = {0, 1, 2 % c, c, c - 1, -1, 1};
     mpcl_tensor *t_logits = tu_tensor_from(ctx, MPCL_DTYPE_F32, B, C, logits);
     mpcl_tensor *t_good = tu_tensor(ctx, MPCL_DTYPE_I32, B, 1),
                 *t_bad = tu_tensor(ctx, MPCL_DTYPE_I32, B, 1);
@@ -688,25 +695,27 @@ static void test_xent_bad_label(void **state) {
     TU_ASSERT_OK(mpcl_softmax_xent_forward_backward(ctx, stats, grad, t_logits, t_bad, NULL));
     TU_ASSERT_OK(mpcl_softmax_xent_forward(ctx, stats, t_logits, t_bad));
     mpcl_xent_stats s;
+    char want[64];
+    snprintf(want, sizeof want, "label %d in row 3 of loss call 1", c);
     for (int twice = 0; twice < 2; twice++) { /* a read without reset keeps the flag */
         assert_int_equal(mpcl_xent_stats_read(ctx, stats, &s, twice == 1), MPCL_ERR_LABEL);
-        assert_non_null(strstr(mpcl_context_errmsg(ctx), "label 5 in row 3 of loss call 1"));
+        assert_non_null(strstr(mpcl_context_errmsg(ctx), want));
         assert_int_equal(s.bad, 4);
         assert_int_equal(s.bad_call, 1);
         assert_int_equal(s.bad_row, 3);
-        assert_int_equal(s.bad_label, 5);
+        assert_int_equal(s.bad_label, c);
         assert_int_equal(s.calls, 3);
         assert_int_equal(s.samples, 3 * B - 4);
         assert_true(isfinite(s.loss_sum));
     }
     /* The rows with bad labels have zero gradients; the others match. */
-    double dl[B * C], dref[B * C], loss;
+    double loss;
     size_t correct;
     for (size_t i = 0; i < B * C; i++) dl[i] = logits[i];
     assert_int_equal(ref_softmax_xent(dl, bad, B, C, 1, &loss, &correct, dref), 2);
     float *g = tu_download(grad);
     assert_true(tu_check_close("bad-label grad", g, dref, B * C, 1e-7, 1e-5, 1e-5));
-    for (size_t c = 0; c < C; c++) assert_true(g[3 * C + c] == 0 && g[5 * C + c] == 0);
+    for (size_t k = 0; k < C; k++) assert_true(g[3 * C + k] == 0 && g[5 * C + k] == 0);
     free(g);
 
     /* After the reset, a clean interval reads OK. */
@@ -723,6 +732,17 @@ static void test_xent_bad_label(void **state) {
 
     mpcl_tensor *all[] = {t_logits, t_good, t_bad, grad, stats};
     for (size_t i = 0; i < 5; i++) mpcl_tensor_destroy(all[i]);
+    free(logits);
+    free(dl);
+    free(dref);
+}
+
+static void test_xent_bad_label(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    tu_rng r = tu_rng_make(tu_seed("xent_bad_label"));
+    check_xent_bad_label(ctx, &r, 5);
+    check_xent_bad_label(ctx, &r, 37);
     mpcl_context_destroy(ctx);
 }
 

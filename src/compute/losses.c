@@ -20,6 +20,7 @@ typedef struct loss_row {
     const char *name;       /* Keras' name */
     const char *metric;     /* the metric's Keras name */
     const char *kernel;     /* every loss kernel takes the same arguments (loss_launch) */
+    const char *wide;       /* the kernel for rows of XENT_WIDE_COLS or more, if another */
     bool sparse;            /* targets: labels [B, 1] i32, else [B, C] f32 */
     const char *target;     /* what a good target is, for the bad-target error */
     mpcl_activation output; /* the activation the kernel applies to its input */
@@ -27,12 +28,18 @@ typedef struct loss_row {
 
 static const loss_row loss_table[MPCL_LOSS_COUNT] = {
     [MPCL_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY] = {"sparse_categorical_crossentropy", "accuracy",
-                                                   "mpcl_softmax_xent", true,
-                                                   "a label in [0, classes)", MPCL_ACT_SOFTMAX},
+                                                   "mpcl_softmax_xent", "mpcl_softmax_xent_wide",
+                                                   true, "a label in [0, classes)",
+                                                   MPCL_ACT_SOFTMAX},
     [MPCL_LOSS_BINARY_CROSSENTROPY] = {"binary_crossentropy", "binary_accuracy", "mpcl_binary_xent",
-                                       false, "a number in [0, 1]", MPCL_ACT_SIGMOID},
-    [MPCL_LOSS_MSE] = {"mse", "mae", "mpcl_mse", false, "a finite number", MPCL_ACT_IDENTITY},
+                                       NULL, false, "a number in [0, 1]", MPCL_ACT_SIGMOID},
+    [MPCL_LOSS_MSE] = {"mse", "mae", "mpcl_mse", NULL, false, "a finite number", MPCL_ACT_IDENTITY},
 };
+
+/* From this many classes on, the softmax takes a row per work-item, its
+ * classes as vectors (cl/loss.cl's mpcl_softmax_xent_wide); below, eight
+ * rows as the lanes of one vector. */
+#define XENT_WIDE_COLS 32
 
 static bool loss_known(mpcl_loss loss) {
     return (int)loss >= 0 && loss < MPCL_LOSS_COUNT;
@@ -200,7 +207,8 @@ static mpcl_status loss_launch(mpcl_context *ctx, const char *op, mpcl_loss loss
     if (part.row0 > UINT32_MAX - pred->rows)
         return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "%s: a chunk at row %zu: past 2^32 rows", op,
                           part.row0);
-    const char *name = loss_table[loss].kernel;
+    const loss_row *row = &loss_table[loss];
+    const char *name = row->wide && pred->cols >= XENT_WIDE_COLS ? row->wide : row->kernel;
     cl_kernel k;
     TRY(mpcl__kernel(ctx, pred->dtype, name, &k));
     cl_uint rows = (cl_uint)pred->rows, cols = (cl_uint)pred->cols;
