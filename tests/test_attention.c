@@ -405,7 +405,9 @@ static double run_case(harness *h, tu_rng *rng, const variant *v, float x_range,
  * channels per head, no biases; 8 and 11 channels per head, a whole group
  * of the row kernels' eight lanes and one with a tail; T = 21 and 17
  * channels per head: the block kernels' 8-row blocks (the last one partial)
- * and 16-wide chunks of keys and channels, with a tail. mpcl's GEMM paths take
+ * and 16-wide chunks of keys and channels, with a tail; 16 and 32 channels
+ * per head, which f32 reads in place (the block layout's direct rows), T = 21
+ * and 18 not whole chunks of positions. mpcl's GEMM paths take
  * every shape; CLBlast's (whose GEMMs test_gemm covers) the two marked
  * `clblast`: on PoCL each new shape compiled CLBlast kernels, and the whole
  * test ran past its 10 minutes in the ASan build with a cold cache. */
@@ -414,9 +416,11 @@ static void matches_the_reference(void **state) {
     static const struct {
         size_t B, T, C, H;
         bool bias, clblast;
-    } shapes[] = {{1, 1, 4, 2, true, false}, {2, 7, 6, 2, true, true},   {3, 5, 15, 5, true, false},
-                  {2, 7, 5, 1, true, false}, {1, 9, 8, 4, false, false}, {2, 6, 16, 2, true, false},
-                  {2, 5, 22, 2, true, true}, {2, 21, 34, 2, true, false}};
+    } shapes[] = {{1, 1, 4, 2, true, false},   {2, 7, 6, 2, true, true},
+                  {3, 5, 15, 5, true, false},  {2, 7, 5, 1, true, false},
+                  {1, 9, 8, 4, false, false},  {2, 6, 16, 2, true, false},
+                  {2, 5, 22, 2, true, true},   {2, 21, 34, 2, true, false},
+                  {2, 21, 32, 2, true, false}, {1, 18, 64, 2, false, false}};
     mpcl_context *ctx = tu_context();
     tu_rng rng = tu_rng_make(tu_seed("matches_the_reference"));
     for (size_t vi = 0; vi < VARIANTS; vi++) {

@@ -12,7 +12,9 @@
  * kernels (MPCL_ATTENTION: row or block; unset, block on CPU devices and
  * row elsewhere): a work-item per row (cl/attention.cl), or per block of
  * rows of one head over operands packed per head in f32
- * (cl/attention_block.cl), which a CPU runs several times faster. */
+ * (cl/attention_block.cl), which a CPU runs several times faster. In f32
+ * with head sizes of whole 16-wide chunks the block layout reads q, k, v
+ * and dy in place ("direct") and packs only the transposes of k and v. */
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -39,14 +41,15 @@ typedef struct projection {
 
 /* The block layout's operands, packed per head in f32
  * (mpcl_attention_pack_qkv and _dy): rows [max_batch H Tp, hsp] and
- * transposes [max_batch H hsp, Tp]. */
+ * transposes [max_batch H hsp, Tp]; direct, the transposes alone. */
 enum { PACK_Q, PACK_K, PACK_V, PACK_DY, PACK_KT, PACK_VT, PACKS };
 
 typedef struct attn {
     size_t T, C, H;
-    bool block; /* the block layout (else a work-item per row) */
-    size_t Tp;  /* positions padded to the block layout's 16-wide chunks */
-    size_t hsp; /* head size padded likewise */
+    bool block;  /* the block layout (else a work-item per row) */
+    bool direct; /* block layout reading the rows in place: f32, hs % 16 == 0 */
+    size_t Tp;   /* positions padded to the block layout's 16-wide chunks */
+    size_t hsp;  /* head size padded likewise */
     projection proj[PROJECTIONS];
     mpcl_tensor *qkv, *dqkv;  /* [max_batch T, 3C] storage */
     mpcl_tensor *y, *dy;      /* [max_batch T, C] storage: the heads' outputs */
@@ -72,6 +75,17 @@ static bool block_layout(mpcl_context *ctx) {
     const char *v = mpcl__env_value(MPCL_ENV_ATTENTION);
     if (v) return strcmp(v, "block") == 0;
     return !ctx || mpcl_context_device(ctx)->type == MPCL_DEVICE_TYPE_CPU;
+}
+
+/* Whether the block layout may read q, k, v and dy in place: f32 rows whose
+ * heads are whole 16-wide chunks, so every vector load stays in its head. */
+static bool direct_rows(const attn *a, mpcl_dtype storage) {
+    return storage == MPCL_DTYPE_F32 && (a->C / a->H) % MPCL_ABI_ATTN_CHUNK == 0;
+}
+
+/* Whether pack i is used: the transposes always, the rows unless direct. */
+static bool pack_used(const attn *a, int i) {
+    return a->block && (!a->direct || i == PACK_KT || i == PACK_VT);
 }
 
 static mpcl_status add_projection(mpcl__layer *L, mpcl__tables *t, const char *what, size_t in,
@@ -118,9 +132,9 @@ static double attn_activation_bytes(const mpcl__layer *L, const mpcl__layer_env 
     bool block = block_layout(env->ctx);
     double ld = (double)(block ? a->Tp : a->T);
     double probabilities = 2.0 * positions * (double)a->H * ld * sizeof(float);
-    double packed = block ? PACKS * (double)env->max_batch * (double)a->H * (double)a->Tp *
-                                (double)a->hsp * sizeof(float)
-                          : 0.0;
+    double packs = !block ? 0 : direct_rows(a, env->storage) ? 2 : PACKS;
+    double packed = packs * (double)env->max_batch * (double)a->H * (double)a->Tp * (double)a->hsp *
+                    sizeof(float);
     return mpcl__layer_io_bytes(L) + storage + probabilities + packed;
 }
 
@@ -139,6 +153,7 @@ static mpcl_status attn_create(mpcl__layer *L, const mpcl__tables *t, const mpcl
     mpcl_context *ctx = env->ctx;
     size_t positions = env->max_batch * a->T, C = a->C, rows = positions * a->H;
     a->block = block_layout(ctx);
+    a->direct = a->block && direct_rows(a, env->storage);
     TRY(create_projection(&a->proj[C_ATTN], env, t, ar, C, 3 * C, positions));
     TRY(create_projection(&a->proj[C_PROJ], env, t, ar, C, C, positions));
     TRY(mpcl_tensor_create(ctx, env->storage, positions, 3 * C, &a->qkv));
@@ -148,7 +163,8 @@ static mpcl_status attn_create(mpcl__layer *L, const mpcl__tables *t, const mpcl
     TRY(mpcl_tensor_create(ctx, MPCL_DTYPE_F32, rows, att_ld(a), &a->att));
     TRY(mpcl_tensor_create(ctx, MPCL_DTYPE_F32, rows, att_ld(a), &a->dscore));
     size_t heads = env->max_batch * a->H;
-    for (int i = 0; a->block && i < PACKS; i++) {
+    for (int i = 0; i < PACKS; i++) {
+        if (!pack_used(a, i)) continue;
         bool transposed = i == PACK_KT || i == PACK_VT;
         TRY(mpcl_tensor_create(ctx, MPCL_DTYPE_F32, heads * (transposed ? a->hsp : a->Tp),
                                transposed ? a->Tp : a->hsp, &a->pack[i]));
@@ -182,7 +198,7 @@ static float score_scale(const attn *a) {
  * launches it for a batch of B. Row layout: T, C, H, ld, the scores' scale
  * and the count of rows (b, h, t), one work-item each. Block layout: T, Tp,
  * C, H, hsp, ld, the scale and the count of blocks (b, h, block of
- * MPCL_ABI_ATTN_ROWS rows). */
+ * MPCL_ABI_ATTN_ROWS rows), then whether the rows are read in place. */
 static mpcl_status launch(const attn *a, mpcl_context *ctx, cl_kernel k, const char *name,
                           cl_uint first, size_t B) {
     cl_uint T = (cl_uint)a->T, Tp = (cl_uint)a->Tp, C = (cl_uint)a->C, H = (cl_uint)a->H;
@@ -198,41 +214,54 @@ static mpcl_status launch(const attn *a, mpcl_context *ctx, cl_kernel k, const c
     if (a->block) TRY(mpcl__set_arg(ctx, k, name, i++, sizeof hsp, &hsp));
     TRY(mpcl__set_arg(ctx, k, name, i++, sizeof ld, &ld));
     TRY(mpcl__set_arg(ctx, k, name, i++, sizeof scale, &scale));
-    TRY(mpcl__set_arg(ctx, k, name, i, sizeof items, &items));
+    TRY(mpcl__set_arg(ctx, k, name, i++, sizeof items, &items));
+    cl_uint direct = a->direct;
+    if (a->block) TRY(mpcl__set_arg(ctx, k, name, i, sizeof direct, &direct));
     /* Block items are the unit of work, as the GEMM's tiles are: one per
      * work-group, which PoCL spreads over the cores. */
     return mpcl__launch_1d(ctx, k, name, items, a->block ? 1 : 0);
 }
 
-/* Sets k's last arguments from index `first`: T, Tp, C, H, hsp, and
+/* Sets k's last arguments from index `first`: T, Tp, C, H, hsp, the count
+ * of items and, for qkv's packing, whether the rows are read in place; and
  * launches `items` work-items. */
 static mpcl_status launch_packing(const attn *a, mpcl_context *ctx, cl_kernel k, const char *name,
-                                  cl_uint first, size_t items) {
-    const cl_uint args[] = {(cl_uint)a->T, (cl_uint)a->Tp,  (cl_uint)a->C,
-                            (cl_uint)a->H, (cl_uint)a->hsp, (cl_uint)items};
-    for (cl_uint i = 0; i < sizeof args / sizeof args[0]; i++)
+                                  cl_uint first, size_t items, bool qkv) {
+    const cl_uint args[] = {(cl_uint)a->T,   (cl_uint)a->Tp, (cl_uint)a->C,     (cl_uint)a->H,
+                            (cl_uint)a->hsp, (cl_uint)items, (cl_uint)a->direct};
+    for (cl_uint i = 0; i < sizeof args / sizeof args[0] - !qkv; i++)
         TRY(mpcl__set_arg(ctx, k, name, first + i, sizeof args[i], &args[i]));
     return mpcl__launch_1d(ctx, k, name, items, 0);
 }
 
-/* Packs qkv (dy: false; k and v also transposed) or dy (true) of a batch
- * of B for the block layout. */
+/* The rows operands (PACK_Q, _K, _V and _DY) of the block layout's
+ * kernels: their packs, or direct, the tensors they are read from in place
+ * (the transposes' entries are left out). */
+static void rows_mems(const attn *a, cl_mem rows[PACKS]) {
+    for (int i = PACK_Q; i <= PACK_DY; i++)
+        rows[i] = !a->direct ? a->pack[i]->mem : i == PACK_DY ? a->dy->mem : a->qkv->mem;
+}
+
+/* Packs qkv (dy: false; k and v transposed, and their rows unless direct)
+ * or dy (true) of a batch of B for the block layout. */
 static mpcl_status pack(attn *a, mpcl_context *ctx, mpcl_dtype storage, bool dy, size_t B) {
     const char *name = dy ? "mpcl_attention_pack_dy" : "mpcl_attention_pack_qkv";
     size_t heads = B * a->H;
     cl_kernel k;
     TRY(mpcl__kernel(ctx, storage, name, &k));
     mpcl_tensor **p = a->pack;
+    cl_mem rows[PACKS];
+    rows_mems(a, rows);
     if (dy) {
         TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(p[PACK_DY]->mem), MPCL_ARG(a->dy->mem),
                            MPCL_ARGS_END));
-        return launch_packing(a, ctx, k, name, 2, heads * a->Tp);
+        return launch_packing(a, ctx, k, name, 2, heads * a->Tp, false);
     }
-    TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(p[PACK_Q]->mem), MPCL_ARG(p[PACK_K]->mem),
-                       MPCL_ARG(p[PACK_V]->mem), MPCL_ARG(p[PACK_KT]->mem),
-                       MPCL_ARG(p[PACK_VT]->mem), MPCL_ARG(a->qkv->mem), MPCL_ARGS_END));
+    TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(rows[PACK_Q]), MPCL_ARG(rows[PACK_K]),
+                       MPCL_ARG(rows[PACK_V]), MPCL_ARG(p[PACK_KT]->mem), MPCL_ARG(p[PACK_VT]->mem),
+                       MPCL_ARG(a->qkv->mem), MPCL_ARGS_END));
     /* An item per 16 positions of a head. */
-    return launch_packing(a, ctx, k, name, 6, heads * a->Tp / MPCL_ABI_ATTN_CHUNK);
+    return launch_packing(a, ctx, k, name, 6, heads * a->Tp / MPCL_ABI_ATTN_CHUNK, true);
 }
 
 /* att and y from qkv, for a batch of B. */
@@ -246,12 +275,14 @@ static mpcl_status attend(attn *a, mpcl_context *ctx, mpcl_dtype storage, size_t
         return launch(a, ctx, k, name, 3, B);
     }
     mpcl_tensor **p = a->pack;
+    cl_mem rows[PACKS];
+    rows_mems(a, rows);
     TRY(pack(a, ctx, storage, false, B));
     static const char name[] = "mpcl_attention_forward_block";
     TRY(mpcl__kernel(ctx, storage, name, &k));
     TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(a->att->mem), MPCL_ARG(a->y->mem),
-                       MPCL_ARG(p[PACK_Q]->mem), MPCL_ARG(p[PACK_KT]->mem),
-                       MPCL_ARG(p[PACK_V]->mem), MPCL_ARGS_END));
+                       MPCL_ARG(rows[PACK_Q]), MPCL_ARG(p[PACK_KT]->mem), MPCL_ARG(rows[PACK_V]),
+                       MPCL_ARGS_END));
     return launch(a, ctx, k, name, 5, B);
 }
 
@@ -275,17 +306,19 @@ static mpcl_status attend_backward(attn *a, mpcl_context *ctx, mpcl_dtype storag
         return launch(a, ctx, k, key, 5, B);
     }
     mpcl_tensor **p = a->pack;
-    TRY(pack(a, ctx, storage, true, B));
+    cl_mem rows[PACKS];
+    rows_mems(a, rows);
+    if (!a->direct) TRY(pack(a, ctx, storage, true, B));
     static const char query[] = "mpcl_attention_backward_query_block";
     static const char key[] = "mpcl_attention_backward_key_block";
     TRY(mpcl__kernel(ctx, storage, query, &k));
     TRY(mpcl__set_args(ctx, k, query, MPCL_ARG(a->dscore->mem), MPCL_ARG(a->dqkv->mem),
-                       MPCL_ARG(a->att->mem), MPCL_ARG(p[PACK_DY]->mem), MPCL_ARG(p[PACK_VT]->mem),
-                       MPCL_ARG(p[PACK_K]->mem), MPCL_ARGS_END));
+                       MPCL_ARG(a->att->mem), MPCL_ARG(rows[PACK_DY]), MPCL_ARG(p[PACK_VT]->mem),
+                       MPCL_ARG(rows[PACK_K]), MPCL_ARGS_END));
     TRY(launch(a, ctx, k, query, 6, B));
     TRY(mpcl__kernel(ctx, storage, key, &k));
     TRY(mpcl__set_args(ctx, k, key, MPCL_ARG(a->dqkv->mem), MPCL_ARG(a->dscore->mem),
-                       MPCL_ARG(a->att->mem), MPCL_ARG(p[PACK_Q]->mem), MPCL_ARG(p[PACK_DY]->mem),
+                       MPCL_ARG(a->att->mem), MPCL_ARG(rows[PACK_Q]), MPCL_ARG(rows[PACK_DY]),
                        MPCL_ARGS_END));
     return launch(a, ctx, k, key, 5, B);
 }
