@@ -21,9 +21,9 @@ static const mpcl__attr LN_ATTRS[] = {
 enum { GAMMA, BETA, ROWS };
 
 /* The kernels of one layout (cl/layernorm.cl): a work-group per row (per
- * channel for gamma's and beta's gradients), or a work-item per row (per
- * channel), which a CPU runs faster (MPCL_NORM: group or row; unset, row on
- * CPU devices and group elsewhere). */
+ * channel for gamma's and beta's gradients), or a work-item per row (a
+ * group per 32 channels, the rows in parts), which a CPU runs faster
+ * (MPCL_NORM: group or row; unset, row on CPU devices and group elsewhere). */
 typedef struct ln_layout {
     const char *forward, *backward_params, *backward_x;
     bool per_item;
@@ -103,8 +103,7 @@ static mpcl_status ln_create(mpcl__layer *L, const mpcl__tables *t, const mpcl__
  * which cl/layernorm.cl reuses; or n work-items. */
 static mpcl_status launch(const ln *n, mpcl_context *ctx, cl_kernel k, const char *name,
                           size_t count) {
-    /* Few items (one per eight channels for the parameters' gradients: 16
-     * for 128 channels) go one per group, so that every core gets some. */
+    /* Few items go one per group, so that every core gets some. */
     if (n->layout->per_item)
         return mpcl__launch_1d(ctx, k, name, count, count < 256 ? 1 : mpcl__local_size(ctx, k, 64));
     return mpcl__launch_1d(ctx, k, name, count * MPCL_ABI_BATCHNORM_WG, MPCL_ABI_BATCHNORM_WG);
@@ -148,8 +147,13 @@ static mpcl_status backward_params(ln *n, mpcl_context *ctx, const mpcl_tensor *
                        MPCL_ARG(dy->mem), MPCL_ARG(x->mem), MPCL_ARG(n->save_mean->mem),
                        MPCL_ARG(n->save_inv_std->mem), MPCL_ARG(rows), MPCL_ARG(cols),
                        MPCL_ARGS_END));
-    /* The per-item kernel takes eight channels an item. */
-    return launch(n, ctx, k, name, n->layout->per_item ? (x->cols + 7) / 8 : x->cols);
+    if (!n->layout->per_item) return launch(n, ctx, k, name, x->cols);
+    /* The bias gradient's shape: a group of MPCL_ABI_BIAS_GRAD_PARTS items
+     * (the rows in parts) per MPCL_ABI_BIAS_GRAD_COLS channels. */
+    const size_t local[2] = {1, MPCL_ABI_BIAS_GRAD_PARTS};
+    return mpcl__launch_2d(ctx, k, name,
+                           (x->cols + MPCL_ABI_BIAS_GRAD_COLS - 1) / MPCL_ABI_BIAS_GRAD_COLS,
+                           MPCL_ABI_BIAS_GRAD_PARTS, local);
 }
 
 /* dx, row by row. */
