@@ -55,7 +55,8 @@ __kernel __attribute__((reqd_work_group_size(BN_WG, 1, 1))) void mpcl_layernorm_
 __kernel __attribute__((reqd_work_group_size(BN_WG, 1, 1))) void mpcl_layernorm_backward_x(
     __global storage_t *dx, __global const storage_t *dy, __global const storage_t *x,
     __global const float *gamma, __global const float *save_mean,
-    __global const float *save_inv_std, uint cols, uint rows) {
+    __global const float *save_inv_std, uint cols, uint rows, __global const storage_t *addend,
+    uint add) {
     (void)rows;
     __local float acc[BN_WG];
     uint r = get_group_id(0), lid = get_local_id(0);
@@ -71,7 +72,8 @@ __kernel __attribute__((reqd_work_group_size(BN_WG, 1, 1))) void mpcl_layernorm_
     float mean_g_xhat = bn_group_sum(acc, t) / (float)cols;
     for (uint c = lid; c < cols; c += BN_WG) {
         float xhat = (LOAD(x, row + c) - mean) * inv_std;
-        STORE(dx, row + c, inv_std * (LOAD(dy, row + c) * gamma[c] - mean_g - xhat * mean_g_xhat));
+        float v = inv_std * (LOAD(dy, row + c) * gamma[c] - mean_g - xhat * mean_g_xhat);
+        STORE(dx, row + c, add ? v + LOAD(addend, row + c) : v);
     }
 }
 
@@ -207,7 +209,8 @@ __kernel void mpcl_layernorm_backward_x_row(__global storage_t *dx, __global con
                                             __global const float *gamma,
                                             __global const float *save_mean,
                                             __global const float *save_inv_std, uint cols,
-                                            uint rows) {
+                                            uint rows, __global const storage_t *addend,
+                                            uint add) {
     uint r = get_global_id(0);
     if (r >= rows) return;
     size_t row = (size_t)r * cols;
@@ -228,12 +231,13 @@ __kernel void mpcl_layernorm_backward_x_row(__global storage_t *dx, __global con
     float mean_g = s / (float)cols, mean_g_xhat = t / (float)cols;
     for (uint c = 0; c < body; c += 8u) {
         float8 xhat = (LOAD8(x, row + c) - mean) * inv_std;
-        STORE8(dx, row + c,
-               inv_std * (LOAD8(dy, row + c) * LOAD_FLOAT8(gamma, c) - mean_g -
-                          xhat * mean_g_xhat));
+        float8 v = inv_std * (LOAD8(dy, row + c) * LOAD_FLOAT8(gamma, c) - mean_g -
+                              xhat * mean_g_xhat);
+        STORE8(dx, row + c, add ? v + LOAD8(addend, row + c) : v);
     }
     for (uint c = body; c < cols; c++) {
         float xhat = (LOAD(x, row + c) - mean) * inv_std;
-        STORE(dx, row + c, inv_std * (LOAD(dy, row + c) * gamma[c] - mean_g - xhat * mean_g_xhat));
+        float v = inv_std * (LOAD(dy, row + c) * gamma[c] - mean_g - xhat * mean_g_xhat);
+        STORE(dx, row + c, add ? v + LOAD(addend, row + c) : v);
     }
 }

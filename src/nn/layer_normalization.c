@@ -156,17 +156,19 @@ static mpcl_status backward_params(ln *n, mpcl_context *ctx, const mpcl_tensor *
                            MPCL_ABI_BIAS_GRAD_PARTS, local);
 }
 
-/* dx, row by row. */
+/* dx, row by row, plus addend's rows where it is not NULL (`d_in_addend`:
+ * a skip connection's gradient summed in the same pass). */
 static mpcl_status backward_x(ln *n, mpcl_context *ctx, mpcl_tensor *dx, const mpcl_tensor *dy,
-                              const mpcl_tensor *x) {
+                              const mpcl_tensor *x, const mpcl_tensor *addend) {
     const char *name = n->layout->backward_x;
     cl_kernel k;
     TRY(mpcl__kernel(ctx, x->dtype, name, &k));
-    cl_uint cols = (cl_uint)x->cols, rows = (cl_uint)x->rows;
+    cl_uint cols = (cl_uint)x->cols, rows = (cl_uint)x->rows, add = addend != NULL;
+    cl_mem addend_mem = addend ? addend->mem : dx->mem; /* unread without add */
     TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(dx->mem), MPCL_ARG(dy->mem), MPCL_ARG(x->mem),
                        MPCL_ARG(n->param[GAMMA]->mem), MPCL_ARG(n->save_mean->mem),
                        MPCL_ARG(n->save_inv_std->mem), MPCL_ARG(cols), MPCL_ARG(rows),
-                       MPCL_ARGS_END));
+                       MPCL_ARG(addend_mem), MPCL_ARG(add), MPCL_ARGS_END));
     return launch(n, ctx, k, name, x->rows);
 }
 
@@ -178,8 +180,9 @@ static mpcl_status ln_backward(mpcl__layer *L, const mpcl_tensor *in, mpcl_tenso
                 x = mpcl__tensor_by_last(in, n->channels);
     TRY(backward_params(n, ctx, &dy, &x));
     if (!d_in) return MPCL_OK;
-    mpcl_tensor dx = mpcl__tensor_by_last(d_in, n->channels);
-    return backward_x(n, ctx, &dx, &dy, &x);
+    mpcl_tensor dx = mpcl__tensor_by_last(d_in, n->channels), addend;
+    if (L->d_in_addend) addend = mpcl__tensor_by_last(L->d_in_addend, n->channels);
+    return backward_x(n, ctx, &dx, &dy, &x, L->d_in_addend ? &addend : NULL);
 }
 
 static void ln_destroy(mpcl__layer *L) {

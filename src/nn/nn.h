@@ -224,6 +224,13 @@ struct mpcl__layer {
     mpcl__bias_act *epilogue;
     /* The epilogue the layer below moved here; NULL when none was. */
     mpcl__bias_act *epilogue_below;
+    /* Set by a composite around one backward call (the skip connections of
+     * transformer_decoder, on its layer norms): the backward then writes
+     * d_in = its input gradient + d_in_addend (rows like d_in's; it may be
+     * d_in itself) in its one pass over d_in, instead of a separate sum.
+     * NULL: the gradient alone. Only layer_normalization's backward reads
+     * it; a composite sets it on no other kind. */
+    const mpcl_tensor *d_in_addend;
     void *state; /* the kind's own */
 };
 

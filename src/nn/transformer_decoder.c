@@ -8,8 +8,10 @@
  * it declares, creates and runs through their own interfaces under the
  * names "<block>.ln_1", "<block>.attn", "<block>.ln_2", "<block>.mlp.c_fc"
  * and "<block>.mlp.c_proj": their rows are GPT-2's names in GPT-2's order.
- * The block keeps h, its output and one gradient buffer; the residual sums
- * are mpcl_add. Kernels start normal(0, 0.02), as GPT-2's. */
+ * The block keeps h and its output; the residual sums are mpcl_add forward,
+ * and backward the layer norms' input gradients add the skip's gradient in
+ * their own pass (`d_in_addend`). Kernels start normal(0, 0.02), as
+ * GPT-2's. */
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,8 +36,7 @@ typedef struct block {
     size_t T, C, intermediate;
     mpcl__layer sub[SUBS];
     char names[SUBS][MPCL__LAYER_NAME_MAX];
-    mpcl_tensor *h;      /* [max_batch, T C] storage: x + attn(ln_1(x)) */
-    mpcl_tensor *d_skip; /* [max_batch, T C] storage: a layer norm's input gradient */
+    mpcl_tensor *h; /* [max_batch, T C] storage: x + attn(ln_1(x)) */
 } block;
 
 /* The spec of sub-layer i, from the block's. */
@@ -98,8 +99,8 @@ static mpcl_status block_declare(mpcl__layer *L, mpcl__tables *t) {
 
 static double block_activation_bytes(const mpcl__layer *L, const mpcl__layer_env *env) {
     const block *b = L->state;
-    /* Its output and d_output, and h and d_skip, as large again. */
-    double bytes = 2 * mpcl__layer_io_bytes(L);
+    /* Its output and d_output, and h, half as large again. */
+    double bytes = 1.5 * mpcl__layer_io_bytes(L);
     for (int i = 0; i < SUBS; i++) bytes += b->sub[i].kind->activation_bytes(&b->sub[i], env);
     return bytes;
 }
@@ -109,7 +110,6 @@ static mpcl_status block_create(mpcl__layer *L, const mpcl__tables *t, const mpc
     const mpcl__layer_env *env = L->env;
     for (int i = 0; i < SUBS; i++) TRY(b->sub[i].kind->create(&b->sub[i], t, a));
     TRY(mpcl_tensor_create(env->ctx, env->storage, env->max_batch, L->outputs, &b->h));
-    TRY(mpcl_tensor_create(env->ctx, env->storage, env->max_batch, L->outputs, &b->d_skip));
     return mpcl__layer_create_io(L);
 }
 
@@ -179,28 +179,38 @@ static mpcl_status back_chained(block *b, int i, size_t B) {
     return back_sub(b, i, &x, &dx);
 }
 
+/* Layer norm i's backward (input x), writing d_in = its input gradient +
+ * addend in one pass (`d_in_addend`). */
+static mpcl_status back_adding(block *b, int i, const mpcl_tensor *x, mpcl_tensor *d_in,
+                               const mpcl_tensor *addend) {
+    mpcl__layer *S = &b->sub[i];
+    S->d_in_addend = addend;
+    mpcl_status st = S->kind->backward(S, x, d_in);
+    S->d_in_addend = NULL;
+    return st;
+}
+
 /* The gradient of each residual sum reaches both of its terms: its branch
  * gets a copy in the branch's last d_output (a backward may overwrite its
- * d_output), and the skip adds the branch's input gradient to it. Every
- * row's gradient has one sub-layer writing it: no parameter accumulates. */
+ * d_output), and the skip's gradient is added to the branch's input
+ * gradient by the layer norm that starts the branch. Every row's gradient
+ * has one sub-layer writing it: no parameter accumulates. */
 static mpcl_status block_backward(mpcl__layer *L, const mpcl_tensor *in, mpcl_tensor *d_in) {
     block *b = L->state;
     mpcl_context *ctx = L->env->ctx;
     size_t B = in->rows;
-    mpcl_tensor h = rows(b->h, B), d_out = rows(L->d_output, B), d_skip = rows(b->d_skip, B);
+    mpcl_tensor h = rows(b->h, B), d_out = rows(L->d_output, B);
     mpcl_tensor d_proj = rows(b->sub[C_PROJ].d_output, B), d_attn = rows(b->sub[ATTN].d_output, B);
     /* out = h + mlp(h): d_h = d_out + mlp's input gradient, into d_out. */
     TRY(mpcl_cast(ctx, &d_proj, &d_out));
     TRY(back_chained(b, C_PROJ, B));
     TRY(back_chained(b, C_FC, B));
-    TRY(back_sub(b, LN_2, &h, &d_skip));
-    TRY(mpcl_add(ctx, &d_out, &d_out, &d_skip));
+    TRY(back_adding(b, LN_2, &h, &d_out, &d_out));
     /* h = x + attn(ln_1(x)): d_x = d_h + ln_1's input gradient. */
     TRY(mpcl_cast(ctx, &d_attn, &d_out));
     TRY(back_chained(b, ATTN, B));
-    TRY(back_sub(b, LN_1, in, d_in ? &d_skip : NULL));
-    if (!d_in) return MPCL_OK;
-    return mpcl_add(ctx, d_in, &d_out, &d_skip);
+    if (!d_in) return back_sub(b, LN_1, in, NULL);
+    return back_adding(b, LN_1, in, d_in, &d_out);
 }
 
 static void block_destroy(mpcl__layer *L) {
@@ -208,7 +218,6 @@ static void block_destroy(mpcl__layer *L) {
     if (!b) return;
     mpcl__destroy_layers(b->sub, SUBS);
     mpcl_tensor_destroy(b->h);
-    mpcl_tensor_destroy(b->d_skip);
     free(b);
     L->state = NULL;
 }
