@@ -51,7 +51,9 @@ __kernel __attribute__((reqd_work_group_size(BN_WG, 1, 1))) void mpcl_layernorm_
 }
 
 // dx = inv_std (g - mean(g) - xhat mean(g xhat)) per row, with g = dy gamma
-// and the means over the row's C channels.
+// and the means over the row's C channels; with `add`, plus addend's
+// element (a skip connection's gradient summed in this pass: `d_in_addend`
+// in layer_normalization.c; addend may be dx itself).
 __kernel __attribute__((reqd_work_group_size(BN_WG, 1, 1))) void mpcl_layernorm_backward_x(
     __global storage_t *dx, __global const storage_t *dy, __global const storage_t *x,
     __global const float *gamma, __global const float *save_mean,
@@ -78,9 +80,9 @@ __kernel __attribute__((reqd_work_group_size(BN_WG, 1, 1))) void mpcl_layernorm_
 }
 
 // The same three on CPU devices (MPCL_NORM=row; layer_normalization.c picks):
-// one work-item per row, or per eight channels for gamma's and beta's
-// gradients, each summing eight lanes at a time in index order and the
-// lanes in order at the end (common.cl's lanes_sum8). A row of a few hundred
+// one work-item per row (for gamma's and beta's gradients, a group per 32
+// channels, below), each summing eight lanes at a time in index order and
+// the lanes in order at the end (common.cl's lanes_sum8). A row of a few hundred
 // channels is a few cache lines, less work than a work-group's barriers on
 // a CPU. Deterministic as the group kernels, though their sums run in
 // another order. The lanes are explicit: a scalar loop per row left PoCL
