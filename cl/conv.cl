@@ -114,35 +114,19 @@ __kernel void mpcl_im2col(__global storage_bits_t *columns, __global const stora
 // Each of `count` rows x cols matrices stored one after the other, transposed
 // in place of the same count: out[t][j, i] = in[t][i, j]. The convolution's
 // weights [taps, channels, filters] as [taps, filters, channels], for the
-// direct input gradient (count = taps), the NN GEMM of op(B) = B^T and the
-// tied head (count 1). A copy of the bits, so exact. One item per 16 x 16
-// block, global ids (i / 16, t * ceil(cols / 16) + j / 16): a whole block
-// is 16 row vectors in, 16 column vectors out (a column of 16 strided
-// scalars per item took 58 us for a 128 x 512 f32 matrix on PoCL, one
-// item per element 84); a block at the edge goes element by element.
-#define TRANSPOSE_LANES(X)                                                          \
-    X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(a) X(b) X(c) X(d) X(e) X(f)
-#define TRANSPOSE_LOAD(i) const storage_bits16_t r##i = vload16(0, src + (size_t)0x##i * cols);
-#define TRANSPOSE_STORE(L)                                                             \
-    vstore16((storage_bits16_t)(r0.s##L, r1.s##L, r2.s##L, r3.s##L, r4.s##L, r5.s##L,   \
-                                r6.s##L, r7.s##L, r8.s##L, r9.s##L, ra.s##L, rb.s##L,   \
-                                rc.s##L, rd.s##L, re.s##L, rf.s##L),                    \
-             0, dst + (size_t)0x##L * rows);
+// direct input gradient (count = taps) or the NN GEMM (count 1). A copy of
+// the bits, so exact. One item per 16 elements of an output row: global ids
+// (i / 16, t*cols + j), reading a column's 16 elements and writing them
+// together (one item per element, scattering its stores, took 84 us for a
+// 128 x 512 f32 matrix on PoCL).
 __kernel void mpcl_transpose(__global storage_bits_t *out, __global const storage_bits_t *in,
                              uint rows, uint cols, uint count) {
-    uint i0 = get_global_id(0) * 16u, blocks = (cols + 15u) / 16u, y = get_global_id(1);
-    if (i0 >= rows || y >= blocks * count) return;
-    uint t = y / blocks, j0 = (y - t * blocks) * 16u;
-    __global storage_bits_t *dst = out + ((size_t)t * cols + j0) * rows + i0;
-    __global const storage_bits_t *src = in + ((size_t)t * rows + i0) * cols + j0;
-    if (i0 + 16u <= rows && j0 + 16u <= cols) {
-        TRANSPOSE_LANES(TRANSPOSE_LOAD)
-        TRANSPOSE_LANES(TRANSPOSE_STORE)
-        return;
-    }
-    uint n = min(16u, rows - i0), m = min(16u, cols - j0);
-    for (uint j = 0; j < m; j++)
-        for (uint k = 0; k < n; k++) dst[(size_t)j * rows + k] = src[(size_t)k * cols + j];
+    uint i0 = get_global_id(0) * 16u, y = get_global_id(1);
+    if (i0 >= rows || y >= cols * count) return;
+    uint t = y / cols, j = y - t * cols, n = min(16u, rows - i0);
+    __global storage_bits_t *dst = out + (size_t)y * rows + i0;
+    __global const storage_bits_t *src = in + ((size_t)t * rows + i0) * cols + j;
+    for (uint k = 0; k < n; k++) dst[k] = src[(size_t)k * cols];
 }
 
 // ---- direct convolution: no columns ----

@@ -327,12 +327,7 @@ mpcl_status mpcl__transpose(mpcl_context *ctx, mpcl_tensor *out, const mpcl_tens
     cl_uint rows = (cl_uint)(in->rows / count), cols = (cl_uint)in->cols, n = (cl_uint)count;
     TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(out->mem), MPCL_ARG(in->mem), MPCL_ARG(rows),
                        MPCL_ARG(cols), MPCL_ARG(n), MPCL_ARGS_END));
-    /* On a CPU, a block per work-group: PoCL's own choice of groups made
-     * the GPT's weight transposes 58 us each against 33 (hot, Zen 4). */
-    static const size_t one_block[2] = {1, 1};
-    bool cpu = mpcl_context_device(ctx)->type == MPCL_DEVICE_TYPE_CPU;
-    return mpcl__launch_2d(ctx, k, name, (rows + 15) / 16, (in->cols + 15) / 16 * count,
-                           cpu ? one_block : NULL);
+    return mpcl__launch_2d(ctx, k, name, (rows + 15) / 16, in->cols * count, NULL);
 }
 
 /* ---- the direct convolution ---- */
