@@ -120,6 +120,10 @@
  * mpcl_gemm_w8*. */
 #define MPCL_ABI_GEMM_STRIP_MAX 8
 #define MPCL_ABI_GEMM_COL_STRIP_MAX 4
+/* The epilogue word of mpcl's GEMM kernels (cl/gemm.cl): which of the
+ * bias and addend arguments they add. 0: C alone. */
+#define MPCL_ABI_GEMM_EPI_BIAS 1
+#define MPCL_ABI_GEMM_EPI_ADDEND 2
 /* mpcl-mma's tile (cl/gemm_mma_nvidia.cl): one work-group of this many items
  * (four warps) computes MMA_TILE x MMA_TILE of C; src/compute/gemm_mma.c
  * launches ceil(N / MMA_TILE) x ceil(M / MMA_TILE) groups. */
@@ -208,6 +212,8 @@
     X(MPCL_ABI_GEMM_TILE_FLAT_ROWS)   \
     X(MPCL_ABI_GEMM_STRIP_MAX)        \
     X(MPCL_ABI_GEMM_COL_STRIP_MAX)    \
+    X(MPCL_ABI_GEMM_EPI_BIAS)         \
+    X(MPCL_ABI_GEMM_EPI_ADDEND)       \
     X(MPCL_ABI_MMA_ITEMS)             \
     X(MPCL_ABI_MMA_TILE)              \
     X(MPCL_ABI_COPY_F32_LANES)        \

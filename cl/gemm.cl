@@ -5,7 +5,8 @@
 // C is M x N. One source serves every storage: A and B are storage_t (f32,
 // or f16 or bf16 through LOAD), C is storage_t or, in the f16 and bf16
 // programs, float (the *_cf32 kernels: 16-bit inputs, f32 output). All
-// arithmetic is float.
+// arithmetic is float. An epilogue (bias, addend: see GEMM_EPILOGUE_FULL)
+// may follow, as the host's epi word says.
 //
 // A tile is GEMM_TM rows by GEMM_W columns of C, held in GEMM_TM named
 // vector accumulators (PoCL keeps accumulators in registers only when they
@@ -235,12 +236,24 @@ typedef storage_bits_t gemm_raw_t; // common.cl
 #define GEMM_CVLOAD_1(p, o) GLOAD_U(GEMM_VT, (p) + (o))
 #define GEMM_CVSTORE_0 GEMM_BVSTORE
 #define GEMM_CVSTORE_1(v, p, o) GSTORE_U(GEMM_VT, (p) + (o), (v))
+// The epilogue, where the host asked for one (epi, cl/abi.h): after
+// alpha * op(A) op(B) + beta * C, the bias of the column and an addend of
+// C's shape, so that a linear Dense (and a residual sum after it) is one
+// pass over C. The same f32 additions in the same order as the separate
+// kernels; 16-bit C is rounded once where those round twice.
+#define GEMM_EPILOGUE_FULL(P)                                                  \
+    if (epi & MPCL_ABI_GEMM_EPI_BIAS) v_ += GLOAD_U(GEMM_VT, bias + j0);       \
+    if (epi & MPCL_ABI_GEMM_EPI_ADDEND) v_ += GEMM_CVLOAD_##P(addend, o_);
+#define GEMM_EPILOGUE_EDGE(P)                                                  \
+    if (epi & MPCL_ABI_GEMM_EPI_BIAS) v_ += bias[j_];                          \
+    if (epi & MPCL_ABI_GEMM_EPI_ADDEND) v_ += GEMM_CLOAD_##P(addend, i_ * N + j_);
 // Whole tile in place: one vector store per row. beta == 0 never reads C.
 #define GEMM_STORE_FULL(r, P)                                                  \
     {                                                                          \
         const uint o_ = (i0 + (r)) * N + j0;                                   \
         GEMM_VT v_ = alpha * acc##r;                                           \
         if (beta != 0.0f) v_ = fma((GEMM_VT)(beta), GEMM_CVLOAD_##P(c, o_), v_); \
+        GEMM_EPILOGUE_FULL(P)                                                  \
         GEMM_CVSTORE_##P(v_, c, o_);                                             \
     }
 // Edge tile: element by element, only what this tile owns (loops rather than
@@ -255,6 +268,7 @@ typedef storage_bits_t gemm_raw_t; // common.cl
                 if (j_ < j0 || j_ >= N) continue;                                  \
                 float v_ = alpha * tmp[l];                                         \
                 if (beta != 0.0f) v_ = fma(beta, GEMM_CLOAD_##P(c, i_ * N + j_), v_); \
+                GEMM_EPILOGUE_EDGE(P)                                                  \
                 GEMM_CSTORE_##P(c, i_ * N + j_, v_);                                \
             }                                                                      \
         }                                                                          \
@@ -263,7 +277,8 @@ typedef storage_bits_t gemm_raw_t; // common.cl
 #define GEMM_KERNEL(NAME, CF)                                                                    \
     __kernel void NAME(__global const storage_t *a, __global const storage_t *b,               \
                        __global GEMM_CT_##CF *c, uint M, uint N, uint K, uint ta, uint tb,          \
-                       float alpha, float beta, uint strip) {                                  \
+                       float alpha, float beta, uint strip, __global const float *bias,        \
+                       __global const GEMM_CT_##CF *addend, uint epi) {                         \
         /* This item's strip: strip tiles from row s0 and column sj0. */                      \
         const uint s0 = get_global_id(1) * GEMM_TM * (GEMM_STRIP_COLS ? 1 : strip);             \
         const uint sj0 = get_global_id(0) * GEMM_W * (GEMM_STRIP_COLS ? strip : 1);             \

@@ -195,6 +195,21 @@ bool mpcl__gemm_stages_bt(const mpcl_context *ctx, mpcl_gemm_path path, mpcl_dty
  * into an f32 C: it accumulates in f32 and can hand the sums on unrounded. */
 bool mpcl__gemm_f32_c_of_16_bit(mpcl_gemm_path path, mpcl_dtype storage);
 
+/* What mpcl__gemm_fused adds to C = op(A) op(B): a bias [1, N] f32 per
+ * column and an addend of C's dtype and shape (not C itself); NULL: none. */
+typedef struct mpcl__gemm_epilogue {
+    const mpcl_tensor *bias, *addend;
+} mpcl__gemm_epilogue;
+
+/* C = op(A) op(B) + bias + addend: in the GEMM kernel's stores on mpcl's
+ * own paths (one pass over C), as separate launches on the others (the
+ * bias kernel, mpcl_add). Checked as mpcl_gemm, and the epilogue's tensors
+ * too, before anything is enqueued. Activations keep their own pass
+ * (mpcl__bias_act_gemm_forward says why). */
+mpcl_status mpcl__gemm_fused(mpcl_context *ctx, mpcl_gemm_path path, bool trans_a, bool trans_b,
+                             const mpcl_tensor *a, const mpcl_tensor *b, mpcl_tensor *c,
+                             const mpcl__gemm_epilogue *e);
+
 /* mpcl-mma (gemm_mma.c): op(A) m x k times op(B) k x n into C, checked. */
 mpcl_status mpcl__gemm_run_mma(mpcl_context *ctx, bool ta, bool tb, size_t m, size_t n, size_t k,
                                float alpha, const mpcl_tensor *a, const mpcl_tensor *b, float beta,

@@ -145,9 +145,24 @@ static unsigned pick_strip(const mpcl_context *ctx, mpcl__gemm_tiles tiles, size
  * the launch costs about what it saves. */
 #define STAGE_BT_MIN 16384
 
+/* The kernels' epilogue word (cl/abi.h) and its tensors' buffers; C's
+ * stands in for those it does not use. */
+typedef struct epilogue_args {
+    cl_uint word;
+    cl_mem bias, addend;
+} epilogue_args;
+
+static epilogue_args epilogue_of(const mpcl__gemm_epilogue *e, const mpcl_tensor *c) {
+    epilogue_args x = {0, c->mem, c->mem};
+    if (e && e->bias) x.word |= MPCL_ABI_GEMM_EPI_BIAS, x.bias = e->bias->mem;
+    if (e && e->addend) x.word |= MPCL_ABI_GEMM_EPI_ADDEND, x.addend = e->addend->mem;
+    return x;
+}
+
 static mpcl_status run_mpcl(mpcl_context *ctx, mpcl_gemm_path path, bool ta, bool tb, size_t m,
                             size_t n, size_t k, float alpha, const mpcl_tensor *a,
-                            const mpcl_tensor *b, float beta, mpcl_tensor *c) {
+                            const mpcl_tensor *b, float beta, mpcl_tensor *c,
+                            const mpcl__gemm_epilogue *e) {
     /* Each item computes a strip of tiles whose shape the kernels share
      * through cl/abi.h: down the rows in 4x16, along the columns in 16x16. */
     static const struct {
@@ -170,9 +185,11 @@ static mpcl_status run_mpcl(mpcl_context *ctx, mpcl_gemm_path path, bool ta, boo
     mpcl_status st = mpcl__kernel(ctx, storage, name, &kern);
     if (st != MPCL_OK) return st;
     cl_uint m32 = (cl_uint)m, n32 = (cl_uint)n, k32 = (cl_uint)k, ta32 = ta, tb32 = tb;
+    epilogue_args epi = epilogue_of(e, c);
     st = mpcl__set_args(ctx, kern, name, MPCL_ARG(a->mem), MPCL_ARG(b->mem), MPCL_ARG(c->mem),
                         MPCL_ARG(m32), MPCL_ARG(n32), MPCL_ARG(k32), MPCL_ARG(ta32), MPCL_ARG(tb32),
-                        MPCL_ARG(alpha), MPCL_ARG(beta), MPCL_ARG(strip), MPCL_ARGS_END);
+                        MPCL_ARG(alpha), MPCL_ARG(beta), MPCL_ARG(strip), MPCL_ARG(epi.bias),
+                        MPCL_ARG(epi.addend), MPCL_ARG(epi.word), MPCL_ARGS_END);
     if (st != MPCL_OK) return st;
     /* One item per work-group: each item's tile is the unit of work, and on
      * CPU devices PoCL spreads work-groups over the cores. */
@@ -368,11 +385,19 @@ mpcl_status mpcl__gemm_check(mpcl_context *ctx, mpcl_gemm_path path, bool trans_
     return MPCL_OK;
 }
 
-mpcl_status mpcl_gemm(mpcl_context *ctx, mpcl_gemm_path path, bool trans_a, bool trans_b,
-                      float alpha, const mpcl_tensor *a, const mpcl_tensor *b, float beta,
-                      mpcl_tensor *c) {
-    mpcl_status st = mpcl__gemm_check(ctx, path, trans_a, trans_b, a, b, c);
-    if (st != MPCL_OK) return st;
+/* Whether run_mpcl takes the GEMM (and so its epilogue): mpcl's own paths,
+ * but for the bf16 dot kernels. */
+static bool runs_mpcl(const mpcl_context *ctx, mpcl_gemm_path path, bool ta, const mpcl_tensor *a,
+                      size_t m, size_t n) {
+    return path == MPCL_GEMM_MPCL_F32 ||
+           (path == MPCL_GEMM_MPCL_MIXED && !dot_kernel(ctx, ta, a, m, n));
+}
+
+/* A checked GEMM; e (NULL: none) only where runs_mpcl. */
+static mpcl_status run_checked(mpcl_context *ctx, mpcl_gemm_path path, bool trans_a, bool trans_b,
+                               float alpha, const mpcl_tensor *a, const mpcl_tensor *b, float beta,
+                               mpcl_tensor *c, const mpcl__gemm_epilogue *e) {
+    mpcl_status st;
     /* op(A) is m x k, op(B) is k x n (checked). */
     size_t m = trans_a ? a->cols : a->rows, k = trans_a ? a->rows : a->cols;
     size_t n = trans_b ? b->rows : b->cols;
@@ -390,9 +415,47 @@ mpcl_status mpcl_gemm(mpcl_context *ctx, mpcl_gemm_path path, bool trans_a, bool
         st = mpcl__workspace_tensor(ctx, 1, b->dtype, n, k, &bt);
         if (st != MPCL_OK) return st;
         if ((st = mpcl__transpose(ctx, &bt, b, 1)) != MPCL_OK) return st;
-        return run_mpcl(ctx, path, trans_a, false, m, n, k, alpha, a, &bt, beta, c);
+        return run_mpcl(ctx, path, trans_a, false, m, n, k, alpha, a, &bt, beta, c, e);
     }
-    return run_mpcl(ctx, path, trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
+    return run_mpcl(ctx, path, trans_a, trans_b, m, n, k, alpha, a, b, beta, c, e);
+}
+
+mpcl_status mpcl_gemm(mpcl_context *ctx, mpcl_gemm_path path, bool trans_a, bool trans_b,
+                      float alpha, const mpcl_tensor *a, const mpcl_tensor *b, float beta,
+                      mpcl_tensor *c) {
+    mpcl_status st = mpcl__gemm_check(ctx, path, trans_a, trans_b, a, b, c);
+    if (st != MPCL_OK) return st;
+    return run_checked(ctx, path, trans_a, trans_b, alpha, a, b, beta, c, NULL);
+}
+
+static mpcl_status check_epilogue(mpcl_context *ctx, const mpcl_tensor *c,
+                                  const mpcl__gemm_epilogue *e) {
+    static const char op[] = "the GEMM's epilogue";
+    if (!e) return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "%s: NULL", op);
+    if (e->bias) {
+        TRY(mpcl__check_dtype(ctx, e->bias, MPCL_DTYPE_F32, op, "bias"));
+        TRY(mpcl__check_shape(ctx, e->bias, 1, c->cols, op, "bias"));
+    }
+    if (e->addend) {
+        if (e->addend == c)
+            return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "%s: the addend must not be C", op);
+        TRY(mpcl__check_dtype(ctx, e->addend, c->dtype, op, "addend"));
+        TRY(mpcl__check_shape(ctx, e->addend, c->rows, c->cols, op, "addend"));
+    }
+    return MPCL_OK;
+}
+
+mpcl_status mpcl__gemm_fused(mpcl_context *ctx, mpcl_gemm_path path, bool trans_a, bool trans_b,
+                             const mpcl_tensor *a, const mpcl_tensor *b, mpcl_tensor *c,
+                             const mpcl__gemm_epilogue *e) {
+    TRY(mpcl__gemm_check(ctx, path, trans_a, trans_b, a, b, c));
+    TRY(check_epilogue(ctx, c, e));
+    size_t m = trans_a ? a->cols : a->rows, n = trans_b ? b->rows : b->cols;
+    if (runs_mpcl(ctx, path, trans_a, a, m, n))
+        return run_checked(ctx, path, trans_a, trans_b, 1.0f, a, b, 0.0f, c, e);
+    TRY(run_checked(ctx, path, trans_a, trans_b, 1.0f, a, b, 0.0f, c, NULL));
+    if (e->bias) TRY(mpcl_bias_act_forward(ctx, c, c, e->bias, MPCL_ACT_IDENTITY));
+    return e->addend ? mpcl_add(ctx, c, c, e->addend) : MPCL_OK;
 }
 
 bool mpcl__gemm_stages_bt(const mpcl_context *ctx, mpcl_gemm_path path, mpcl_dtype a_dtype,

@@ -44,6 +44,21 @@ mpcl_status mpcl__bias_act_create(mpcl__bias_act *e, const mpcl__layer_env *env,
     return MPCL_OK;
 }
 
+mpcl_status mpcl__bias_act_gemm_forward(mpcl__bias_act *e, const mpcl__layer_env *env,
+                                        const mpcl_tensor *x, const mpcl_tensor *w, mpcl_tensor *h,
+                                        bool training, const mpcl_tensor *addend) {
+    if (e->act == MPCL_ACT_IDENTITY) {
+        mpcl__gemm_epilogue epi = {e->use_bias ? e->b : NULL, addend};
+        return mpcl__gemm_fused(env->ctx, env->gemm, false, false, x, w, h, &epi);
+    }
+    /* An activation keeps its own pass: in the GEMM's stores, GELU on the
+     * GPT's [2048, 512] (and relu) made the GEMM slower by what the pass
+     * took, or more (its exp and division are the cost, not the memory). */
+    TRY(mpcl_gemm(env->ctx, env->gemm, false, false, 1.0f, x, w, 0.0f, h));
+    TRY(mpcl__bias_act_forward(e, env->ctx, h, training));
+    return addend ? mpcl_add(env->ctx, h, h, addend) : MPCL_OK;
+}
+
 mpcl_status mpcl__bias_act_forward(mpcl__bias_act *e, mpcl_context *ctx, mpcl_tensor *h,
                                    bool training) {
     if (training && e->z) {

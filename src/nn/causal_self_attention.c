@@ -172,11 +172,10 @@ static mpcl_status attn_create(mpcl__layer *L, const mpcl__tables *t, const mpcl
     return mpcl__layer_create_io(L);
 }
 
-/* out = in W + b. */
+/* out = in W + b (+ addend, NULL: none). */
 static mpcl_status project(projection *p, const mpcl__layer_env *env, const mpcl_tensor *in,
-                           mpcl_tensor *out) {
-    TRY(mpcl_gemm(env->ctx, env->gemm, false, false, 1.0f, in, p->w, 0.0f, out));
-    return mpcl__bias_act_forward(&p->bias, env->ctx, out, false);
+                           mpcl_tensor *out, const mpcl_tensor *addend) {
+    return mpcl__bias_act_gemm_forward(&p->bias, env, in, p->w, out, false, addend);
 }
 
 /* From d_out (the gradient of out = in W + b): the bias's and W's
@@ -330,10 +329,14 @@ static mpcl_status attn_forward(mpcl__layer *L, const mpcl_tensor *in, bool trai
     size_t B = in->rows, positions = B * a->T;
     mpcl_tensor x = mpcl__tensor_by_last(in, a->C), qkv = mpcl__tensor_rows(a->qkv, positions);
     mpcl_tensor y = mpcl__tensor_rows(a->y, positions), out_rows = mpcl__tensor_rows(L->output, B);
-    mpcl_tensor out = mpcl__tensor_by_last(&out_rows, a->C);
-    TRY(project(&a->proj[C_ATTN], env, &x, &qkv));
+    mpcl_tensor out = mpcl__tensor_by_last(&out_rows, a->C), addend_rows, addend;
+    if (L->out_addend) {
+        addend_rows = mpcl__tensor_rows(L->out_addend, B);
+        addend = mpcl__tensor_by_last(&addend_rows, a->C);
+    }
+    TRY(project(&a->proj[C_ATTN], env, &x, &qkv, NULL));
     TRY(attend(a, env->ctx, env->storage, B));
-    return project(&a->proj[C_PROJ], env, &y, &out);
+    return project(&a->proj[C_PROJ], env, &y, &out, L->out_addend ? &addend : NULL);
 }
 
 /* Generation's step at position t of sample 0, from its input row x [1, C]:
@@ -347,7 +350,7 @@ static mpcl_status attn_forward_step(mpcl__layer *L, const mpcl_tensor *x, size_
     mpcl_context *ctx = env->ctx;
     mpcl_tensor qkv_row = mpcl__tensor_rows(a->dqkv, 1), y = mpcl__tensor_rows(a->y, 1);
     mpcl_tensor out = mpcl__layer_step_row(L);
-    TRY(project(&a->proj[C_ATTN], env, x, &qkv_row));
+    TRY(project(&a->proj[C_ATTN], env, x, &qkv_row, NULL));
     TRY(mpcl__tensor_copy_at(a->qkv, t * 3 * a->C, &qkv_row));
     static const char name[] = "mpcl_attention_forward_position";
     cl_kernel k;
@@ -359,7 +362,7 @@ static mpcl_status attn_forward_step(mpcl__layer *L, const mpcl_tensor *x, size_
                        MPCL_ARG(a->qkv->mem), MPCL_ARG(T), MPCL_ARG(C), MPCL_ARG(H), MPCL_ARG(ld),
                        MPCL_ARG(scale), MPCL_ARG(position), MPCL_ARGS_END));
     TRY(mpcl__launch_1d(ctx, k, name, a->H, 0));
-    return project(&a->proj[C_PROJ], env, &y, &out);
+    return project(&a->proj[C_PROJ], env, &y, &out, L->out_addend);
 }
 
 static mpcl_status attn_backward(mpcl__layer *L, const mpcl_tensor *in, mpcl_tensor *d_in) {

@@ -75,9 +75,9 @@ static mpcl_status dense_forward(mpcl__layer *L, const mpcl_tensor *in, bool tra
     dense *d = L->state;
     const mpcl__layer_env *env = L->env;
     mpcl_tensor h = by_position(L, L->output, in->rows), x = by_position(L, in, in->rows);
-    mpcl_status st = mpcl_gemm(env->ctx, env->gemm, false, false, 1.0f, &x, d->w, 0.0f, &h);
-    if (st != MPCL_OK) return st;
-    return mpcl__bias_act_forward(&d->epilogue, env->ctx, &h, training);
+    mpcl_tensor addend = L->out_addend ? by_position(L, L->out_addend, in->rows) : h;
+    return mpcl__bias_act_gemm_forward(&d->epilogue, env, &x, d->w, &h, training,
+                                       L->out_addend ? &addend : NULL);
 }
 
 /* One position of a sequence: its [1, features] row into the output's
@@ -87,8 +87,7 @@ static mpcl_status dense_forward_step(mpcl__layer *L, const mpcl_tensor *in, siz
     dense *d = L->state;
     const mpcl__layer_env *env = L->env;
     mpcl_tensor h = mpcl__layer_step_row(L);
-    TRY(mpcl_gemm(env->ctx, env->gemm, false, false, 1.0f, in, d->w, 0.0f, &h));
-    return mpcl__bias_act_forward(&d->epilogue, env->ctx, &h, false);
+    return mpcl__bias_act_gemm_forward(&d->epilogue, env, in, d->w, &h, false, L->out_addend);
 }
 
 static mpcl_status dense_backward(mpcl__layer *L, const mpcl_tensor *in, mpcl_tensor *d_in) {

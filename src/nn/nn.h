@@ -231,6 +231,12 @@ struct mpcl__layer {
      * NULL: the gradient alone. Only layer_normalization's backward reads
      * it; a composite sets it on no other kind. */
     const mpcl_tensor *d_in_addend;
+    /* The forward's counterpart, set around one forward or forward_step
+     * call (the same block, on its attention and its c_proj): the layer
+     * writes output = its result + out_addend (the batch's rows of its
+     * output's shape, or forward_step's one row) in its GEMM's epilogue.
+     * Only dense and causal_self_attention read it. */
+    const mpcl_tensor *out_addend;
     void *state; /* the kind's own */
 };
 
@@ -276,6 +282,12 @@ mpcl_status mpcl__bias_act_add_rows(mpcl_context *ctx, mpcl__tables *t, const ch
 mpcl_status mpcl__bias_act_create(mpcl__bias_act *e, const mpcl__layer_env *env,
                                   const mpcl__tables *t, const mpcl__arenas *a, size_t rows,
                                   mpcl_activation act);
+/* h = act(x w + b) + addend (NULL: none), z kept when training; without
+ * an activation one kernel where the GEMM path has the epilogue
+ * (mpcl__gemm_fused). */
+mpcl_status mpcl__bias_act_gemm_forward(mpcl__bias_act *e, const mpcl__layer_env *env,
+                                        const mpcl_tensor *x, const mpcl_tensor *w, mpcl_tensor *h,
+                                        bool training, const mpcl_tensor *addend);
 /* h = act(h + b), in place on h [rows, units]; z kept when training. */
 mpcl_status mpcl__bias_act_forward(mpcl__bias_act *e, mpcl_context *ctx, mpcl_tensor *h,
                                    bool training);

@@ -8,10 +8,11 @@
  * it declares, creates and runs through their own interfaces under the
  * names "<block>.ln_1", "<block>.attn", "<block>.ln_2", "<block>.mlp.c_fc"
  * and "<block>.mlp.c_proj": their rows are GPT-2's names in GPT-2's order.
- * The block keeps h and its output; the residual sums are mpcl_add forward,
- * and backward the layer norms' input gradients add the skip's gradient in
- * their own pass (`d_in_addend`). Kernels start normal(0, 0.02), as
- * GPT-2's. */
+ * The residual sums cost no pass of their own: forward, the attention and
+ * c_proj add the skip in their GEMM's epilogue (`out_addend`), so h is the
+ * attention's output and the block's output is c_proj's (a view of it);
+ * backward, the layer norms' input gradients add the skip's gradient
+ * (`d_in_addend`). Kernels start normal(0, 0.02), as GPT-2's. */
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,7 +37,6 @@ typedef struct block {
     size_t T, C, intermediate;
     mpcl__layer sub[SUBS];
     char names[SUBS][MPCL__LAYER_NAME_MAX];
-    mpcl_tensor *h; /* [max_batch, T C] storage: x + attn(ln_1(x)) */
 } block;
 
 /* The spec of sub-layer i, from the block's. */
@@ -99,8 +99,8 @@ static mpcl_status block_declare(mpcl__layer *L, mpcl__tables *t) {
 
 static double block_activation_bytes(const mpcl__layer *L, const mpcl__layer_env *env) {
     const block *b = L->state;
-    /* Its output and d_output, and h, half as large again. */
-    double bytes = 1.5 * mpcl__layer_io_bytes(L);
+    /* Its d_output: its output is c_proj's, h the attention's. */
+    double bytes = 0.5 * mpcl__layer_io_bytes(L);
     for (int i = 0; i < SUBS; i++) bytes += b->sub[i].kind->activation_bytes(&b->sub[i], env);
     return bytes;
 }
@@ -109,8 +109,8 @@ static mpcl_status block_create(mpcl__layer *L, const mpcl__tables *t, const mpc
     block *b = L->state;
     const mpcl__layer_env *env = L->env;
     for (int i = 0; i < SUBS; i++) TRY(b->sub[i].kind->create(&b->sub[i], t, a));
-    TRY(mpcl_tensor_create(env->ctx, env->storage, env->max_batch, L->outputs, &b->h));
-    return mpcl__layer_create_io(L);
+    TRY(mpcl__tensor_view(b->sub[C_PROJ].output, 0, env->max_batch, L->outputs, &L->output));
+    return mpcl_tensor_create(env->ctx, env->storage, env->max_batch, L->outputs, &L->d_output);
 }
 
 /* The first B rows of a [max_batch, ...] tensor. */
@@ -138,33 +138,35 @@ static mpcl_status run_sub(block *b, int i, const mpcl_tensor *in, how w, mpcl_t
     return MPCL_OK;
 }
 
-/* out = h + mlp(ln_2(h)), h = in + attn(ln_1(in)). */
-static mpcl_status run_block(block *b, mpcl_context *ctx, const mpcl_tensor *in, mpcl_tensor *h,
-                             mpcl_tensor *out, how w) {
-    mpcl_tensor y;
+/* Sub-layer i's run, its output = its result + addend. */
+static mpcl_status run_adding(block *b, int i, const mpcl_tensor *in, const mpcl_tensor *addend,
+                              how w, mpcl_tensor *out) {
+    b->sub[i].out_addend = addend;
+    mpcl_status st = run_sub(b, i, in, w, out);
+    b->sub[i].out_addend = NULL;
+    return st;
+}
+
+/* out = h + mlp(ln_2(h)), h = in + attn(ln_1(in)): h lands in the
+ * attention's output, out in c_proj's, the block's. */
+static mpcl_status run_block(block *b, const mpcl_tensor *in, how w) {
+    mpcl_tensor y, h;
     TRY(run_sub(b, LN_1, in, w, &y));
-    TRY(run_sub(b, ATTN, &y, w, &y));
-    TRY(mpcl_add(ctx, h, in, &y));
-    TRY(run_sub(b, LN_2, h, w, &y));
+    TRY(run_adding(b, ATTN, &y, in, w, &h));
+    TRY(run_sub(b, LN_2, &h, w, &y));
     TRY(run_sub(b, C_FC, &y, w, &y));
-    TRY(run_sub(b, C_PROJ, &y, w, &y));
-    return mpcl_add(ctx, out, h, &y);
+    return run_adding(b, C_PROJ, &y, &h, w, &y);
 }
 
 static mpcl_status block_forward(mpcl__layer *L, const mpcl_tensor *in, bool training) {
-    block *b = L->state;
-    size_t B = in->rows;
-    mpcl_tensor h = rows(b->h, B), out = rows(L->output, B);
-    return run_block(b, L->env->ctx, in, &h, &out, (how){.training = training});
+    return run_block(L->state, in, (how){.training = training});
 }
 
 /* One position's row in, through each sub-layer's step (the attention's
- * reads and extends its key/value cache), into the output's first row. */
+ * reads and extends its key/value cache), into the output's first row
+ * (c_proj's). */
 static mpcl_status block_forward_step(mpcl__layer *L, const mpcl_tensor *in, size_t position) {
-    block *b = L->state;
-    mpcl_tensor first = rows(b->h, 1), by_position = mpcl__tensor_by_last(&first, b->C);
-    mpcl_tensor h = rows(&by_position, 1), out = mpcl__layer_step_row(L);
-    return run_block(b, L->env->ctx, in, &h, &out, (how){.step = true, .position = position});
+    return run_block(L->state, in, (how){.step = true, .position = position});
 }
 
 /* Sub-layer i's backward from its d_output (the gradient of its output),
@@ -199,7 +201,7 @@ static mpcl_status block_backward(mpcl__layer *L, const mpcl_tensor *in, mpcl_te
     block *b = L->state;
     mpcl_context *ctx = L->env->ctx;
     size_t B = in->rows;
-    mpcl_tensor h = rows(b->h, B), d_out = rows(L->d_output, B);
+    mpcl_tensor h = rows(b->sub[ATTN].output, B), d_out = rows(L->d_output, B);
     mpcl_tensor d_proj = rows(b->sub[C_PROJ].d_output, B), d_attn = rows(b->sub[ATTN].d_output, B);
     /* out = h + mlp(h): d_h = d_out + mlp's input gradient, into d_out. */
     TRY(mpcl_cast(ctx, &d_proj, &d_out));
@@ -216,8 +218,10 @@ static mpcl_status block_backward(mpcl__layer *L, const mpcl_tensor *in, mpcl_te
 static void block_destroy(mpcl__layer *L) {
     block *b = L->state;
     if (!b) return;
+    /* The output is a view of c_proj's: gone before it. */
+    mpcl_tensor_destroy(L->output);
+    L->output = NULL;
     mpcl__destroy_layers(b->sub, SUBS);
-    mpcl_tensor_destroy(b->h);
     free(b);
     L->state = NULL;
 }
