@@ -114,11 +114,11 @@ __kernel void mpcl_im2col(__global storage_bits_t *columns, __global const stora
 // Each of `count` rows x cols matrices stored one after the other, transposed
 // in place of the same count: out[t][j, i] = in[t][i, j]. The convolution's
 // weights [taps, channels, filters] as [taps, filters, channels], for the
-// direct input gradient (count = taps) or the NN GEMM (count 1). A copy of
-// the bits, so exact. One item per 16 elements of an output row: global ids
-// (i / 16, t*cols + j), reading a column's 16 elements and writing them
-// together (one item per element, scattering its stores, took 84 us for a
-// 128 x 512 f32 matrix on PoCL).
+// direct input gradient (count = taps), the NN GEMM of op(B) = B^T and the
+// tied head's wte^T (count 1). A copy of the bits, so exact. One item per
+// 16 elements of an output row: global ids (i / 16, t*cols + j), reading a
+// column's 16 elements and writing them together (one item per element,
+// scattering its stores, took 84 us for a 128 x 512 f32 matrix on PoCL).
 __kernel void mpcl_transpose(__global storage_bits_t *out, __global const storage_bits_t *in,
                              uint rows, uint cols, uint count) {
     uint i0 = get_global_id(0) * 16u, y = get_global_id(1);

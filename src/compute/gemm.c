@@ -385,15 +385,17 @@ mpcl_status mpcl__gemm_check(mpcl_context *ctx, mpcl_gemm_path path, bool trans_
     return MPCL_OK;
 }
 
-/* Whether run_mpcl takes the GEMM (and so its epilogue): mpcl's own paths,
- * but for the bf16 dot kernels. */
-static bool runs_mpcl(const mpcl_context *ctx, mpcl_gemm_path path, bool ta, const mpcl_tensor *a,
-                      size_t m, size_t n) {
-    return path == MPCL_GEMM_MPCL_F32 ||
-           (path == MPCL_GEMM_MPCL_MIXED && !dot_kernel(ctx, ta, a, m, n));
+/* The epilogue (NULL: none) as separate launches, after a path whose
+ * kernels do not take it: the bias kernel, then mpcl_add. */
+static mpcl_status epilogue_launches(mpcl_context *ctx, mpcl_tensor *c,
+                                     const mpcl__gemm_epilogue *e) {
+    if (!e) return MPCL_OK;
+    if (e->bias) TRY(mpcl_bias_act_forward(ctx, c, c, e->bias, MPCL_ACT_IDENTITY));
+    return e->addend ? mpcl_add(ctx, c, c, e->addend) : MPCL_OK;
 }
 
-/* A checked GEMM; e (NULL: none) only where runs_mpcl. */
+/* A checked GEMM and its epilogue (NULL: none): in mpcl's kernels' stores
+ * where they run it, as separate launches elsewhere. */
 static mpcl_status run_checked(mpcl_context *ctx, mpcl_gemm_path path, bool trans_a, bool trans_b,
                                float alpha, const mpcl_tensor *a, const mpcl_tensor *b, float beta,
                                mpcl_tensor *c, const mpcl__gemm_epilogue *e) {
@@ -401,23 +403,24 @@ static mpcl_status run_checked(mpcl_context *ctx, mpcl_gemm_path path, bool tran
     /* op(A) is m x k, op(B) is k x n (checked). */
     size_t m = trans_a ? a->cols : a->rows, k = trans_a ? a->rows : a->cols;
     size_t n = trans_b ? b->rows : b->cols;
-    if (path == MPCL_GEMM_CLBLAST_SGEMM || path == MPCL_GEMM_CLBLAST_HGEMM)
-        return run_clblast(ctx, path, trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
-    if (path == MPCL_GEMM_CLBLAST_STAGED)
-        return run_staged(ctx, trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
-    if (path == MPCL_GEMM_MPCL_MMA)
-        return mpcl__gemm_run_mma(ctx, trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
     const dot_tiles *dot = path == MPCL_GEMM_MPCL_MIXED ? dot_kernel(ctx, trans_a, a, m, n) : NULL;
-    if (dot) return run_dot(ctx, dot, trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
-    if (trans_b && n * k >= STAGE_BT_MIN) {
+    if (path == MPCL_GEMM_CLBLAST_SGEMM || path == MPCL_GEMM_CLBLAST_HGEMM)
+        st = run_clblast(ctx, path, trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
+    else if (path == MPCL_GEMM_CLBLAST_STAGED)
+        st = run_staged(ctx, trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
+    else if (path == MPCL_GEMM_MPCL_MMA)
+        st = mpcl__gemm_run_mma(ctx, trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
+    else if (dot)
+        st = run_dot(ctx, dot, trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
+    else if (trans_b && n * k >= STAGE_BT_MIN) {
         /* B^T staged in workspace 1 (free on mpcl's paths), then NN. */
         mpcl_tensor bt;
-        st = mpcl__workspace_tensor(ctx, 1, b->dtype, n, k, &bt);
-        if (st != MPCL_OK) return st;
-        if ((st = mpcl__transpose(ctx, &bt, b, 1)) != MPCL_OK) return st;
+        TRY(mpcl__workspace_tensor(ctx, 1, b->dtype, n, k, &bt));
+        TRY(mpcl__transpose(ctx, &bt, b, 1));
         return run_mpcl(ctx, path, trans_a, false, m, n, k, alpha, a, &bt, beta, c, e);
-    }
-    return run_mpcl(ctx, path, trans_a, trans_b, m, n, k, alpha, a, b, beta, c, e);
+    } else
+        return run_mpcl(ctx, path, trans_a, trans_b, m, n, k, alpha, a, b, beta, c, e);
+    return st == MPCL_OK ? epilogue_launches(ctx, c, e) : st;
 }
 
 mpcl_status mpcl_gemm(mpcl_context *ctx, mpcl_gemm_path path, bool trans_a, bool trans_b,
@@ -450,12 +453,7 @@ mpcl_status mpcl__gemm_fused(mpcl_context *ctx, mpcl_gemm_path path, bool trans_
                              const mpcl__gemm_epilogue *e) {
     TRY(mpcl__gemm_check(ctx, path, trans_a, trans_b, a, b, c));
     TRY(check_epilogue(ctx, c, e));
-    size_t m = trans_a ? a->cols : a->rows, n = trans_b ? b->rows : b->cols;
-    if (runs_mpcl(ctx, path, trans_a, a, m, n))
-        return run_checked(ctx, path, trans_a, trans_b, 1.0f, a, b, 0.0f, c, e);
-    TRY(run_checked(ctx, path, trans_a, trans_b, 1.0f, a, b, 0.0f, c, NULL));
-    if (e->bias) TRY(mpcl_bias_act_forward(ctx, c, c, e->bias, MPCL_ACT_IDENTITY));
-    return e->addend ? mpcl_add(ctx, c, c, e->addend) : MPCL_OK;
+    return run_checked(ctx, path, trans_a, trans_b, 1.0f, a, b, 0.0f, c, e);
 }
 
 bool mpcl__gemm_stages_bt(const mpcl_context *ctx, mpcl_gemm_path path, mpcl_dtype a_dtype,
