@@ -97,20 +97,39 @@ static mpcl_status block_declare(mpcl__layer *L, mpcl__tables *t) {
     return MPCL_OK;
 }
 
+/* The sub-layers whose d_output is a view of the block's (see block_create). */
+static const int SHARES_D_OUTPUT[] = {ATTN, C_PROJ};
+#define SHARING (sizeof SHARES_D_OUTPUT / sizeof SHARES_D_OUTPUT[0])
+
 static double block_activation_bytes(const mpcl__layer *L, const mpcl__layer_env *env) {
     const block *b = L->state;
-    /* Its d_output: its output is c_proj's, h the attention's. */
-    double bytes = 0.5 * mpcl__layer_io_bytes(L);
+    /* Its d_output (its output is c_proj's, h the attention's), and the
+     * sub-layers' own but the d_outputs that are views of the block's: each
+     * of those is half a sub-layer's io, of the block's width. */
+    double bytes = (0.5 - 0.5 * (double)SHARING) * mpcl__layer_io_bytes(L);
     for (int i = 0; i < SUBS; i++) bytes += b->sub[i].kind->activation_bytes(&b->sub[i], env);
     return bytes;
 }
 
+/* The output is a view of c_proj's. The attention's and c_proj's d_output
+ * are views of the block's: the gradient of each residual sum reaches its
+ * branch without a copy. That holds because both backward passes only read
+ * their d_output (their last step is linear: a bias gradient and GEMMs), and
+ * the layer norm that overwrites the block's d_output runs after the branch
+ * has read it. */
 static mpcl_status block_create(mpcl__layer *L, const mpcl__tables *t, const mpcl__arenas *a) {
     block *b = L->state;
     const mpcl__layer_env *env = L->env;
     for (int i = 0; i < SUBS; i++) TRY(b->sub[i].kind->create(&b->sub[i], t, a));
     TRY(mpcl__tensor_view(b->sub[C_PROJ].output, 0, env->max_batch, L->outputs, &L->output));
-    return mpcl_tensor_create(env->ctx, env->storage, env->max_batch, L->outputs, &L->d_output);
+    TRY(mpcl_tensor_create(env->ctx, env->storage, env->max_batch, L->outputs, &L->d_output));
+    for (size_t s = 0; s < SHARING; s++) {
+        mpcl__layer *S = &b->sub[SHARES_D_OUTPUT[s]];
+        mpcl_tensor_destroy(S->d_output);
+        S->d_output = NULL;
+        TRY(mpcl__tensor_view(L->d_output, 0, env->max_batch, L->outputs, &S->d_output));
+    }
+    return MPCL_OK;
 }
 
 /* The first B rows of a [max_batch, ...] tensor. */
@@ -193,23 +212,19 @@ static mpcl_status back_adding(block *b, int i, const mpcl_tensor *x, mpcl_tenso
 }
 
 /* The gradient of each residual sum reaches both of its terms: its branch
- * gets a copy in the branch's last d_output (a backward may overwrite its
- * d_output), and the skip's gradient is added to the branch's input
- * gradient by the layer norm that starts the branch. Every row's gradient
- * has one sub-layer writing it: no parameter accumulates. */
+ * reads it in place (the branch's last d_output is a view of the block's),
+ * and the skip's gradient is added to the branch's input gradient by the
+ * layer norm that starts the branch. Every row's gradient has one sub-layer
+ * writing it: no parameter accumulates. */
 static mpcl_status block_backward(mpcl__layer *L, const mpcl_tensor *in, mpcl_tensor *d_in) {
     block *b = L->state;
-    mpcl_context *ctx = L->env->ctx;
     size_t B = in->rows;
     mpcl_tensor h = rows(b->sub[ATTN].output, B), d_out = rows(L->d_output, B);
-    mpcl_tensor d_proj = rows(b->sub[C_PROJ].d_output, B), d_attn = rows(b->sub[ATTN].d_output, B);
     /* out = h + mlp(h): d_h = d_out + mlp's input gradient, into d_out. */
-    TRY(mpcl_cast(ctx, &d_proj, &d_out));
     TRY(back_chained(b, C_PROJ, B));
     TRY(back_chained(b, C_FC, B));
     TRY(back_adding(b, LN_2, &h, &d_out, &d_out));
     /* h = x + attn(ln_1(x)): d_x = d_h + ln_1's input gradient. */
-    TRY(mpcl_cast(ctx, &d_attn, &d_out));
     TRY(back_chained(b, ATTN, B));
     if (!d_in) return back_sub(b, LN_1, in, NULL);
     return back_adding(b, LN_1, in, d_in, &d_out);
