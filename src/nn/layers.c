@@ -79,7 +79,7 @@ mpcl_status mpcl__layer_create_io(mpcl__layer *L) {
     const mpcl__layer_env *env = L->env;
     mpcl_status st =
         mpcl_tensor_create(env->ctx, env->storage, env->max_batch, L->outputs, &L->output);
-    if (st == MPCL_OK)
+    if (st == MPCL_OK && !L->d_output)
         st = mpcl_tensor_create(env->ctx, env->storage, env->max_batch, L->outputs, &L->d_output);
     return st;
 }

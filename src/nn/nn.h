@@ -252,7 +252,9 @@ void mpcl__layer_name(char *buf, size_t size, const mpcl__layer *L);
 /* Device bytes of a layer's output and d_output for batches of max_batch,
  * in the storage dtype: what every kind that computes keeps. */
 double mpcl__layer_io_bytes(const mpcl__layer *L);
-/* Allocates L->output and L->d_output, [max_batch, outputs] storage. */
+/* Allocates L->output and L->d_output, [max_batch, outputs] storage; a
+ * d_output already set (a composite's view of its own, see
+ * transformer_decoder.c) is kept. */
 mpcl_status mpcl__layer_create_io(mpcl__layer *L);
 /* MPCL_ERR_INVALID_ARG naming the layer and its input shape unless its
  * input is a sequence (time, channels). */

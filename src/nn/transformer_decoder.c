@@ -120,16 +120,13 @@ static double block_activation_bytes(const mpcl__layer *L, const mpcl__layer_env
 static mpcl_status block_create(mpcl__layer *L, const mpcl__tables *t, const mpcl__arenas *a) {
     block *b = L->state;
     const mpcl__layer_env *env = L->env;
-    for (int i = 0; i < SUBS; i++) TRY(b->sub[i].kind->create(&b->sub[i], t, a));
-    TRY(mpcl__tensor_view(b->sub[C_PROJ].output, 0, env->max_batch, L->outputs, &L->output));
     TRY(mpcl_tensor_create(env->ctx, env->storage, env->max_batch, L->outputs, &L->d_output));
-    for (size_t s = 0; s < SHARING; s++) {
-        mpcl__layer *S = &b->sub[SHARES_D_OUTPUT[s]];
-        mpcl_tensor_destroy(S->d_output);
-        S->d_output = NULL;
-        TRY(mpcl__tensor_view(L->d_output, 0, env->max_batch, L->outputs, &S->d_output));
-    }
-    return MPCL_OK;
+    /* Given before their create, which keeps them (mpcl__layer_create_io). */
+    for (size_t s = 0; s < SHARING; s++)
+        TRY(mpcl__tensor_view(L->d_output, 0, env->max_batch, L->outputs,
+                              &b->sub[SHARES_D_OUTPUT[s]].d_output));
+    for (int i = 0; i < SUBS; i++) TRY(b->sub[i].kind->create(&b->sub[i], t, a));
+    return mpcl__tensor_view(b->sub[C_PROJ].output, 0, env->max_batch, L->outputs, &L->output);
 }
 
 /* The first B rows of a [max_batch, ...] tensor. */
