@@ -327,7 +327,7 @@ mpcl_status mpcl__transpose(mpcl_context *ctx, mpcl_tensor *out, const mpcl_tens
     cl_uint rows = (cl_uint)(in->rows / count), cols = (cl_uint)in->cols, n = (cl_uint)count;
     TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(out->mem), MPCL_ARG(in->mem), MPCL_ARG(rows),
                        MPCL_ARG(cols), MPCL_ARG(n), MPCL_ARGS_END));
-    return mpcl__launch_2d(ctx, k, name, (rows + 15) / 16, in->cols * count, NULL);
+    return mpcl__launch_2d(ctx, k, name, (cols + 15) / 16, (rows + 15) / 16 * count, NULL);
 }
 
 /* ---- the direct convolution ---- */
