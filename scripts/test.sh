@@ -65,7 +65,7 @@ configure "$asan" -Dwerror=true -Dbuildtype=debug -Db_sanitize=address,undefined
 meson compile -C "$asan"
 setups+=("$asan:pocl")
 # Not the Python suite: a plain python3 cannot load an ASan-built libmpcl.
-# Not cold-build (test_quiet): it times the driver's compiler under ASan.
+# Not cold-build (test_quiet*): it times the driver's compiler under ASan.
 # PoCL's ICD alone (OCL_ICD_VENDORS): the loader otherwise also opens Mesa's
 # Clover, whose start-up leaks from a module it unloads again; the fast
 # unwinder (ASan's default) shows that leak as "<unknown module>", which no
