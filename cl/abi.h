@@ -114,6 +114,11 @@
  * count), and the vector width its packed operands are padded to. */
 #define MPCL_ABI_ATTN_ROWS 8
 #define MPCL_ABI_ATTN_CHUNK 16
+/* The layer norm's CPU backward (cl/layernorm.cl's
+ * mpcl_layernorm_backward_rows): the rows an item takes; src/nn/
+ * layer_normalization.c launches ceil(rows / this) items and sizes the
+ * workspace of their column sums by that count. */
+#define MPCL_ABI_LN_BLOCK_ROWS 16
 /* The most 4x16 tiles one item of mpcl_gemm_r4w16* computes down the rows,
  * and the most 16x16 tiles one of mpcl_gemm_w16* computes along the columns
  * (their private partial sums are sized by them); the host passes 1 to
@@ -231,6 +236,7 @@
     X(MPCL_ABI_OPTIM_NORM_GROUPS)     \
     X(MPCL_ABI_BATCHNORM_WG)          \
     X(MPCL_ABI_ATTN_ROWS)             \
-    X(MPCL_ABI_ATTN_CHUNK)
+    X(MPCL_ABI_ATTN_CHUNK)            \
+    X(MPCL_ABI_LN_BLOCK_ROWS)
 
 #endif

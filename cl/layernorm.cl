@@ -79,10 +79,10 @@ __kernel __attribute__((reqd_work_group_size(BN_WG, 1, 1))) void mpcl_layernorm_
     }
 }
 
-// The same three on CPU devices (MPCL_NORM=row; layer_normalization.c picks):
-// one work-item per row (for gamma's and beta's gradients, a group per 32
-// channels, below), each summing eight lanes at a time in index order and
-// the lanes in order at the end (common.cl's lanes_sum8). A row of a few hundred
+// The same on CPU devices (MPCL_NORM=row; layer_normalization.c picks): the
+// forward one work-item per row, the backward an item per block of rows,
+// each summing eight lanes at a time in index order and the lanes in order
+// at the end (common.cl's lanes_sum8). A row of a few hundred
 // channels is a few cache lines, less work than a work-group's barriers on
 // a CPU. Deterministic as the group kernels, though their sums run in
 // another order. The lanes are explicit: a scalar loop per row left PoCL
@@ -133,113 +133,103 @@ __kernel void mpcl_layernorm_forward_row(__global storage_t *y, __global const s
         STORE(y, row + c, fma((LOAD(x, row + c) - mean) * inv_std, gamma[c], beta[c]));
 }
 
-// d_gamma and d_beta on CPUs, in the bias gradient's shape (cl/abi.h's
-// MPCL_ABI_BIAS_GRAD_*): a group of LN_PARTS items per LN_COLS (32)
-// channels, a 128-byte run of each f32 row; item p sums rows [p per, (p + 1)
-// per) in row order, then item 0 adds the parts in order p = 0, 1, ...: a
-// fixed order for a given shape, no atomics. An item per eight channels down
-// every row took 126 us on a GPT's [2048, 128] f32 on PoCL (Zen 4): one
-// dependent chain an item, and each row's line fetched by four items.
-#define LN_COLS MPCL_ABI_BIAS_GRAD_COLS
-#define LN_PARTS MPCL_ABI_BIAS_GRAD_PARTS
-#if LN_COLS != 32
-#error "mpcl_layernorm_backward_params_col holds four float8 sums: see cl/abi.h"
-#endif
-#define LN_CHUNKS(X) X(0) X(1) X(2) X(3)
-#define LN_SUMS_DECL(k) float8 s##k = (float8)(0.0f), t##k = (float8)(0.0f);
-// Chunk k of row r: channels c0 + 8 k .. + 7 (n of them; whole: n == 8).
-#define LN_SUMS_ADD(k, n)                                                                  \
-    {                                                                                      \
-        const size_t i_ = (size_t)r * cols + c0 + 8u * (k);                                 \
-        const float8 g_ = (n) == 8u ? LOAD8(dy, i_) : LOAD8_PART(dy, i_, (n));             \
-        const float8 x_ = (n) == 8u ? LOAD8(x, i_) : LOAD8_PART(x, i_, (n));               \
-        s##k += g_;                                                                        \
-        t##k = fma(g_, (x_ - mean) * inv_std, t##k);                                       \
-    }
-#define LN_SUMS_WHOLE(k) LN_SUMS_ADD(k, 8u)
-#define LN_SUMS_EDGE(k) \
-    if (c0 + 8u * (k) < cols) LN_SUMS_ADD(k, min(8u, cols - c0 - 8u * (k)))
-#define LN_SUMS_SHARE(k)        \
-    part_s[k][p] = s##k;        \
-    part_t[k][p] = t##k;
-#define LN_SUMS_GATHER(k)       \
-    s##k += part_s[k][q];       \
-    t##k += part_t[k][q];
-#define LN_SUMS_STORE(k)                                                  \
-    if (c0 + 8u * (k) < cols) {                                           \
-        const uint c_ = c0 + 8u * (k), n_ = min(8u, cols - c_);           \
-        if (n_ == 8u) {                                                   \
-            STORE8(d_beta, c_, s##k);                                     \
-            STORE8(d_gamma, c_, t##k);                                    \
-        } else {                                                          \
-            STORE8_PART(d_beta, c_, n_, s##k);                            \
-            STORE8_PART(d_gamma, c_, n_, t##k);                           \
-        }                                                                 \
-    }
-__kernel __attribute__((reqd_work_group_size(1, LN_PARTS, 1))) void
-mpcl_layernorm_backward_params_col(__global storage_t *d_gamma, __global storage_t *d_beta,
-                                   __global const storage_t *dy, __global const storage_t *x,
-                                   __global const float *save_mean,
-                                   __global const float *save_inv_std, uint rows, uint cols) {
-    __local float8 part_s[4][LN_PARTS], part_t[4][LN_PARTS];
-    const uint c0 = get_global_id(0) * LN_COLS, p = get_local_id(1);
-    const uint per = (rows + LN_PARTS - 1) / LN_PARTS;
-    const uint r0 = min(p * per, rows), r1 = min(r0 + per, rows);
-    LN_CHUNKS(LN_SUMS_DECL)
-    if (c0 + LN_COLS <= cols) {
-        for (uint r = r0; r < r1; r++) {
-            const float mean = save_mean[r], inv_std = save_inv_std[r];
-            LN_CHUNKS(LN_SUMS_WHOLE)
+// dx (with `want_dx`) and gamma's and beta's gradients in parts, on CPUs:
+// one pass over dy and x. An item per MPCL_ABI_LN_BLOCK_ROWS rows, each row
+// in turn: its two sums for dx (of g = dy gamma and of g xhat), then dx,
+// eight channels at a time, while adding dy and dy xhat into the item's
+// column sums, partials[item] ([2, cols]: dy's, then dy xhat's; a 2 cols
+// floats run that stays in L1, as the row does between its two passes).
+// mpcl_layernorm_params_sum adds the items' partials in item order: a fixed
+// order for a given shape, no atomics, and the same sums with or without
+// dx. dx may be dy: each element is read before it is written. With `add`,
+// plus addend's element (a skip connection's gradient summed in this pass:
+// `d_in_addend` in layer_normalization.c; addend may be dx itself).
+//
+// dx by an item per row and the sums by a group per 32 channels (the rows in
+// parts) read dy and x twice: 146-153 us together in the GPT's step ([2048,
+// 128] f32, PoCL, Zen 4, two threads), against 105-121 us this way with
+// the sum. Each item going down its block eight channels at a time (the
+// sums in registers, every row's dx sums kept first) took 181-210 us.
+#define LN_BLOCK MPCL_ABI_LN_BLOCK_ROWS
+__kernel void mpcl_layernorm_backward_rows(__global storage_t *dx, __global float *partials,
+                                           __global const storage_t *dy,
+                                           __global const storage_t *x,
+                                           __global const float *gamma,
+                                           __global const float *save_mean,
+                                           __global const float *save_inv_std, uint cols,
+                                           uint rows, __global const storage_t *addend, uint add,
+                                           uint want_dx) {
+    uint item = get_global_id(0), r0 = item * LN_BLOCK;
+    if (r0 >= rows) return;
+    uint r1 = min(r0 + LN_BLOCK, rows), body = cols & ~7u;
+    __global float *part_dy = partials + (size_t)item * 2 * cols, *part_dy_xhat = part_dy + cols;
+    for (uint c = 0; c < cols; c++) part_dy[c] = part_dy_xhat[c] = 0.0f;
+    for (uint r = r0; r < r1; r++) {
+        size_t row = (size_t)r * cols;
+        float mean = save_mean[r], inv_std = save_inv_std[r], mean_g = 0.0f, mean_gx = 0.0f;
+        if (want_dx) {
+            float8 s8 = (float8)(0.0f), t8 = (float8)(0.0f);
+            for (uint c = 0; c < body; c += 8u) {
+                float8 g = LOAD8(dy, row + c) * LOAD_FLOAT8(gamma, c);
+                s8 += g;
+                t8 = fma(g, (LOAD8(x, row + c) - mean) * inv_std, t8);
+            }
+            float s = lanes_sum8(s8), t = lanes_sum8(t8);
+            for (uint c = body; c < cols; c++) {
+                float g = LOAD(dy, row + c) * gamma[c];
+                s += g;
+                t = fma(g, (LOAD(x, row + c) - mean) * inv_std, t);
+            }
+            mean_g = s / (float)cols;
+            mean_gx = t / (float)cols;
         }
-    } else if (c0 < cols) {
-        for (uint r = r0; r < r1; r++) {
-            const float mean = save_mean[r], inv_std = save_inv_std[r];
-            LN_CHUNKS(LN_SUMS_EDGE)
+        for (uint c = 0; c < body; c += 8u) {
+            float8 g = LOAD8(dy, row + c), xhat = (LOAD8(x, row + c) - mean) * inv_std;
+            GSTORE_U(float8, part_dy + c, GLOAD_U(float8, part_dy + c) + g);
+            GSTORE_U(float8, part_dy_xhat + c, fma(g, xhat, GLOAD_U(float8, part_dy_xhat + c)));
+            if (want_dx) {
+                float8 v = inv_std * (g * LOAD_FLOAT8(gamma, c) - mean_g - xhat * mean_gx);
+                STORE8(dx, row + c, add ? v + LOAD8(addend, row + c) : v);
+            }
+        }
+        for (uint c = body; c < cols; c++) {
+            float g = LOAD(dy, row + c), xhat = (LOAD(x, row + c) - mean) * inv_std;
+            part_dy[c] += g;
+            part_dy_xhat[c] = fma(g, xhat, part_dy_xhat[c]);
+            if (want_dx) {
+                float v = inv_std * (g * gamma[c] - mean_g - xhat * mean_gx);
+                STORE(dx, row + c, add ? v + LOAD(addend, row + c) : v);
+            }
         }
     }
-    LN_CHUNKS(LN_SUMS_SHARE)
-    barrier(CLK_LOCAL_MEM_FENCE);
-    if (p != 0 || c0 >= cols) return;
-    for (uint q = 1; q < LN_PARTS; q++) {
-        LN_CHUNKS(LN_SUMS_GATHER)
-    }
-    LN_CHUNKS(LN_SUMS_STORE)
 }
 
-__kernel void mpcl_layernorm_backward_x_row(__global storage_t *dx, __global const storage_t *dy,
-                                            __global const storage_t *x,
-                                            __global const float *gamma,
-                                            __global const float *save_mean,
-                                            __global const float *save_inv_std, uint cols,
-                                            uint rows, __global const storage_t *addend,
-                                            uint add) {
-    uint r = get_global_id(0);
-    if (r >= rows) return;
-    size_t row = (size_t)r * cols;
-    uint body = cols & ~7u;
-    float mean = save_mean[r], inv_std = save_inv_std[r];
-    float8 s8 = (float8)(0.0f), t8 = (float8)(0.0f);
-    for (uint c = 0; c < body; c += 8u) {
-        float8 g = LOAD8(dy, row + c) * LOAD_FLOAT8(gamma, c);
-        s8 += g;
-        t8 = fma(g, (LOAD8(x, row + c) - mean) * inv_std, t8);
-    }
-    float s = lanes_sum8(s8), t = lanes_sum8(t8);
-    for (uint c = body; c < cols; c++) {
-        float g = LOAD(dy, row + c) * gamma[c];
-        s += g;
-        t = fma(g, (LOAD(x, row + c) - mean) * inv_std, t);
-    }
-    float mean_g = s / (float)cols, mean_g_xhat = t / (float)cols;
-    for (uint c = 0; c < body; c += 8u) {
-        float8 xhat = (LOAD8(x, row + c) - mean) * inv_std;
-        float8 v = inv_std * (LOAD8(dy, row + c) * LOAD_FLOAT8(gamma, c) - mean_g -
-                              xhat * mean_g_xhat);
-        STORE8(dx, row + c, add ? v + LOAD8(addend, row + c) : v);
-    }
-    for (uint c = body; c < cols; c++) {
-        float xhat = (LOAD(x, row + c) - mean) * inv_std;
-        float v = inv_std * (LOAD(dy, row + c) * gamma[c] - mean_g - xhat * mean_g_xhat);
-        STORE(dx, row + c, add ? v + LOAD(addend, row + c) : v);
+// d_beta and d_gamma from mpcl_layernorm_backward_rows' partials ([items,
+// 2, cols] f32): eight channels an item, the parts added in item order,
+// rounded once into the storage dtype.
+__kernel void mpcl_layernorm_params_sum(__global storage_t *d_gamma, __global storage_t *d_beta,
+                                        __global const float *partials, uint items, uint cols) {
+    uint c = get_global_id(0) * 8u;
+    if (c >= cols) return;
+    uint n = min(8u, cols - c);
+    size_t stride = 2 * (size_t)cols;
+    if (n == 8u) {
+        float8 s = (float8)(0.0f), t = (float8)(0.0f);
+        for (uint p = 0; p < items; p++) {
+            s += GLOAD_U(float8, partials + p * stride + c);
+            t += GLOAD_U(float8, partials + p * stride + cols + c);
+        }
+        STORE8(d_beta, c, s);
+        STORE8(d_gamma, c, t);
+    } else {
+        for (uint k = c; k < c + n; k++) {
+            float s = 0.0f, t = 0.0f;
+            for (uint p = 0; p < items; p++) {
+                s += partials[p * stride + k];
+                t += partials[p * stride + cols + k];
+            }
+            STORE(d_beta, k, s);
+            STORE(d_gamma, k, t);
+        }
     }
 }

@@ -21,19 +21,24 @@ static const mpcl__attr LN_ATTRS[] = {
 enum { GAMMA, BETA, ROWS };
 
 /* The kernels of one layout (cl/layernorm.cl): a work-group per row (per
- * channel for gamma's and beta's gradients), or a work-item per row (a
- * group per 32 channels, the rows in parts), which a CPU runs faster
- * (MPCL_NORM: group or row; unset, row on CPU devices and group elsewhere). */
+ * channel for gamma's and beta's gradients), or work-items over the rows,
+ * which a CPU runs faster (MPCL_NORM: group or row; unset, row on CPU
+ * devices and group elsewhere). The row layout's backward is one pass over
+ * blocks of rows, dx and the parameters' partial sums (backward_rows),
+ * then those sums added (params_sum). */
 typedef struct ln_layout {
-    const char *forward, *backward_params, *backward_x;
-    bool per_item;
+    const char *forward;
+    const char *backward_params, *backward_x; /* the group layout's */
+    const char *backward_rows, *params_sum;   /* the row layout's */
 } ln_layout;
 
 static const ln_layout LAYOUTS[] = {
-    {"mpcl_layernorm_forward", "mpcl_layernorm_backward_params", "mpcl_layernorm_backward_x",
-     false},
-    {"mpcl_layernorm_forward_row", "mpcl_layernorm_backward_params_col",
-     "mpcl_layernorm_backward_x_row", true},
+    {.forward = "mpcl_layernorm_forward",
+     .backward_params = "mpcl_layernorm_backward_params",
+     .backward_x = "mpcl_layernorm_backward_x"},
+    {.forward = "mpcl_layernorm_forward_row",
+     .backward_rows = "mpcl_layernorm_backward_rows",
+     .params_sum = "mpcl_layernorm_params_sum"},
 };
 
 static const ln_layout *layout_for(mpcl_context *ctx) {
@@ -104,7 +109,7 @@ static mpcl_status ln_create(mpcl__layer *L, const mpcl__tables *t, const mpcl__
 static mpcl_status launch(const ln *n, mpcl_context *ctx, cl_kernel k, const char *name,
                           size_t count) {
     /* Few items go one per group, so that every core gets some. */
-    if (n->layout->per_item)
+    if (n->layout->backward_rows)
         return mpcl__launch_1d(ctx, k, name, count, count < 256 ? 1 : mpcl__local_size(ctx, k, 64));
     return mpcl__launch_1d(ctx, k, name, count * MPCL_ABI_BATCHNORM_WG, MPCL_ABI_BATCHNORM_WG);
 }
@@ -136,7 +141,8 @@ static mpcl_status ln_forward_step(mpcl__layer *L, const mpcl_tensor *in, size_t
     return ln_forward(L, in, false);
 }
 
-/* d_gamma and d_beta: column sums over the rows of dy and dy xhat. */
+/* d_gamma and d_beta (the group layout): column sums over the rows of dy
+ * and dy xhat, a work-group per channel. */
 static mpcl_status backward_params(ln *n, mpcl_context *ctx, const mpcl_tensor *dy,
                                    const mpcl_tensor *x) {
     const char *name = n->layout->backward_params;
@@ -147,17 +153,12 @@ static mpcl_status backward_params(ln *n, mpcl_context *ctx, const mpcl_tensor *
                        MPCL_ARG(dy->mem), MPCL_ARG(x->mem), MPCL_ARG(n->save_mean->mem),
                        MPCL_ARG(n->save_inv_std->mem), MPCL_ARG(rows), MPCL_ARG(cols),
                        MPCL_ARGS_END));
-    if (!n->layout->per_item) return launch(n, ctx, k, name, x->cols);
-    /* The bias gradient's shape: a group of MPCL_ABI_BIAS_GRAD_PARTS items
-     * (the rows in parts) per MPCL_ABI_BIAS_GRAD_COLS channels. */
-    const size_t local[2] = {1, MPCL_ABI_BIAS_GRAD_PARTS};
-    return mpcl__launch_2d(ctx, k, name,
-                           (x->cols + MPCL_ABI_BIAS_GRAD_COLS - 1) / MPCL_ABI_BIAS_GRAD_COLS,
-                           MPCL_ABI_BIAS_GRAD_PARTS, local);
+    return launch(n, ctx, k, name, x->cols);
 }
 
-/* dx, row by row, plus addend's rows where it is not NULL (`d_in_addend`:
- * a skip connection's gradient summed in the same pass). */
+/* dx, a work-group per row (the group layout), plus addend's rows where it
+ * is not NULL (`d_in_addend`: a skip connection's gradient summed in the
+ * same pass). */
 static mpcl_status backward_x(ln *n, mpcl_context *ctx, mpcl_tensor *dx, const mpcl_tensor *dy,
                               const mpcl_tensor *x, const mpcl_tensor *addend) {
     const char *name = n->layout->backward_x;
@@ -172,17 +173,47 @@ static mpcl_status backward_x(ln *n, mpcl_context *ctx, mpcl_tensor *dx, const m
     return launch(n, ctx, k, name, x->rows);
 }
 
+/* The row layout's backward: dx where it is wanted (dx not NULL) and the
+ * parameters' gradients in one pass over blocks of MPCL_ABI_LN_BLOCK_ROWS
+ * rows, which leave their column sums in a workspace; params_sum adds them
+ * in block order, so the gradients are the same bits with or without dx. */
+static mpcl_status backward_rows(ln *n, mpcl_context *ctx, mpcl_tensor *dx, const mpcl_tensor *dy,
+                                 const mpcl_tensor *x, const mpcl_tensor *addend) {
+    const char *name = n->layout->backward_rows, *sum = n->layout->params_sum;
+    cl_uint cols = (cl_uint)x->cols, rows = (cl_uint)x->rows;
+    cl_uint items = (rows + MPCL_ABI_LN_BLOCK_ROWS - 1) / MPCL_ABI_LN_BLOCK_ROWS;
+    cl_uint add = addend != NULL, want_dx = dx != NULL;
+    cl_mem dx_mem = dx ? dx->mem : dy->mem;             /* unwritten without want_dx */
+    cl_mem addend_mem = addend ? addend->mem : dy->mem; /* unread without add */
+    cl_mem partials;
+    TRY(mpcl__workspace(ctx, MPCL__WORKSPACE_NORM_PARTIALS,
+                        (size_t)items * 2 * cols * sizeof(float), &partials));
+    cl_kernel k;
+    TRY(mpcl__kernel(ctx, x->dtype, name, &k));
+    TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(dx_mem), MPCL_ARG(partials), MPCL_ARG(dy->mem),
+                       MPCL_ARG(x->mem), MPCL_ARG(n->param[GAMMA]->mem),
+                       MPCL_ARG(n->save_mean->mem), MPCL_ARG(n->save_inv_std->mem), MPCL_ARG(cols),
+                       MPCL_ARG(rows), MPCL_ARG(addend_mem), MPCL_ARG(add), MPCL_ARG(want_dx),
+                       MPCL_ARGS_END));
+    TRY(launch(n, ctx, k, name, items));
+    TRY(mpcl__kernel(ctx, x->dtype, sum, &k));
+    TRY(mpcl__set_args(ctx, k, sum, MPCL_ARG(n->grad[GAMMA]->mem), MPCL_ARG(n->grad[BETA]->mem),
+                       MPCL_ARG(partials), MPCL_ARG(items), MPCL_ARG(cols), MPCL_ARGS_END));
+    return launch(n, ctx, k, sum, (cols + 7) / 8);
+}
+
 static mpcl_status ln_backward(mpcl__layer *L, const mpcl_tensor *in, mpcl_tensor *d_in) {
     ln *n = L->state;
     mpcl_context *ctx = L->env->ctx;
     mpcl_tensor d_rows = mpcl__tensor_rows(L->d_output, in->rows);
     mpcl_tensor dy = mpcl__tensor_by_last(&d_rows, n->channels),
-                x = mpcl__tensor_by_last(in, n->channels);
+                x = mpcl__tensor_by_last(in, n->channels), dx = {0}, addend = {0};
+    if (d_in) dx = mpcl__tensor_by_last(d_in, n->channels);
+    if (d_in && L->d_in_addend) addend = mpcl__tensor_by_last(L->d_in_addend, n->channels);
+    const mpcl_tensor *add = d_in && L->d_in_addend ? &addend : NULL;
+    if (n->layout->backward_rows) return backward_rows(n, ctx, d_in ? &dx : NULL, &dy, &x, add);
     TRY(backward_params(n, ctx, &dy, &x));
-    if (!d_in) return MPCL_OK;
-    mpcl_tensor dx = mpcl__tensor_by_last(d_in, n->channels), addend;
-    if (L->d_in_addend) addend = mpcl__tensor_by_last(L->d_in_addend, n->channels);
-    return backward_x(n, ctx, &dx, &dy, &x, L->d_in_addend ? &addend : NULL);
+    return d_in ? backward_x(n, ctx, &dx, &dy, &x, add) : MPCL_OK;
 }
 
 static void ln_destroy(mpcl__layer *L) {

@@ -259,7 +259,8 @@ void mpcl__profile_record(mpcl_context *ctx, const char *name);
 #define MPCL__WORKSPACE_LOSS_PARTIALS 3
 #define MPCL__WORKSPACE_BIAS_PARTIALS 4  /* the GPU-shaped bias gradient's (ops.c) */
 #define MPCL__WORKSPACE_CONV_WEIGHTS_T 5 /* the chunked input gradient's weights^T (conv.c) */
-#define MPCL__WORKSPACE_SLOTS 6
+#define MPCL__WORKSPACE_NORM_PARTIALS 6  /* the layer norm's parameter gradients (CPU layout) */
+#define MPCL__WORKSPACE_SLOTS 7
 
 struct mpcl_context {
     cl_platform_id platform;
