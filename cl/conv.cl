@@ -121,10 +121,10 @@ __kernel void mpcl_im2col(__global storage_bits_t *columns, __global const stora
 // in 8 x 8 pieces: eight rows loaded as vectors, then each column's eight
 // lanes stored in a run. A block cut by the matrix's edge copies element by
 // element. One item per 16 elements of an output row, loading them down a
-// column one by one, took 78-124 us for a 128 x 512 f32 matrix against
-// 17-19 us this way (128 x 384: 36-41 against 14-18; PoCL, Zen 4, two
-// threads). The stores stay scalar: building the column as a vector made
-// Oclgrind 21.10's uninitialized-value checker crash.
+// column one by one, took 78-131 us for a 128 x 512 f32 matrix against
+// 17-21 us this way (128 x 384: 35-42 against 13-18; PoCL, Zen 4, two
+// threads, hot). The stores stay scalar: building the column as a vector
+// made Oclgrind 21.10's uninitialized-value checker crash.
 #if defined(MPCL_STORAGE_F32)
 #define TRANSPOSE_VEC float8
 #else

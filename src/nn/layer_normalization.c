@@ -30,6 +30,7 @@ typedef struct ln_layout {
     const char *forward;
     const char *backward_params, *backward_x; /* the group layout's */
     const char *backward_rows, *params_sum;   /* the row layout's */
+    bool per_item;
 } ln_layout;
 
 static const ln_layout LAYOUTS[] = {
@@ -38,7 +39,8 @@ static const ln_layout LAYOUTS[] = {
      .backward_x = "mpcl_layernorm_backward_x"},
     {.forward = "mpcl_layernorm_forward_row",
      .backward_rows = "mpcl_layernorm_backward_rows",
-     .params_sum = "mpcl_layernorm_params_sum"},
+     .params_sum = "mpcl_layernorm_params_sum",
+     .per_item = true},
 };
 
 static const ln_layout *layout_for(mpcl_context *ctx) {
@@ -109,7 +111,7 @@ static mpcl_status ln_create(mpcl__layer *L, const mpcl__tables *t, const mpcl__
 static mpcl_status launch(const ln *n, mpcl_context *ctx, cl_kernel k, const char *name,
                           size_t count) {
     /* Few items go one per group, so that every core gets some. */
-    if (n->layout->backward_rows)
+    if (n->layout->per_item)
         return mpcl__launch_1d(ctx, k, name, count, count < 256 ? 1 : mpcl__local_size(ctx, k, 64));
     return mpcl__launch_1d(ctx, k, name, count * MPCL_ABI_BATCHNORM_WG, MPCL_ABI_BATCHNORM_WG);
 }
@@ -211,7 +213,7 @@ static mpcl_status ln_backward(mpcl__layer *L, const mpcl_tensor *in, mpcl_tenso
     if (d_in) dx = mpcl__tensor_by_last(d_in, n->channels);
     if (d_in && L->d_in_addend) addend = mpcl__tensor_by_last(L->d_in_addend, n->channels);
     const mpcl_tensor *add = d_in && L->d_in_addend ? &addend : NULL;
-    if (n->layout->backward_rows) return backward_rows(n, ctx, d_in ? &dx : NULL, &dy, &x, add);
+    if (n->layout->per_item) return backward_rows(n, ctx, d_in ? &dx : NULL, &dy, &x, add);
     TRY(backward_params(n, ctx, &dy, &x));
     return d_in ? backward_x(n, ctx, &dx, &dy, &x, add) : MPCL_OK;
 }
