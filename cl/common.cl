@@ -231,6 +231,7 @@ inline float lanes_sum8(float8 v) {
 typedef float storage_bits_t;
 typedef float8 storage_bits8_t;
 typedef float16 storage_bits16_t;
+typedef float8 __attribute__((aligned(4))) mpcl_storage_bits8_t_u; /* GLOAD_U's */
 inline float4 storage_value4(float4 r) { return r; }
 inline float8 storage_value8(float8 r) { return r; }
 inline float16 storage_value16(float16 r) { return r; }
@@ -239,6 +240,7 @@ inline float8 storage_bits8(float8 v) { return v; }
 typedef ushort storage_bits_t;
 typedef ushort8 storage_bits8_t;
 typedef ushort16 storage_bits16_t;
+typedef ushort8 __attribute__((aligned(2))) mpcl_storage_bits8_t_u; /* GLOAD_U's */
 inline float4 storage_value4(ushort4 r) { return mpcl_bf16_value4(r); }
 inline float8 storage_value8(ushort8 r) { return mpcl_bf16_value8(r); }
 inline float16 storage_value16(ushort16 r) { return mpcl_bf16_value16(r); }
@@ -247,6 +249,7 @@ inline ushort8 storage_bits8(float8 v) { return mpcl_bf16_bits8(v); }
 typedef ushort storage_bits_t;
 typedef ushort8 storage_bits8_t;
 typedef ushort16 storage_bits16_t;
+typedef ushort8 __attribute__((aligned(2))) mpcl_storage_bits8_t_u; /* GLOAD_U's */
 inline float4 storage_value4(ushort4 r) { return vload_half4(0, (const half *)&r); }
 inline float8 storage_value8(ushort8 r) { return vload_half8(0, (const half *)&r); }
 inline float16 storage_value16(ushort16 r) { return vload_half16(0, (const half *)&r); }

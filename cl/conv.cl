@@ -125,13 +125,8 @@ __kernel void mpcl_im2col(__global storage_bits_t *columns, __global const stora
 // 17-21 us this way (128 x 384: 35-42 against 13-18; PoCL, Zen 4, two
 // threads, hot). The stores stay scalar: building the column as a vector
 // made Oclgrind 21.10's uninitialized-value checker crash.
-#if defined(MPCL_STORAGE_F32)
-#define TRANSPOSE_VEC float8
-#else
-#define TRANSPOSE_VEC ushort8
-#endif
 #define TRANSPOSE_LOAD(i) \
-    const TRANSPOSE_VEC r##i = GLOAD_U(TRANSPOSE_VEC, src + (size_t)(pi + (i)) * cols + pj);
+    const storage_bits8_t r##i = GLOAD_U(storage_bits8_t, src + (size_t)(pi + (i)) * cols + pj);
 #define TRANSPOSE_STORE(c)                                                          \
     {                                                                               \
         __global storage_bits_t *d_ = dst + (size_t)(pj + (c)) * rows + pi;         \

@@ -146,8 +146,8 @@ __kernel void mpcl_layernorm_forward_row(__global storage_t *y, __global const s
 // `d_in_addend` in layer_normalization.c; addend may be dx itself).
 //
 // dx by an item per row and the sums by a group per 32 channels (the rows in
-// parts) read dy and x twice: 146-153 us together in the GPT's step ([2048,
-// 128] f32, PoCL, Zen 4, two threads), against 105-121 us this way with
+// parts) read dy and x twice: 136-153 us together in the GPT's step ([2048,
+// 128] f32, PoCL, Zen 4, two threads), against 106-140 us this way with
 // the sum. Each item going down its block eight channels at a time (the
 // sums in registers, every row's dx sums kept first) took 181-210 us.
 #define LN_BLOCK MPCL_ABI_LN_BLOCK_ROWS

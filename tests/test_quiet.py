@@ -14,13 +14,13 @@ MPCL_VERBOSE=1 run of the same sources shows it (on PoCL, whose compiler
 prints there), so the quiet run is not
 quiet only because nothing warned.
 
-The training part builds the GEMM kernels at several launch geometries,
-which Rusticl's llvmpipe compiles for ~25 s each (464 s of a CI run), so
-meson runs it as test_quiet in the 'jit-heavy' suite that scripts/test.sh
-keeps off Rusticl; --probe-only runs the probe's part alone, as
-test_quiet_probe, on every driver.
+Two parts, one per meson test. The training part (test_quiet) builds the
+GEMM kernels at several launch geometries, which Rusticl's llvmpipe
+compiles for ~25 s each (464 s of a CI run), so it sits in the 'jit-heavy'
+suite that scripts/test.sh keeps off Rusticl; the probe's part
+(test_quiet_probe) runs on every driver.
 
-usage: test_quiet.py PATH/TO/mpcl-train PATH/TO/mpcl-probe [--probe-only]"""
+usage: test_quiet.py PATH/TO/mpcl-train PATH/TO/mpcl-probe training|probe"""
 import json
 import os
 import shutil
@@ -95,14 +95,14 @@ def check_probe(cache):
 
 
 def main():
-    if sys.argv[3:] not in ([], ["--probe-only"]):
+    if sys.argv[3:] not in (["training"], ["probe"]):
         sys.exit(__doc__.rsplit("\n\n", 1)[-1])
-    probe_only = sys.argv[3:] == ["--probe-only"]
     with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as out, \
             tempfile.TemporaryDirectory() as verbose_cache:
-        if not probe_only:
+        if sys.argv[3] == "training":
             check_training(cache, out, verbose_cache)
-        check_probe(cache)
+        else:
+            check_probe(cache)
     if FAILURES:
         print(f"{len(FAILURES)} failure(s)", file=sys.stderr)
         return 1
