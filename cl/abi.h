@@ -15,8 +15,8 @@
  * mpcl_loss, MPCL_LOSS_STATS_COLS, MPCL_LOSS_SCALE_CHECK_PER_LAUNCH) stay in
  * the public headers, which do not install this file; the C sources that use
  * them _Static_assert the match. */
-#ifndef MPCL_ABI_H
-#define MPCL_ABI_H
+#ifndef MPCL_CL_ABI_H
+#define MPCL_CL_ABI_H
 
 /* Loss statistics, one layout for every loss (softmax cross-entropy and the
  * dense losses): 32-bit word offsets in the stats tensor. cl/loss.cl
