@@ -134,6 +134,34 @@
  * launches ceil(N / MMA_TILE) x ceil(M / MMA_TILE) groups. */
 #define MPCL_ABI_MMA_ITEMS 128
 #define MPCL_ABI_MMA_TILE 64
+/* mpcl-mma's pipelined tiles (cl/gemm_mma_nvidia.cl), one row each:
+ * X(name, rows, cols, warps down, warps across). A work-group of 32 x warps
+ * items computes rows x cols of C, each warp its (rows / warps down) x (cols
+ * / warps across) part; K goes in blocks of MMA_PIPE_BK, two blocks in local
+ * memory at once. src/compute/gemm_mma.c picks a row per call (or
+ * MPCL_MMA_TILE names one); the shapes are for tuning on a GPU. */
+#define MPCL_ABI_MMA_PIPE_TILES(X) \
+    X(128x128w8, 128, 128, 2, 4)   \
+    X(128x128w4, 128, 128, 2, 2)   \
+    X(128x64w4, 128, 64, 2, 2)     \
+    X(64x64w4, 64, 64, 2, 2)
+#define MPCL_ABI_MMA_PIPE_BK 32
+/* Their local memory comes as one argument (a static array per kernel would
+ * count against every kernel of the program on some implementations, e.g.
+ * Oclgrind): two K blocks of op(A) and of op(B), in 16-bit elements, each
+ * laid out as the matrix is stored (ta, tb: transposed), its rows padded by
+ * MMA_PIPE_PAD elements; then, built with MPCL_MMA_EMULATE alone, six words
+ * an item for the emulation's exchanges. */
+#define MPCL_ABI_MMA_PIPE_PAD 8
+#define MPCL_ABI_MMA_PIPE_A_ELEMS(rows, ta)                                     \
+    ((ta) ? MPCL_ABI_MMA_PIPE_BK * ((rows) + MPCL_ABI_MMA_PIPE_PAD)             \
+          : (rows) * (MPCL_ABI_MMA_PIPE_BK + MPCL_ABI_MMA_PIPE_PAD))
+#define MPCL_ABI_MMA_PIPE_B_ELEMS(cols, tb)                                     \
+    ((tb) ? (cols) * (MPCL_ABI_MMA_PIPE_BK + MPCL_ABI_MMA_PIPE_PAD)             \
+          : MPCL_ABI_MMA_PIPE_BK * ((cols) + MPCL_ABI_MMA_PIPE_PAD))
+#define MPCL_ABI_MMA_PIPE_LOCAL_BYTES(rows, cols, items, ta, tb, emulated)        \
+    (2 * 2 * (MPCL_ABI_MMA_PIPE_A_ELEMS(rows, ta) + MPCL_ABI_MMA_PIPE_B_ELEMS(cols, tb)) + \
+     ((emulated) ? 4 * 6 * (items) : 0))
 
 /* Floats per work-item of mpcl_copy_f32x4 (cl/fill.cl, a float4 each): the
  * host passes the element count divided by this (src/compute/quickbench.c). */
@@ -221,6 +249,8 @@
     X(MPCL_ABI_GEMM_EPI_ADDEND)       \
     X(MPCL_ABI_MMA_ITEMS)             \
     X(MPCL_ABI_MMA_TILE)              \
+    X(MPCL_ABI_MMA_PIPE_BK)           \
+    X(MPCL_ABI_MMA_PIPE_PAD)          \
     X(MPCL_ABI_COPY_F32_LANES)        \
     X(MPCL_ABI_ELEMENTWISE_VEC)       \
     X(MPCL_ABI_BIAS_GRAD_COLS)        \

@@ -315,6 +315,8 @@ static void run_variant_in(mpcl_context *ctx, mpcl_gemm_path path, bool small_on
     if (!ran) printf("%s: not usable on this device, skipped\n", mpcl_gemm_path_name(path));
 }
 
+static void run_mma_pipelined(mpcl_context *ctx);
+
 static void run_variant(mpcl_gemm_path path) {
     mpcl_context *ctx = tu_context();
     run_variant_in(ctx, path, false);
@@ -343,8 +345,63 @@ static void test_clblast_staged(void **state) {
 }
 static void test_mpcl_mma(void **state) {
     (void)state;
-    run_variant(MPCL_GEMM_MPCL_MMA);
+    mpcl_context *ctx = tu_context();
+    run_variant_in(ctx, MPCL_GEMM_MPCL_MMA, false);
+    if (mpcl_plan_mma_usable(mpcl_context_device(ctx))) run_mma_pipelined(ctx);
+    mpcl_context_destroy(ctx);
 }
+/* mpcl-mma's pipelined kernels (cp.async, ldmatrix), each tile row in turn,
+ * where they apply: every stored row of A and B whole 16-byte pieces, the
+ * transposes of a training step. The shapes cross every row's tile in M and
+ * N (136 = 128 + 8, 200 = 3 x 64 + 8) and the 32-deep K blocks (72 = 2 x 32
+ * + 8; 16, one part block); the kernel's name says which one ran. TT, and
+ * a row that is not whole pieces, go to mpcl_gemm_mma. */
+static void run_mma_pipelined(mpcl_context *ctx) {
+    static const gemm_case aligned[] = {{136, 200, 72, false, false}, {24, 8, 16, false, false}};
+    gemm_variant vs[16];
+    size_t nv = variants_for(ctx, vs);
+    int rows = 0;
+    while (strcmp(mpcl__mma_tile_names[rows], "simple") != 0) rows++;
+    assert_true(rows >= 1);
+    for (int t = 0; t < rows; t++) {
+        mpcl__gemm_mma_force_tile(ctx, t);
+        const char *tile = mpcl__mma_tile_names[t];
+        for (size_t vi = 0; vi < nv; vi++) {
+            if (vs[vi].path != MPCL_GEMM_MPCL_MMA) continue;
+            bool c_f32 = vs[vi].out == MPCL_DTYPE_F32;
+            for (size_t ci = 0; ci < sizeof aligned / sizeof aligned[0]; ci++) {
+                const gemm_case *gc = &aligned[ci];
+                for (int p = 0; p < 4; p++) {
+                    bool ta = p & 2, tb = p & 1;
+                    const char *kernel =
+                        mpcl__gemm_mma_kernel(ctx, ta, tb, gc->m, gc->n, gc->k, c_f32);
+                    if (ta && tb)
+                        assert_string_equal(kernel, c_f32 ? "mpcl_gemm_mma_cf32" : "mpcl_gemm_mma");
+                    else
+                        assert_non_null(strstr(kernel, tile));
+                    run_case(ctx, &vs[vi], gc, ta, tb, (p + ci + vi) % 2 == 0);
+                }
+            }
+        }
+        /* K = 20 is not whole pieces: A's rows (NN) and B's (NT) run along K. */
+        assert_string_equal(mpcl__gemm_mma_kernel(ctx, false, false, 64, 64, 20, false),
+                            "mpcl_gemm_mma");
+        assert_string_equal(mpcl__gemm_mma_kernel(ctx, false, true, 64, 64, 20, true),
+                            "mpcl_gemm_mma_cf32");
+        /* M = 24 is, where A's rows run along M (TN). */
+        assert_non_null(strstr(mpcl__gemm_mma_kernel(ctx, true, false, 24, 64, 20, false), tile));
+    }
+    /* MPCL_MMA_TILE names a row, or the staging kernel everywhere. */
+    mpcl__gemm_mma_force_tile(ctx, -1);
+    setenv("MPCL_MMA_TILE", mpcl__mma_tile_names[rows - 1], 1);
+    assert_non_null(strstr(mpcl__gemm_mma_kernel(ctx, false, false, 4096, 4096, 64, false),
+                           mpcl__mma_tile_names[rows - 1]));
+    setenv("MPCL_MMA_TILE", "simple", 1);
+    assert_string_equal(mpcl__gemm_mma_kernel(ctx, false, false, 4096, 4096, 64, false),
+                        "mpcl_gemm_mma");
+    unsetenv("MPCL_MMA_TILE");
+}
+
 /* mpcl-mma's kernels (cl/gemm_mma_nvidia.cl) with mma.sync computed by the
  * lanes from their fragments (mpcl__matrix_engine_emulate), on any device:
  * the staging, both transposes, the edges, alpha, beta and the rounding of
@@ -371,6 +428,12 @@ static void test_mpcl_mma_emulated(void **state) {
          * them) and of the 32-deep K blocks (2), A transposed, in f16 alone
          * (each dtype is a library program Oclgrind compiles). */
         static const gemm_case few[] = {{67, 130, 33, false, false}};
+        /* And the smallest pipelined tile (64x64, four warps) on a shape of
+         * whole 16-byte rows across its edges (2 x 2 tiles, 2 K blocks): NT
+         * (plain ldmatrix for A and B) and TN (.trans for both). */
+        static const gemm_case pieces[] = {{72, 72, 40, false, false}};
+        int smallest = 0;
+        while (strcmp(mpcl__mma_tile_names[smallest + 1], "simple") != 0) smallest++;
         gemm_variant vs[16];
         size_t nv = variants_for(ctx, vs);
         for (size_t vi = 0; vi < nv; vi++) {
@@ -379,11 +442,19 @@ static void test_mpcl_mma_emulated(void **state) {
                 continue;
             run_case(ctx, &vs[vi], &few[0], true, false, false);
             run_case(ctx, &vs[vi], &few[0], true, false, true);
+            mpcl__gemm_mma_force_tile(ctx, smallest);
+            bool c_f32 = vs[vi].out == MPCL_DTYPE_F32;
+            assert_non_null(strstr(mpcl__gemm_mma_kernel(ctx, false, true, 72, 72, 40, c_f32),
+                                   mpcl__mma_tile_names[smallest]));
+            run_case(ctx, &vs[vi], &pieces[0], false, true, false);
+            run_case(ctx, &vs[vi], &pieces[0], true, false, true);
+            mpcl__gemm_mma_force_tile(ctx, -1);
         }
     } else {
         /* Not the big shapes: the small ones already cross several tiles
          * and K blocks, and the emulation costs 2 barriers an mma. */
         run_variant_in(ctx, MPCL_GEMM_MPCL_MMA, true);
+        run_mma_pipelined(ctx);
     }
     /* After a 16-bit program exists, the emulation is refused. */
     assert_int_equal(mpcl__matrix_engine_emulate(ctx), MPCL_ERR_INVALID_ARG);

@@ -56,20 +56,19 @@ static void write_probe(bool wrong) {
     write_source("test_mma_probe.cl", text);
 }
 
-/* mpcl_gemm_mma and _cf32 in plain loops, launched as the real ones (a
- * group of MPCL_ABI_MMA_ITEMS items per MMA_TILE square of C); with
- * `no_beta`, beta is ignored (C never read). */
+/* mpcl_gemm_mma and _cf32, and every tile row's pipelined kernels (with
+ * their local memory argument, unused), in plain loops, launched as the real
+ * ones (a group of `items` per tile of C); with `no_beta`, beta is ignored
+ * (C never read). */
 static void write_gemm(bool no_beta) {
-    char text[2048];
+    char text[4096];
     snprintf(text, sizeof text,
-             "#define GEMM(NAME, C_T, LC, SC) __kernel void NAME(__global const storage_t *a, "
-             "__global const storage_t *b, __global C_T *c, uint m, uint n, uint k, uint ta, "
-             "uint tb, float alpha, float beta) { \\\n"
-             "    uint r0 = get_group_id(1) * MPCL_ABI_MMA_TILE, c0 = get_group_id(0) * "
-             "MPCL_ABI_MMA_TILE; \\\n"
-             "    for (uint e = get_local_id(0); e < MPCL_ABI_MMA_TILE * MPCL_ABI_MMA_TILE; e += "
-             "MPCL_ABI_MMA_ITEMS) { \\\n"
-             "        uint i = r0 + e / MPCL_ABI_MMA_TILE, j = c0 + e %% MPCL_ABI_MMA_TILE; \\\n"
+             "#define GEMM(NAME, C_T, LC, SC, ROWS, COLS, ITEMS, ...) __kernel void NAME(__global "
+             "const storage_t *a, __global const storage_t *b, __global C_T *c, uint m, uint n, "
+             "uint k, uint ta, uint tb, float alpha, float beta __VA_ARGS__) { \\\n"
+             "    uint r0 = get_group_id(1) * (ROWS), c0 = get_group_id(0) * (COLS); \\\n"
+             "    for (uint e = get_local_id(0); e < (ROWS) * (COLS); e += (ITEMS)) { \\\n"
+             "        uint i = r0 + e / (COLS), j = c0 + e %% (COLS); \\\n"
              "        if (i >= m || j >= n) continue; \\\n"
              "        float s = 0.0f; \\\n"
              "        for (uint p = 0; p < k; p++) s += LOAD(a, ta ? p * m + i : i * k + p) * "
@@ -78,8 +77,16 @@ static void write_gemm(bool no_beta) {
              "        if (%s beta != 0.0f) v += beta * LC(c, i * n + j); \\\n"
              "        SC(c, i * n + j, v); } }\n"
              "#define LF(p, i) ((p)[(i)])\n#define SF(p, i, v) ((p)[(i)] = (v))\n"
-             "GEMM(mpcl_gemm_mma, storage_t, LOAD, STORE)\nGEMM(mpcl_gemm_mma_cf32, float, LF, "
-             "SF)\n",
+             "#define T MPCL_ABI_MMA_TILE\n"
+             "GEMM(mpcl_gemm_mma, storage_t, LOAD, STORE, T, T, MPCL_ABI_MMA_ITEMS)\n"
+             "GEMM(mpcl_gemm_mma_cf32, float, LF, SF, T, T, MPCL_ABI_MMA_ITEMS)\n"
+             "#define L , __local ushort *local_mem\n"
+             "#define PAIR(NAME, R, C, I) GEMM(NAME, storage_t, LOAD, STORE, R, C, I, L) "
+             "GEMM(NAME##_cf32, float, LF, SF, R, C, I, L)\n"
+             "#define PIPE(NAME, R, C, WM, WN) PAIR(mpcl_gemm_mma_##NAME##_nn, R, C, 32 * WM * WN) "
+             "PAIR(mpcl_gemm_mma_##NAME##_nt, R, C, 32 * WM * WN) "
+             "PAIR(mpcl_gemm_mma_##NAME##_tn, R, C, 32 * WM * WN)\n"
+             "MPCL_ABI_MMA_PIPE_TILES(PIPE)\n",
              no_beta ? "0 &&" : "");
     write_source("test_gemm_mma.cl", text);
 }
@@ -109,11 +116,13 @@ static void right_kernels_are_verified(void **state) {
     mpcl_device_info info = verify(ctx);
     assert_int_equal(info.matrix_engine, MPCL_MATRIX_ENGINE_VERIFIED);
     assert_string_equal(info.matrix_engine_kind, "test-row");
-    /* 70 x 40 elements, twice: A^T B^T into a 16-bit C with beta, then A B
-     * into an f32 C. */
+    /* mpcl_gemm_mma's 70 x 40 elements, twice (A^T B^T into a 16-bit C with
+     * beta, then A B into an f32 C), and the pipelined kernels' 72 x 136,
+     * three transpose pairs for each of the four tile rows:
+     * 2 x 2800 + 12 x 9792 = 123104. */
     assert_string_equal(info.matrix_engine_detail,
                         "plain loops, f16: 128/128 exact; bf16: 128/128 exact; mpcl-mma f16: "
-                        "5600/5600 exact; bf16: 5600/5600 exact");
+                        "123104/123104 exact; bf16: 123104/123104 exact");
     assert_true(mpcl_plan_mma_usable(&info));
     assert_string_equal(mpcl__matrix_engine_program_option(&info), "");
     mpcl_context_destroy(ctx);
@@ -141,7 +150,7 @@ static void a_gemm_without_beta_is_broken(void **state) {
     mpcl_device_info info = verify(ctx);
     assert_int_equal(info.matrix_engine, MPCL_MATRIX_ENGINE_BROKEN);
     assert_non_null(strstr(info.matrix_engine_detail, "mpcl-mma f16: "));
-    assert_non_null(strstr(info.matrix_engine_detail, "/5600 wrong"));
+    assert_non_null(strstr(info.matrix_engine_detail, "/123104 wrong"));
     assert_false(mpcl_plan_mma_usable(&info));
     mpcl_context_destroy(ctx);
 }
@@ -159,8 +168,8 @@ static void the_nvidia_kernels_in_emulation_are_verified(void **state) {
         "emulated", NULL, "test_mma_probe.cl", "plain loops", 32, option, "gemm_mma_nvidia.cl"};
     mpcl_device_info info = verify_with(ctx, &emulated);
     assert_int_equal(info.matrix_engine, MPCL_MATRIX_ENGINE_VERIFIED);
-    assert_non_null(
-        strstr(info.matrix_engine_detail, "mpcl-mma f16: 5600/5600 exact; bf16: 5600/5600 exact"));
+    assert_non_null(strstr(info.matrix_engine_detail,
+                           "mpcl-mma f16: 123104/123104 exact; bf16: 123104/123104 exact"));
     mpcl_context_destroy(ctx);
 }
 

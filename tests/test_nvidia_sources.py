@@ -20,23 +20,63 @@ import sys
 MMA = (r"mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.{t}\.{t}\.f32 "
        r"\{{%f\d+, %f\d+, %f\d+, %f\d+\}}, \{{%r\d+, %r\d+, %r\d+, %r\d+\}}, \{{%r\d+, %r\d+\}}, "
        r"\{{%f\d+, %f\d+, %f\d+, %f\d+\}};")
+LDMATRIX = (r"ldmatrix\.sync\.aligned\.m8n8\.x4{t}\.shared\.b16 "
+            r"\{{%r\d+, %r\d+, %r\d+, %r\d+\}}, \[%r\d+\];")
+CP_ASYNC = r"cp\.async\.cg\.shared\.global \[%r\d+\], \[%rd\d+\], 16, %r\d+;"
 # The library program's head, which mpcl-mma's kernels build after.
 LIBRARY_HEAD = ["abi.h", "../include/mpcl/activations.h", "common.cl"]
-# (what, files joined in order, clang options, [(pattern, count)]): the probe
-# holds one mma per dtype; mpcl-mma's program for a 16-bit storage dtype
-# holds its two kernels (C in storage and in f32), each 2 x 4 tiles for each
-# of the two 16-deep steps of a 32-deep block, unrolled: 16 each. No local
-# (stack) memory: the accumulators must stay in registers.
-CASES = [
-    ("the matrix engine's probe", ["mma_nvidia_probe.cl"], [],
-     [(MMA.format(t="f16"), 1), (MMA.format(t="bf16"), 1)]),
-] + [
-    (f"mpcl-mma for {dt} storage", LIBRARY_HEAD + ["gemm_mma_nvidia.cl"],
-     [f"-DMPCL_STORAGE_{dt.upper()}=1", "-DMPCL_MMA_NVIDIA=1"],
-     [(MMA.format(t=dt), 32), (r"\.entry mpcl_gemm_mma\(", 1), (r"\.entry mpcl_gemm_mma_cf32\(", 1),
-      (r"(ld|st)\.local", 0)])
-    for dt in ("f16", "bf16")
-]
+
+
+def pipelined_counts(cl_dir):
+    """What the pipelined kernels hold, unrolled, from the tile rows of
+    MPCL_ABI_MMA_PIPE_TILES (cl/abi.h): per kernel (3 transpose pairs, 2 C
+    dtypes per row) each warp's (rows / wm / 16) x (cols / wn / 8) mma tiles
+    for both 16-deep steps of a 32-deep block; an ldmatrix per 16 rows of
+    A's part and per 16 columns of B's, each step; the 16-byte copies of a
+    block, A's and B's, divided among the items."""
+    abi = open(os.path.join(cl_dir, "abi.h"), encoding="utf-8").read()
+    rows = re.findall(r"X\(\w+, (\d+), (\d+), (\d+), (\d+)\)", abi)
+    assert rows, "no MPCL_ABI_MMA_PIPE_TILES rows in abi.h"
+    mma = ldsm_a = ldsm_b = copies = 0
+    for r, c, wm, wn in ((int(v) for v in row) for row in rows):
+        items = 32 * wm * wn
+        mma += 6 * 2 * (r // wm // 16) * (c // wn // 8)
+        # A is transposed (.trans) in TN only, B in NN and TN (stored K x N).
+        ldsm_a += 2 * 2 * (r // wm // 16)
+        ldsm_b += 2 * 2 * (c // wn // 16)
+        copies += 6 * (r * 32 // 8 + c * 32 // 8) // items
+    return len(rows), mma, ldsm_a, ldsm_b, copies
+
+
+def cases(cl_dir):
+    """(what, files joined in order, clang options, [(pattern, count)]): the
+    probe holds one mma per dtype; mpcl-mma's program for a 16-bit storage
+    dtype holds mpcl_gemm_mma's two kernels (C in storage and in f32), each 2
+    x 4 tiles for each of the two 16-deep steps of a 32-deep block, unrolled:
+    16 each, then the pipelined kernels. No local (stack) memory: the
+    accumulators must stay in registers."""
+    tiles, mma, ldsm_a, ldsm_b, copies = pipelined_counts(cl_dir)
+    # Of the ldmatrix, .trans: A's in TN, B's in NN and TN; plain: A's in NN
+    # and NT, B's in NT. (Each count above is per pair, over both C dtypes.)
+    trans = ldsm_a + 2 * ldsm_b
+    plain = 2 * ldsm_a + ldsm_b
+    return [
+        ("the matrix engine's probe", ["mma_nvidia_probe.cl"], [],
+         [(MMA.format(t="f16"), 1), (MMA.format(t="bf16"), 1)]),
+    ] + [
+        (f"mpcl-mma for {dt} storage", LIBRARY_HEAD + ["gemm_mma_nvidia.cl"],
+         [f"-DMPCL_STORAGE_{dt.upper()}=1", "-DMPCL_MMA_NVIDIA=1"],
+         [(MMA.format(t=dt), 32 + mma), (r"\.entry mpcl_gemm_mma\(", 1),
+          (r"\.entry mpcl_gemm_mma_cf32\(", 1),
+          (r"\.entry mpcl_gemm_mma_\w+_(nn|nt|tn)\(", 3 * tiles),
+          (r"\.entry mpcl_gemm_mma_\w+_(nn|nt|tn)_cf32\(", 3 * tiles),
+          (LDMATRIX.format(t=r"\.trans"), trans), (LDMATRIX.format(t=""), plain),
+          (CP_ASYNC, copies), (r"cp\.async\.commit_group;", 6 * tiles),
+          (r"cp\.async\.wait_group 1;", 6 * tiles), (r"(ld|st)\.local", 0)])
+        for dt in ("f16", "bf16")
+    ]
+
+
 # clang's own OpenCL header declares vload_half and the like for nvptx only
 # with cl_khr_fp16 (NVIDIA's driver has them regardless); common.cl uses them.
 CLANG = ["-x", "cl", "-cl-std=CL1.2", "-target", "nvptx64-nvidia-nvcl", "-O2", "-S",
@@ -49,7 +89,7 @@ def main(clang, cl_dir):
         print(f"{clang} has no nvptx64 target: skipped")
         return 77
     failures = 0
-    for what, files, options, patterns in CASES:
+    for what, files, options, patterns in cases(cl_dir):
         source = "\n".join(open(os.path.join(cl_dir, f), encoding="utf-8").read() for f in files)
         p = subprocess.run([clang, *CLANG, *options, "-o", "-", "-"], input=source,
                            capture_output=True, text=True)

@@ -2,13 +2,103 @@
  * verified row of src/runtime/matrix_engine.c; its kernels, e.g.
  * cl/gemm_mma_nvidia.cl, are built only into such a device's 16-bit
  * programs), f32 accumulation, C rounded once into its 16-bit dtype or kept
- * in f32. mpcl__gemm_check has refused it on any other device. */
+ * in f32. mpcl__gemm_check has refused it on any other device.
+ *
+ * Two kinds of kernel: the pipelined ones (cp.async and ldmatrix), one per
+ * row of MPCL_ABI_MMA_PIPE_TILES, where the call's transposes and shape let
+ * them copy whole 16-byte pieces; mpcl_gemm_mma, which stages element by
+ * element, everywhere else. */
+#include <string.h>
+
 #include "compute/compute.h"
+
+/* A pipelined tile and its kernels' names (mpcl__kernel keeps the pointer:
+ * static strings), by transpose pair (NN, NT, TN) and C in storage or f32. */
+typedef struct mma_tile {
+    const char *name;
+    unsigned rows, cols, items;
+    const char *kernels[3][2];
+} mma_tile;
+
+#define MMA_KERNELS(NAME, PAIR) \
+    { "mpcl_gemm_mma_" #NAME "_" #PAIR, "mpcl_gemm_mma_" #NAME "_" #PAIR "_cf32" }
+#define MMA_TILE_ROW(NAME, ROWS, COLS, WM, WN) \
+    {#NAME,                                    \
+     ROWS,                                     \
+     COLS,                                     \
+     32 * (WM) * (WN),                         \
+     {MMA_KERNELS(NAME, nn), MMA_KERNELS(NAME, nt), MMA_KERNELS(NAME, tn)}},
+static const mma_tile tiles[] = {MPCL_ABI_MMA_PIPE_TILES(MMA_TILE_ROW)};
+#undef MMA_TILE_ROW
+#undef MMA_KERNELS
+enum { NTILES = sizeof tiles / sizeof tiles[0] };
+
+#define MMA_TILE_NAME(NAME, ...) #NAME,
+const char *const mpcl__mma_tile_names[] = {MPCL_ABI_MMA_PIPE_TILES(MMA_TILE_NAME) "simple", NULL};
+#undef MMA_TILE_NAME
+
+void mpcl__gemm_mma_force_tile(mpcl_context *ctx, int tile) {
+    ctx->mma_tile = tile;
+}
+
+/* Whether every stored row of A and B is whole 16-byte pieces (8 elements),
+ * as cp.async copies them, for a transpose pair of the training step (NN,
+ * NT, TN). A's rows run along K, or along M transposed; B's along N, or
+ * along K transposed. */
+static bool pipelined_applies(bool ta, bool tb, size_t m, size_t n, size_t k) {
+    if (ta && tb) return false;
+    return (ta ? m : k) % 8 == 0 && (tb ? k : n) % 8 == 0;
+}
+
+/* The tile row for an m x n C: MPCL_MMA_TILE's or a test's where set, else
+ * the largest whose work-groups fill every compute unit once, else the
+ * smallest (the table runs from large to small). NTILES: mpcl_gemm_mma. */
+static int pick_tile(const mpcl_context *ctx, size_t m, size_t n) {
+    if (ctx->mma_tile >= 0) return ctx->mma_tile;
+    const char *env = mpcl__env_value(MPCL_ENV_MMA_TILE);
+    for (int i = 0; env && i <= NTILES; i++)
+        if (strcmp(env, mpcl__mma_tile_names[i]) == 0) return i;
+    size_t units = ctx->info.compute_units ? ctx->info.compute_units : 1;
+    for (int i = 0; i < NTILES; i++)
+        if ((m + tiles[i].rows - 1) / tiles[i].rows * ((n + tiles[i].cols - 1) / tiles[i].cols) >=
+            units)
+            return i;
+    return NTILES - 1;
+}
+
+/* The kernel for one call, and its launch: the items of a work-group, the
+ * tile of C it computes and the local memory it takes as an argument (0:
+ * none, mpcl_gemm_mma's is its own). */
+static const char *choose(const mpcl_context *ctx, bool ta, bool tb, size_t m, size_t n, size_t k,
+                          bool c_f32, size_t *items, size_t *rows, size_t *cols,
+                          size_t *local_bytes) {
+    int t = pipelined_applies(ta, tb, m, n, k) ? pick_tile(ctx, m, n) : NTILES;
+    if (t >= NTILES) {
+        *items = MPCL_ABI_MMA_ITEMS;
+        *rows = *cols = MPCL_ABI_MMA_TILE;
+        *local_bytes = 0;
+        return c_f32 ? "mpcl_gemm_mma_cf32" : "mpcl_gemm_mma";
+    }
+    *items = tiles[t].items;
+    *rows = tiles[t].rows;
+    *cols = tiles[t].cols;
+    *local_bytes = MPCL_ABI_MMA_PIPE_LOCAL_BYTES(tiles[t].rows, tiles[t].cols, tiles[t].items, ta,
+                                                 tb, mpcl__matrix_engine_emulated(&ctx->info));
+    return tiles[t].kernels[ta ? 2 : tb ? 1 : 0][c_f32];
+}
+
+const char *mpcl__gemm_mma_kernel(const mpcl_context *ctx, bool ta, bool tb, size_t m, size_t n,
+                                  size_t k, bool c_f32) {
+    size_t items, rows, cols, local_bytes;
+    return choose(ctx, ta, tb, m, n, k, c_f32, &items, &rows, &cols, &local_bytes);
+}
 
 mpcl_status mpcl__gemm_run_mma(mpcl_context *ctx, bool ta, bool tb, size_t m, size_t n, size_t k,
                                float alpha, const mpcl_tensor *a, const mpcl_tensor *b, float beta,
                                mpcl_tensor *c) {
-    const char *name = c->dtype == MPCL_DTYPE_F32 ? "mpcl_gemm_mma_cf32" : "mpcl_gemm_mma";
+    size_t items, rows, cols, local_bytes;
+    const char *name = choose(ctx, ta, tb, m, n, k, c->dtype == MPCL_DTYPE_F32, &items, &rows,
+                              &cols, &local_bytes);
     cl_kernel kern;
     mpcl_status st = mpcl__kernel(ctx, a->dtype, name, &kern);
     if (st != MPCL_OK) return st;
@@ -17,8 +107,11 @@ mpcl_status mpcl__gemm_run_mma(mpcl_context *ctx, bool ta, bool tb, size_t m, si
                         MPCL_ARG(m32), MPCL_ARG(n32), MPCL_ARG(k32), MPCL_ARG(ta32), MPCL_ARG(tb32),
                         MPCL_ARG(alpha), MPCL_ARG(beta), MPCL_ARGS_END);
     if (st != MPCL_OK) return st;
-    /* A group of MPCL_ABI_MMA_ITEMS items per MMA_TILE x MMA_TILE tile of C. */
-    const size_t tile = MPCL_ABI_MMA_TILE, local[2] = {MPCL_ABI_MMA_ITEMS, 1};
-    return mpcl__launch_2d(ctx, kern, name, (n + tile - 1) / tile * MPCL_ABI_MMA_ITEMS,
-                           (m + tile - 1) / tile, local);
+    if (local_bytes) CHECK_CL(ctx, clSetKernelArg(kern, 10, local_bytes, NULL));
+    /* A group per rows x cols tile of C. */
+    const size_t local[2] = {items, 1};
+    return mpcl__launch_2d(ctx, kern, name, (n + cols - 1) / cols * items, (m + rows - 1) / rows,
+                           local);
+cleanup:
+    return st;
 }

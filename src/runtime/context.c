@@ -42,6 +42,7 @@ mpcl_status mpcl_context_create(const mpcl_context_params *params, mpcl_context 
     }
     ctx->errmsg = errmsg;
     ctx->overrides = overrides;
+    ctx->mma_tile = -1; /* mpcl-mma picks its tile per call */
     ctx->info = *mpcl_device_list_get(list, index);
     mpcl__device_list_ids(list, index, &ctx->platform, &ctx->device);
     mpcl_device_list_destroy(list);

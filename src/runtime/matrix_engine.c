@@ -98,43 +98,65 @@ static int check_tile(cl_context cl, cl_command_queue q, cl_program p, const eng
 
 /* ---- the row's mpcl-mma kernels ---- */
 
-/* One shape with edges in M, N and K (none a multiple of the kernels' 64,
- * 64 and 32), small integers in A, B and C so that every sum is exact in
- * f32 and in both 16-bit formats (|C| <= 2 * 2 * 20 + 3 < 256). */
-enum { GEMM_M = 70, GEMM_N = 40, GEMM_K = 20 };
+/* The shapes, small integers in A, B and C so that every sum is exact in
+ * f32 and in both 16-bit formats (|C| <= 2 * 2 * 40 + 3 < 256):
+ *  - mpcl_gemm_mma's, with edges in M, N and K (none a multiple of its 64,
+ *    64 and 32);
+ *  - the pipelined kernels', whose stored rows must be whole 16-byte pieces
+ *    (M, N and K multiples of 8), with edges against every tile row of
+ *    MPCL_ABI_MMA_PIPE_TILES (72 < 128 and 64 < 72, 136 = 128 + 8) and the
+ *    32-deep K blocks (40). */
+typedef struct gemm_shape {
+    int m, n, k;
+} gemm_shape;
+static const gemm_shape simple_shape = {70, 40, 20}, pipe_shape = {72, 136, 40};
+
+/* The pipelined kernels by tile row: the name's part, the work-group's
+ * items and the tile of C it computes. */
+typedef struct pipe_tile {
+    const char *name;
+    int rows, cols, items;
+} pipe_tile;
+#define PIPE_TILE_ROW(NAME, ROWS, COLS, WM, WN) {#NAME, ROWS, COLS, 32 * (WM) * (WN)},
+static const pipe_tile pipe_tiles[] = {MPCL_ABI_MMA_PIPE_TILES(PIPE_TILE_ROW)};
+#undef PIPE_TILE_ROW
+enum { NPIPE = sizeof pipe_tiles / sizeof pipe_tiles[0] };
+
+/* Elements each dtype's check compares: mpcl_gemm_mma's two runs, then the
+ * three transpose pairs of every tile row. */
+#define GEMM_CHECKS (2 * simple_shape.m * simple_shape.n + 3 * NPIPE * pipe_shape.m * pipe_shape.n)
 
 static float small_int(int i, int salt) {
     return (float)((i * 7 + salt * 3) % 5 - 2);
 }
 
-/* The rows x cols matrix of small_int(i cols + j, salt) in dt, stored as it
- * is (plain) and transposed (cols x rows). */
-static void fill_both_ways(mpcl_dtype dt, int rows, int cols, int salt, uint16_t *plain,
-                           uint16_t *transposed) {
-    for (int i = 0; i < rows; i++)
-        for (int j = 0; j < cols; j++) {
-            uint16_t bits = bits_of(dt, small_int(i * cols + j, salt));
-            plain[i * cols + j] = bits;
-            transposed[j * rows + i] = bits;
-        }
-}
+/* One launch of a kernel with mpcl_gemm_mma's arguments (a, b, c, m, n, k,
+ * ta, tb, alpha, beta), a group of `items` per rows x cols tile of C. */
+typedef struct gemm_launch {
+    const char *kernel;
+    gemm_shape shape;
+    int items, rows, cols;
+    bool ta, tb;
+    bool c16; /* C in dt with beta 1 (read, the sum rounded back); else f32, beta 0, poisoned */
+    size_t local_bytes; /* the pipelined kernels' local memory argument; 0: none */
+} gemm_launch;
 
-/* Runs `kernel` (mpcl_gemm_mma*'s arguments: a, b, c, m, n, k, ta, tb,
- * alpha, beta) on the device; c is read back into c_host. False when an
+/* Runs l on the device with A (m x k) and B (k x n) stored as l's
+ * transposes say; c_host (C as it goes in) gets C back. False when an
  * OpenCL call fails. */
-static bool run_gemm(cl_context cl, cl_command_queue q, cl_program p, const char *kernel,
-                     const uint16_t *a, const uint16_t *b, void *c_host, size_t c_bytes, bool ta,
-                     bool tb, float beta) {
+static bool run_gemm(cl_context cl, cl_command_queue q, cl_program p, const gemm_launch *l,
+                     const uint16_t *a, const uint16_t *b, void *c_host, size_t c_bytes) {
     cl_int err;
-    cl_kernel k = clCreateKernel(p, kernel, &err);
+    cl_kernel k = clCreateKernel(p, l->kernel, &err);
     if (err != CL_SUCCESS) return false;
-    size_t ab = GEMM_M * GEMM_K * sizeof *a, bb = GEMM_K * GEMM_N * sizeof *b;
+    const gemm_shape *s = &l->shape;
+    size_t ab = (size_t)s->m * s->k * sizeof *a, bb = (size_t)s->k * s->n * sizeof *b;
     cl_mem mem[3] = {
         clCreateBuffer(cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, ab, (void *)a, NULL),
         clCreateBuffer(cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, bb, (void *)b, NULL),
         clCreateBuffer(cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, c_bytes, c_host, NULL)};
-    cl_uint m = GEMM_M, n = GEMM_N, kk = GEMM_K, ta32 = ta, tb32 = tb;
-    float alpha = 1.0f;
+    cl_uint m = (cl_uint)s->m, n = (cl_uint)s->n, kk = (cl_uint)s->k, ta32 = l->ta, tb32 = l->tb;
+    float alpha = 1.0f, beta = l->c16 ? 1.0f : 0.0f;
     bool ok = mem[0] && mem[1] && mem[2];
     const struct {
         size_t size;
@@ -151,9 +173,10 @@ static bool run_gemm(cl_context cl, cl_command_queue q, cl_program p, const char
                 {sizeof beta, &beta}};
     for (cl_uint i = 0; ok && i < sizeof args / sizeof args[0]; i++)
         ok = clSetKernelArg(k, i, args[i].size, args[i].value) == CL_SUCCESS;
-    const size_t tile = MPCL_ABI_MMA_TILE, local[2] = {MPCL_ABI_MMA_ITEMS, 1};
-    const size_t global[2] = {(GEMM_N + tile - 1) / tile * MPCL_ABI_MMA_ITEMS,
-                              (GEMM_M + tile - 1) / tile};
+    if (ok && l->local_bytes) ok = clSetKernelArg(k, 10, l->local_bytes, NULL) == CL_SUCCESS;
+    const size_t local[2] = {(size_t)l->items, 1};
+    const size_t global[2] = {(size_t)(s->n + l->cols - 1) / l->cols * l->items,
+                              (size_t)(s->m + l->rows - 1) / l->rows};
     ok = ok && clEnqueueNDRangeKernel(q, k, 2, NULL, global, local, 0, NULL, NULL) == CL_SUCCESS;
     ok = ok &&
          clEnqueueReadBuffer(q, mem[2], CL_TRUE, 0, c_bytes, c_host, 0, NULL, NULL) == CL_SUCCESS;
@@ -163,14 +186,57 @@ static bool run_gemm(cl_context cl, cl_command_queue q, cl_program p, const char
     return ok;
 }
 
-/* Wrong elements of C over both runs (GEMM_CHECKS), GEMM_CHECKS + 1 when
- * the kernels did not build or run: in dt's program with the row's option,
- * A^T B^T into a 16-bit C with beta 1 (C read, the sum rounded back), then
- * A B into an f32 C with beta 0 over a poisoned C. */
-enum { GEMM_CHECKS = 2 * GEMM_M * GEMM_N };
+/* Wrong elements of l's C (m n of them), -1 when the kernel did not build or
+ * run or memory ran out. */
+static int check_launch(cl_context cl, cl_command_queue q, cl_program p, mpcl_dtype dt,
+                        const gemm_launch *l) {
+    const int m = l->shape.m, n = l->shape.n, k = l->shape.k;
+    uint16_t *a = malloc((size_t)m * k * sizeof *a), *b = malloc((size_t)k * n * sizeof *b);
+    uint16_t *c16 = malloc((size_t)m * n * sizeof *c16);
+    float *c32 = malloc((size_t)m * n * sizeof *c32);
+    double *want = malloc((size_t)m * n * sizeof *want);
+    int wrong = -1;
+    if (!a || !b || !c16 || !c32 || !want) goto done;
+    /* A(i, p) and B(p, j), stored transposed where l says. */
+    for (int i = 0; i < m; i++)
+        for (int pp = 0; pp < k; pp++)
+            a[l->ta ? pp * m + i : i * k + pp] = bits_of(dt, small_int(i * k + pp, 1));
+    for (int pp = 0; pp < k; pp++)
+        for (int j = 0; j < n; j++)
+            b[l->tb ? j * k + pp : pp * n + j] = bits_of(dt, small_int(pp * n + j, 2));
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            double c = small_int(i * n + j, 3), s = 0;
+            for (int pp = 0; pp < k; pp++)
+                s += (double)small_int(i * k + pp, 1) * (double)small_int(pp * n + j, 2);
+            want[i * n + j] = l->c16 ? c + s : s;
+            c16[i * n + j] = bits_of(dt, (float)c);
+            c32[i * n + j] = mpcl__probe_poison_f32();
+        }
+    bool ran = l->c16 ? run_gemm(cl, q, p, l, a, b, c16, (size_t)m * n * sizeof *c16)
+                      : run_gemm(cl, q, p, l, a, b, c32, (size_t)m * n * sizeof *c32);
+    if (ran) {
+        wrong = 0;
+        for (int i = 0; i < m * n; i++)
+            wrong += l->c16 ? operand_value(dt, c16[i]) != (float)want[i]
+                            : !mpcl__probe_same_f32(c32[i], (float)want[i]);
+    }
+done:
+    free(a);
+    free(b);
+    free(c16);
+    free(c32);
+    free(want);
+    return wrong;
+}
+
+/* Wrong elements over every launch (GEMM_CHECKS), GEMM_CHECKS + 1 when a
+ * kernel did not build or run: in dt's program with the row's option,
+ * mpcl_gemm_mma with A^T B^T into a 16-bit C, then A B into an f32 C; then
+ * every tile row's pipelined kernels, NN, NT and TN, their C in turn 16-bit
+ * and f32. */
 static int check_gemm(cl_context cl, cl_device_id dev, cl_command_queue q, const engine *e,
                       mpcl_dtype dt, mpcl__probe_log *log) {
-    enum { TOTAL = GEMM_M * GEMM_N };
     const char *const names[] = {"abi.h", "activations.h", "common.cl", e->gemm_source};
     char options[160];
     snprintf(options, sizeof options, "-cl-std=CL1.2 %s%s",
@@ -178,30 +244,36 @@ static int check_gemm(cl_context cl, cl_device_id dev, cl_command_queue q, const
              e->program_option);
     cl_program p = mpcl__probe_build_sources(cl, dev, names, 4, options, log);
     if (!p) return GEMM_CHECKS + 1;
-    uint16_t a[GEMM_M * GEMM_K], b[GEMM_K * GEMM_N], c16[TOTAL];
-    float c32[TOTAL];
-    double want_t[TOTAL], want_n[TOTAL];
-    for (int i = 0; i < GEMM_M; i++)
-        for (int j = 0; j < GEMM_N; j++) {
-            double t = small_int(i * GEMM_N + j, 3), s = 0; /* C, then the products */
-            for (int k = 0; k < GEMM_K; k++)
-                s += (double)small_int(i * GEMM_K + k, 1) * (double)small_int(k * GEMM_N + j, 2);
-            want_t[i * GEMM_N + j] = t + s;
-            want_n[i * GEMM_N + j] = s;
-            c16[i * GEMM_N + j] = bits_of(dt, (float)t);
-            c32[i * GEMM_N + j] = mpcl__probe_poison_f32();
+    gemm_launch launches[2 + 3 * NPIPE] = {
+        {"mpcl_gemm_mma", simple_shape, MPCL_ABI_MMA_ITEMS, MPCL_ABI_MMA_TILE, MPCL_ABI_MMA_TILE,
+         true, true, true, 0},
+        {"mpcl_gemm_mma_cf32", simple_shape, MPCL_ABI_MMA_ITEMS, MPCL_ABI_MMA_TILE,
+         MPCL_ABI_MMA_TILE, false, false, false, 0}};
+    char kernels[3 * NPIPE][64];
+    static const char *const pairs[3] = {"nn", "nt", "tn"};
+    for (int t = 0, i = 2; t < NPIPE; t++)
+        for (int pair = 0; pair < 3; pair++, i++) {
+            const pipe_tile *pt = &pipe_tiles[t];
+            bool c16 = (t + pair) % 2 == 0;
+            snprintf(kernels[i - 2], sizeof kernels[i - 2], "mpcl_gemm_mma_%s_%s%s", pt->name,
+                     pairs[pair], c16 ? "" : "_cf32");
+            bool ta = pair == 2, tb = pair == 1;
+            bool emulated = strstr(e->program_option, "MPCL_MMA_EMULATE") != NULL;
+            launches[i] = (gemm_launch){
+                kernels[i - 2],
+                pipe_shape,
+                pt->items,
+                pt->rows,
+                pt->cols,
+                ta,
+                tb,
+                c16,
+                MPCL_ABI_MMA_PIPE_LOCAL_BYTES(pt->rows, pt->cols, pt->items, ta, tb, emulated)};
         }
-    uint16_t at[GEMM_M * GEMM_K], bt[GEMM_K * GEMM_N];
-    fill_both_ways(dt, GEMM_M, GEMM_K, 1, a, at);
-    fill_both_ways(dt, GEMM_K, GEMM_N, 2, b, bt);
-    int wrong = GEMM_CHECKS + 1;
-    if (run_gemm(cl, q, p, "mpcl_gemm_mma", at, bt, c16, sizeof c16, true, true, 1.0f) &&
-        run_gemm(cl, q, p, "mpcl_gemm_mma_cf32", a, b, c32, sizeof c32, false, false, 0.0f)) {
-        wrong = 0;
-        for (int i = 0; i < TOTAL; i++) {
-            wrong += operand_value(dt, c16[i]) != (float)want_t[i];
-            wrong += !mpcl__probe_same_f32(c32[i], (float)want_n[i]);
-        }
+    int wrong = 0;
+    for (size_t i = 0; i < sizeof launches / sizeof launches[0] && wrong <= GEMM_CHECKS; i++) {
+        int w = check_launch(cl, q, p, dt, &launches[i]);
+        wrong = w < 0 ? GEMM_CHECKS + 1 : wrong + w;
     }
     clReleaseProgram(p);
     return wrong;
@@ -276,6 +348,11 @@ mpcl_status mpcl__matrix_engine_emulate(mpcl_context *ctx) {
     snprintf(ctx->info.matrix_engine_detail, sizeof ctx->info.matrix_engine_detail,
              "emulated for tests");
     return MPCL_OK;
+}
+
+bool mpcl__matrix_engine_emulated(const mpcl_device_info *info) {
+    return info->matrix_engine == MPCL_MATRIX_ENGINE_VERIFIED &&
+           strcmp(info->matrix_engine_kind, EMULATED_KIND) == 0;
 }
 
 const char *mpcl__matrix_engine_program_option(const mpcl_device_info *info) {

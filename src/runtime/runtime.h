@@ -91,6 +91,8 @@ void mpcl__matrix_engine_verify_row(cl_context cl, cl_device_id device, cl_comma
  * the NVIDIA row's with mma.sync computed by the lanes themselves, so that
  * they run on any device. Before any 16-bit program is built. */
 mpcl_status mpcl__matrix_engine_emulate(mpcl_context *ctx);
+/* Whether the verified engine is mpcl__matrix_engine_emulate's. */
+bool mpcl__matrix_engine_emulated(const mpcl_device_info *info);
 /* The build option that puts the verified engine's mpcl-mma kernels into a
  * 16-bit program; "" where no engine verified. */
 const char *mpcl__matrix_engine_program_option(const mpcl_device_info *info);
@@ -195,6 +197,7 @@ typedef enum mpcl__env_var {
     MPCL_ENV_NORM,      /* group, row: the layer norm's kernels (layer_normalization.c) */
     MPCL_ENV_ATTENTION, /* row, block: the attention's kernels (causal_self_attention.c) */
     MPCL_ENV_LM_HEAD,   /* whole, chunked: the LM head's logits (tied_lm_head.c) */
+    MPCL_ENV_MMA_TILE,  /* a tile row's name or simple: mpcl-mma's kernels (gemm_mma.c) */
     MPCL_ENV_COUNT
 } mpcl__env_var;
 /* Every variable checked: a value outside its set (empty counts as unset) is
@@ -207,6 +210,8 @@ mpcl_status mpcl__env_check(void);
 const char *mpcl__env_value(mpcl__env_var var);
 /* The GEMM paths' names by mpcl_gemm_path, NULL-terminated (plan.c). */
 extern const char *const mpcl__gemm_path_names[MPCL_GEMM_PATH_COUNT + 1];
+/* The names MPCL_MMA_TILE takes (gemm_mma.c): the pipelined tiles, then "simple". */
+extern const char *const mpcl__mma_tile_names[];
 
 /* ---- cache ---- */
 
@@ -281,6 +286,7 @@ struct mpcl_context {
     bool verdict_cached;          /* the fp16/bf16 verification was read from the cache */
     mpcl__gemm_tiles gemm_tiles;  /* mpcl's GEMM tiles; AUTO but in tests */
     unsigned gemm_strip;          /* tiles per item (a strip); 0: by the shape */
+    int mma_tile;                 /* mpcl-mma's pipelined tile; -1 but in tests */
     int bias_grad_parts;          /* the bias gradient's shape: 0 by the device, 1 GPU, -1 CPU */
     size_t cache_bytes;           /* CL_DEVICE_GLOBAL_MEM_CACHE_SIZE, 0 if none; tests set it */
     size_t bytes_now, bytes_peak; /* tensors and workspaces */
