@@ -153,13 +153,13 @@
  * MMA_PIPE_PAD elements; then, built with MPCL_MMA_EMULATE alone, six words
  * an item for the emulation's exchanges. */
 #define MPCL_ABI_MMA_PIPE_PAD 8
-#define MPCL_ABI_MMA_PIPE_A_ELEMS(rows, ta)                                     \
-    ((ta) ? MPCL_ABI_MMA_PIPE_BK * ((rows) + MPCL_ABI_MMA_PIPE_PAD)             \
+#define MPCL_ABI_MMA_PIPE_A_ELEMS(rows, ta)                         \
+    ((ta) ? MPCL_ABI_MMA_PIPE_BK * ((rows) + MPCL_ABI_MMA_PIPE_PAD) \
           : (rows) * (MPCL_ABI_MMA_PIPE_BK + MPCL_ABI_MMA_PIPE_PAD))
-#define MPCL_ABI_MMA_PIPE_B_ELEMS(cols, tb)                                     \
-    ((tb) ? (cols) * (MPCL_ABI_MMA_PIPE_BK + MPCL_ABI_MMA_PIPE_PAD)             \
+#define MPCL_ABI_MMA_PIPE_B_ELEMS(cols, tb)                         \
+    ((tb) ? (cols) * (MPCL_ABI_MMA_PIPE_BK + MPCL_ABI_MMA_PIPE_PAD) \
           : MPCL_ABI_MMA_PIPE_BK * ((cols) + MPCL_ABI_MMA_PIPE_PAD))
-#define MPCL_ABI_MMA_PIPE_LOCAL_BYTES(rows, cols, items, ta, tb, emulated)        \
+#define MPCL_ABI_MMA_PIPE_LOCAL_BYTES(rows, cols, items, ta, tb, emulated)                 \
     (2 * 2 * (MPCL_ABI_MMA_PIPE_A_ELEMS(rows, ta) + MPCL_ABI_MMA_PIPE_B_ELEMS(cols, tb)) + \
      ((emulated) ? 4 * 6 * (items) : 0))
 
