@@ -12,30 +12,7 @@
 
 #include "compute/compute.h"
 
-/* A pipelined tile and its kernels' names (mpcl__kernel keeps the pointer:
- * static strings), by transpose pair (NN, NT, TN) and C in storage or f32. */
-typedef struct mma_tile {
-    const char *name;
-    unsigned rows, cols, items;
-    const char *kernels[3][2];
-} mma_tile;
-
-#define MMA_KERNELS(NAME, PAIR) \
-    { "mpcl_gemm_mma_" #NAME "_" #PAIR, "mpcl_gemm_mma_" #NAME "_" #PAIR "_cf32" }
-#define MMA_TILE_ROW(NAME, ROWS, COLS, WM, WN) \
-    {#NAME,                                    \
-     ROWS,                                     \
-     COLS,                                     \
-     32 * (WM) * (WN),                         \
-     {MMA_KERNELS(NAME, nn), MMA_KERNELS(NAME, nt), MMA_KERNELS(NAME, tn)}},
-static const mma_tile tiles[] = {MPCL_ABI_MMA_PIPE_TILES(MMA_TILE_ROW)};
-#undef MMA_TILE_ROW
-#undef MMA_KERNELS
-enum { NTILES = sizeof tiles / sizeof tiles[0] };
-
-#define MMA_TILE_NAME(NAME, ...) #NAME,
-const char *const mpcl__mma_tile_names[] = {MPCL_ABI_MMA_PIPE_TILES(MMA_TILE_NAME) "simple", NULL};
-#undef MMA_TILE_NAME
+enum { NTILES = MPCL__MMA_PIPE_TILES };
 
 void mpcl__gemm_mma_force_tile(mpcl_context *ctx, int tile) {
     ctx->mma_tile = tile;
@@ -59,10 +36,10 @@ static int pick_tile(const mpcl_context *ctx, size_t m, size_t n) {
     for (int i = 0; env && i <= NTILES; i++)
         if (strcmp(env, mpcl__mma_tile_names[i]) == 0) return i;
     size_t units = ctx->info.compute_units ? ctx->info.compute_units : 1;
-    for (int i = 0; i < NTILES; i++)
-        if ((m + tiles[i].rows - 1) / tiles[i].rows * ((n + tiles[i].cols - 1) / tiles[i].cols) >=
-            units)
-            return i;
+    for (int i = 0; i < NTILES; i++) {
+        const mpcl__mma_pipe_tile *t = &mpcl__mma_pipe_tiles[i];
+        if ((m + t->rows - 1) / t->rows * ((n + t->cols - 1) / t->cols) >= units) return i;
+    }
     return NTILES - 1;
 }
 
@@ -79,12 +56,13 @@ static const char *choose(const mpcl_context *ctx, bool ta, bool tb, size_t m, s
         *local_bytes = 0;
         return c_f32 ? "mpcl_gemm_mma_cf32" : "mpcl_gemm_mma";
     }
-    *items = tiles[t].items;
-    *rows = tiles[t].rows;
-    *cols = tiles[t].cols;
-    *local_bytes = MPCL_ABI_MMA_PIPE_LOCAL_BYTES(tiles[t].rows, tiles[t].cols, tiles[t].items, ta,
-                                                 tb, mpcl__matrix_engine_emulated(&ctx->info));
-    return tiles[t].kernels[ta ? 2 : tb ? 1 : 0][c_f32];
+    const mpcl__mma_pipe_tile *tile = &mpcl__mma_pipe_tiles[t];
+    *items = tile->items;
+    *rows = tile->rows;
+    *cols = tile->cols;
+    *local_bytes = MPCL_ABI_MMA_PIPE_LOCAL_BYTES(tile->rows, tile->cols, tile->items, ta, tb,
+                                                 mpcl__matrix_engine_emulated(&ctx->info));
+    return tile->kernels[ta ? 2 : tb ? 1 : 0][c_f32];
 }
 
 const char *mpcl__gemm_mma_kernel(const mpcl_context *ctx, bool ta, bool tb, size_t m, size_t n,

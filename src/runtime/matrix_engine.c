@@ -13,7 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cl/abi.h" /* mpcl-mma's tile and work-group */
 #include "mpcl/half.h"
 #include "runtime/probe.h"
 #include "runtime/runtime.h"
@@ -98,6 +97,25 @@ static int check_tile(cl_context cl, cl_command_queue q, cl_program p, const eng
 
 /* ---- the row's mpcl-mma kernels ---- */
 
+/* mpcl-mma's pipelined tiles, the rows of MPCL_ABI_MMA_PIPE_TILES. */
+#define MMA_KERNELS(NAME, PAIR) \
+    { "mpcl_gemm_mma_" #NAME "_" #PAIR, "mpcl_gemm_mma_" #NAME "_" #PAIR "_cf32" }
+#define MMA_TILE_ROW(NAME, ROWS, COLS, WM, WN) \
+    {#NAME,                                    \
+     ROWS,                                     \
+     COLS,                                     \
+     32 * (WM) * (WN),                         \
+     {MMA_KERNELS(NAME, nn), MMA_KERNELS(NAME, nt), MMA_KERNELS(NAME, tn)}},
+const mpcl__mma_pipe_tile mpcl__mma_pipe_tiles[MPCL__MMA_PIPE_TILES] = {
+    MPCL_ABI_MMA_PIPE_TILES(MMA_TILE_ROW)};
+#undef MMA_TILE_ROW
+#undef MMA_KERNELS
+
+#define MMA_TILE_NAME(NAME, ...) #NAME,
+const char *const mpcl__mma_tile_names[MPCL__MMA_PIPE_TILES + 2] = {
+    MPCL_ABI_MMA_PIPE_TILES(MMA_TILE_NAME) "simple", NULL};
+#undef MMA_TILE_NAME
+
 /* The shapes, small integers in A, B and C so that every sum is exact in
  * f32 and in both 16-bit formats (|C| <= 2 * 2 * 40 + 3 < 256):
  *  - mpcl_gemm_mma's, with edges in M, N and K (none a multiple of its 64,
@@ -111,20 +129,10 @@ typedef struct gemm_shape {
 } gemm_shape;
 static const gemm_shape simple_shape = {70, 40, 20}, pipe_shape = {72, 136, 40};
 
-/* The pipelined kernels by tile row: the name's part, the work-group's
- * items and the tile of C it computes. */
-typedef struct pipe_tile {
-    const char *name;
-    int rows, cols, items;
-} pipe_tile;
-#define PIPE_TILE_ROW(NAME, ROWS, COLS, WM, WN) {#NAME, ROWS, COLS, 32 * (WM) * (WN)},
-static const pipe_tile pipe_tiles[] = {MPCL_ABI_MMA_PIPE_TILES(PIPE_TILE_ROW)};
-#undef PIPE_TILE_ROW
-enum { NPIPE = sizeof pipe_tiles / sizeof pipe_tiles[0] };
-
 /* Elements each dtype's check compares: mpcl_gemm_mma's two runs, then the
  * three transpose pairs of every tile row. */
-#define GEMM_CHECKS (2 * simple_shape.m * simple_shape.n + 3 * NPIPE * pipe_shape.m * pipe_shape.n)
+#define GEMM_CHECKS \
+    (2 * simple_shape.m * simple_shape.n + 3 * MPCL__MMA_PIPE_TILES * pipe_shape.m * pipe_shape.n)
 
 static float small_int(int i, int salt) {
     return (float)((i * 7 + salt * 3) % 5 - 2);
@@ -244,27 +252,23 @@ static int check_gemm(cl_context cl, cl_device_id dev, cl_command_queue q, const
              e->program_option);
     cl_program p = mpcl__probe_build_sources(cl, dev, names, 4, options, log);
     if (!p) return GEMM_CHECKS + 1;
-    gemm_launch launches[2 + 3 * NPIPE] = {
+    gemm_launch launches[2 + 3 * MPCL__MMA_PIPE_TILES] = {
         {"mpcl_gemm_mma", simple_shape, MPCL_ABI_MMA_ITEMS, MPCL_ABI_MMA_TILE, MPCL_ABI_MMA_TILE,
          true, true, true, 0},
         {"mpcl_gemm_mma_cf32", simple_shape, MPCL_ABI_MMA_ITEMS, MPCL_ABI_MMA_TILE,
          MPCL_ABI_MMA_TILE, false, false, false, 0}};
-    char kernels[3 * NPIPE][64];
-    static const char *const pairs[3] = {"nn", "nt", "tn"};
-    for (int t = 0, i = 2; t < NPIPE; t++)
+    for (int t = 0, i = 2; t < MPCL__MMA_PIPE_TILES; t++)
         for (int pair = 0; pair < 3; pair++, i++) {
-            const pipe_tile *pt = &pipe_tiles[t];
+            const mpcl__mma_pipe_tile *pt = &mpcl__mma_pipe_tiles[t];
             bool c16 = (t + pair) % 2 == 0;
-            snprintf(kernels[i - 2], sizeof kernels[i - 2], "mpcl_gemm_mma_%s_%s%s", pt->name,
-                     pairs[pair], c16 ? "" : "_cf32");
             bool ta = pair == 2, tb = pair == 1;
             bool emulated = strstr(e->program_option, "MPCL_MMA_EMULATE") != NULL;
             launches[i] = (gemm_launch){
-                kernels[i - 2],
+                pt->kernels[pair][!c16],
                 pipe_shape,
-                pt->items,
-                pt->rows,
-                pt->cols,
+                (int)pt->items,
+                (int)pt->rows,
+                (int)pt->cols,
                 ta,
                 tb,
                 c16,

@@ -17,6 +17,8 @@
 #include "mpcl/status.h"
 #include "mpcl/half.h"
 #include "mpcl/rng.h"
+
+#include "cl/abi.h" /* mpcl-mma's pipelined tiles */
 #include "mpcl/version.h"
 
 #if defined(__GNUC__)
@@ -210,8 +212,20 @@ mpcl_status mpcl__env_check(void);
 const char *mpcl__env_value(mpcl__env_var var);
 /* The GEMM paths' names by mpcl_gemm_path, NULL-terminated (plan.c). */
 extern const char *const mpcl__gemm_path_names[MPCL_GEMM_PATH_COUNT + 1];
-/* The names MPCL_MMA_TILE takes (gemm_mma.c): the pipelined tiles, then "simple". */
-extern const char *const mpcl__mma_tile_names[];
+/* mpcl-mma's pipelined tiles (matrix_engine.c), the rows of
+ * MPCL_ABI_MMA_PIPE_TILES: C's tile and the work-group's items, and the
+ * kernels' names (static strings) by transpose pair (NN, NT, TN) and C in
+ * the storage dtype or f32. */
+#define MPCL__MMA_PIPE_ROW_COUNT(...) +1
+enum { MPCL__MMA_PIPE_TILES = 0 MPCL_ABI_MMA_PIPE_TILES(MPCL__MMA_PIPE_ROW_COUNT) };
+typedef struct mpcl__mma_pipe_tile {
+    const char *name;
+    unsigned rows, cols, items;
+    const char *kernels[3][2];
+} mpcl__mma_pipe_tile;
+extern const mpcl__mma_pipe_tile mpcl__mma_pipe_tiles[MPCL__MMA_PIPE_TILES];
+/* The names MPCL_MMA_TILE takes: the pipelined tiles', then "simple". */
+extern const char *const mpcl__mma_tile_names[MPCL__MMA_PIPE_TILES + 2];
 
 /* ---- cache ---- */
 
