@@ -363,7 +363,15 @@ static void run_mma_pipelined(mpcl_context *ctx) {
     int rows = 0;
     while (strcmp(mpcl__mma_tile_names[rows], "simple") != 0) rows++;
     assert_true(rows >= 1);
+    bool emulated = mpcl__matrix_engine_emulated(mpcl_context_device(ctx));
     for (int t = 0; t < rows; t++) {
+        /* A row the device's local memory cannot hold is never taken. */
+        if (mpcl__mma_pipe_tile_bytes(&mpcl__mma_pipe_tiles[t], emulated) >
+            mpcl_context_device(ctx)->local_mem_bytes) {
+            printf("mpcl-mma %s: more local memory than the device has, skipped\n",
+                   mpcl__mma_tile_names[t]);
+            continue;
+        }
         mpcl__gemm_mma_force_tile(ctx, t);
         const char *tile = mpcl__mma_tile_names[t];
         for (size_t vi = 0; vi < nv; vi++) {
@@ -455,6 +463,28 @@ static void test_mpcl_mma_emulated(void **state) {
          * and K blocks, and the emulation costs 2 barriers an mma. */
         run_variant_in(ctx, MPCL_GEMM_MPCL_MMA, true);
         run_mma_pipelined(ctx);
+        /* A device with less local memory: the rows that do not fit are
+         * never picked, and forcing one is refused with the reason. */
+        uint64_t had = ctx->info.local_mem_bytes;
+        size_t smallest =
+            mpcl__mma_pipe_tile_bytes(&mpcl__mma_pipe_tiles[MPCL__MMA_PIPE_TILES - 1], true);
+        ctx->info.local_mem_bytes = smallest;
+        assert_non_null(strstr(mpcl__gemm_mma_kernel(ctx, false, false, 4096, 4096, 64, false),
+                               mpcl__mma_tile_names[MPCL__MMA_PIPE_TILES - 1]));
+        ctx->info.local_mem_bytes = smallest - 1;
+        assert_string_equal(mpcl__gemm_mma_kernel(ctx, false, false, 4096, 4096, 64, false),
+                            "mpcl_gemm_mma");
+        mpcl__gemm_mma_force_tile(ctx, 0);
+        mpcl_tensor *a = tu_tensor(ctx, MPCL_DTYPE_F16, 64, 64),
+                    *b = tu_tensor(ctx, MPCL_DTYPE_F16, 64, 64),
+                    *c = tu_tensor(ctx, MPCL_DTYPE_F16, 64, 64);
+        tu_expect_error(mpcl_gemm(ctx, MPCL_GEMM_MPCL_MMA, false, false, 1.0f, a, b, 0.0f, c),
+                        MPCL_ERR_INVALID_ARG, "bytes of local memory");
+        mpcl_tensor_destroy(a);
+        mpcl_tensor_destroy(b);
+        mpcl_tensor_destroy(c);
+        mpcl__gemm_mma_force_tile(ctx, -1);
+        ctx->info.local_mem_bytes = had;
     }
     /* After a 16-bit program exists, the emulation is refused. */
     assert_int_equal(mpcl__matrix_engine_emulate(ctx), MPCL_ERR_INVALID_ARG);

@@ -27,7 +27,14 @@ static bool pipelined_applies(bool ta, bool tb, size_t m, size_t n, size_t k) {
     return (ta ? m : k) % 8 == 0 && (tb ? k : n) % 8 == 0;
 }
 
-/* The tile row for an m x n C: MPCL_MMA_TILE's or a test's where set, else
+static bool fits(const mpcl_context *ctx, int tile) {
+    return mpcl__mma_pipe_tile_bytes(&mpcl__mma_pipe_tiles[tile],
+                                     mpcl__matrix_engine_emulated(&ctx->info)) <=
+           ctx->info.local_mem_bytes;
+}
+
+/* The tile row for an m x n C: MPCL_MMA_TILE's or a test's where set (run
+ * checks that it fits), else of the rows whose local memory the device has,
  * the largest whose work-groups fill every compute unit once, else the
  * smallest (the table runs from large to small). NTILES: mpcl_gemm_mma. */
 static int pick_tile(const mpcl_context *ctx, size_t m, size_t n) {
@@ -36,11 +43,14 @@ static int pick_tile(const mpcl_context *ctx, size_t m, size_t n) {
     for (int i = 0; env && i <= NTILES; i++)
         if (strcmp(env, mpcl__mma_tile_names[i]) == 0) return i;
     size_t units = ctx->info.compute_units ? ctx->info.compute_units : 1;
+    int smallest = NTILES;
     for (int i = 0; i < NTILES; i++) {
         const mpcl__mma_pipe_tile *t = &mpcl__mma_pipe_tiles[i];
+        if (!fits(ctx, i)) continue;
         if ((m + t->rows - 1) / t->rows * ((n + t->cols - 1) / t->cols) >= units) return i;
+        smallest = i;
     }
-    return NTILES - 1;
+    return smallest;
 }
 
 /* The kernel for one call, and its launch: the items of a work-group, the
@@ -77,6 +87,12 @@ mpcl_status mpcl__gemm_run_mma(mpcl_context *ctx, bool ta, bool tb, size_t m, si
     size_t items, rows, cols, local_bytes;
     const char *name = choose(ctx, ta, tb, m, n, k, c->dtype == MPCL_DTYPE_F32, &items, &rows,
                               &cols, &local_bytes);
+    if (local_bytes > ctx->info.local_mem_bytes)
+        return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG,
+                          "mpcl-mma's %s needs %zu bytes of local memory; %s has %llu (a smaller "
+                          "MPCL_MMA_TILE, or leave it unset)",
+                          name, local_bytes, ctx->info.name,
+                          (unsigned long long)ctx->info.local_mem_bytes);
     cl_kernel kern;
     mpcl_status st = mpcl__kernel(ctx, a->dtype, name, &kern);
     if (st != MPCL_OK) return st;

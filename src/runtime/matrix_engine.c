@@ -111,6 +111,16 @@ const mpcl__mma_pipe_tile mpcl__mma_pipe_tiles[MPCL__MMA_PIPE_TILES] = {
 #undef MMA_TILE_ROW
 #undef MMA_KERNELS
 
+size_t mpcl__mma_pipe_tile_bytes(const mpcl__mma_pipe_tile *t, bool emulated) {
+    size_t most = 0;
+    for (int pair = 0; pair < 3; pair++) {
+        size_t bytes = MPCL_ABI_MMA_PIPE_LOCAL_BYTES(
+            (size_t)t->rows, (size_t)t->cols, (size_t)t->items, pair == 2, pair == 1, emulated);
+        if (bytes > most) most = bytes;
+    }
+    return most;
+}
+
 #define MMA_TILE_NAME(NAME, ...) #NAME,
 const char *const mpcl__mma_tile_names[MPCL__MMA_PIPE_TILES + 2] = {
     MPCL_ABI_MMA_PIPE_TILES(MMA_TILE_NAME) "simple", NULL};
@@ -128,11 +138,6 @@ typedef struct gemm_shape {
     int m, n, k;
 } gemm_shape;
 static const gemm_shape simple_shape = {70, 40, 20}, pipe_shape = {72, 136, 40};
-
-/* Elements each dtype's check compares: mpcl_gemm_mma's two runs, then the
- * three transpose pairs of every tile row. */
-#define GEMM_CHECKS \
-    (2 * simple_shape.m * simple_shape.n + 3 * MPCL__MMA_PIPE_TILES * pipe_shape.m * pipe_shape.n)
 
 static float small_int(int i, int salt) {
     return (float)((i * 7 + salt * 3) % 5 - 2);
@@ -238,32 +243,34 @@ done:
     return wrong;
 }
 
-/* Wrong elements over every launch (GEMM_CHECKS), GEMM_CHECKS + 1 when a
- * kernel did not build or run: in dt's program with the row's option,
- * mpcl_gemm_mma with A^T B^T into a 16-bit C, then A B into an f32 C; then
- * every tile row's pipelined kernels, NN, NT and TN, their C in turn 16-bit
- * and f32. */
+/* Wrong elements over every launch, whose elements (the checks) go to
+ * *total; *total + 1 when a kernel did not build or run. In dt's program with
+ * the row's option: mpcl_gemm_mma with A^T B^T into a 16-bit C, then A B
+ * into an f32 C; then the pipelined kernels, NN, NT and TN, their C in turn
+ * 16-bit and f32, of every tile row whose local memory the device has (the
+ * others are never taken: mpcl__mma_pipe_tile_bytes). */
 static int check_gemm(cl_context cl, cl_device_id dev, cl_command_queue q, const engine *e,
-                      mpcl_dtype dt, mpcl__probe_log *log) {
+                      mpcl_dtype dt, mpcl__probe_log *log, int *total) {
     const char *const names[] = {"abi.h", "activations.h", "common.cl", e->gemm_source};
     char options[160];
     snprintf(options, sizeof options, "-cl-std=CL1.2 %s%s",
              dt == MPCL_DTYPE_BF16 ? "-DMPCL_STORAGE_BF16=1" : "-DMPCL_STORAGE_F16=1",
              e->program_option);
-    cl_program p = mpcl__probe_build_sources(cl, dev, names, 4, options, log);
-    if (!p) return GEMM_CHECKS + 1;
     gemm_launch launches[2 + 3 * MPCL__MMA_PIPE_TILES] = {
         {"mpcl_gemm_mma", simple_shape, MPCL_ABI_MMA_ITEMS, MPCL_ABI_MMA_TILE, MPCL_ABI_MMA_TILE,
          true, true, true, 0},
         {"mpcl_gemm_mma_cf32", simple_shape, MPCL_ABI_MMA_ITEMS, MPCL_ABI_MMA_TILE,
          MPCL_ABI_MMA_TILE, false, false, false, 0}};
-    for (int t = 0, i = 2; t < MPCL__MMA_PIPE_TILES; t++)
-        for (int pair = 0; pair < 3; pair++, i++) {
-            const mpcl__mma_pipe_tile *pt = &mpcl__mma_pipe_tiles[t];
-            bool c16 = (t + pair) % 2 == 0;
-            bool ta = pair == 2, tb = pair == 1;
-            bool emulated = strstr(e->program_option, "MPCL_MMA_EMULATE") != NULL;
-            launches[i] = (gemm_launch){
+    size_t count = 2;
+    cl_ulong local_mem = 0;
+    clGetDeviceInfo(dev, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local_mem, &local_mem, NULL);
+    bool emulated = strstr(e->program_option, "MPCL_MMA_EMULATE") != NULL;
+    for (int t = 0; t < MPCL__MMA_PIPE_TILES; t++) {
+        const mpcl__mma_pipe_tile *pt = &mpcl__mma_pipe_tiles[t];
+        if (mpcl__mma_pipe_tile_bytes(pt, emulated) > local_mem) continue;
+        for (int pair = 0; pair < 3; pair++) {
+            bool c16 = (t + pair) % 2 == 0, ta = pair == 2, tb = pair == 1;
+            launches[count++] = (gemm_launch){
                 pt->kernels[pair][!c16],
                 pipe_shape,
                 (int)pt->items,
@@ -274,10 +281,15 @@ static int check_gemm(cl_context cl, cl_device_id dev, cl_command_queue q, const
                 c16,
                 MPCL_ABI_MMA_PIPE_LOCAL_BYTES(pt->rows, pt->cols, pt->items, ta, tb, emulated)};
         }
+    }
+    *total = 0;
+    for (size_t i = 0; i < count; i++) *total += launches[i].shape.m * launches[i].shape.n;
+    cl_program p = mpcl__probe_build_sources(cl, dev, names, 4, options, log);
+    if (!p) return *total + 1;
     int wrong = 0;
-    for (size_t i = 0; i < sizeof launches / sizeof launches[0] && wrong <= GEMM_CHECKS; i++) {
+    for (size_t i = 0; i < count && wrong <= *total; i++) {
         int w = check_launch(cl, q, p, dt, &launches[i]);
-        wrong = w < 0 ? GEMM_CHECKS + 1 : wrong + w;
+        wrong = w < 0 ? *total + 1 : wrong + w;
     }
     clReleaseProgram(p);
     return wrong;
@@ -298,8 +310,9 @@ void mpcl__matrix_engine_verify_row(cl_context cl, cl_device_id dev, cl_command_
     int bf16 = p ? check_tile(cl, q, p, e, "probe_mma_bf16", MPCL_DTYPE_BF16) : TILE + 1;
     if (p) clReleaseProgram(p);
     bool tiles = f16 == 0 && bf16 == 0;
-    int g16 = tiles ? check_gemm(cl, dev, q, e, MPCL_DTYPE_F16, &gemm_log[0]) : 0;
-    int gbf16 = tiles ? check_gemm(cl, dev, q, e, MPCL_DTYPE_BF16, &gemm_log[1]) : 0;
+    int total16 = 0, totalbf16 = 0;
+    int g16 = tiles ? check_gemm(cl, dev, q, e, MPCL_DTYPE_F16, &gemm_log[0], &total16) : 0;
+    int gbf16 = tiles ? check_gemm(cl, dev, q, e, MPCL_DTYPE_BF16, &gemm_log[1], &totalbf16) : 0;
     info->matrix_engine =
         tiles && g16 == 0 && gbf16 == 0 ? MPCL_MATRIX_ENGINE_VERIFIED : MPCL_MATRIX_ENGINE_BROKEN;
     /* Four parts of the detail, each of at most (MPCL_INFO_STR - 8) / 4
@@ -313,8 +326,8 @@ void mpcl__matrix_engine_verify_row(cl_context cl, cl_device_id dev, cl_command_
                  part[1]);
         return;
     }
-    mpcl__probe_describe(part[2], sizeof part[2], "mpcl-mma f16", g16, GEMM_CHECKS, &gemm_log[0]);
-    mpcl__probe_describe(part[3], sizeof part[3], "bf16", gbf16, GEMM_CHECKS, &gemm_log[1]);
+    mpcl__probe_describe(part[2], sizeof part[2], "mpcl-mma f16", g16, total16, &gemm_log[0]);
+    mpcl__probe_describe(part[3], sizeof part[3], "bf16", gbf16, totalbf16, &gemm_log[1]);
     snprintf(info->matrix_engine_detail, sizeof info->matrix_engine_detail, "%s; %s; %s; %s",
              part[0], part[1], part[2], part[3]);
 }

@@ -224,6 +224,9 @@ typedef struct mpcl__mma_pipe_tile {
     const char *kernels[3][2];
 } mpcl__mma_pipe_tile;
 extern const mpcl__mma_pipe_tile mpcl__mma_pipe_tiles[MPCL__MMA_PIPE_TILES];
+/* The most local memory t's kernels take (over its transpose pairs), in
+ * bytes: a device with less never runs them. */
+size_t mpcl__mma_pipe_tile_bytes(const mpcl__mma_pipe_tile *t, bool emulated);
 /* The names MPCL_MMA_TILE takes: the pipelined tiles', then "simple". */
 extern const char *const mpcl__mma_tile_names[MPCL__MMA_PIPE_TILES + 2];
 
