@@ -360,9 +360,7 @@ static void run_mma_pipelined(mpcl_context *ctx) {
     static const gemm_case aligned[] = {{136, 200, 72, false, false}, {24, 8, 16, false, false}};
     gemm_variant vs[16];
     size_t nv = variants_for(ctx, vs);
-    int rows = 0;
-    while (strcmp(mpcl__mma_tile_names[rows], "simple") != 0) rows++;
-    assert_true(rows >= 1);
+    const int rows = MPCL__MMA_PIPE_TILES;
     bool emulated = mpcl__matrix_engine_emulated(mpcl_context_device(ctx));
     for (int t = 0; t < rows; t++) {
         /* A row the device's local memory cannot hold is never taken. */
@@ -440,8 +438,7 @@ static void test_mpcl_mma_emulated(void **state) {
          * whole 16-byte rows across its edges (2 x 2 tiles, 2 K blocks): NT
          * (plain ldmatrix for A and B) and TN (.trans for both). */
         static const gemm_case pieces[] = {{72, 72, 40, false, false}};
-        int smallest = 0;
-        while (strcmp(mpcl__mma_tile_names[smallest + 1], "simple") != 0) smallest++;
+        const int smallest = MPCL__MMA_PIPE_TILES - 1;
         gemm_variant vs[16];
         size_t nv = variants_for(ctx, vs);
         for (size_t vi = 0; vi < nv; vi++) {

@@ -97,6 +97,17 @@ static int check_tile(cl_context cl, cl_command_queue q, cl_program p, const eng
 
 /* ---- the row's mpcl-mma kernels ---- */
 
+/* mpcl__matrix_engine_emulate's engine: the NVIDIA row's kernels with its
+ * instructions computed by the lanes (cl/gemm_mma_nvidia.cl), which also
+ * need local memory for their exchanges: a program built with this option
+ * is emulated. */
+static const char EMULATED_KIND[] = "nvidia-mma-sm80-emulated";
+static const char EMULATED_OPTION[] = " -DMPCL_MMA_NVIDIA=1 -DMPCL_MMA_EMULATE=1";
+
+static bool option_emulates(const char *option) {
+    return strcmp(option, EMULATED_OPTION) == 0;
+}
+
 /* mpcl-mma's pipelined tiles, the rows of MPCL_ABI_MMA_PIPE_TILES. */
 #define MMA_KERNELS(NAME, PAIR) \
     { "mpcl_gemm_mma_" #NAME "_" #PAIR, "mpcl_gemm_mma_" #NAME "_" #PAIR "_cf32" }
@@ -264,7 +275,7 @@ static int check_gemm(cl_context cl, cl_device_id dev, cl_command_queue q, const
     size_t count = 2;
     cl_ulong local_mem = 0;
     clGetDeviceInfo(dev, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local_mem, &local_mem, NULL);
-    bool emulated = strstr(e->program_option, "MPCL_MMA_EMULATE") != NULL;
+    bool emulated = option_emulates(e->program_option);
     for (int t = 0; t < MPCL__MMA_PIPE_TILES; t++) {
         const mpcl__mma_pipe_tile *pt = &mpcl__mma_pipe_tiles[t];
         if (mpcl__mma_pipe_tile_bytes(pt, emulated) > local_mem) continue;
@@ -351,10 +362,6 @@ void mpcl__matrix_engine_verify(cl_context cl, cl_device_id dev, cl_command_queu
     snprintf(info->matrix_engine_detail, sizeof info->matrix_engine_detail, "%s", why);
 }
 
-/* mpcl__matrix_engine_emulate's engine: the NVIDIA row's kernels with its
- * instruction computed by the lanes (cl/gemm_mma_nvidia.cl). */
-static const char EMULATED_KIND[] = "nvidia-mma-sm80-emulated";
-
 mpcl_status mpcl__matrix_engine_emulate(mpcl_context *ctx) {
     if (ctx->programs[MPCL_DTYPE_F16] || ctx->programs[MPCL_DTYPE_BF16])
         return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG,
@@ -368,14 +375,12 @@ mpcl_status mpcl__matrix_engine_emulate(mpcl_context *ctx) {
 }
 
 bool mpcl__matrix_engine_emulated(const mpcl_device_info *info) {
-    return info->matrix_engine == MPCL_MATRIX_ENGINE_VERIFIED &&
-           strcmp(info->matrix_engine_kind, EMULATED_KIND) == 0;
+    return option_emulates(mpcl__matrix_engine_program_option(info));
 }
 
 const char *mpcl__matrix_engine_program_option(const mpcl_device_info *info) {
     if (info->matrix_engine != MPCL_MATRIX_ENGINE_VERIFIED) return "";
-    if (strcmp(info->matrix_engine_kind, EMULATED_KIND) == 0)
-        return " -DMPCL_MMA_NVIDIA=1 -DMPCL_MMA_EMULATE=1";
+    if (strcmp(info->matrix_engine_kind, EMULATED_KIND) == 0) return EMULATED_OPTION;
     for (size_t i = 0; i < NENGINES; i++)
         if (strcmp(engines[i].kind, info->matrix_engine_kind) == 0)
             return engines[i].program_option;
