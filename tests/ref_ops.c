@@ -107,6 +107,18 @@ double ref_bf16_value(uint16_t h) {
     return sign ? -v : v;
 }
 
+double ref_f16_value(uint16_t h) {
+    int sign = h >> 15, e = (h >> 10) & 0x1f, m = h & 0x3ff;
+    double v;
+    if (e == 0x1f)
+        v = m ? NAN : INFINITY;
+    else if (e == 0)
+        v = ldexp((double)m, -24);
+    else
+        v = ldexp((double)(m | 0x400), e - 25);
+    return sign ? -v : v;
+}
+
 uint16_t ref_f64_to_bf16(double x) {
     uint16_t sign = signbit(x) ? 0x8000u : 0u;
     if (isnan(x)) return (uint16_t)(sign | 0x7fc0u);

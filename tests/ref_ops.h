@@ -65,6 +65,9 @@ size_t ref_dense_loss(mpcl_loss loss, const double *pred, const double *targets,
  * rounded f32 -> bf16 conversion. */
 double ref_bf16_value(uint16_t bits);
 uint16_t ref_f64_to_bf16(double x);
+/* binary16 (5 exponent bits with bias 15, 10 mantissa bits; exponent 0 is
+ * subnormal with quantum 2^-24): the value of a bit pattern from its fields. */
+double ref_f16_value(uint16_t bits);
 
 /* ---- convolution and pooling (NHWC; images [B, H, W, C] row-major) ---- */
 

@@ -37,10 +37,6 @@ mpcl_status mpcl__tensor_view(const mpcl_tensor *base, size_t offset, size_t row
  * origin. */
 size_t mpcl__sub_buffer_align(mpcl_context *ctx);
 
-/* x as a 16-bit float dtype (f16 or bf16) stores it: rounded to nearest
- * even, as the device's stores and mpcl_tensor_upload_f32 round. */
-uint16_t mpcl__f32_to_bits(mpcl_dtype dtype, float x);
-
 /* Blocking read of t's elements [first, first + count) as floats (f32,
  * f16 or bf16 storage): one position's logits without the whole batch's.
  * MPCL_ERR_SHAPE past t's end. */

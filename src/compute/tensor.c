@@ -127,15 +127,6 @@ mpcl_status mpcl_tensor_download_raw(const mpcl_tensor *t, void *dst, size_t byt
     return read_bytes(t, 0, dst, bytes);
 }
 
-/* Host conversions of the 16-bit float dtypes: f16 as vstore_half_rte
- * rounds, bf16 as common.cl's STORE does (both round to nearest even). */
-uint16_t mpcl__f32_to_bits(mpcl_dtype dtype, float x) {
-    return dtype == MPCL_DTYPE_BF16 ? mpcl_f32_to_bf16(x) : mpcl_f32_to_f16(x);
-}
-static float from_bits(mpcl_dtype dtype, uint16_t h) {
-    return dtype == MPCL_DTYPE_BF16 ? mpcl_bf16_to_f32(h) : mpcl_f16_to_f32(h);
-}
-
 mpcl_status mpcl_tensor_upload_f32(mpcl_tensor *t, const float *src, size_t count) {
     mpcl_status st = check_count(t, count, "upload");
     if (st != MPCL_OK) return st;
@@ -147,7 +138,7 @@ mpcl_status mpcl_tensor_upload_f32(mpcl_tensor *t, const float *src, size_t coun
     if (!bits)
         return MPCL_ERROR(t->ctx, MPCL_ERR_OUT_OF_MEMORY, "staging an %s upload",
                           mpcl_dtype_name(t->dtype));
-    for (size_t i = 0; i < count; i++) bits[i] = mpcl__f32_to_bits(t->dtype, src[i]);
+    mpcl__f32_to_16bit_n(t->dtype, src, bits, count);
     st = mpcl_tensor_upload_raw(t, bits, t->bytes);
     free(bits);
     return st;
@@ -174,8 +165,7 @@ mpcl_status mpcl__tensor_download_f32_at(const mpcl_tensor *t, size_t first, flo
         return MPCL_ERROR(t->ctx, MPCL_ERR_OUT_OF_MEMORY, "staging an %s download",
                           mpcl_dtype_name(t->dtype));
     mpcl_status st = read_bytes(t, first * size, bits, count * size);
-    if (st == MPCL_OK)
-        for (size_t i = 0; i < count; i++) dst[i] = from_bits(t->dtype, bits[i]);
+    if (st == MPCL_OK) mpcl__16bit_to_f32_n(t->dtype, bits, dst, count);
     free(bits);
     return st;
 }

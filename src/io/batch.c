@@ -292,7 +292,7 @@ cleanup:
  * rounded as the gather kernel's stores round. */
 static const void *x_as_stored(const mpcl_tensor *x, stream_slot *s, size_t n) {
     if (x->dtype == MPCL_DTYPE_F32) return s->x;
-    for (size_t i = 0; i < n; i++) s->x_bits[i] = mpcl__f32_to_bits(x->dtype, s->x[i]);
+    mpcl__f32_to_16bit_n(x->dtype, s->x, s->x_bits, n);
     return s->x_bits;
 }
 

@@ -24,12 +24,8 @@ bool mpcl_grad_compression_parse(const char *name, mpcl_grad_compression *out) {
     return false;
 }
 
-uint16_t mpcl__dist_to16(mpcl_grad_compression c, float v) {
-    return c == MPCL_GRAD_COMPRESSION_BF16 ? mpcl_f32_to_bf16(v) : mpcl_f32_to_f16(v);
-}
-
-float mpcl__dist_from16(mpcl_grad_compression c, uint16_t v) {
-    return c == MPCL_GRAD_COMPRESSION_BF16 ? mpcl_bf16_to_f32(v) : mpcl_f16_to_f32(v);
+mpcl_dtype mpcl__dist_wire_dtype(mpcl_grad_compression c) {
+    return c == MPCL_GRAD_COMPRESSION_BF16 ? MPCL_DTYPE_BF16 : MPCL_DTYPE_F16;
 }
 
 static mpcl_status check_compression(mpcl_grad_compression c) {
@@ -149,25 +145,27 @@ static mpcl_status reserve(mpcl_dist *d, mpcl_context *ctx, size_t n) {
     return MPCL_OK;
 }
 
+/* v rounded to the wire's 16 bits and back, through d->wire. */
+static void round_to_wire(mpcl_dist *d, float *v, size_t n) {
+    mpcl_dtype wire = mpcl__dist_wire_dtype(d->compression);
+    mpcl__f32_to_16bit_n(wire, v, d->wire, n);
+    mpcl__16bit_to_f32_n(wire, d->wire, v, n);
+}
+
 /* The sum of this process's replicas into d->sum, in replica order: in f32,
  * or with compression each contribution rounded to 16 bits and each partial
  * sum rounded again (what the MPI reduction of 16-bit values does, so that
  * local and MPI runs of two replicas agree bit for bit). */
 static mpcl_status local_sum(mpcl_dist *d, mpcl_model *const *models, size_t n) {
-    mpcl_grad_compression c = d->compression;
+    bool compress = d->compression != MPCL_GRAD_COMPRESSION_NONE;
     for (size_t r = 0; r < d->local; r++) {
         float *dst = r == 0 ? d->sum : d->buf;
         mpcl_status st = mpcl_tensor_download_f32(mpcl_model_grad_arena(models[r]), dst, n);
         if (st != MPCL_OK) return st;
-        if (c != MPCL_GRAD_COMPRESSION_NONE)
-            for (size_t i = 0; i < n; i++)
-                dst[i] = mpcl__dist_from16(c, mpcl__dist_to16(c, dst[i]));
+        if (compress) round_to_wire(d, dst, n);
         if (r == 0) continue;
-        if (c == MPCL_GRAD_COMPRESSION_NONE)
-            for (size_t i = 0; i < n; i++) d->sum[i] += d->buf[i];
-        else
-            for (size_t i = 0; i < n; i++)
-                d->sum[i] = mpcl__dist_from16(c, mpcl__dist_to16(c, d->sum[i] + d->buf[i]));
+        for (size_t i = 0; i < n; i++) d->sum[i] += d->buf[i];
+        if (compress) round_to_wire(d, d->sum, n);
     }
     return MPCL_OK;
 }
@@ -198,10 +196,10 @@ mpcl_status mpcl_dist_allreduce_grads(mpcl_dist *d, mpcl_model *const *models) {
         if (d->compression == MPCL_GRAD_COMPRESSION_NONE) {
             st = mpcl__dist_mpi_sum_f32(d, ctx, d->sum, n);
         } else {
-            for (size_t i = 0; i < n; i++) d->wire[i] = mpcl__dist_to16(d->compression, d->sum[i]);
+            mpcl_dtype wire = mpcl__dist_wire_dtype(d->compression);
+            mpcl__f32_to_16bit_n(wire, d->sum, d->wire, n);
             st = mpcl__dist_mpi_sum_u16(d, ctx, d->wire, n);
-            for (size_t i = 0; i < n && st == MPCL_OK; i++)
-                d->sum[i] = mpcl__dist_from16(d->compression, d->wire[i]);
+            if (st == MPCL_OK) mpcl__16bit_to_f32_n(wire, d->wire, d->sum, n);
         }
     }
     for (size_t r = 0; r < d->local && st == MPCL_OK; r++)

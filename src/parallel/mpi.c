@@ -66,8 +66,10 @@ static void sum16(void *in, void *inout, int *len, MPI_Datatype *type, mpcl_grad
     (void)type;
     const uint16_t *a = in;
     uint16_t *b = inout;
+    mpcl_dtype wire = mpcl__dist_wire_dtype(c);
     for (int i = 0; i < *len; i++)
-        b[i] = mpcl__dist_to16(c, mpcl__dist_from16(c, a[i]) + mpcl__dist_from16(c, b[i]));
+        b[i] = mpcl__f32_to_16bit(wire,
+                                  mpcl__16bit_to_f32(wire, a[i]) + mpcl__16bit_to_f32(wire, b[i]));
 }
 static void sum_fp16(void *in, void *inout, int *len, MPI_Datatype *type) {
     sum16(in, inout, len, type, MPCL_GRAD_COMPRESSION_FP16);

@@ -34,8 +34,7 @@ mpcl_status mpcl__dist_mpi_sum_f64(mpcl_dist *d, mpcl_context *ctx, double *v, s
 mpcl_status mpcl__dist_mpi_allgather(mpcl_dist *d, mpcl_context *ctx, const void *mine,
                                      size_t bytes, void *all);
 
-/* The 16-bit format of a compression and back (host, round to nearest even). */
-uint16_t mpcl__dist_to16(mpcl_grad_compression c, float v);
-float mpcl__dist_from16(mpcl_grad_compression c, uint16_t v);
+/* The 16-bit dtype a compression sends (bf16, or f16 for fp16). */
+mpcl_dtype mpcl__dist_wire_dtype(mpcl_grad_compression c);
 
 #endif

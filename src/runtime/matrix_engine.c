@@ -55,16 +55,8 @@ static const engine engines[] = {
 /* The probe's operands: small integers (and halves of them) whose products
  * and sums are exact in f32 and in both 16-bit formats, signed and zero, so
  * that any engine that multiplies and accumulates at all gets every bit. */
-static uint16_t bits_of(mpcl_dtype dt, float v) {
-    return dt == MPCL_DTYPE_BF16 ? mpcl_f32_to_bf16(v) : mpcl_f32_to_f16(v);
-}
-
 static uint16_t operand(mpcl_dtype dt, int i, int salt) {
-    return bits_of(dt, (float)((i * 7 + salt * 3) % 9 - 4) * (i % 5 == 0 ? 0.5f : 1.0f));
-}
-
-static float operand_value(mpcl_dtype dt, uint16_t bits) {
-    return dt == MPCL_DTYPE_BF16 ? mpcl_bf16_to_f32(bits) : mpcl_f16_to_f32(bits);
+    return mpcl__f32_to_16bit(dt, (float)((i * 7 + salt * 3) % 9 - 4) * (i % 5 == 0 ? 0.5f : 1.0f));
 }
 
 /* Wrong elements of d (TILE_M * TILE_N), TILE_M * TILE_N + 1 when the kernel
@@ -88,8 +80,8 @@ static int check_tile(cl_context cl, cl_command_queue q, cl_program p, const eng
         for (int j = 0; j < TILE_N; j++) {
             double want = c[i * TILE_N + j];
             for (int k = 0; k < TILE_K; k++)
-                want += (double)operand_value(dt, a[i * TILE_K + k]) *
-                        (double)operand_value(dt, b[k * TILE_N + j]);
+                want += (double)mpcl__16bit_to_f32(dt, a[i * TILE_K + k]) *
+                        (double)mpcl__16bit_to_f32(dt, b[k * TILE_N + j]);
             wrong += !mpcl__probe_same_f32(d[i * TILE_N + j], (float)want);
         }
     return wrong;
@@ -224,17 +216,17 @@ static int check_launch(cl_context cl, cl_command_queue q, cl_program p, mpcl_dt
     /* A(i, p) and B(p, j), stored transposed where l says. */
     for (int i = 0; i < m; i++)
         for (int pp = 0; pp < k; pp++)
-            a[l->ta ? pp * m + i : i * k + pp] = bits_of(dt, small_int(i * k + pp, 1));
+            a[l->ta ? pp * m + i : i * k + pp] = mpcl__f32_to_16bit(dt, small_int(i * k + pp, 1));
     for (int pp = 0; pp < k; pp++)
         for (int j = 0; j < n; j++)
-            b[l->tb ? j * k + pp : pp * n + j] = bits_of(dt, small_int(pp * n + j, 2));
+            b[l->tb ? j * k + pp : pp * n + j] = mpcl__f32_to_16bit(dt, small_int(pp * n + j, 2));
     for (int i = 0; i < m; i++)
         for (int j = 0; j < n; j++) {
             double c = small_int(i * n + j, 3), s = 0;
             for (int pp = 0; pp < k; pp++)
                 s += (double)small_int(i * k + pp, 1) * (double)small_int(pp * n + j, 2);
             want[i * n + j] = l->c16 ? c + s : s;
-            c16[i * n + j] = bits_of(dt, (float)c);
+            c16[i * n + j] = mpcl__f32_to_16bit(dt, (float)c);
             c32[i * n + j] = mpcl__probe_poison_f32();
         }
     bool ran = l->c16 ? run_gemm(cl, q, p, l, a, b, c16, (size_t)m * n * sizeof *c16)
@@ -242,7 +234,7 @@ static int check_launch(cl_context cl, cl_command_queue q, cl_program p, mpcl_dt
     if (ran) {
         wrong = 0;
         for (int i = 0; i < m * n; i++)
-            wrong += l->c16 ? operand_value(dt, c16[i]) != (float)want[i]
+            wrong += l->c16 ? mpcl__16bit_to_f32(dt, c16[i]) != (float)want[i]
                             : !mpcl__probe_same_f32(c32[i], (float)want[i]);
     }
 done:

@@ -27,6 +27,16 @@
 #define MPCL_PRINTF(f, a)
 #endif
 
+/* ---- 16-bit floats on the host (half.c) ---- */
+
+/* One value or whole arrays between f32 and a 16-bit dtype (f16, or bf16
+ * when dtype is MPCL_DTYPE_BF16), rounding as mpcl_f32_to_f16 and
+ * mpcl_f32_to_bf16 do: as the device's stores round. */
+uint16_t mpcl__f32_to_16bit(mpcl_dtype dtype, float x);
+float mpcl__16bit_to_f32(mpcl_dtype dtype, uint16_t bits);
+void mpcl__f32_to_16bit_n(mpcl_dtype dtype, const float *src, uint16_t *dst, size_t n);
+void mpcl__16bit_to_f32_n(mpcl_dtype dtype, const uint16_t *src, float *dst, size_t n);
+
 /* ---- status ---- */
 
 /* Records "file:line: message" as the detail of the failure on this thread
