@@ -19,6 +19,7 @@
 
 #include "gpt_reference.h"
 #include "mpcl/gpt.h"
+#include "runtime/runtime.h"
 #include "testutil.h"
 
 typedef struct suite {
@@ -294,6 +295,45 @@ static void mixed_bfloat16_matches_pytorch(void **state) {
     mixed_matches_pytorch(s, MPCL_POLICY_MIXED_BFLOAT16);
 }
 
+/* The mixed policies' GEMMs on mpcl-mma, to the same bounds: on a device
+ * with a verified matrix engine the two tests above already take it (the
+ * plan's choice); on PoCL a second context runs its kernels' code with
+ * mma.sync, ldmatrix and cp.async emulated. The model's GEMMs are of whole
+ * 16-byte rows (16, 48, 64 and 256 columns), so they take the pipelined
+ * kernels, in NN, NT and TN. */
+static void mixed_matches_pytorch_on_mpcl_mma(void **state) {
+    suite *s = *state;
+    if (!gpt_kinds_known()) skip();
+    const mpcl_device_info *d = mpcl_context_device(s->ctx);
+    if (mpcl_plan_mma_usable(d)) {
+        printf("mpcl-mma: verified here, so the mixed tests above ran on it\n");
+        return;
+    }
+    if (!strstr(d->platform, "Portable Computing Language")) {
+        printf("mpcl-mma: not verified on %s; emulated on PoCL only\n", d->platform);
+        skip();
+    }
+    suite e = *s;
+    size_t B = s->ref.batch, T = s->ref.seq;
+    e.ctx = tu_context();
+    TU_ASSERT_OK(mpcl__matrix_engine_emulate(e.ctx));
+    e.x = tu_tensor(e.ctx, MPCL_DTYPE_I32, B, T);
+    e.y = tu_tensor(e.ctx, MPCL_DTYPE_I32, B, T);
+    TU_ASSERT_OK(mpcl_tensor_upload_i32(e.x, s->ref.tokens, B * T));
+    TU_ASSERT_OK(mpcl_tensor_upload_i32(e.y, s->ref.targets, B * T));
+    const mpcl_policy policies[] = {MPCL_POLICY_MIXED_FLOAT16, MPCL_POLICY_MIXED_BFLOAT16};
+    for (size_t i = 0; i < 2; i++) {
+        mpcl_plan plan = mpcl_context_plan(e.ctx, policies[i]);
+        if (plan.gemm != MPCL_GEMM_MPCL_MMA)
+            fail_msg("%s: the plan took %s (%s)", mpcl_policy_name(policies[i]),
+                     mpcl_gemm_path_name(plan.gemm), plan.reason);
+        mixed_matches_pytorch(&e, policies[i]);
+    }
+    mpcl_tensor_destroy(e.x);
+    mpcl_tensor_destroy(e.y);
+    mpcl_context_destroy(e.ctx);
+}
+
 /* ---- as a Hugging Face folder ---- */
 
 /* Every parameter's f32 master, back to back. */
@@ -511,6 +551,7 @@ int main(void) {
         cmocka_unit_test(float32_matches_pytorch),
         cmocka_unit_test(mixed_float16_matches_pytorch),
         cmocka_unit_test(mixed_bfloat16_matches_pytorch),
+        cmocka_unit_test(mixed_matches_pytorch_on_mpcl_mma),
     };
     const struct CMUnitTest folders[] = {
         cmocka_unit_test(folder_round_trip),

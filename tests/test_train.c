@@ -495,6 +495,61 @@ static void test_evaluate(void **state) {
     mpcl_context_destroy(ctx);
 }
 
+/* The 16-bit policies train on mpcl-mma as well as float32 trains: where the
+ * device's matrix engine is verified (an NVIDIA GPU), on its kernels; on
+ * PoCL, on the same kernels' code with mma.sync, ldmatrix and cp.async
+ * emulated (elsewhere skipped, as test_gemm's emulated test is). The first
+ * layer's GEMMs (64x784 by 784x16 and its transposes) take the pipelined
+ * kernels, the 16x10 head's the element-staged one. Tolerance: test
+ * accuracy within 8 of the 256 samples of float32's (as test_dist allows
+ * 16-bit gradients), test loss within 5%. */
+static void test_mixed_on_the_matrix_engine(void **state) {
+    (void)state;
+    static recorder r;
+    memset(&r, 0, sizeof r);
+    mpcl_context *ctx = tu_context();
+    const mpcl_device_info *d = mpcl_context_device(ctx);
+    bool emulate = !mpcl_plan_mma_usable(d);
+    if (emulate && !strstr(d->platform, "Portable Computing Language")) {
+        printf("mixed on mpcl-mma: skipped on %s (no verified matrix engine; emulated on PoCL)\n",
+               d->platform);
+        mpcl_context_destroy(ctx);
+        return;
+    }
+    mpcl_train_params p = small_params(&r, MPCL_POLICY_FLOAT32);
+    mpcl_trainer *tr = make(ctx, &p);
+    TU_ASSERT_OK(mpcl_trainer_fit(tr));
+    mpcl_train_report f32 = r.r[r.count - 1];
+    mpcl_trainer_destroy(tr);
+    mpcl_context_destroy(ctx);
+
+    const mpcl_policy policies[] = {MPCL_POLICY_MIXED_FLOAT16, MPCL_POLICY_MIXED_BFLOAT16};
+    for (size_t i = 0; i < 2; i++) {
+        memset(&r, 0, sizeof r);
+        ctx = tu_context();
+        if (emulate) TU_ASSERT_OK(mpcl__matrix_engine_emulate(ctx));
+        p = small_params(&r, policies[i]);
+        tr = make(ctx, &p);
+        const mpcl_plan *plan = mpcl_model_plan(mpcl_trainer_model(tr));
+        if (plan->gemm != MPCL_GEMM_MPCL_MMA)
+            fail_msg("%s: the plan took %s (%s)", mpcl_policy_name(policies[i]),
+                     mpcl_gemm_path_name(plan->gemm), plan->reason);
+        TU_ASSERT_OK(mpcl_trainer_fit(tr));
+        mpcl_train_report last = r.r[r.count - 1];
+        printf("%s on mpcl-mma%s: test loss %.6f accuracy %.4f; float32 %.6f %.4f\n",
+               mpcl_policy_name(policies[i]), emulate ? " (emulated)" : "", last.test_loss,
+               last.test_accuracy, f32.test_loss, f32.test_accuracy);
+        assert_true(isfinite(last.test_loss));
+        if (fabs(last.test_accuracy - f32.test_accuracy) > 8.0 / 256 + 1e-9 ||
+            fabs(last.test_loss - f32.test_loss) > 0.05 * f32.test_loss)
+            fail_msg("%s on mpcl-mma: test loss %.4f accuracy %.4f, float32 %.4f %.4f",
+                     mpcl_policy_name(policies[i]), last.test_loss, last.test_accuracy,
+                     f32.test_loss, f32.test_accuracy);
+        mpcl_trainer_destroy(tr);
+        mpcl_context_destroy(ctx);
+    }
+}
+
 /* Bad parameters are refused before anything is loaded. */
 static void test_bad_params(void **state) {
     (void)state;
@@ -834,6 +889,7 @@ int main(void) {
         cmocka_unit_test(test_class_info),
         cmocka_unit_test(test_gather_matches_host),
         cmocka_unit_test(test_resume_bfloat16),
+        cmocka_unit_test(test_mixed_on_the_matrix_engine),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
