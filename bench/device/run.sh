@@ -8,8 +8,11 @@
 # back at most eight. Every step has its
 # own time limit, so one that hangs costs only itself. MPCL_ICD names another
 # vendor library and MPCL_DEVICE another device, to try the script elsewhere.
-#   bench/device/run.sh [quick|bench]   quick: probe and suite only;
-#                                        bench: probe, mpcl-train and benches
+#   bench/device/run.sh [quick|bench|mma]   quick: probe and suite only;
+#                                            bench: probe, mpcl-train and benches;
+#                                            mma: issue 20's figures first
+#   (the probe, the tests that run mpcl-mma, gemm-square, the wide and the
+#   default model in every policy: about the first call's worth)
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 stage=$PWD/.gpu
@@ -57,24 +60,45 @@ step() { # NAME SECONDS COMMAND... : runs it, logs to $logs/NAME.log, notes the 
 }
 pack() { tar -C "$logs" -czf "$out/logs.tar.gz" .; }
 
-step probe 60 "$bin/mpcl-probe"
-step probe-json 60 "$bin/mpcl-probe" --json
-# The C suite, with the environment tests/meson.build gives it, on the GPU
-# (MPCL_AUTO=capability: no test depends on a timing).
-if [ "${1:-}" != bench ]; then
-    for t in "$bin"/test_*; do
-        MPCL_AUTO=capability step "$(basename "$t")" 120 "$t"
-    done
-fi
-[ "${1:-}" = quick ] && { pack; echo "logs: $out"; exit 0; }
-
+mode=${1:-}
 data=$stage/data
 # The default model, and issue 20's wide one (784-4096-4096-10, batch 4096,
-# 2 epochs: its 16-bit policies' target is 3x float32's samples/s).
-for p in auto float32 mixed_float16 mixed_bfloat16; do
-    step "train-$p" 90 "$bin/mpcl-train" --data "$data" --epochs 5 --precision "$p" --json --quiet
-    step "train-wide-$p" 90 "$bin/mpcl-train" --data "$data" --epochs 2 --precision "$p" \
+# 2 epochs: its 16-bit policies' target is 3x float32's samples/s); NAME
+# gets the policy appended.
+train_default() {
+    step "train-$1" 90 "$bin/mpcl-train" --data "$data" --epochs 5 --precision "$1" --json --quiet
+}
+train_wide() {
+    step "$1-$2" 90 "$bin/mpcl-train" --data "$data" --epochs 2 --precision "$2" \
         --hidden 4096,4096 --batch 4096 --json --quiet
+}
+# mpcl-mma's steps with it refused, for its effect on training.
+train_wide_staged() { MPCL_GEMM=clblast-staged train_wide train-wide-staged "$1"; }
+# The tests run with the environment tests/meson.build gives them, on the
+# GPU (MPCL_AUTO=capability: no test depends on a timing).
+run_test() { MPCL_AUTO=capability step "$(basename "$1")" 120 "$1"; }
+
+step probe 60 "$bin/mpcl-probe"
+step probe-json 60 "$bin/mpcl-probe" --json
+if [ "$mode" = mma ]; then
+    # The engine's verification, single GEMMs, the MLP and the GPT on it.
+    for t in test_matrix_engine test_gemm test_train test_gpt_model; do run_test "$bin/$t"; done
+    step bench-gemm-square 180 "$bin/mpcl-bench" gemm-square
+    for p in float32 mixed_float16 mixed_bfloat16; do train_wide train-wide "$p"; done
+    for p in mixed_float16 mixed_bfloat16; do train_wide_staged "$p"; done
+    for p in float32 mixed_float16 mixed_bfloat16; do train_default "$p"; done
+    pack
+    echo "logs: $out"
+    exit 0
+fi
+if [ "$mode" != bench ]; then
+    for t in "$bin"/test_*; do run_test "$t"; done
+fi
+[ "$mode" = quick ] && { pack; echo "logs: $out"; exit 0; }
+
+for p in auto float32 mixed_float16 mixed_bfloat16; do
+    train_default "$p"
+    train_wide train-wide "$p"
 done
 # The GPT (issue 22): the default model in every policy, then GPT-2 124M's
 # shape (12 layers, 12 heads, 768 channels, context 1024, its vocabulary) in
@@ -91,12 +115,9 @@ step probe-bench 120 "$bin/mpcl-probe" --device "$MPCL_DEVICE" --bench
 step bench-gemm 120 "$bin/mpcl-bench" gemm
 # mpcl-mma (where the probe verified the matrix engine) against CLBlast
 # SGEMM, square to 8192 (issue 20's 4096^3 target); and the 16-bit steps on
-# the default path and with mpcl-mma refused, for its effect on training.
+# the default path and with mpcl-mma refused.
 step bench-gemm-square 180 "$bin/mpcl-bench" gemm-square
-for p in mixed_float16 mixed_bfloat16; do
-    MPCL_GEMM=clblast-staged step "train-wide-$p-staged" 90 "$bin/mpcl-train" --data "$data" \
-        --epochs 2 --precision "$p" --hidden 4096,4096 --batch 4096 --json --quiet
-done
+for p in mixed_float16 mixed_bfloat16; do train_wide_staged "$p"; done
 step bench-train 120 "$bin/mpcl-bench" train
 step bench-elementwise 60 "$bin/mpcl-bench" elementwise
 step bench-train-rounds 120 "$bin/mpcl-bench" train-rounds
