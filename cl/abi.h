@@ -162,6 +162,9 @@
 #define MPCL_ABI_MMA_PIPE_LOCAL_BYTES(rows, cols, items, ta, tb, emulated)                 \
     (2 * 2 * (MPCL_ABI_MMA_PIPE_A_ELEMS(rows, ta) + MPCL_ABI_MMA_PIPE_B_ELEMS(cols, tb)) + \
      ((emulated) ? 4 * 6 * (items) : 0))
+/* That argument's index: after mpcl_gemm_mma's thirteen (a, b, c, m, n, k,
+ * ta, tb, alpha, beta, and the epilogue's bias, addend and word). */
+#define MPCL_ABI_MMA_PIPE_LOCAL_ARG 13
 
 /* Floats per work-item of mpcl_copy_f32x4 (cl/fill.cl, a float4 each): the
  * host passes the element count divided by this (src/compute/quickbench.c). */
@@ -251,6 +254,7 @@
     X(MPCL_ABI_MMA_TILE)              \
     X(MPCL_ABI_MMA_PIPE_BK)           \
     X(MPCL_ABI_MMA_PIPE_PAD)          \
+    X(MPCL_ABI_MMA_PIPE_LOCAL_ARG)    \
     X(MPCL_ABI_COPY_F32_LANES)        \
     X(MPCL_ABI_ELEMENTWISE_VEC)       \
     X(MPCL_ABI_BIAS_GRAD_COLS)        \

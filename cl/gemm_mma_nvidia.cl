@@ -169,7 +169,10 @@ static inline __attribute__((always_inline)) void mma_tile(
 
 // A warp's part of C from its accumulators (mi_n x ni_n mma tiles, its
 // corner at row r0, column c0): of each 16x8 tile, rows g and g + 8 and
-// columns 2t and 2t + 1. C is read only where beta != 0.
+// columns 2t and 2t + 1. C is read only where beta != 0. Then the epilogue
+// the host asked for (epi, cl/abi.h, as cl/gemm.cl's): the column's bias
+// and an addend of C's shape, so that a linear Dense and the residual sum
+// after it are this one pass over C, rounded once.
 #define MMA_STORE_TILE(c, LOAD_C, STORE_C, acc, mi_n, ni_n, r0, c0)                   \
     do {                                                                              \
         const uint lane_ = get_local_id(0) & 31u, g_ = lane_ >> 2, t_ = lane_ & 3u;   \
@@ -182,6 +185,8 @@ static inline __attribute__((always_inline)) void mma_tile(
                     size_t at = (size_t)i * n + j;                                    \
                     float v = alpha * (acc)[(mi * (ni_n) + ni) * 4u + q];             \
                     if (beta != 0.0f) v += beta * LOAD_C(c, at);                      \
+                    if (epi & MPCL_ABI_GEMM_EPI_BIAS) v += bias[j];                   \
+                    if (epi & MPCL_ABI_GEMM_EPI_ADDEND) v += LOAD_C(addend, at);      \
                     STORE_C(c, at, v);                                                \
                 }                                                                     \
     } while (0)
@@ -189,7 +194,8 @@ static inline __attribute__((always_inline)) void mma_tile(
 #define MMA_GEMM_KERNEL(NAME, C_T, LOAD_C, STORE_C)                                           \
     __kernel __attribute__((reqd_work_group_size(MPCL_ABI_MMA_ITEMS, 1, 1))) void NAME(       \
         __global const ushort *a, __global const ushort *b, __global C_T *c, uint m, uint n,  \
-        uint k, uint ta, uint tb, float alpha, float beta) {                                  \
+        uint k, uint ta, uint tb, float alpha, float beta, __global const float *bias,        \
+        __global const C_T *addend, uint epi) {                                               \
         __local ushort as[MPCL_ABI_MMA_TILE * MMA_A_STRIDE];                                  \
         __local ushort bs[MMA_BK * MMA_B_STRIDE];                                             \
         __local uint frags[MMA_FRAG_WORDS]; /* the emulation's (unused on the engine) */      \
@@ -369,11 +375,13 @@ static inline __attribute__((always_inline)) void mma_pipe_tile(
 // One kernel per tile row, transpose pair and C dtype:
 // mpcl_gemm_mma_<row>_<nn|nt|tn>[_cf32], with mpcl_gemm_mma's arguments (ta
 // and tb are in the name; the arguments are ignored) and then the local
-// memory, MPCL_ABI_MMA_PIPE_LOCAL_BYTES of it.
+// memory, MPCL_ABI_MMA_PIPE_LOCAL_BYTES of it (argument
+// MPCL_ABI_MMA_PIPE_LOCAL_ARG).
 #define MMA_PIPE_KERNEL(NAME, C_T, LOAD_C, STORE_C, ROWS, COLS, WM, WN, TA, TB)                \
     __kernel __attribute__((reqd_work_group_size(32 * (WM) * (WN), 1, 1))) void NAME(           \
         __global const ushort *a, __global const ushort *b, __global C_T *c, uint m, uint n,    \
-        uint k, uint ta_arg, uint tb_arg, float alpha, float beta, __local ushort *local_mem) { \
+        uint k, uint ta_arg, uint tb_arg, float alpha, float beta, __global const float *bias,  \
+        __global const C_T *addend, uint epi, __local ushort *local_mem) {                      \
         __local ushort *as = local_mem;                                                         \
         __local ushort *bs = as + 2 * MMA_PIPE_A_ELEMS(ROWS, TA);                               \
         /* the emulation's exchanges (no memory on the engine) */                               \

@@ -1,6 +1,8 @@
 /* The GEMM with its epilogue (mpcl__gemm_fused): C = op(A) op(B) + bias +
  * addend, in mpcl's kernels (every tile shape, full and edge tiles, every
- * transpose) and through the separate launches of the other paths, against
+ * transpose), in mpcl-mma's (each tile row and the staging kernel, C in
+ * 16 bits and in f32; emulated on PoCL) and through the separate launches
+ * of the other paths, against
  * a double host reference; a poisoned C, the addend untouched, and the
  * epilogue's bad arguments refused with C untouched. */
 #include "testutil.h"
@@ -24,8 +26,9 @@ static const bool combos[][2] = {{true, false}, {false, true}, {true, true}, {fa
 
 typedef struct variant {
     mpcl_gemm_path path;
-    mpcl_dtype dtype;
-    bool slow_too; /* run on Oclgrind too */
+    mpcl_dtype dtype; /* A's, B's, and C's and the addend's unless c_f32 */
+    bool slow_too;    /* run on Oclgrind too */
+    bool c_f32;
 } variant;
 
 static const variant variants[] = {
@@ -35,6 +38,12 @@ static const variant variants[] = {
     /* separate launches */
     {MPCL_GEMM_CLBLAST_SGEMM, MPCL_DTYPE_F32, false},
     {MPCL_GEMM_CLBLAST_STAGED, MPCL_DTYPE_BF16, false},
+};
+
+static const variant mma_variants[] = {
+    {MPCL_GEMM_MPCL_MMA, MPCL_DTYPE_F16, false, false},
+    {MPCL_GEMM_MPCL_MMA, MPCL_DTYPE_BF16, false, false},
+    {MPCL_GEMM_MPCL_MMA, MPCL_DTYPE_BF16, false, true},
 };
 
 static uint64_t seed;
@@ -62,17 +71,17 @@ static size_t count_bad(const char *what, const char *which, const float *got, c
 static void run_case(mpcl_context *ctx, const variant *v, const size_t *shape, bool ta, bool tb,
                      const bool *cb) {
     const size_t m = shape[0], n = shape[1], k = shape[2];
-    const mpcl_dtype dt = v->dtype;
+    const mpcl_dtype dt = v->dtype, cdt = v->c_f32 ? MPCL_DTYPE_F32 : dt;
     tu_rng r = tu_rng_make(seed++);
     float *a_h = random_stored(&r, dt, m * k, -1.0f, 1.0f);
     float *b_h = random_stored(&r, dt, k * n, -1.0f, 1.0f);
     float *bias_h = random_stored(&r, MPCL_DTYPE_F32, n, -2.0f, 2.0f);
-    float *add_h = random_stored(&r, dt, m * n, -1.0f, 1.0f);
+    float *add_h = random_stored(&r, cdt, m * n, -1.0f, 1.0f);
     mpcl_tensor *a = tu_tensor_from(ctx, dt, ta ? k : m, ta ? m : k, a_h);
     mpcl_tensor *b = tu_tensor_from(ctx, dt, tb ? n : k, tb ? k : n, b_h);
     mpcl_tensor *bias = tu_tensor_from(ctx, MPCL_DTYPE_F32, 1, n, bias_h);
-    mpcl_tensor *addend = tu_tensor_from(ctx, dt, m, n, add_h);
-    mpcl_tensor *c = tu_tensor_poisoned(ctx, dt, m, n);
+    mpcl_tensor *addend = tu_tensor_from(ctx, cdt, m, n, add_h);
+    mpcl_tensor *c = tu_tensor_poisoned(ctx, cdt, m, n);
     mpcl__gemm_epilogue e = {cb[0] ? bias : NULL, cb[1] ? addend : NULL};
     TU_ASSERT_OK(mpcl__gemm_fused(ctx, v->path, ta, tb, a, b, c, &e));
     float *got = tu_download(c), *add_after = tu_download(addend);
@@ -81,7 +90,7 @@ static void run_case(mpcl_context *ctx, const variant *v, const size_t *shape, b
      * |products|) and the two additions; one rounding into storage (fused)
      * or three, of the product, with the bias, with the addend (separate
      * launches: a sum near zero keeps the earlier roundings' errors). */
-    tu_rounding st = tu_storage_rounding(dt);
+    tu_rounding st = tu_storage_rounding(cdt);
     double u = 0x1p-24;
     double *want = malloc(m * n * sizeof *want), *tol = malloc(m * n * sizeof *tol);
     for (size_t i = 0; i < m; i++)
@@ -99,9 +108,9 @@ static void run_case(mpcl_context *ctx, const variant *v, const size_t *shape, b
             tol[i * n + j] = t + st.rel * (fabs(sum) + fabs(zv) + fabs(yv) + 3 * t) + 3 * st.abs;
         }
     char what[160];
-    snprintf(what, sizeof what, "%s %s %zux%zux%zu %c%c: bias %d addend %d",
-             mpcl_gemm_path_name(v->path), mpcl_dtype_name(dt), m, n, k, ta ? 'T' : 'N',
-             tb ? 'T' : 'N', cb[0], cb[1]);
+    snprintf(what, sizeof what, "%s %s->%s %zux%zux%zu %c%c: bias %d addend %d",
+             mpcl_gemm_path_name(v->path), mpcl_dtype_name(dt), mpcl_dtype_name(cdt), m, n, k,
+             ta ? 'T' : 'N', tb ? 'T' : 'N', cb[0], cb[1]);
     size_t bad = count_bad(what, "C", got, want, tol, m * n);
     if (memcmp(add_after, add_h, m * n * sizeof *add_h) != 0)
         fail_msg("%s: the addend changed", what);
@@ -139,6 +148,47 @@ static void test_epilogue(void **state) {
         }
         mpcl__gemm_force_tiles(ctx, MPCL__GEMM_TILES_AUTO, 0);
     }
+    mpcl_context_destroy(ctx);
+}
+
+/* mpcl-mma's stores take the epilogue too. Where the device's engine is
+ * verified, its kernels; on PoCL, their code with the instructions
+ * emulated (a context of its own: the emulation comes before any 16-bit
+ * program); elsewhere skipped, as test_gemm's emulated test is. Each tile
+ * row in turn, on the shapes above (mostly not whole 16-byte rows: the
+ * staging kernel) and on whole ones across the rows' tiles and K blocks
+ * (pipelined, but TT), and the staging kernel everywhere ("simple"). */
+static void test_epilogue_mpcl_mma(void **state) {
+    (void)state;
+    static const size_t whole[][3] = {{136, 200, 72}, {24, 8, 16}};
+    seed = tu_seed("gemm_epilogue_mma");
+    mpcl_context *ctx = tu_context();
+    const mpcl_device_info *d = mpcl_context_device(ctx);
+    if (!mpcl_plan_mma_usable(d)) {
+        if (!strstr(d->platform, "Portable Computing Language")) {
+            printf("mpcl-mma epilogue: no verified matrix engine on %s; emulated on PoCL only\n",
+                   d->platform);
+            mpcl_context_destroy(ctx);
+            skip();
+        }
+        TU_ASSERT_OK(mpcl__matrix_engine_emulate(ctx));
+    }
+    bool emulated = mpcl__matrix_engine_emulated(d);
+    size_t next = 0, ncb = sizeof combos / sizeof combos[0];
+    for (int t = 0; t <= MPCL__MMA_PIPE_TILES; t++) {
+        if (t < MPCL__MMA_PIPE_TILES &&
+            mpcl__mma_pipe_tile_bytes(&mpcl__mma_pipe_tiles[t], emulated) > d->local_mem_bytes)
+            continue; /* never taken on this device (test_gemm checks that) */
+        mpcl__gemm_mma_force_tile(ctx, t);
+        for (size_t vi = 0; vi < sizeof mma_variants / sizeof mma_variants[0]; vi++) {
+            for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+                run_case(ctx, &mma_variants[vi], shapes[si], si & 2, si & 1, combos[next++ % ncb]);
+            for (size_t wi = 0; wi < sizeof whole / sizeof whole[0]; wi++)
+                for (int p = 0; p < 4; p++)
+                    run_case(ctx, &mma_variants[vi], whole[wi], p & 2, p & 1, combos[next++ % ncb]);
+        }
+    }
+    mpcl__gemm_mma_force_tile(ctx, -1);
     mpcl_context_destroy(ctx);
 }
 
@@ -180,6 +230,7 @@ static void test_epilogue_errors(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_epilogue),
+        cmocka_unit_test(test_epilogue_mpcl_mma),
         cmocka_unit_test(test_epilogue_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -57,15 +57,16 @@ static void write_probe(bool wrong) {
 }
 
 /* mpcl_gemm_mma and _cf32, and every tile row's pipelined kernels (with
- * their local memory argument, unused), in plain loops, launched as the real
- * ones (a group of `items` per tile of C); with `no_beta`, beta is ignored
- * (C never read). */
+ * the epilogue's arguments and their local memory argument, unused), in
+ * plain loops, launched as the real ones (a group of `items` per tile of
+ * C); with `no_beta`, beta is ignored (C never read). */
 static void write_gemm(bool no_beta) {
     char text[4096];
     snprintf(text, sizeof text,
              "#define GEMM(NAME, C_T, LC, SC, ROWS, COLS, ITEMS, ...) __kernel void NAME(__global "
              "const storage_t *a, __global const storage_t *b, __global C_T *c, uint m, uint n, "
-             "uint k, uint ta, uint tb, float alpha, float beta __VA_ARGS__) { \\\n"
+             "uint k, uint ta, uint tb, float alpha, float beta, __global const float *bias, "
+             "__global const C_T *addend, uint epi __VA_ARGS__) { \\\n"
              "    uint r0 = get_group_id(1) * (ROWS), c0 = get_group_id(0) * (COLS); \\\n"
              "    for (uint e = get_local_id(0); e < (ROWS) * (COLS); e += (ITEMS)) { \\\n"
              "        uint i = r0 + e / (COLS), j = c0 + e %% (COLS); \\\n"

@@ -197,19 +197,30 @@ typedef struct mpcl__gemm_epilogue {
     const mpcl_tensor *bias, *addend;
 } mpcl__gemm_epilogue;
 
+/* The epilogue as mpcl's GEMM kernels take it: the word (cl/abi.h's
+ * MPCL_ABI_GEMM_EPI_*) and the tensors' buffers, C's standing in for those
+ * it does not use (e NULL: none). */
+typedef struct mpcl__gemm_epilogue_args {
+    cl_uint word;
+    cl_mem bias, addend;
+} mpcl__gemm_epilogue_args;
+mpcl__gemm_epilogue_args mpcl__gemm_epilogue_args_of(const mpcl__gemm_epilogue *e,
+                                                     const mpcl_tensor *c);
+
 /* C = op(A) op(B) + bias + addend: in the GEMM kernel's stores on mpcl's
- * own paths (one pass over C), as separate launches on the others (the
- * bias kernel, mpcl_add). Checked as mpcl_gemm, and the epilogue's tensors
+ * own paths and mpcl-mma (one pass over C), as separate launches on the
+ * others (the bias kernel, mpcl_add). Checked as mpcl_gemm, and the epilogue's tensors
  * too, before anything is enqueued. Activations keep their own pass
  * (mpcl__bias_act_gemm_forward says why). */
 mpcl_status mpcl__gemm_fused(mpcl_context *ctx, mpcl_gemm_path path, bool trans_a, bool trans_b,
                              const mpcl_tensor *a, const mpcl_tensor *b, mpcl_tensor *c,
                              const mpcl__gemm_epilogue *e);
 
-/* mpcl-mma (gemm_mma.c): op(A) m x k times op(B) k x n into C, checked. */
+/* mpcl-mma (gemm_mma.c): op(A) m x k times op(B) k x n into C, checked,
+ * with the epilogue e (NULL: none) in the kernel's stores. */
 mpcl_status mpcl__gemm_run_mma(mpcl_context *ctx, bool ta, bool tb, size_t m, size_t n, size_t k,
                                float alpha, const mpcl_tensor *a, const mpcl_tensor *b, float beta,
-                               mpcl_tensor *c);
+                               mpcl_tensor *c, const mpcl__gemm_epilogue *e);
 /* The mpcl-mma kernel such a call runs (for tests). */
 const char *mpcl__gemm_mma_kernel(const mpcl_context *ctx, bool ta, bool tb, size_t m, size_t n,
                                   size_t k, bool c_f32);

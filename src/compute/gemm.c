@@ -145,15 +145,9 @@ static unsigned pick_strip(const mpcl_context *ctx, mpcl__gemm_tiles tiles, size
  * the launch costs about what it saves. */
 #define STAGE_BT_MIN 16384
 
-/* The kernels' epilogue word (cl/abi.h) and its tensors' buffers; C's
- * stands in for those it does not use. */
-typedef struct epilogue_args {
-    cl_uint word;
-    cl_mem bias, addend;
-} epilogue_args;
-
-static epilogue_args epilogue_of(const mpcl__gemm_epilogue *e, const mpcl_tensor *c) {
-    epilogue_args x = {0, c->mem, c->mem};
+mpcl__gemm_epilogue_args mpcl__gemm_epilogue_args_of(const mpcl__gemm_epilogue *e,
+                                                     const mpcl_tensor *c) {
+    mpcl__gemm_epilogue_args x = {0, c->mem, c->mem};
     if (e && e->bias) x.word |= MPCL_ABI_GEMM_EPI_BIAS, x.bias = e->bias->mem;
     if (e && e->addend) x.word |= MPCL_ABI_GEMM_EPI_ADDEND, x.addend = e->addend->mem;
     return x;
@@ -185,7 +179,7 @@ static mpcl_status run_mpcl(mpcl_context *ctx, mpcl_gemm_path path, bool ta, boo
     mpcl_status st = mpcl__kernel(ctx, storage, name, &kern);
     if (st != MPCL_OK) return st;
     cl_uint m32 = (cl_uint)m, n32 = (cl_uint)n, k32 = (cl_uint)k, ta32 = ta, tb32 = tb;
-    epilogue_args epi = epilogue_of(e, c);
+    mpcl__gemm_epilogue_args epi = mpcl__gemm_epilogue_args_of(e, c);
     st = mpcl__set_args(ctx, kern, name, MPCL_ARG(a->mem), MPCL_ARG(b->mem), MPCL_ARG(c->mem),
                         MPCL_ARG(m32), MPCL_ARG(n32), MPCL_ARG(k32), MPCL_ARG(ta32), MPCL_ARG(tb32),
                         MPCL_ARG(alpha), MPCL_ARG(beta), MPCL_ARG(strip), MPCL_ARG(epi.bias),
@@ -409,7 +403,7 @@ static mpcl_status run_checked(mpcl_context *ctx, mpcl_gemm_path path, bool tran
     else if (path == MPCL_GEMM_CLBLAST_STAGED)
         st = run_staged(ctx, trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
     else if (path == MPCL_GEMM_MPCL_MMA)
-        st = mpcl__gemm_run_mma(ctx, trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
+        return mpcl__gemm_run_mma(ctx, trans_a, trans_b, m, n, k, alpha, a, b, beta, c, e);
     else if (dot)
         st = run_dot(ctx, dot, trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
     else if (trans_b && n * k >= STAGE_BT_MIN) {

@@ -83,7 +83,7 @@ const char *mpcl__gemm_mma_kernel(const mpcl_context *ctx, bool ta, bool tb, siz
 
 mpcl_status mpcl__gemm_run_mma(mpcl_context *ctx, bool ta, bool tb, size_t m, size_t n, size_t k,
                                float alpha, const mpcl_tensor *a, const mpcl_tensor *b, float beta,
-                               mpcl_tensor *c) {
+                               mpcl_tensor *c, const mpcl__gemm_epilogue *e) {
     size_t items, rows, cols, local_bytes;
     const char *name = choose(ctx, ta, tb, m, n, k, c->dtype == MPCL_DTYPE_F32, &items, &rows,
                               &cols, &local_bytes);
@@ -97,11 +97,14 @@ mpcl_status mpcl__gemm_run_mma(mpcl_context *ctx, bool ta, bool tb, size_t m, si
     mpcl_status st = mpcl__kernel(ctx, a->dtype, name, &kern);
     if (st != MPCL_OK) return st;
     cl_uint m32 = (cl_uint)m, n32 = (cl_uint)n, k32 = (cl_uint)k, ta32 = ta, tb32 = tb;
+    mpcl__gemm_epilogue_args epi = mpcl__gemm_epilogue_args_of(e, c);
     st = mpcl__set_args(ctx, kern, name, MPCL_ARG(a->mem), MPCL_ARG(b->mem), MPCL_ARG(c->mem),
                         MPCL_ARG(m32), MPCL_ARG(n32), MPCL_ARG(k32), MPCL_ARG(ta32), MPCL_ARG(tb32),
-                        MPCL_ARG(alpha), MPCL_ARG(beta), MPCL_ARGS_END);
+                        MPCL_ARG(alpha), MPCL_ARG(beta), MPCL_ARG(epi.bias), MPCL_ARG(epi.addend),
+                        MPCL_ARG(epi.word), MPCL_ARGS_END);
     if (st != MPCL_OK) return st;
-    if (local_bytes) CHECK_CL(ctx, clSetKernelArg(kern, 10, local_bytes, NULL));
+    if (local_bytes)
+        CHECK_CL(ctx, clSetKernelArg(kern, MPCL_ABI_MMA_PIPE_LOCAL_ARG, local_bytes, NULL));
     /* A group per rows x cols tile of C. */
     const size_t local[2] = {items, 1};
     return mpcl__launch_2d(ctx, kern, name, (n + cols - 1) / cols * items, (m + rows - 1) / rows,

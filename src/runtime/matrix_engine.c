@@ -173,6 +173,7 @@ static bool run_gemm(cl_context cl, cl_command_queue q, cl_program p, const gemm
         clCreateBuffer(cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, c_bytes, c_host, NULL)};
     cl_uint m = (cl_uint)s->m, n = (cl_uint)s->n, kk = (cl_uint)s->k, ta32 = l->ta, tb32 = l->tb;
     float alpha = 1.0f, beta = l->c16 ? 1.0f : 0.0f;
+    cl_uint epi = 0; /* no epilogue: C stands in for its bias and addend */
     bool ok = mem[0] && mem[1] && mem[2];
     const struct {
         size_t size;
@@ -186,10 +187,14 @@ static bool run_gemm(cl_context cl, cl_command_queue q, cl_program p, const gemm
                 {sizeof ta32, &ta32},
                 {sizeof tb32, &tb32},
                 {sizeof alpha, &alpha},
-                {sizeof beta, &beta}};
+                {sizeof beta, &beta},
+                {sizeof(cl_mem), &mem[2]},
+                {sizeof(cl_mem), &mem[2]},
+                {sizeof epi, &epi}};
     for (cl_uint i = 0; ok && i < sizeof args / sizeof args[0]; i++)
         ok = clSetKernelArg(k, i, args[i].size, args[i].value) == CL_SUCCESS;
-    if (ok && l->local_bytes) ok = clSetKernelArg(k, 10, l->local_bytes, NULL) == CL_SUCCESS;
+    if (ok && l->local_bytes)
+        ok = clSetKernelArg(k, MPCL_ABI_MMA_PIPE_LOCAL_ARG, l->local_bytes, NULL) == CL_SUCCESS;
     const size_t local[2] = {(size_t)l->items, 1};
     const size_t global[2] = {(size_t)(s->n + l->cols - 1) / l->cols * l->items,
                               (size_t)(s->m + l->rows - 1) / l->rows};
