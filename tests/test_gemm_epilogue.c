@@ -32,12 +32,12 @@ typedef struct variant {
 } variant;
 
 static const variant variants[] = {
-    {MPCL_GEMM_MPCL_F32, MPCL_DTYPE_F32, true},
-    {MPCL_GEMM_MPCL_MIXED, MPCL_DTYPE_F16, true},
-    {MPCL_GEMM_MPCL_MIXED, MPCL_DTYPE_BF16, false},
+    {MPCL_GEMM_MPCL_F32, MPCL_DTYPE_F32, true, false},
+    {MPCL_GEMM_MPCL_MIXED, MPCL_DTYPE_F16, true, false},
+    {MPCL_GEMM_MPCL_MIXED, MPCL_DTYPE_BF16, false, false},
     /* separate launches */
-    {MPCL_GEMM_CLBLAST_SGEMM, MPCL_DTYPE_F32, false},
-    {MPCL_GEMM_CLBLAST_STAGED, MPCL_DTYPE_BF16, false},
+    {MPCL_GEMM_CLBLAST_SGEMM, MPCL_DTYPE_F32, false, false},
+    {MPCL_GEMM_CLBLAST_STAGED, MPCL_DTYPE_BF16, false, false},
 };
 
 static const variant mma_variants[] = {
@@ -155,9 +155,10 @@ static void test_epilogue(void **state) {
  * verified, its kernels; on PoCL, their code with the instructions
  * emulated (a context of its own: the emulation comes before any 16-bit
  * program); elsewhere skipped, as test_gemm's emulated test is. Each tile
- * row in turn, on the shapes above (mostly not whole 16-byte rows: the
- * staging kernel) and on whole ones across the rows' tiles and K blocks
- * (pipelined, but TT), and the staging kernel everywhere ("simple"). */
+ * row in turn (the pipelined kernels take all but TT), on the shapes above
+ * (mostly rows that are not whole 16-byte pieces: element loads) and on
+ * whole ones across the rows' tiles and K blocks (cp.async), and the
+ * staging kernel everywhere ("simple"). */
 static void test_epilogue_mpcl_mma(void **state) {
     (void)state;
     static const size_t whole[][3] = {{136, 200, 72}, {24, 8, 16}};
