@@ -13,11 +13,12 @@
 //    the items stage element by element in local memory (either transpose,
 //    zeros past the edges); then each warp multiplies its fragments.
 //  - the pipelined ones, a row of MPCL_ABI_MMA_PIPE_TILES each, for the
-//    transposes of a training step (NN, NT, TN) where every stored row of A
-//    and B is a whole number of 16-byte pieces: cp.async copies the next K
-//    block into local memory while the warps multiply this one, and ldmatrix
-//    loads the fragments (.trans where the stored rows run along M or N).
-//    src/compute/gemm_mma.c takes them where they apply.
+//    transposes of a training step (NN, NT, TN), any shape: where a stored
+//    row of A or B is a whole number of 16-byte pieces, cp.async copies the
+//    next K block into local memory while the warps multiply this one;
+//    other rows (GPT-2's 50257-long logit rows) go element by element.
+//    ldmatrix loads the fragments (.trans where the stored rows run along M
+//    or N). src/compute/gemm_mma.c takes them for all but TT.
 #ifdef MPCL_MMA_NVIDIA
 
 #if MPCL_ABI_MMA_TILE != 64 || MPCL_ABI_MMA_ITEMS != 128
@@ -279,22 +280,37 @@ static inline void mma_ldmatrix_emulated(uint r[4], __local const ushort *base, 
 #endif
 
 // One K block of a stored matrix into local memory: its rows r0 .. r0 +
-// rows - 1 (of rows_all, ld elements apart) and columns c0 .. c0 + cols - 1
-// (of cols_all, a multiple of MMA_PIPE_CHUNK), a local row every cols +
-// MMA_PIPE_PAD elements (16-byte aligned, and the eight rows an ldmatrix
-// reads fall in different banks). Pieces past an edge are zeros.
+// rows - 1 (of rows_all) and columns c0 .. c0 + cols - 1 (of cols_all, the
+// stored row's length), a local row every cols + MMA_PIPE_PAD elements
+// (16-byte aligned, and the eight rows an ldmatrix reads fall in different
+// banks), in pieces of MMA_PIPE_CHUNK. Elements past an edge are zeros.
+// Stored rows of whole pieces start 16-byte aligned, and each piece is in
+// or out whole: cp.async. Other rows cannot be copied 16 bytes at a time:
+// each element is loaded and stored (the same branch for the whole group),
+// done before the barrier that precedes its use, as the copies are.
 static inline __attribute__((always_inline)) void mma_pipe_stage(
     __local ushort *dst, __global const ushort *src, uint r0, uint rows_all, uint c0,
-    uint cols_all, uint ld, const uint rows, const uint cols, const uint items) {
+    uint cols_all, const uint rows, const uint cols, const uint items) {
     // Every row of MPCL_ABI_MMA_PIPE_TILES has a whole number of pieces per
     // item, so the loop's count is a constant.
     const uint per_row = cols / MMA_PIPE_CHUNK;
+    const bool whole = cols_all % MMA_PIPE_CHUNK == 0;
     MMA_UNROLL for (uint i = 0; i < rows * per_row / items; i++) {
         const uint p = i * items + get_local_id(0);
         const uint r = p / per_row, c = p % per_row * MMA_PIPE_CHUNK;
-        const bool valid = r0 + r < rows_all && c0 + c < cols_all;
-        __global const ushort *from = src + (valid ? (size_t)(r0 + r) * ld + c0 + c : 0);
-        MMA_CP_ASYNC(dst + r * (cols + MMA_PIPE_PAD) + c, from, valid);
+        __local ushort *to = dst + r * (cols + MMA_PIPE_PAD) + c;
+        const bool row_in = r0 + r < rows_all;
+        if (whole) {
+            const bool valid = row_in && c0 + c < cols_all;
+            __global const ushort *from = src + (valid ? (size_t)(r0 + r) * cols_all + c0 + c : 0);
+            MMA_CP_ASYNC(to, from, valid);
+        } else {
+            __global const ushort *from = src + (row_in ? (size_t)(r0 + r) * cols_all : 0);
+            for (uint e = 0; e < MMA_PIPE_CHUNK; e++) {
+                const uint col = c0 + c + e;
+                to[e] = row_in && col < cols_all ? from[col] : 0;
+            }
+        }
     }
 }
 
@@ -324,13 +340,13 @@ static inline __attribute__((always_inline)) void mma_pipe_tile(
         if (blk < blocks) {
             const uint k0 = blk * MMA_PIPE_BK, buf = blk & 1u;
             if (ta)
-                mma_pipe_stage(as + buf * a_elems, a, k0, k, row0, m, m, MMA_PIPE_BK, rows, items);
+                mma_pipe_stage(as + buf * a_elems, a, k0, k, row0, m, MMA_PIPE_BK, rows, items);
             else
-                mma_pipe_stage(as + buf * a_elems, a, row0, m, k0, k, k, rows, MMA_PIPE_BK, items);
+                mma_pipe_stage(as + buf * a_elems, a, row0, m, k0, k, rows, MMA_PIPE_BK, items);
             if (tb)
-                mma_pipe_stage(bs + buf * b_elems, b, col0, n, k0, k, k, cols, MMA_PIPE_BK, items);
+                mma_pipe_stage(bs + buf * b_elems, b, col0, n, k0, k, cols, MMA_PIPE_BK, items);
             else
-                mma_pipe_stage(bs + buf * b_elems, b, k0, k, col0, n, n, MMA_PIPE_BK, cols, items);
+                mma_pipe_stage(bs + buf * b_elems, b, k0, k, col0, n, MMA_PIPE_BK, cols, items);
         }
         MMA_CP_COMMIT(); // an empty group past the last block keeps the count
         if (blk == 0) continue;

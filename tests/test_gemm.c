@@ -350,14 +350,18 @@ static void test_mpcl_mma(void **state) {
     if (mpcl_plan_mma_usable(mpcl_context_device(ctx))) run_mma_pipelined(ctx);
     mpcl_context_destroy(ctx);
 }
-/* mpcl-mma's pipelined kernels (cp.async, ldmatrix), each tile row in turn,
- * where they apply: every stored row of A and B whole 16-byte pieces, the
- * transposes of a training step. The shapes cross every row's tile in M and
- * N (136 = 128 + 8, 200 = 3 x 64 + 8) and the 32-deep K blocks (72 = 2 x 32
- * + 8; 16, one part block); the kernel's name says which one ran. TT, and
- * a row that is not whole pieces, go to mpcl_gemm_mma. */
+/* mpcl-mma's pipelined kernels (ldmatrix; cp.async for stored rows of
+ * whole 16-byte pieces, element loads for others), each tile row in turn,
+ * for the transposes of a training step. The shapes cross every row's tile
+ * in M and N (136 = 128 + 8, 200 = 3 x 64 + 8) and the 32-deep K blocks (72
+ * = 2 x 32 + 8; 16, one part block) with whole pieces, then with rows that
+ * are not (67, 130 and 33: pieces cut by every edge; 9 x 1 x 17); the
+ * kernel's name says which one ran. TT goes to mpcl_gemm_mma. */
 static void run_mma_pipelined(mpcl_context *ctx) {
-    static const gemm_case aligned[] = {{136, 200, 72, false, false}, {24, 8, 16, false, false}};
+    static const gemm_case shapes[] = {{136, 200, 72, false, false},
+                                       {24, 8, 16, false, false},
+                                       {67, 130, 33, false, false},
+                                       {9, 1, 17, false, false}};
     gemm_variant vs[16];
     size_t nv = variants_for(ctx, vs);
     const int rows = MPCL__MMA_PIPE_TILES;
@@ -375,8 +379,8 @@ static void run_mma_pipelined(mpcl_context *ctx) {
         for (size_t vi = 0; vi < nv; vi++) {
             if (vs[vi].path != MPCL_GEMM_MPCL_MMA) continue;
             bool c_f32 = vs[vi].out == MPCL_DTYPE_F32;
-            for (size_t ci = 0; ci < sizeof aligned / sizeof aligned[0]; ci++) {
-                const gemm_case *gc = &aligned[ci];
+            for (size_t ci = 0; ci < sizeof shapes / sizeof shapes[0]; ci++) {
+                const gemm_case *gc = &shapes[ci];
                 for (int p = 0; p < 4; p++) {
                     bool ta = p & 2, tb = p & 1;
                     const char *kernel =
@@ -389,13 +393,14 @@ static void run_mma_pipelined(mpcl_context *ctx) {
                 }
             }
         }
-        /* K = 20 is not whole pieces: A's rows (NN) and B's (NT) run along K. */
-        assert_string_equal(mpcl__gemm_mma_kernel(ctx, false, false, 64, 64, 20, false),
-                            "mpcl_gemm_mma");
-        assert_string_equal(mpcl__gemm_mma_kernel(ctx, false, true, 64, 64, 20, true),
-                            "mpcl_gemm_mma_cf32");
-        /* M = 24 is, where A's rows run along M (TN). */
-        assert_non_null(strstr(mpcl__gemm_mma_kernel(ctx, true, false, 24, 64, 20, false), tile));
+        /* GPT-2's logit rows (50257 long), as the tied head's GEMMs store
+         * them: NT forward, NN and TN backward. */
+        assert_non_null(
+            strstr(mpcl__gemm_mma_kernel(ctx, false, true, 64, 50257, 768, false), tile));
+        assert_non_null(
+            strstr(mpcl__gemm_mma_kernel(ctx, false, false, 64, 768, 50257, false), tile));
+        assert_non_null(
+            strstr(mpcl__gemm_mma_kernel(ctx, true, false, 50257, 768, 64, true), tile));
     }
     /* MPCL_MMA_TILE names a row, or the staging kernel everywhere. */
     mpcl__gemm_mma_force_tile(ctx, -1);
@@ -430,9 +435,10 @@ static void test_mpcl_mma_emulated(void **state) {
     if (tu_slow_device(ctx)) {
         /* Oclgrind (~1e6 ops/s, and slower still through the emulation's
          * barriers; here for its race and bounds checks of the local-memory
-         * staging): one shape across the edges of the 64x64 tiles (2 x 3 of
-         * them) and of the 32-deep K blocks (2), A transposed, in f16 alone
-         * (each dtype is a library program Oclgrind compiles). */
+         * staging): one shape across the edges of the tiles and of the
+         * 32-deep K blocks (2), rows not whole pieces, in f16 alone (each
+         * dtype is a library program Oclgrind compiles): TN takes a
+         * pipelined kernel's element loads, TT mpcl_gemm_mma. */
         static const gemm_case few[] = {{67, 130, 33, false, false}};
         /* And the smallest pipelined tile (64x64, four warps) on a shape of
          * whole 16-byte rows across its edges (2 x 2 tiles, 2 K blocks): NT
@@ -446,7 +452,7 @@ static void test_mpcl_mma_emulated(void **state) {
                 !vs[vi].slow_too)
                 continue;
             run_case(ctx, &vs[vi], &few[0], true, false, false);
-            run_case(ctx, &vs[vi], &few[0], true, false, true);
+            run_case(ctx, &vs[vi], &few[0], true, true, true);
             mpcl__gemm_mma_force_tile(ctx, smallest);
             bool c_f32 = vs[vi].out == MPCL_DTYPE_F32;
             assert_non_null(strstr(mpcl__gemm_mma_kernel(ctx, false, true, 72, 72, 40, c_f32),

@@ -4,10 +4,11 @@
  * programs), f32 accumulation, C rounded once into its 16-bit dtype or kept
  * in f32. mpcl__gemm_check has refused it on any other device.
  *
- * Two kinds of kernel: the pipelined ones (cp.async and ldmatrix), one per
- * row of MPCL_ABI_MMA_PIPE_TILES, where the call's transposes and shape let
- * them copy whole 16-byte pieces; mpcl_gemm_mma, which stages element by
- * element, everywhere else. */
+ * Two kinds of kernel: the pipelined ones (cp.async where the stored rows
+ * are whole 16-byte pieces, element loads where not; ldmatrix), one per row
+ * of MPCL_ABI_MMA_PIPE_TILES, for the transpose pairs of a training step
+ * (NN, NT, TN); mpcl_gemm_mma, which stages element by element, for TT and
+ * where MPCL_MMA_TILE=simple says. */
 #include <string.h>
 
 #include "compute/compute.h"
@@ -18,13 +19,9 @@ void mpcl__gemm_mma_force_tile(mpcl_context *ctx, int tile) {
     ctx->mma_tile = tile;
 }
 
-/* Whether every stored row of A and B is whole 16-byte pieces (8 elements),
- * as cp.async copies them, for a transpose pair of the training step (NN,
- * NT, TN). A's rows run along K, or along M transposed; B's along N, or
- * along K transposed. */
-static bool pipelined_applies(bool ta, bool tb, size_t m, size_t n, size_t k) {
-    if (ta && tb) return false;
-    return (ta ? m : k) % 8 == 0 && (tb ? k : n) % 8 == 0;
+/* The pipelined kernels exist for NN, NT and TN, any shape. */
+static bool pipelined_applies(bool ta, bool tb) {
+    return !(ta && tb);
 }
 
 static bool fits(const mpcl_context *ctx, int tile) {
@@ -56,10 +53,9 @@ static int pick_tile(const mpcl_context *ctx, size_t m, size_t n) {
 /* The kernel for one call, and its launch: the items of a work-group, the
  * tile of C it computes and the local memory it takes as an argument (0:
  * none, mpcl_gemm_mma's is its own). */
-static const char *choose(const mpcl_context *ctx, bool ta, bool tb, size_t m, size_t n, size_t k,
-                          bool c_f32, size_t *items, size_t *rows, size_t *cols,
-                          size_t *local_bytes) {
-    int t = pipelined_applies(ta, tb, m, n, k) ? pick_tile(ctx, m, n) : NTILES;
+static const char *choose(const mpcl_context *ctx, bool ta, bool tb, size_t m, size_t n, bool c_f32,
+                          size_t *items, size_t *rows, size_t *cols, size_t *local_bytes) {
+    int t = pipelined_applies(ta, tb) ? pick_tile(ctx, m, n) : NTILES;
     if (t >= NTILES) {
         *items = MPCL_ABI_MMA_ITEMS;
         *rows = *cols = MPCL_ABI_MMA_TILE;
@@ -78,15 +74,16 @@ static const char *choose(const mpcl_context *ctx, bool ta, bool tb, size_t m, s
 const char *mpcl__gemm_mma_kernel(const mpcl_context *ctx, bool ta, bool tb, size_t m, size_t n,
                                   size_t k, bool c_f32) {
     size_t items, rows, cols, local_bytes;
-    return choose(ctx, ta, tb, m, n, k, c_f32, &items, &rows, &cols, &local_bytes);
+    (void)k; /* the kernel does not depend on it */
+    return choose(ctx, ta, tb, m, n, c_f32, &items, &rows, &cols, &local_bytes);
 }
 
 mpcl_status mpcl__gemm_run_mma(mpcl_context *ctx, bool ta, bool tb, size_t m, size_t n, size_t k,
                                float alpha, const mpcl_tensor *a, const mpcl_tensor *b, float beta,
                                mpcl_tensor *c, const mpcl__gemm_epilogue *e) {
     size_t items, rows, cols, local_bytes;
-    const char *name = choose(ctx, ta, tb, m, n, k, c->dtype == MPCL_DTYPE_F32, &items, &rows,
-                              &cols, &local_bytes);
+    const char *name =
+        choose(ctx, ta, tb, m, n, c->dtype == MPCL_DTYPE_F32, &items, &rows, &cols, &local_bytes);
     if (local_bytes > ctx->info.local_mem_bytes)
         return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG,
                           "mpcl-mma's %s needs %zu bytes of local memory; %s has %llu (a smaller "

@@ -133,8 +133,9 @@ const char *const mpcl__mma_tile_names[MPCL__MMA_PIPE_TILES + 2] = {
  * f32 and in both 16-bit formats (|C| <= 2 * 2 * 40 + 3 < 256):
  *  - mpcl_gemm_mma's, with edges in M, N and K (none a multiple of its 64,
  *    64 and 32);
- *  - the pipelined kernels', whose stored rows must be whole 16-byte pieces
- *    (M, N and K multiples of 8), with edges against every tile row of
+ *  - the pipelined kernels', with stored rows of whole 16-byte pieces (M, N
+ *    and K multiples of 8: the path that runs cp.async; rows that are not
+ *    go through plain loads and stores), with edges against every tile row of
  *    MPCL_ABI_MMA_PIPE_TILES (72 < 128 and 64 < 72, 136 = 128 + 8) and the
  *    32-deep K blocks (40). */
 typedef struct gemm_shape {
