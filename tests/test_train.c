@@ -528,9 +528,10 @@ static fit_result fit_on(mpcl_policy policy, bool emulate, const char *gemm, mpc
 /* The 16-bit policies train on mpcl-mma as well as float32 trains: where the
  * device's matrix engine is verified (an NVIDIA GPU), on its kernels; on
  * PoCL, on the same kernels' code with mma.sync, ldmatrix and cp.async
- * emulated (elsewhere skipped, as test_gemm's emulated test is). The first
- * layer's GEMMs (64x784 by 784x16 and its transposes) take the pipelined
- * kernels, the 16x10 head's the element-staged one. Tolerance: test
+ * emulated (elsewhere skipped, as test_gemm's emulated test is). The
+ * pipelined kernels take every GEMM: the first layer's (64x784 by 784x16
+ * and its transposes) by cp.async, the 16x10 head's, whose rows are not
+ * whole 16-byte pieces, by element loads. Tolerance: test
  * accuracy within 8 of the 256 samples of float32's (as test_dist allows
  * 16-bit gradients), test loss within 5%. And the run launches no more
  * commands than the same run on mpcl-mixed, whose kernels add the linear
