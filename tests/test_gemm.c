@@ -365,11 +365,9 @@ static void run_mma_pipelined(mpcl_context *ctx) {
     gemm_variant vs[16];
     size_t nv = variants_for(ctx, vs);
     const int rows = MPCL__MMA_PIPE_TILES;
-    bool emulated = mpcl__matrix_engine_emulated(mpcl_context_device(ctx));
     for (int t = 0; t < rows; t++) {
         /* A row the device's local memory cannot hold is never taken. */
-        if (mpcl__mma_pipe_tile_bytes(&mpcl__mma_pipe_tiles[t], emulated) >
-            mpcl_context_device(ctx)->local_mem_bytes) {
+        if (!mpcl__gemm_mma_tile_fits(ctx, t)) {
             printf("mpcl-mma %s: more local memory than the device has, skipped\n",
                    mpcl__mma_tile_names[t]);
             continue;
@@ -383,8 +381,7 @@ static void run_mma_pipelined(mpcl_context *ctx) {
                 const gemm_case *gc = &shapes[ci];
                 for (int p = 0; p < 4; p++) {
                     bool ta = p & 2, tb = p & 1;
-                    const char *kernel =
-                        mpcl__gemm_mma_kernel(ctx, ta, tb, gc->m, gc->n, gc->k, c_f32);
+                    const char *kernel = mpcl__gemm_mma_kernel(ctx, ta, tb, gc->m, gc->n, c_f32);
                     if (ta && tb)
                         assert_string_equal(kernel, c_f32 ? "mpcl_gemm_mma_cf32" : "mpcl_gemm_mma");
                     else
@@ -394,21 +391,19 @@ static void run_mma_pipelined(mpcl_context *ctx) {
             }
         }
         /* GPT-2's logit rows (50257 long), as the tied head's GEMMs store
-         * them: NT forward, NN and TN backward. */
-        assert_non_null(
-            strstr(mpcl__gemm_mma_kernel(ctx, false, true, 64, 50257, 768, false), tile));
-        assert_non_null(
-            strstr(mpcl__gemm_mma_kernel(ctx, false, false, 64, 768, 50257, false), tile));
-        assert_non_null(
-            strstr(mpcl__gemm_mma_kernel(ctx, true, false, 50257, 768, 64, true), tile));
+         * them: NT forward (C 64 x 50257, K 768), NN and TN backward (C 64 x
+         * 768, K 50257; C 50257 x 768, K 64). */
+        assert_non_null(strstr(mpcl__gemm_mma_kernel(ctx, false, true, 64, 50257, false), tile));
+        assert_non_null(strstr(mpcl__gemm_mma_kernel(ctx, false, false, 64, 768, false), tile));
+        assert_non_null(strstr(mpcl__gemm_mma_kernel(ctx, true, false, 50257, 768, true), tile));
     }
     /* MPCL_MMA_TILE names a row, or the staging kernel everywhere. */
     mpcl__gemm_mma_force_tile(ctx, -1);
     setenv("MPCL_MMA_TILE", mpcl__mma_tile_names[rows - 1], 1);
-    assert_non_null(strstr(mpcl__gemm_mma_kernel(ctx, false, false, 4096, 4096, 64, false),
+    assert_non_null(strstr(mpcl__gemm_mma_kernel(ctx, false, false, 4096, 4096, false),
                            mpcl__mma_tile_names[rows - 1]));
     setenv("MPCL_MMA_TILE", "simple", 1);
-    assert_string_equal(mpcl__gemm_mma_kernel(ctx, false, false, 4096, 4096, 64, false),
+    assert_string_equal(mpcl__gemm_mma_kernel(ctx, false, false, 4096, 4096, false),
                         "mpcl_gemm_mma");
     unsetenv("MPCL_MMA_TILE");
 }
@@ -455,7 +450,7 @@ static void test_mpcl_mma_emulated(void **state) {
             run_case(ctx, &vs[vi], &few[0], true, true, true);
             mpcl__gemm_mma_force_tile(ctx, smallest);
             bool c_f32 = vs[vi].out == MPCL_DTYPE_F32;
-            assert_non_null(strstr(mpcl__gemm_mma_kernel(ctx, false, true, 72, 72, 40, c_f32),
+            assert_non_null(strstr(mpcl__gemm_mma_kernel(ctx, false, true, 72, 72, c_f32),
                                    mpcl__mma_tile_names[smallest]));
             run_case(ctx, &vs[vi], &pieces[0], false, true, false);
             run_case(ctx, &vs[vi], &pieces[0], true, false, true);
@@ -472,10 +467,10 @@ static void test_mpcl_mma_emulated(void **state) {
         size_t smallest =
             mpcl__mma_pipe_tile_bytes(&mpcl__mma_pipe_tiles[MPCL__MMA_PIPE_TILES - 1], true);
         ctx->info.local_mem_bytes = smallest;
-        assert_non_null(strstr(mpcl__gemm_mma_kernel(ctx, false, false, 4096, 4096, 64, false),
+        assert_non_null(strstr(mpcl__gemm_mma_kernel(ctx, false, false, 4096, 4096, false),
                                mpcl__mma_tile_names[MPCL__MMA_PIPE_TILES - 1]));
         ctx->info.local_mem_bytes = smallest - 1;
-        assert_string_equal(mpcl__gemm_mma_kernel(ctx, false, false, 4096, 4096, 64, false),
+        assert_string_equal(mpcl__gemm_mma_kernel(ctx, false, false, 4096, 4096, false),
                             "mpcl_gemm_mma");
         mpcl__gemm_mma_force_tile(ctx, 0);
         mpcl_tensor *a = tu_tensor(ctx, MPCL_DTYPE_F16, 64, 64),

@@ -174,11 +174,9 @@ static void test_epilogue_mpcl_mma(void **state) {
         }
         TU_ASSERT_OK(mpcl__matrix_engine_emulate(ctx));
     }
-    bool emulated = mpcl__matrix_engine_emulated(d);
     size_t next = 0, ncb = sizeof combos / sizeof combos[0];
     for (int t = 0; t <= MPCL__MMA_PIPE_TILES; t++) {
-        if (t < MPCL__MMA_PIPE_TILES &&
-            mpcl__mma_pipe_tile_bytes(&mpcl__mma_pipe_tiles[t], emulated) > d->local_mem_bytes)
+        if (t < MPCL__MMA_PIPE_TILES && !mpcl__gemm_mma_tile_fits(ctx, t))
             continue; /* never taken on this device (test_gemm checks that) */
         mpcl__gemm_mma_force_tile(ctx, t);
         for (size_t vi = 0; vi < sizeof mma_variants / sizeof mma_variants[0]; vi++) {

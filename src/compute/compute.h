@@ -221,13 +221,17 @@ mpcl_status mpcl__gemm_fused(mpcl_context *ctx, mpcl_gemm_path path, bool trans_
 mpcl_status mpcl__gemm_run_mma(mpcl_context *ctx, bool ta, bool tb, size_t m, size_t n, size_t k,
                                float alpha, const mpcl_tensor *a, const mpcl_tensor *b, float beta,
                                mpcl_tensor *c, const mpcl__gemm_epilogue *e);
-/* The mpcl-mma kernel such a call runs (for tests). */
+/* The mpcl-mma kernel a call with an m x n C runs (for tests; K does not
+ * enter the choice). */
 const char *mpcl__gemm_mma_kernel(const mpcl_context *ctx, bool ta, bool tb, size_t m, size_t n,
-                                  size_t k, bool c_f32);
+                                  bool c_f32);
 /* Forces mpcl-mma's pipelined tile: a row of MPCL_ABI_MMA_PIPE_TILES by its
  * index, their count for mpcl_gemm_mma alone, or -1 for the usual choice
  * (MPCL_MMA_TILE, else by the shape), so that tests cover every row. */
 void mpcl__gemm_mma_force_tile(mpcl_context *ctx, int tile);
+/* Whether the device's local memory holds that row's pipelined kernels
+ * (every transpose pair); the choice never takes a row that does not. */
+bool mpcl__gemm_mma_tile_fits(const mpcl_context *ctx, int tile);
 
 /* Forces the bias gradient's shape (ops.c): in row parts, as on GPUs (> 0),
  * in groups per column block, as on CPUs (< 0), or the device's (0), so that

@@ -24,7 +24,7 @@ static bool pipelined_applies(bool ta, bool tb) {
     return !(ta && tb);
 }
 
-static bool fits(const mpcl_context *ctx, int tile) {
+bool mpcl__gemm_mma_tile_fits(const mpcl_context *ctx, int tile) {
     return mpcl__mma_pipe_tile_bytes(&mpcl__mma_pipe_tiles[tile],
                                      mpcl__matrix_engine_emulated(&ctx->info)) <=
            ctx->info.local_mem_bytes;
@@ -43,7 +43,7 @@ static int pick_tile(const mpcl_context *ctx, size_t m, size_t n) {
     int smallest = NTILES;
     for (int i = 0; i < NTILES; i++) {
         const mpcl__mma_pipe_tile *t = &mpcl__mma_pipe_tiles[i];
-        if (!fits(ctx, i)) continue;
+        if (!mpcl__gemm_mma_tile_fits(ctx, i)) continue;
         if ((m + t->rows - 1) / t->rows * ((n + t->cols - 1) / t->cols) >= units) return i;
         smallest = i;
     }
@@ -72,9 +72,8 @@ static const char *choose(const mpcl_context *ctx, bool ta, bool tb, size_t m, s
 }
 
 const char *mpcl__gemm_mma_kernel(const mpcl_context *ctx, bool ta, bool tb, size_t m, size_t n,
-                                  size_t k, bool c_f32) {
+                                  bool c_f32) {
     size_t items, rows, cols, local_bytes;
-    (void)k; /* the kernel does not depend on it */
     return choose(ctx, ta, tb, m, n, c_f32, &items, &rows, &cols, &local_bytes);
 }
 

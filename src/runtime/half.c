@@ -123,33 +123,28 @@ float mpcl__16bit_to_f32(mpcl_dtype dtype, uint16_t bits) {
 /* Whole arrays, for the callers that convert arenas and batches. The inner
  * loops of a fixed 16 elements inline the selects above and vectorize even
  * at -O2, whose cost model takes only loops of a known multiple of the
- * vector length (and restrict: no overlap to check). */
+ * vector length (and restrict: no overlap to check); then the tail. */
 #define HALF_BLOCK 16
+#define CONVERT_N(dst, src, n, convert)                                                          \
+    do {                                                                                         \
+        size_t i_ = 0;                                                                           \
+        for (; i_ + HALF_BLOCK <= (n); i_ += HALF_BLOCK)                                         \
+            for (size_t j_ = 0; j_ < HALF_BLOCK; j_++) (dst)[i_ + j_] = convert((src)[i_ + j_]); \
+        for (; i_ < (n); i_++) (dst)[i_] = convert((src)[i_]);                                   \
+    } while (0)
 
 void mpcl__f32_to_16bit_n(mpcl_dtype dtype, const float *restrict src, uint16_t *restrict dst,
                           size_t n) {
-    size_t i = 0;
-    if (dtype == MPCL_DTYPE_BF16) {
-        for (; i + HALF_BLOCK <= n; i += HALF_BLOCK)
-            for (size_t j = 0; j < HALF_BLOCK; j++) dst[i + j] = bf16_of(src[i + j]);
-        for (; i < n; i++) dst[i] = bf16_of(src[i]);
-    } else {
-        for (; i + HALF_BLOCK <= n; i += HALF_BLOCK)
-            for (size_t j = 0; j < HALF_BLOCK; j++) dst[i + j] = f16_of(src[i + j]);
-        for (; i < n; i++) dst[i] = f16_of(src[i]);
-    }
+    if (dtype == MPCL_DTYPE_BF16)
+        CONVERT_N(dst, src, n, bf16_of);
+    else
+        CONVERT_N(dst, src, n, f16_of);
 }
 
 void mpcl__16bit_to_f32_n(mpcl_dtype dtype, const uint16_t *restrict src, float *restrict dst,
                           size_t n) {
-    size_t i = 0;
-    if (dtype == MPCL_DTYPE_BF16) {
-        for (; i + HALF_BLOCK <= n; i += HALF_BLOCK)
-            for (size_t j = 0; j < HALF_BLOCK; j++) dst[i + j] = bf16_value(src[i + j]);
-        for (; i < n; i++) dst[i] = bf16_value(src[i]);
-    } else {
-        for (; i + HALF_BLOCK <= n; i += HALF_BLOCK)
-            for (size_t j = 0; j < HALF_BLOCK; j++) dst[i + j] = f32_of(src[i + j]);
-        for (; i < n; i++) dst[i] = f32_of(src[i]);
-    }
+    if (dtype == MPCL_DTYPE_BF16)
+        CONVERT_N(dst, src, n, bf16_value);
+    else
+        CONVERT_N(dst, src, n, f32_of);
 }
