@@ -8,10 +8,15 @@ programs once the probe verified. So that
 such a source cannot break unseen between sessions with a GPU, clang compiles
 it as OpenCL C for nvptx64 (what NVIDIA's driver compiles is the same
 language) and the PTX must hold each instruction with its operands as the PTX
-ISA lays them out; ptxas is not here, so what the driver's assembler says
-waits for a GPU (bench/device/).
+ISA lays them out. Where CUDA's ptxas is installed (it is not part of
+scripts/setup.sh: CUDA's toolkit is not in Debian's main archive), that PTX
+is also assembled for sm_80 and sm_90, as the driver's own assembler does
+with the PTX its compiler emits: the inline PTX must assemble, and no kernel
+may spill to local memory. clang's register allocation is not NVIDIA's
+compiler's, so the registers it prints are a guide, not the driver's figure;
+what the driver makes of it waits for a GPU (bench/device/).
 
-usage: test_nvidia_sources.py CLANG CL_DIR"""
+usage: test_nvidia_sources.py CLANG CL_DIR [PTXAS]"""
 import os
 import re
 import subprocess
@@ -79,18 +84,66 @@ def cases(cl_dir):
 
 # clang's own OpenCL header declares vload_half and the like for nvptx only
 # with cl_khr_fp16 (NVIDIA's driver has them regardless); common.cl uses them.
-CLANG = ["-x", "cl", "-cl-std=CL1.2", "-target", "nvptx64-nvidia-nvcl", "-O2", "-S",
-         "-Xclang", "-finclude-default-header", "-Xclang", "-cl-ext=+cl_khr_fp16"]
+# sm_80 is the engine's oldest generation (mma's bf16 and cp.async need it).
+CLANG = ["-x", "cl", "-cl-std=CL1.2", "-target", "nvptx64-nvidia-nvcl", "-march=sm_80", "-O2",
+         "-S", "-Xclang", "-finclude-default-header", "-Xclang", "-cl-ext=+cl_khr_fp16"]
+# The builtins the kernels call, as NVIDIA's driver provides them. clang
+# leaves them as calls to functions that only libclc defines, which ptxas
+# cannot resolve: the work-item ones read special registers, and the scalar
+# conversions (common.cl's bf16 load and store; not saturating) are casts.
+BUILTINS = """
+#define MPCL_SREG(what, d) ((size_t)((d) == 0 ? __nvvm_read_ptx_sreg_##what##_x() \\
+    : (d) == 1 ? __nvvm_read_ptx_sreg_##what##_y() : __nvvm_read_ptx_sreg_##what##_z()))
+#define get_group_id(d) MPCL_SREG(ctaid, d)
+#define get_local_id(d) MPCL_SREG(tid, d)
+#define barrier(flags) __nvvm_bar_sync(0)
+#define convert_uint(x) ((uint)(x))
+#define convert_ushort(x) ((ushort)(x))
+"""
+# (architecture, the PTX ISA version that first has it): the PTX clang wrote
+# for sm_80 is assembled for each.
+PTXAS_TARGETS = [("sm_80", "7.0"), ("sm_90", "7.8")]
 
 
-def main(clang, cl_dir):
+def assemble(ptxas, what, ptx):
+    """ptxas -v on the PTX for each target: the count of failures, with the
+    registers and shared memory of each kernel printed."""
+    failures = 0
+    for arch, isa in PTXAS_TARGETS:
+        text = re.sub(r"^\.version .*$", f".version {isa}", ptx, count=1, flags=re.M)
+        text = re.sub(r"^\.target sm_\d+", f".target {arch}", text, count=1, flags=re.M)
+        p = subprocess.run([ptxas, f"-arch={arch}", "-v", "-o", os.devnull, "-"], input=text,
+                           capture_output=True, text=True)
+        if p.returncode != 0:
+            print(f"{what}: ptxas -arch={arch} failed:\n{p.stderr}", file=sys.stderr)
+            failures += 1
+            continue
+        # -v reports each entry as "Compiling entry function 'NAME'", then its
+        # stack frame and spills, then "Used N registers, ...".
+        entries = re.findall(r"entry function '(\w+)'.*?(\d+) bytes stack frame, (\d+) bytes "
+                             r"spill stores, (\d+) bytes spill loads.*?Used (\d+) registers"
+                             r"(?:, used \d+ barriers)?(?:, (\d+) bytes smem)?", p.stderr, re.S)
+        if not entries:
+            print(f"{what}: ptxas -arch={arch} reported no kernels:\n{p.stderr}", file=sys.stderr)
+            failures += 1
+        for name, stack, spill_st, spill_ld, regs, smem in entries:
+            print(f"{what}, {arch}: {name}: {regs} registers, {smem or 0} bytes static smem")
+            if int(stack) or int(spill_st) or int(spill_ld):
+                print(f"{what}, {arch}: {name} spills ({stack} bytes stack, {spill_st}/"
+                      f"{spill_ld} bytes spill stores/loads)", file=sys.stderr)
+                failures += 1
+    return failures
+
+
+def main(clang, cl_dir, ptxas=None):
     targets = subprocess.run([clang, "-print-targets"], capture_output=True, text=True).stdout
     if "nvptx64" not in targets:
         print(f"{clang} has no nvptx64 target: skipped")
         return 77
     failures = 0
     for what, files, options, patterns in cases(cl_dir):
-        source = "\n".join(open(os.path.join(cl_dir, f), encoding="utf-8").read() for f in files)
+        source = BUILTINS + "\n".join(
+            open(os.path.join(cl_dir, f), encoding="utf-8").read() for f in files)
         p = subprocess.run([clang, *CLANG, *options, "-o", "-", "-"], input=source,
                            capture_output=True, text=True)
         if p.returncode != 0:
@@ -102,11 +155,15 @@ def main(clang, cl_dir):
             if found != want:
                 print(f"{what}: {found} matches (want {want}) of {pattern}", file=sys.stderr)
                 failures += 1
+        if ptxas:
+            failures += assemble(ptxas, what, p.stdout)
+    if not ptxas:
+        print("no ptxas (CUDA's toolkit): the PTX was not assembled")
     print("ok" if not failures else f"{failures} failure(s)")
     return 1 if failures else 0
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
+    if len(sys.argv) not in (3, 4):
         sys.exit(__doc__)
-    sys.exit(main(sys.argv[1], sys.argv[2]))
+    sys.exit(main(*sys.argv[1:]))
