@@ -107,15 +107,15 @@ static mpcl_device_info verify_with(mpcl_context *ctx, const mpcl__matrix_engine
 
 /* The elements the verification checks per dtype: mpcl_gemm_mma's 70 x 40,
  * twice (A^T B^T into a 16-bit C with beta, then A B into an f32 C), and
- * the pipelined kernels' 72 x 136, three transpose pairs for each tile row
- * whose local memory the device has (on PoCL, all four: 2 x 2800 + 12 x
- * 9792 = 123104). */
+ * the pipelined kernels' 72 x 136 (rows of whole pieces) and 66 x 70 (none
+ * whole), three transpose pairs for each tile row whose local memory the
+ * device has (on PoCL, all four: 2 x 2800 + 12 x (9792 + 4620) = 178544). */
 static int checks(mpcl_context *ctx, bool emulated) {
     int total = 2 * 70 * 40;
     for (int t = 0; t < MPCL__MMA_PIPE_TILES; t++)
         if (mpcl__mma_pipe_tile_bytes(&mpcl__mma_pipe_tiles[t], emulated) <=
             mpcl_context_device(ctx)->local_mem_bytes)
-            total += 3 * 72 * 136;
+            total += 3 * (72 * 136 + 66 * 70);
     return total;
 }
 
@@ -177,7 +177,7 @@ static void a_gemm_without_beta_is_broken(void **state) {
 static void the_nvidia_kernels_in_emulation_are_verified(void **state) {
     (void)state;
     mpcl_context *ctx = tu_context();
-    /* Oclgrind interprets (~1e6 ops/s) 26 emulated launches here in minutes;
+    /* Oclgrind interprets (~1e6 ops/s) 52 emulated launches here in minutes;
      * its memory checks of these kernels come from test_gemm's run there. */
     if (tu_slow_device(ctx)) {
         printf(

@@ -133,15 +133,17 @@ const char *const mpcl__mma_tile_names[MPCL__MMA_PIPE_TILES + 2] = {
  * f32 and in both 16-bit formats (|C| <= 2 * 2 * 40 + 3 < 256):
  *  - mpcl_gemm_mma's, with edges in M, N and K (none a multiple of its 64,
  *    64 and 32);
- *  - the pipelined kernels', with stored rows of whole 16-byte pieces (M, N
- *    and K multiples of 8: the path that runs cp.async; rows that are not
- *    go through plain loads and stores), with edges against every tile row of
- *    MPCL_ABI_MMA_PIPE_TILES (72 < 128 and 64 < 72, 136 = 128 + 8) and the
- *    32-deep K blocks (40). */
+ *  - the pipelined kernels', twice: with stored rows of whole 16-byte pieces
+ *    (M, N and K multiples of 8: the path that runs cp.async), with edges
+ *    against every tile row of MPCL_ABI_MMA_PIPE_TILES (72 < 128 and 64 <
+ *    72, 136 = 128 + 8) and the 32-deep K blocks (40); then with no stored
+ *    row whole in any transpose (M, N and K not multiples of 8: the path
+ *    that loads element by element), edges again (66 and 70 > 64, 35 > 32). */
 typedef struct gemm_shape {
     int m, n, k;
 } gemm_shape;
-static const gemm_shape simple_shape = {70, 40, 20}, pipe_shape = {72, 136, 40};
+static const gemm_shape simple_shape = {70, 40, 20};
+static const gemm_shape pipe_shapes[2] = {{72, 136, 40}, {66, 70, 35}};
 
 static float small_int(int i, int salt) {
     return (float)((i * 7 + salt * 3) % 5 - 2);
@@ -255,9 +257,11 @@ done:
 /* Wrong elements over every launch, whose elements (the checks) go to
  * *total; *total + 1 when a kernel did not build or run. In dt's program with
  * the row's option: mpcl_gemm_mma with A^T B^T into a 16-bit C, then A B
- * into an f32 C; then the pipelined kernels, NN, NT and TN, their C in turn
- * 16-bit and f32, of every tile row whose local memory the device has (the
- * others are never taken: mpcl__mma_pipe_tile_bytes). */
+ * into an f32 C; then the pipelined kernels, NN, NT and TN, of every tile
+ * row whose local memory the device has (the others are never taken:
+ * mpcl__mma_pipe_tile_bytes), on both of pipe_shapes, one with C 16-bit and
+ * the other with C f32 (alternating over the rows and pairs): every kernel
+ * runs, and every tile row and pair on both paths of its loads. */
 static int check_gemm(cl_context cl, cl_device_id dev, cl_command_queue q, const engine *e,
                       mpcl_dtype dt, mpcl__probe_log *log, int *total) {
     const char *const names[] = {"abi.h", "activations.h", "common.cl", e->gemm_source};
@@ -265,7 +269,7 @@ static int check_gemm(cl_context cl, cl_device_id dev, cl_command_queue q, const
     snprintf(options, sizeof options, "-cl-std=CL1.2 %s%s",
              dt == MPCL_DTYPE_BF16 ? "-DMPCL_STORAGE_BF16=1" : "-DMPCL_STORAGE_F16=1",
              e->program_option);
-    gemm_launch launches[2 + 3 * MPCL__MMA_PIPE_TILES] = {
+    gemm_launch launches[2 + 3 * 2 * MPCL__MMA_PIPE_TILES] = {
         {"mpcl_gemm_mma", simple_shape, MPCL_ABI_MMA_ITEMS, MPCL_ABI_MMA_TILE, MPCL_ABI_MMA_TILE,
          true, true, true, 0},
         {"mpcl_gemm_mma_cf32", simple_shape, MPCL_ABI_MMA_ITEMS, MPCL_ABI_MMA_TILE,
@@ -277,19 +281,20 @@ static int check_gemm(cl_context cl, cl_device_id dev, cl_command_queue q, const
     for (int t = 0; t < MPCL__MMA_PIPE_TILES; t++) {
         const mpcl__mma_pipe_tile *pt = &mpcl__mma_pipe_tiles[t];
         if (mpcl__mma_pipe_tile_bytes(pt, emulated) > local_mem) continue;
-        for (int pair = 0; pair < 3; pair++) {
-            bool c16 = (t + pair) % 2 == 0, ta = pair == 2, tb = pair == 1;
-            launches[count++] = (gemm_launch){
-                pt->kernels[pair][!c16],
-                pipe_shape,
-                (int)pt->items,
-                (int)pt->rows,
-                (int)pt->cols,
-                ta,
-                tb,
-                c16,
-                MPCL_ABI_MMA_PIPE_LOCAL_BYTES(pt->rows, pt->cols, pt->items, ta, tb, emulated)};
-        }
+        for (int pair = 0; pair < 3; pair++)
+            for (int shape = 0; shape < 2; shape++) {
+                bool c16 = (t + pair + shape) % 2 == 0, ta = pair == 2, tb = pair == 1;
+                launches[count++] = (gemm_launch){
+                    pt->kernels[pair][!c16],
+                    pipe_shapes[shape],
+                    (int)pt->items,
+                    (int)pt->rows,
+                    (int)pt->cols,
+                    ta,
+                    tb,
+                    c16,
+                    MPCL_ABI_MMA_PIPE_LOCAL_BYTES(pt->rows, pt->cols, pt->items, ta, tb, emulated)};
+            }
     }
     *total = 0;
     for (size_t i = 0; i < count; i++) *total += launches[i].shape.m * launches[i].shape.n;
