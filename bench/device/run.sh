@@ -3,9 +3,11 @@
 # bench/device/stage.sh (in .gpu): NVIDIA's OpenCL driver through the staged
 # ICD loader, then the probe, the C suite on the GPU, mpcl-train in every
 # policy (the MLP and the GPT) and the benches. $OUT (default: a temporary folder, named at the
-# end) gets summary.txt, all.log (every step's output, appended as it ends)
-# and logs.tar.gz (a log per step): few files, since a device call brings
-# back at most eight. Every step has its
+# end) gets summary.txt, all.log (every step's output, appended as it ends),
+# logs.tar.gz (a log per step) and cache.tar.gz (the program cache: from
+# NVIDIA's driver, the PTX its compiler wrote, which
+# bench/device/ptx_report.py assembles here for registers and spills): few
+# files, since a device call brings back at most eight. Every step has its
 # own time limit, so one that hangs costs only itself. MPCL_ICD names another
 # vendor library and MPCL_DEVICE another device, to try the script elsewhere.
 #   bench/device/run.sh [quick|bench|mma]   quick: probe and suite only;
@@ -58,7 +60,10 @@ step() { # NAME SECONDS COMMAND... : runs it, logs to $logs/NAME.log, notes the 
         'BEGIN { printf "%-28s rc=%-3s %6.1f s\n", n, rc, t1 - t0 }' | tee -a "$out/summary.txt"
     { echo "===== $name (rc=$rc)"; cat "$logs/$name.log"; } >>"$out/all.log"
 }
-pack() { tar -C "$logs" -czf "$out/logs.tar.gz" .; }
+pack() {
+    tar -C "$logs" -czf "$out/logs.tar.gz" .
+    tar -C "$work" -czf "$out/cache.tar.gz" cache
+}
 
 mode=${1:-}
 data=$stage/data
