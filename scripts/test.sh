@@ -51,8 +51,10 @@ run pocl
 # Not the GEMM-heavy tests on Rusticl: llvmpipe JIT-compiles the GEMM kernel
 # for ~25 s per launch geometry, and they run many (tests/meson.build).
 # The Python package's suite runs on PoCL only (it trains through the same
-# library on every device; one run checks the package).
-run rusticl --no-suite install --no-suite model --no-suite jit-heavy --no-suite python
+# library on every device; one run checks the package), and so does
+# test_nvidia_sources (suite nvptx: clang and ptxas, no OpenCL device).
+run rusticl --no-suite install --no-suite model --no-suite jit-heavy --no-suite python \
+    --no-suite nvptx
 if [ -f .venv-intel/vendors/intel.icd ]; then
     run intel --suite kernels --suite model --suite tools
 else
@@ -66,6 +68,7 @@ meson compile -C "$asan"
 setups+=("$asan:pocl")
 # Not the Python suite: a plain python3 cannot load an ASan-built libmpcl.
 # Not cold-build (test_quiet*): it times the driver's compiler under ASan.
+# Not nvptx (test_nvidia_sources): no library code runs in it.
 # PoCL's ICD alone (OCL_ICD_VENDORS): the loader otherwise also opens Mesa's
 # Clover, whose start-up leaks from a module it unloads again; the fast
 # unwinder (ASan's default) shows that leak as "<unknown module>", which no
@@ -79,7 +82,7 @@ OCL_ICD_VENDORS=$icd ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
     LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp:print_suppressions=0 \
     UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     meson test -C "$asan" --setup pocl --print-errorlogs --no-suite install \
-    --no-suite python --no-suite cold-build || status=1
+    --no-suite python --no-suite cold-build --no-suite nvptx || status=1
 
 echo "== fuzz: every libFuzzer harness for ${FUZZ_SECONDS:-30}s (scripts/fuzz.sh)"
 setups+=("$root/build-fuzz:fuzz")
