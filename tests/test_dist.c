@@ -422,15 +422,31 @@ static void drift_is_named(void **state) {
     mpcl_dist_destroy(d);
 }
 
-/* The compressed sum of two real float32 gradients against their exact sum
- * (in double), element by element, inside mpcl_dist_compression_bound; and
- * the bound is not vacuous: the uncompressed sum is exact to f32, and the
- * compressed one differs from it somewhere. */
-static void compression_bound(mpcl_grad_compression c) {
+/* x rounded to the wire's 16 bits and back, by half.h's host conversions. */
+static float wire_round(mpcl_grad_compression c, float x) {
+    return c == MPCL_GRAD_COMPRESSION_FP16 ? mpcl_f16_to_f32(mpcl_f32_to_f16(x))
+                                           : mpcl_bf16_to_f32(mpcl_f32_to_bf16(x));
+}
+
+/* The arena's storage dtype of `policy` holding x (f32: x itself). */
+static float storage_round(mpcl_policy policy, float x) {
+    return policy == MPCL_POLICY_MIXED_FLOAT16    ? mpcl_f16_to_f32(mpcl_f32_to_f16(x))
+           : policy == MPCL_POLICY_MIXED_BFLOAT16 ? mpcl_bf16_to_f32(mpcl_f32_to_bf16(x))
+                                                  : x;
+}
+
+/* The compressed sum of two real gradients (in `policy`'s arena) against
+ * their exact sum (in double), element by element, inside
+ * mpcl_dist_compression_bound; and the bound is not vacuous: the compressed
+ * sum differs from the exact one somewhere. Bit for bit, it is the sum the
+ * host's conversions give: each contribution rounded to the wire, their f32
+ * sum rounded again, then stored in the arena's dtype (the device rounds and
+ * widens where the arena is not in the wire's dtype). */
+static void compression_bound(mpcl_policy policy, mpcl_grad_compression c) {
     mpcl_dist *d;
     TU_ASSERT_OK(mpcl_dist_create_local(2, c, &d));
     phase_set s;
-    phase_make(&s, MPCL_POLICY_FLOAT32, 2);
+    phase_make(&s, policy, 2);
     size_t n = mpcl_model_arena_elements(s.m[0]);
     float *g[2], *got = malloc(n * sizeof *got);
     assert_non_null(got);
@@ -454,6 +470,11 @@ static void compression_bound(mpcl_grad_compression c) {
             fail_msg("%s: element %zu: %.9g vs exact %.9g (error %.3g > bound %.3g)",
                      mpcl_grad_compression_name(c), i, (double)got[i], exact, err, bound);
         differ += got[i] != (float)exact;
+        float want =
+            storage_round(policy, wire_round(c, wire_round(c, g[0][i]) + wire_round(c, g[1][i])));
+        if (memcmp(&got[i], &want, sizeof want) != 0)
+            fail_msg("%s: element %zu: %.9g, the host's conversions give %.9g",
+                     mpcl_grad_compression_name(c), i, (double)got[i], (double)want);
     }
     fprintf(stderr, "# %s: %zu of %zu elements rounded, worst error %.2f of the bound\n",
             mpcl_grad_compression_name(c), differ, n, worst);
@@ -467,12 +488,19 @@ static void compression_bound(mpcl_grad_compression c) {
 
 static void compression_fp16(void **state) {
     (void)state;
-    compression_bound(MPCL_GRAD_COMPRESSION_FP16);
+    compression_bound(MPCL_POLICY_FLOAT32, MPCL_GRAD_COMPRESSION_FP16);
 }
 
 static void compression_bf16(void **state) {
     (void)state;
-    compression_bound(MPCL_GRAD_COMPRESSION_BF16);
+    compression_bound(MPCL_POLICY_FLOAT32, MPCL_GRAD_COMPRESSION_BF16);
+}
+
+/* f16 arenas: the same wire (nothing to cast) and bf16's (cast both ways). */
+static void compression_of_f16_arenas(void **state) {
+    (void)state;
+    compression_bound(MPCL_POLICY_MIXED_FLOAT16, MPCL_GRAD_COMPRESSION_FP16);
+    compression_bound(MPCL_POLICY_MIXED_FLOAT16, MPCL_GRAD_COMPRESSION_BF16);
 }
 
 /* Accuracy holds with compression on a short run: 3 epochs of 2 replicas
@@ -664,11 +692,12 @@ int main(void) {
         return rc;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(two_vs_one_float32), cmocka_unit_test(two_vs_one_mixed_float16),
-        cmocka_unit_test(two_vs_one_cosine),  cmocka_unit_test(overflow_local),
-        cmocka_unit_test(drift_is_named),     cmocka_unit_test(compression_fp16),
-        cmocka_unit_test(compression_bf16),   cmocka_unit_test(compression_accuracy),
-        cmocka_unit_test(resume_two_to_one),  cmocka_unit_test(resume_one_to_two),
+        cmocka_unit_test(two_vs_one_float32),   cmocka_unit_test(two_vs_one_mixed_float16),
+        cmocka_unit_test(two_vs_one_cosine),    cmocka_unit_test(overflow_local),
+        cmocka_unit_test(drift_is_named),       cmocka_unit_test(compression_fp16),
+        cmocka_unit_test(compression_bf16),     cmocka_unit_test(compression_of_f16_arenas),
+        cmocka_unit_test(compression_accuracy), cmocka_unit_test(resume_two_to_one),
+        cmocka_unit_test(resume_one_to_two),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -47,6 +47,11 @@ mpcl_status mpcl__tensor_download_f32_at(const mpcl_tensor *t, size_t first, flo
  * alignment needed, unlike a view): a generation step's keys and values
  * into attention's cache. MPCL_ERR_SHAPE past dst's end or across dtypes. */
 mpcl_status mpcl__tensor_copy_at(mpcl_tensor *dst, size_t dst_first, const mpcl_tensor *src);
+/* mpcl_cast with its kernel from the program of `program` (every program
+ * holds the casts): a float32 run's all-reduce casts to 16 bits without
+ * building a 16-bit program. */
+mpcl_status mpcl__cast(mpcl_context *ctx, mpcl_tensor *dst, const mpcl_tensor *src,
+                       mpcl_dtype program);
 /* Enqueues a copy of count elements of src from element src_first on into
  * dst from element dst_first on: a chunk of rows in or out of a larger
  * tensor (tied_lm_head.c). MPCL_ERR_SHAPE past either end or across dtypes. */

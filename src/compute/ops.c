@@ -338,6 +338,16 @@ mpcl_status mpcl_add(mpcl_context *ctx, mpcl_tensor *out, const mpcl_tensor *a,
 /* ---- casts ---- */
 
 mpcl_status mpcl_cast(mpcl_context *ctx, mpcl_tensor *dst, const mpcl_tensor *src) {
+    /* The program of the 16-bit side, which the run builds anyway (a missing
+     * tensor is refused there). */
+    mpcl_dtype program = dst && dst->dtype != MPCL_DTYPE_F32 ? dst->dtype
+                         : src                               ? src->dtype
+                                                             : MPCL_DTYPE_F32;
+    return mpcl__cast(ctx, dst, src, program);
+}
+
+mpcl_status mpcl__cast(mpcl_context *ctx, mpcl_tensor *dst, const mpcl_tensor *src,
+                       mpcl_dtype program) {
     static const char op[] = "mpcl_cast";
     TRY(mpcl__check_present(ctx, dst, op, "dst"));
     TRY(mpcl__check_present(ctx, src, op, "src"));
@@ -369,9 +379,7 @@ mpcl_status mpcl_cast(mpcl_context *ctx, mpcl_tensor *dst, const mpcl_tensor *sr
         return MPCL_ERROR(ctx, MPCL_ERR_DTYPE, "%s: no cast from %s to %s", op,
                           mpcl_dtype_name(src->dtype), mpcl_dtype_name(dst->dtype));
     cl_kernel k;
-    /* The cast kernels do not use storage_t and every program holds them: take
-     * the program of the 16-bit side, which the run builds anyway. */
-    TRY(mpcl__kernel(ctx, dst->dtype != MPCL_DTYPE_F32 ? dst->dtype : src->dtype, name, &k));
+    TRY(mpcl__kernel(ctx, program, name, &k));
     cl_uint n = (cl_uint)(src->rows * src->cols);
     TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(dst->mem), MPCL_ARG(src->mem), MPCL_ARG(n),
                        MPCL_ARGS_END));

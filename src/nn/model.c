@@ -38,6 +38,9 @@ struct mpcl_model {
      * micro-batches stashed since the last apply, made on first use. */
     mpcl_tensor *grad_stash;
     bool stashed;
+    /* The gradient arena in the compressed all-reduce's dtype where that is
+     * not the storage dtype (mpcl__model_grad_wire), made on first use. */
+    mpcl_tensor *grad_wire;
 };
 
 mpcl_model_params mpcl_model_default_params(void) {
@@ -526,6 +529,7 @@ void mpcl_model_destroy(mpcl_model *m) {
     mpcl_tensor_destroy(m->train_stats);
     mpcl_tensor_destroy(m->eval_stats);
     mpcl_tensor_destroy(m->grad_stash);
+    mpcl_tensor_destroy(m->grad_wire);
     free(m);
 }
 
@@ -776,6 +780,22 @@ mpcl_status mpcl_model_stash_grads(mpcl_model *m) {
     if (st != MPCL_OK) return st;
     m->stashed = true;
     m->phase = PHASE_IDLE;
+    return MPCL_OK;
+}
+
+mpcl_status mpcl__model_grad_wire(mpcl_model *m, mpcl_dtype wire, mpcl_tensor **out) {
+    mpcl_tensor *g = m->arenas.grads;
+    *out = g;
+    if (g->dtype == wire) return MPCL_OK;
+    if (m->grad_wire && m->grad_wire->dtype != wire) {
+        mpcl_tensor_destroy(m->grad_wire);
+        m->grad_wire = NULL;
+    }
+    if (!m->grad_wire) {
+        mpcl_status st = mpcl_tensor_create(m->ctx, wire, g->rows, g->cols, &m->grad_wire);
+        if (st != MPCL_OK) return st;
+    }
+    *out = m->grad_wire;
     return MPCL_OK;
 }
 

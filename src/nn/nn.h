@@ -333,6 +333,12 @@ mpcl_status mpcl__model_create_plan(mpcl_context *ctx, const mpcl_model_params *
 bool mpcl__model_can_step(const mpcl_model *m);
 mpcl_status mpcl__model_forward_step(mpcl_model *m, const mpcl_tensor *token, size_t position);
 mpcl_status mpcl__model_read_step_logits(mpcl_model *m, float *dst, size_t count);
+/* The gradient arena's tensor in `wire` (f16 or bf16), for the compressed
+ * all-reduce (src/parallel/dist.c): the arena itself where it is stored in
+ * `wire`, else a tensor of its shape that the model keeps (made on first use,
+ * remade for another dtype), which the caller fills and empties with
+ * mpcl_cast. */
+mpcl_status mpcl__model_grad_wire(mpcl_model *m, mpcl_dtype wire, mpcl_tensor **out);
 /* The first row of a layer's output: the [1, C] that forward_step writes
  * (C: the last axis of its output). */
 mpcl_tensor mpcl__layer_step_row(const mpcl__layer *L);

@@ -152,17 +152,43 @@ static void round_to_wire(mpcl_dist *d, float *v, size_t n) {
     mpcl__16bit_to_f32_n(wire, d->wire, v, n);
 }
 
-/* The sum of this process's replicas into d->sum, in replica order: in f32,
- * or with compression each contribution rounded to 16 bits and each partial
- * sum rounded again (what the MPI reduction of 16-bit values does, so that
- * local and MPI runs of two replicas agree bit for bit). */
+/* A replica's gradients rounded to the wire's 16 bits, into d->wire: the
+ * device rounds (mpcl_cast, as the host conversions do) where the arena is
+ * stored in another dtype, so that half the bytes cross to the host and the
+ * host converts nothing down. */
+static mpcl_status download_wire(mpcl_dist *d, mpcl_model *m, size_t n) {
+    mpcl_tensor *arena = mpcl_model_grad_arena(m), *t;
+    mpcl_status st = mpcl__model_grad_wire(m, mpcl__dist_wire_dtype(d->compression), &t);
+    if (st == MPCL_OK && t != arena) st = mpcl__cast(mpcl_model_context(m), t, arena, arena->dtype);
+    return st == MPCL_OK ? mpcl_tensor_download_raw(t, d->wire, n * sizeof *d->wire) : st;
+}
+
+/* d->wire (the summed gradients in the wire's format) into a replica's
+ * arena, widened or rounded on the device where it is stored in another
+ * dtype (as the host's conversion through f32 would). */
+static mpcl_status upload_wire(mpcl_dist *d, mpcl_model *m, size_t n) {
+    mpcl_tensor *arena = mpcl_model_grad_arena(m), *t;
+    mpcl_status st = mpcl__model_grad_wire(m, mpcl__dist_wire_dtype(d->compression), &t);
+    if (st == MPCL_OK) st = mpcl_tensor_upload_raw(t, d->wire, n * sizeof *d->wire);
+    return st == MPCL_OK && t != arena ? mpcl__cast(mpcl_model_context(m), arena, t, arena->dtype)
+                                       : st;
+}
+
+/* The sum of this process's replicas in replica order: in f32 into d->sum,
+ * or with compression into d->wire, each contribution rounded to 16 bits and
+ * each partial sum rounded again (what the MPI reduction of 16-bit values
+ * does, so that local and MPI runs of two replicas agree bit for bit). */
 static mpcl_status local_sum(mpcl_dist *d, mpcl_model *const *models, size_t n) {
     bool compress = d->compression != MPCL_GRAD_COMPRESSION_NONE;
+    mpcl_dtype wire = mpcl__dist_wire_dtype(d->compression);
+    if (compress && d->local == 1) return download_wire(d, models[0], n);
     for (size_t r = 0; r < d->local; r++) {
         float *dst = r == 0 ? d->sum : d->buf;
-        mpcl_status st = mpcl_tensor_download_f32(mpcl_model_grad_arena(models[r]), dst, n);
+        mpcl_status st = compress
+                             ? download_wire(d, models[r], n)
+                             : mpcl_tensor_download_f32(mpcl_model_grad_arena(models[r]), dst, n);
         if (st != MPCL_OK) return st;
-        if (compress) round_to_wire(d, dst, n);
+        if (compress) mpcl__16bit_to_f32_n(wire, d->wire, dst, n);
         if (r == 0) continue;
         for (size_t i = 0; i < n; i++) d->sum[i] += d->buf[i];
         if (compress) round_to_wire(d, d->sum, n);
@@ -192,18 +218,13 @@ mpcl_status mpcl_dist_allreduce_grads(mpcl_dist *d, mpcl_model *const *models) {
                               mpcl_dtype_name(mpcl_model_plan(models[0])->storage));
     st = reserve(d, ctx, n);
     if (st == MPCL_OK) st = local_sum(d, models, n);
-    if (st == MPCL_OK && d->mpi) {
-        if (d->compression == MPCL_GRAD_COMPRESSION_NONE) {
-            st = mpcl__dist_mpi_sum_f32(d, ctx, d->sum, n);
-        } else {
-            mpcl_dtype wire = mpcl__dist_wire_dtype(d->compression);
-            mpcl__f32_to_16bit_n(wire, d->sum, d->wire, n);
-            st = mpcl__dist_mpi_sum_u16(d, ctx, d->wire, n);
-            if (st == MPCL_OK) mpcl__16bit_to_f32_n(wire, d->wire, d->sum, n);
-        }
-    }
+    bool compress = d->compression != MPCL_GRAD_COMPRESSION_NONE;
+    if (st == MPCL_OK && d->mpi)
+        st = compress ? mpcl__dist_mpi_sum_u16(d, ctx, d->wire, n)
+                      : mpcl__dist_mpi_sum_f32(d, ctx, d->sum, n);
     for (size_t r = 0; r < d->local && st == MPCL_OK; r++)
-        st = mpcl_tensor_upload_f32(mpcl_model_grad_arena(models[r]), d->sum, n);
+        st = compress ? upload_wire(d, models[r], n)
+                      : mpcl_tensor_upload_f32(mpcl_model_grad_arena(models[r]), d->sum, n);
     d->allreduce_seconds += now_s() - t0;
     d->allreduce_calls++;
     return st;
