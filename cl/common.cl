@@ -149,6 +149,10 @@ typedef ushort16 __attribute__((aligned(2))) mpcl_ushort16_u;
 #define STORE_HALF8(p, i, v) vstore_half8_rte((v), 0, (__global half *)(p) + (i))
 #define LOAD_FLOAT8(p, i) GLOAD_U(float8, (__global const float *)(p) + (i))
 #define STORE_FLOAT8(p, i, v) GSTORE_U(float8, (__global float *)(p) + (i), (v))
+// The float8 forms of the bf16 conversions above: shifts and adds on eight
+// lanes (element by element, the bf16 Adam update took 2.5x the vector one).
+#define LOAD_BF16_8(p, i) mpcl_bf16_value8(vload8(0, (__global const ushort *)(p) + (i)))
+#define STORE_BF16_8(p, i, v) STORE_USHORT8((p), (i), mpcl_bf16_bits8(v))
 
 // LOAD8(p, i): p[i .. i+7] as float8; STORE8(p, i, v) stores them back. A
 // storage dtype without a vector form here would go element by element
@@ -160,10 +164,8 @@ typedef ushort16 __attribute__((aligned(2))) mpcl_ushort16_u;
 #define LOAD8(p, i) LOAD_FLOAT8((p), (i))
 #define STORE8(p, i, v) STORE_FLOAT8((p), (i), (v))
 #elif defined(MPCL_STORAGE_BF16)
-// The float8 forms of the bf16 conversions above: shifts and adds on eight
-// lanes (element by element, the bf16 Adam update took 2.5x the vector one).
-#define LOAD8(p, i) mpcl_bf16_value8(vload8(0, (__global const ushort *)(p) + (i)))
-#define STORE8(p, i, v) STORE_USHORT8((p), (i), mpcl_bf16_bits8(v))
+#define LOAD8(p, i) LOAD_BF16_8((p), (i))
+#define STORE8(p, i, v) STORE_BF16_8((p), (i), (v))
 #else
 #define LOAD8(p, i)                                                             \
     ((float8)(LOAD((p), (i)), LOAD((p), (i) + 1), LOAD((p), (i) + 2),           \

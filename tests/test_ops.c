@@ -961,65 +961,83 @@ static void test_cast_bf16(void **state) {
                            NAN,
                            -3.14159265f,
                            0.1f};
-    const size_t n = sizeof edges / sizeof edges[0];
-    mpcl_tensor *src = tu_tensor_from(ctx, MPCL_DTYPE_F32, 1, n, edges);
-    mpcl_tensor *b = tu_tensor_poisoned(ctx, MPCL_DTYPE_BF16, 1, n);
-    mpcl_tensor *back = tu_tensor_poisoned(ctx, MPCL_DTYPE_F32, 1, n);
-    TU_ASSERT_OK(mpcl_cast(ctx, b, src));
-    TU_ASSERT_OK(mpcl_cast(ctx, back, b));
-    uint16_t bits[sizeof edges / sizeof edges[0]];
-    TU_ASSERT_OK(mpcl_tensor_download_raw(b, bits, sizeof bits));
-    float *f = tu_download(back);
-    for (size_t i = 0; i < n; i++) {
-        uint16_t want = ref_f64_to_bf16(edges[i]);
-        if (bits[i] != want)
-            fail_msg("cast %a -> bf16 0x%04x, want 0x%04x", (double)edges[i], bits[i], want);
-        double wf = ref_bf16_value(want);
-        if (isnan(wf) ? !isnan(f[i]) : ((double)f[i] != wf || !signbit(f[i]) != !signbit(wf)))
-            fail_msg("cast back of 0x%04x = %a, want %a", want, (double)f[i], wf);
-    }
-    free(f);
-    mpcl_tensor_destroy(src);
-    mpcl_tensor_destroy(b);
-    mpcl_tensor_destroy(back);
-
-    /* Every f16 pattern to bf16, and every bf16 pattern to f16 and to f32. */
-    uint16_t *all = malloc(65536 * sizeof *all), *got = malloc(65536 * sizeof *got);
-    for (size_t i = 0; i < 65536; i++) all[i] = (uint16_t)i;
-    mpcl_tensor *h = tu_tensor(ctx, MPCL_DTYPE_F16, 256, 256);
-    b = tu_tensor_poisoned(ctx, MPCL_DTYPE_BF16, 256, 256);
-    TU_ASSERT_OK(mpcl_tensor_upload_raw(h, all, 65536 * sizeof *all));
-    TU_ASSERT_OK(mpcl_cast(ctx, b, h));
-    TU_ASSERT_OK(mpcl_tensor_download_raw(b, got, 65536 * sizeof *got));
-    for (size_t i = 0; i < 65536; i++) {
-        uint16_t want = ref_f64_to_bf16((double)mpcl_f16_to_f32((uint16_t)i));
-        if (got[i] != want) fail_msg("f16 0x%04zx -> bf16 0x%04x, want 0x%04x", i, got[i], want);
-    }
-    mpcl_tensor *f32 = tu_tensor_poisoned(ctx, MPCL_DTYPE_F32, 256, 256);
-    tu_poison(h);
-    TU_ASSERT_OK(mpcl_tensor_upload_raw(b, all, 65536 * sizeof *all));
-    TU_ASSERT_OK(mpcl_cast(ctx, h, b));
-    TU_ASSERT_OK(mpcl_cast(ctx, f32, b));
-    TU_ASSERT_OK(mpcl_tensor_download_raw(h, got, 65536 * sizeof *got));
-    float *fl = tu_download(f32);
-    for (size_t i = 0; i < 65536; i++) {
-        double v = ref_bf16_value((uint16_t)i);
-        if (isnan(v)) {
-            assert_true((got[i] & 0x7c00) == 0x7c00 && (got[i] & 0x3ff) != 0);
-            assert_true(isnan(fl[i]));
-            continue;
+    const size_t count = sizeof edges / sizeof edges[0];
+    /* Shifted by 0 .. 7 places (as test_cast_edges): every edge value goes
+     * through several lanes of the eight-element path and of the tail. */
+    for (size_t shift = 0; shift < 8; shift++) {
+        const size_t n = shift + count;
+        float x[8 + sizeof edges / sizeof edges[0]];
+        for (size_t i = 0; i < n; i++) x[i] = i < shift ? 1.0f : edges[i - shift];
+        mpcl_tensor *src = tu_tensor_from(ctx, MPCL_DTYPE_F32, 1, n, x);
+        mpcl_tensor *b = tu_tensor_poisoned(ctx, MPCL_DTYPE_BF16, 1, n);
+        mpcl_tensor *back = tu_tensor_poisoned(ctx, MPCL_DTYPE_F32, 1, n);
+        TU_ASSERT_OK(mpcl_cast(ctx, b, src));
+        TU_ASSERT_OK(mpcl_cast(ctx, back, b));
+        uint16_t bits[8 + sizeof edges / sizeof edges[0]];
+        TU_ASSERT_OK(mpcl_tensor_download_raw(b, bits, n * sizeof bits[0]));
+        float *f = tu_download(back);
+        for (size_t i = 0; i < n; i++) {
+            uint16_t want = ref_f64_to_bf16(x[i]);
+            if (bits[i] != want)
+                fail_msg("cast %a (shift %zu) -> bf16 0x%04x, want 0x%04x", (double)x[i], shift,
+                         bits[i], want);
+            double wf = ref_bf16_value(want);
+            if (isnan(wf) ? !isnan(f[i]) : ((double)f[i] != wf || !signbit(f[i]) != !signbit(wf)))
+                fail_msg("cast back of 0x%04x = %a, want %a", want, (double)f[i], wf);
         }
-        uint16_t want = mpcl_f64_to_f16(v);
-        if (got[i] != want) fail_msg("bf16 0x%04zx -> f16 0x%04x, want 0x%04x", i, got[i], want);
-        if ((double)fl[i] != v || !signbit(fl[i]) != !signbit(v))
-            fail_msg("bf16 0x%04zx -> %a, want %a", i, (double)fl[i], v);
+        free(f);
+        mpcl_tensor_destroy(src);
+        mpcl_tensor_destroy(b);
+        mpcl_tensor_destroy(back);
     }
-    free(fl);
+    mpcl_tensor *b;
+
+    /* Every f16 pattern to bf16, and every bf16 pattern to f16 and to f32:
+     * all 65536 in order (the eight-element kernels), then 65533 of them
+     * from 40000 on (the kernels for any n, whose last item takes the 5
+     * left: ordinary numbers there, not the NaNs at the end of the order). */
+    uint16_t *all = malloc(65536 * sizeof *all), *got = malloc(65536 * sizeof *got);
+    for (size_t len = 65536; len >= 65533; len -= 3) {
+        for (size_t i = 0; i < len; i++) all[i] = (uint16_t)(i + (len == 65536 ? 0 : 40000));
+        mpcl_tensor *h = tu_tensor(ctx, MPCL_DTYPE_F16, 1, len);
+        b = tu_tensor_poisoned(ctx, MPCL_DTYPE_BF16, 1, len);
+        TU_ASSERT_OK(mpcl_tensor_upload_raw(h, all, len * sizeof *all));
+        TU_ASSERT_OK(mpcl_cast(ctx, b, h));
+        TU_ASSERT_OK(mpcl_tensor_download_raw(b, got, len * sizeof *got));
+        for (size_t i = 0; i < len; i++) {
+            uint16_t want = ref_f64_to_bf16((double)mpcl_f16_to_f32(all[i]));
+            if (got[i] != want)
+                fail_msg("f16 0x%04x -> bf16 0x%04x, want 0x%04x (of %zu)", all[i], got[i], want,
+                         len);
+        }
+        mpcl_tensor *f32 = tu_tensor_poisoned(ctx, MPCL_DTYPE_F32, 1, len);
+        tu_poison(h);
+        TU_ASSERT_OK(mpcl_tensor_upload_raw(b, all, len * sizeof *all));
+        TU_ASSERT_OK(mpcl_cast(ctx, h, b));
+        TU_ASSERT_OK(mpcl_cast(ctx, f32, b));
+        TU_ASSERT_OK(mpcl_tensor_download_raw(h, got, len * sizeof *got));
+        float *fl = tu_download(f32);
+        for (size_t i = 0; i < len; i++) {
+            double v = ref_bf16_value(all[i]);
+            if (isnan(v)) {
+                assert_true((got[i] & 0x7c00) == 0x7c00 && (got[i] & 0x3ff) != 0);
+                assert_true(isnan(fl[i]));
+                continue;
+            }
+            uint16_t want = mpcl_f64_to_f16(v);
+            if (got[i] != want)
+                fail_msg("bf16 0x%04x -> f16 0x%04x, want 0x%04x (of %zu)", all[i], got[i], want,
+                         len);
+            if ((double)fl[i] != v || !signbit(fl[i]) != !signbit(v))
+                fail_msg("bf16 0x%04x -> %a, want %a (of %zu)", all[i], (double)fl[i], v, len);
+        }
+        free(fl);
+        mpcl_tensor_destroy(h);
+        mpcl_tensor_destroy(b);
+        mpcl_tensor_destroy(f32);
+    }
     free(all);
     free(got);
-    mpcl_tensor_destroy(h);
-    mpcl_tensor_destroy(b);
-    mpcl_tensor_destroy(f32);
 
     for (size_t si = 0; si < shape_count(ctx); si++) {
         shape s = shapes[si];

@@ -346,6 +346,11 @@ mpcl_status mpcl_cast(mpcl_context *ctx, mpcl_tensor *dst, const mpcl_tensor *sr
     return mpcl__cast(ctx, dst, src, program);
 }
 
+/* A cast's kernels (cl/cast.cl): for any n, then the _v8 form for n a
+ * multiple of 8. Each takes ELEMENTWISE_VEC elements per work-item. */
+#define CAST_KERNELS(NAME) \
+    { NAME, NAME "_v8" }
+
 mpcl_status mpcl__cast(mpcl_context *ctx, mpcl_tensor *dst, const mpcl_tensor *src,
                        mpcl_dtype program) {
     static const char op[] = "mpcl_cast";
@@ -356,25 +361,17 @@ mpcl_status mpcl__cast(mpcl_context *ctx, mpcl_tensor *dst, const mpcl_tensor *s
     TRY(mpcl__check_shape(ctx, dst, src->rows, src->cols, op, "dst"));
     TRY(mpcl__check_count(ctx, src, op));
     if (dst->dtype == src->dtype) return dst == src ? MPCL_OK : mpcl__tensor_copy_at(dst, 0, src);
-    /* [dst][src] over the float dtypes (cl/cast.cl); the diagonal is the copy above. */
-    static const char *const names[MPCL_DTYPE_COUNT][MPCL_DTYPE_COUNT] = {
-        [MPCL_DTYPE_F16][MPCL_DTYPE_F32] = "mpcl_cast_f32_to_f16",
-        [MPCL_DTYPE_F32][MPCL_DTYPE_F16] = "mpcl_cast_f16_to_f32",
-        [MPCL_DTYPE_BF16][MPCL_DTYPE_F32] = "mpcl_cast_f32_to_bf16",
-        [MPCL_DTYPE_F32][MPCL_DTYPE_BF16] = "mpcl_cast_bf16_to_f32",
-        [MPCL_DTYPE_BF16][MPCL_DTYPE_F16] = "mpcl_cast_f16_to_bf16",
-        [MPCL_DTYPE_F16][MPCL_DTYPE_BF16] = "mpcl_cast_bf16_to_f16",
+    /* [dst][src] over the float dtypes (the diagonal is the copy above). */
+    static const char *const names[MPCL_DTYPE_COUNT][MPCL_DTYPE_COUNT][2] = {
+        [MPCL_DTYPE_F16][MPCL_DTYPE_F32] = CAST_KERNELS("mpcl_cast_f32_to_f16"),
+        [MPCL_DTYPE_F32][MPCL_DTYPE_F16] = CAST_KERNELS("mpcl_cast_f16_to_f32"),
+        [MPCL_DTYPE_BF16][MPCL_DTYPE_F32] = CAST_KERNELS("mpcl_cast_f32_to_bf16"),
+        [MPCL_DTYPE_F32][MPCL_DTYPE_BF16] = CAST_KERNELS("mpcl_cast_bf16_to_f32"),
+        [MPCL_DTYPE_BF16][MPCL_DTYPE_F16] = CAST_KERNELS("mpcl_cast_f16_to_bf16"),
+        [MPCL_DTYPE_F16][MPCL_DTYPE_BF16] = CAST_KERNELS("mpcl_cast_bf16_to_f16"),
     };
-    /* f32 <-> f16 of a multiple of 8 elements: the vector kernels. */
-    static const char *const names_v8[MPCL_DTYPE_COUNT][MPCL_DTYPE_COUNT] = {
-        [MPCL_DTYPE_F16][MPCL_DTYPE_F32] = "mpcl_cast_f32_to_f16_v8",
-        [MPCL_DTYPE_F32][MPCL_DTYPE_F16] = "mpcl_cast_f16_to_f32_v8",
-    };
-    /* f32 <-> f16 take ELEMENTWISE_VEC elements per work-item (their _v8 form
-     * for a multiple of it); the bf16 casts one. */
-    bool vec = names_v8[dst->dtype][src->dtype] != NULL;
-    bool v8 = vec && (src->rows * src->cols) % ELEMENTWISE_VEC == 0;
-    const char *name = v8 ? names_v8[dst->dtype][src->dtype] : names[dst->dtype][src->dtype];
+    bool v8 = (src->rows * src->cols) % ELEMENTWISE_VEC == 0;
+    const char *name = names[dst->dtype][src->dtype][v8];
     if (!name)
         return MPCL_ERROR(ctx, MPCL_ERR_DTYPE, "%s: no cast from %s to %s", op,
                           mpcl_dtype_name(src->dtype), mpcl_dtype_name(dst->dtype));
@@ -383,5 +380,5 @@ mpcl_status mpcl__cast(mpcl_context *ctx, mpcl_tensor *dst, const mpcl_tensor *s
     cl_uint n = (cl_uint)(src->rows * src->cols);
     TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(dst->mem), MPCL_ARG(src->mem), MPCL_ARG(n),
                        MPCL_ARGS_END));
-    return mpcl__launch_1d(ctx, k, name, vec ? ceil_div(n, ELEMENTWISE_VEC) : n, ELEMENTWISE_WG);
+    return mpcl__launch_1d(ctx, k, name, ceil_div(n, ELEMENTWISE_VEC), ELEMENTWISE_WG);
 }
