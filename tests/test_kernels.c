@@ -265,7 +265,8 @@ static void cache_can_be_turned_off(void **state) {
 
 /* A context reads the fp16/bf16 verification of an earlier one on the same
  * device back from the cache (verify_cache.c), with the same outcome; a
- * damaged verdict is verified again; MPCL_CACHE=0 verifies every time. */
+ * damaged verdict is verified again; MPCL_CACHE=0 verifies every time; a
+ * changed source of what the verification runs is verified again. */
 static void verification_verdict_is_cached(void **state) {
     (void)state;
     mpcl_context *first = tu_context();
@@ -324,6 +325,32 @@ static void verification_verdict_is_cached(void **state) {
     assert_false(second->verdict_cached);
     mpcl_context_destroy(second);
     unsetenv("MPCL_CACHE");
+
+    /* The matrix engine's verification runs its mpcl-mma kernels, so another
+     * version of their source (MPCL_CL_DIR overlays that one file) is
+     * another verdict, verified afresh; the control, with the FIFO gone and
+     * the verdict written again, reads it back. */
+    assert_int_equal(unlink(path), 0);
+    mpcl_context_destroy(tu_context());
+    second = tu_context();
+    assert_true(second->verdict_cached);
+    mpcl_context_destroy(second);
+    char overlay[64], file[128];
+    assert_int_equal(tu_tmpdir_make(overlay, "engine-source"), 0);
+    char *text = mpcl__cl_source_load("gemm_mma_nvidia.cl", NULL);
+    assert_non_null(text);
+    snprintf(file, sizeof file, "%s/gemm_mma_nvidia.cl", overlay);
+    FILE *f = fopen(file, "w");
+    assert_non_null(f);
+    fprintf(f, "%s\n// another version\n", text);
+    fclose(f);
+    free(text);
+    setenv("MPCL_CL_DIR", overlay, 1);
+    second = tu_context();
+    unsetenv("MPCL_CL_DIR");
+    assert_false(second->verdict_cached);
+    mpcl_context_destroy(second);
+    assert_int_equal(tu_tmpdir_remove(overlay), 0);
     mpcl_context_destroy(first);
 }
 

@@ -390,6 +390,7 @@ const char *mpcl__matrix_engine_program_option(const mpcl_device_info *info) {
     return "";
 }
 
-const char *mpcl__matrix_engine_probe_source(size_t i) {
-    return i < NENGINES ? engines[i].source : NULL;
+const char *mpcl__matrix_engine_source(size_t i) {
+    if (i >= 2 * NENGINES) return NULL;
+    return i % 2 == 0 ? engines[i / 2].source : engines[i / 2].gemm_source;
 }

@@ -108,9 +108,10 @@ bool mpcl__matrix_engine_emulated(const mpcl_device_info *info);
 /* The build option that puts the verified engine's mpcl-mma kernels into a
  * 16-bit program; "" where no engine verified. */
 const char *mpcl__matrix_engine_program_option(const mpcl_device_info *info);
-/* Row i's probe source (cl/), NULL past the last: the verification's cache
- * key covers them. */
-const char *mpcl__matrix_engine_probe_source(size_t i);
+/* The cl/ sources of the rows' verification, NULL past the last: each row's
+ * probe, then its mpcl-mma kernels (whose program starts with abi.h,
+ * activations.h and common.cl). The verification's cache key covers them. */
+const char *mpcl__matrix_engine_source(size_t i);
 /* <cache folder>/verdicts, made when missing: small measured or verified
  * facts (verify_cache.c, nn/auto_plan.c), apart from the kernel binaries.
  * 0 when caching is off or the folder cannot be made. */

@@ -4,8 +4,8 @@
  * Verifying builds three probe programs, and the half-math one fails to
  * build on devices without half, which a compiler cannot cache: on PoCL the
  * three cost ~0.7 s of every start. The verdict depends only on the device,
- * its driver and the probe sources, so a context reads it back when all of
- * those are the same. mpcl-probe's device list does not use this: the
+ * its driver and the sources it builds, so a context reads it back when all
+ * of those are the same. mpcl-probe's device list does not use this: the
  * capability report always runs the kernels (mpcl_device_list_verify_fp16). */
 #include <errno.h>
 #include <stdio.h>
@@ -16,12 +16,15 @@
 #include "mpcl/number.h"
 #include "runtime/runtime.h"
 
-#define VERDICT_MAGIC "mpcl verification 3"
+/* 4: the matrix engines' mpcl-mma kernels, which their verification runs
+ * (on two shapes since this version), are in the key. */
+#define VERDICT_MAGIC "mpcl verification 4"
 
-/* The probe sources the verification builds (fp16_verify.c), before the
- * matrix engines' (matrix_engine.c). */
-static const char *const PROBE_SOURCES[] = {"common.cl", "fp16_probe.cl", "bf16_probe.cl",
-                                            "bf16_dot_probe.cl"};
+/* The sources the verification builds: fp16_verify.c's probes and the head
+ * of the matrix engines' GEMM programs, before the engines' own
+ * (matrix_engine.c). */
+static const char *const PROBE_SOURCES[] = {"common.cl",         "fp16_probe.cl", "bf16_probe.cl",
+                                            "bf16_dot_probe.cl", "abi.h",         "activations.h"};
 #define NFIXED (sizeof PROBE_SOURCES / sizeof PROBE_SOURCES[0])
 #define MAX_SOURCES (NFIXED + 8)
 
@@ -32,8 +35,7 @@ static bool verdict_key(const mpcl_device_info *d, mpcl__cache_key *key) {
     size_t n = 8, first_source = n;
     bool ok = true;
     for (size_t i = 0; ok && i < MAX_SOURCES; i++) {
-        const char *name =
-            i < NFIXED ? PROBE_SOURCES[i] : mpcl__matrix_engine_probe_source(i - NFIXED);
+        const char *name = i < NFIXED ? PROBE_SOURCES[i] : mpcl__matrix_engine_source(i - NFIXED);
         if (!name) break;
         ok = (parts[n++] = mpcl__cl_source_load(name, NULL)) != NULL;
     }
