@@ -11,12 +11,12 @@
 
 // The first element of head h's q (part 0), k (1) or v (2) at position
 // (b, t) in qkv.
-inline size_t attn_qkv_at(uint b, uint t, uint h, uint part, uint T, uint C, uint hs) {
+static inline size_t attn_qkv_at(uint b, uint t, uint h, uint part, uint T, uint C, uint hs) {
     return ((size_t)b * T + t) * 3 * C + (size_t)part * C + (size_t)h * hs;
 }
 
 // The first element of head h at position (b, t) in a [B * T, C] tensor.
-inline size_t attn_row_at(uint b, uint t, uint h, uint T, uint C, uint hs) {
+static inline size_t attn_row_at(uint b, uint t, uint h, uint T, uint C, uint hs) {
     return ((size_t)b * T + t) * C + (size_t)h * hs;
 }
 
@@ -25,13 +25,13 @@ inline size_t attn_row_at(uint b, uint t, uint h, uint T, uint C, uint hs) {
 // score gradient then serves eight channels per load: in the backward by
 // key rows, which walks a column of att and dscore (stride T), loading them
 // once per channel made the kernel 72% of a GPT-2 layer's step on PoCL.
-inline float8 attn_load8(__global const storage_t *p, size_t i, uint n) {
+static inline float8 attn_load8(__global const storage_t *p, size_t i, uint n) {
     float8 v = n == 8u ? LOAD8(p, i) : LOAD8_PART(p, i, n);
     return select((float8)(0.0f), v, (int8)(0, 1, 2, 3, 4, 5, 6, 7) < (int8)((int)n));
 }
 
 // Lanes 0 .. n - 1 of v into p[i ..].
-inline void attn_store8(__global storage_t *p, size_t i, uint n, float8 v) {
+static inline void attn_store8(__global storage_t *p, size_t i, uint n, float8 v) {
     if (n == 8u)
         STORE8(p, i, v);
     else
@@ -40,7 +40,7 @@ inline void attn_store8(__global storage_t *p, size_t i, uint n, float8 v) {
 
 // The dot product of n elements of a from i and of b from j, eight lanes
 // at a time, the lanes summed in a fixed order at the end.
-inline float attn_dot(__global const storage_t *a, size_t i, __global const storage_t *b, size_t j,
+static inline float attn_dot(__global const storage_t *a, size_t i, __global const storage_t *b, size_t j,
                       uint n) {
     float8 acc = (float8)(0.0f);
     for (uint d = 0; d < n; d += 8u) {
@@ -54,7 +54,7 @@ inline float attn_dot(__global const storage_t *a, size_t i, __global const stor
 // Query row (b, h, t): the scores q . k / sqrt(hs) against keys t' <= t
 // into p (its row of att), their softmax (less the maximum: exp never
 // overflows), and the head's output att . v into y from element out.
-inline void attn_forward_row(__global float *p, __global storage_t *y, size_t out,
+static inline void attn_forward_row(__global float *p, __global storage_t *y, size_t out,
                              __global const storage_t *qkv, uint b, uint t, uint h, uint T, uint C,
                              uint hs, float scale) {
     size_t q = attn_qkv_at(b, t, h, 0, T, C, hs);

@@ -27,14 +27,14 @@
 #define ATTN_LIST(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
 
 // The row of an [n, w] f32 tensor at (bh, t).
-inline size_t attn_packed_at(uint bh, uint t, uint Tp, uint w) {
+static inline size_t attn_packed_at(uint bh, uint t, uint Tp, uint w) {
     return ((size_t)bh * Tp + t) * w;
 }
 
 // Channels d .. d + 7 of one head at a position (from element `from` of
 // a storage tensor), zeros past the head's first hs channels, into
 // rows[to + d ..] unless rows is NULL; returned too.
-inline float8 attn_pack8(__global float *rows, size_t to, __global const storage_t *src,
+static inline float8 attn_pack8(__global float *rows, size_t to, __global const storage_t *src,
                          size_t from, uint d, uint hs) {
     float8 v = d + 8u <= hs ? LOAD8(src, from + d)
                : d < hs     ? LOAD8_PART(src, from + d, hs - d)
@@ -97,7 +97,7 @@ __kernel void mpcl_attention_pack_dy(__global float *rows, __global const storag
 }
 
 // Lanes 0 .. n - 1 of v (n <= 16) into p[i ..], in the storage dtype.
-inline void attn_store16(__global storage_t *p, size_t i, uint n, float16 v) {
+static inline void attn_store16(__global storage_t *p, size_t i, uint n, float16 v) {
     if (n >= 8u) {
         STORE8(p, i, v.lo);
         if (n == 16u)
@@ -163,12 +163,12 @@ inline void attn_store16(__global storage_t *p, size_t i, uint n, float16 v) {
     }
 
 // The horizontal max and sum of a float16, in a fixed order.
-inline float attn_max16(float16 v) {
+static inline float attn_max16(float16 v) {
     float8 a = fmax(v.lo, v.hi);
     float4 b = fmax(a.lo, a.hi);
     return fmax(fmax(b.x, b.y), fmax(b.z, b.w));
 }
-inline float attn_sum16(float16 v) {
+static inline float attn_sum16(float16 v) {
     float8 a = v.lo + v.hi;
     float4 b = a.lo + a.hi;
     return (b.x + b.y) + (b.z + b.w);
@@ -177,7 +177,7 @@ inline float attn_sum16(float16 v) {
 // Row p (its first `width` columns, a multiple of 16: the row's chunks)
 // from scores to probabilities: exp(s - max) / sum. Masked scores are
 // -INFINITY and become zeros.
-inline void attn_softmax_row(__global float *p, uint width) {
+static inline void attn_softmax_row(__global float *p, uint width) {
     float16 m = (float16)(-INFINITY);
     for (uint c = 0; c < width; c += 16u) m = fmax(m, GLOAD_U(float16, p + c));
     float top = attn_max16(m);

@@ -9,7 +9,7 @@
 #define BN_WG MPCL_ABI_BATCHNORM_WG
 
 // The sum of every item's v, in a fixed order; every item gets it.
-inline float bn_group_sum(__local float *acc, float v) {
+static inline float bn_group_sum(__local float *acc, float v) {
     uint lid = get_local_id(0);
     acc[lid] = v;
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -26,7 +26,7 @@ inline float bn_group_sum(__local float *acc, float v) {
 // two passes (the second sums squares of x - mean, which stays accurate
 // when the mean is large against the spread); every item gets them. Batch
 // norm's statistics per channel, layer norm's (layernorm.cl) per row.
-inline float2 bn_group_mean_var(__local float *acc, __global const storage_t *x, size_t first,
+static inline float2 bn_group_mean_var(__local float *acc, __global const storage_t *x, size_t first,
                                 size_t stride, uint count) {
     float s = 0.0f;
     for (uint i = get_local_id(0); i < count; i += BN_WG) s += LOAD(x, first + i * stride);
@@ -40,7 +40,7 @@ inline float2 bn_group_mean_var(__local float *acc, __global const storage_t *x,
 }
 
 // y = gamma (x - mean) inv_std + beta over the item's rows of channel c.
-inline void bn_normalize(__global storage_t *y, __global const storage_t *x, float mean,
+static inline void bn_normalize(__global storage_t *y, __global const storage_t *x, float mean,
                          float inv_std, float gamma, float beta, uint rows, uint cols, uint c) {
     float a = gamma * inv_std;
     for (uint r = get_local_id(0); r < rows; r += BN_WG) {

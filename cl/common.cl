@@ -11,7 +11,7 @@
 // against 19 GB/s for the f16 -> f32 load); this form vectorizes. The tests
 // compare it bit for bit with the host's conversion, and the fp16 probe keeps
 // checking the builtin.
-inline ushort mpcl_f16_bits(float f) {
+static inline ushort mpcl_f16_bits(float f) {
     uint x = as_uint(f);
     uint sign = (x >> 16) & 0x8000u;
     uint a = x & 0x7fffffffu;
@@ -35,7 +35,7 @@ inline ushort mpcl_f16_bits(float f) {
 // binary16 bits -> float, exact: vload_half in integer operations, for the
 // same reason (PoCL calls a scalar routine per element when the kernel picks
 // its buffer per work-item, as the optimizer does).
-inline float mpcl_f16_value(ushort h) {
+static inline float mpcl_f16_value(ushort h) {
     uint sign = (uint)(h & 0x8000u) << 16;
     uint e = (h >> 10) & 0x1fu;
     uint m = h & 0x3ffu;
@@ -56,13 +56,13 @@ inline float mpcl_f16_value(ushort h) {
 // code on vectors, for the GEMM's vector loads and stores; the host checks
 // all of them bit for bit against its own conversion (half.c).
 #define MPCL_BF16_CONVERSIONS(N)                                                       \
-    inline ushort##N mpcl_bf16_bits##N(float##N f) {                                   \
+    static inline ushort##N mpcl_bf16_bits##N(float##N f) {                            \
         uint##N x = as_uint##N(f);                                                     \
         uint##N r = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;                            \
         r = (x & 0x7fffffffu) > 0x7f800000u ? ((x >> 16) & 0x8000u) | 0x7fc0u : r;     \
         return convert_ushort##N(r);                                                   \
     }                                                                                  \
-    inline float##N mpcl_bf16_value##N(ushort##N h) {                                  \
+    static inline float##N mpcl_bf16_value##N(ushort##N h) {                           \
         return as_float##N(convert_uint##N(h) << 16);                                  \
     }
 MPCL_BF16_CONVERSIONS()
@@ -214,7 +214,7 @@ typedef ushort16 __attribute__((aligned(2))) mpcl_ushort16_u;
 
 // The lanes of v added in order, through a private array: Oclgrind's
 // --uninitialized check crashed on the swizzles of a horizontal sum.
-inline float lanes_sum8(float8 v) {
+static inline float lanes_sum8(float8 v) {
     float a[8];
     vstore8(v, 0, a);
     float s = 0.0f;
@@ -234,28 +234,28 @@ typedef float storage_bits_t;
 typedef float8 storage_bits8_t;
 typedef float16 storage_bits16_t;
 typedef float8 __attribute__((aligned(4))) mpcl_storage_bits8_t_u; /* GLOAD_U's */
-inline float4 storage_value4(float4 r) { return r; }
-inline float8 storage_value8(float8 r) { return r; }
-inline float16 storage_value16(float16 r) { return r; }
-inline float8 storage_bits8(float8 v) { return v; }
+static inline float4 storage_value4(float4 r) { return r; }
+static inline float8 storage_value8(float8 r) { return r; }
+static inline float16 storage_value16(float16 r) { return r; }
+static inline float8 storage_bits8(float8 v) { return v; }
 #elif defined(MPCL_STORAGE_BF16)
 typedef ushort storage_bits_t;
 typedef ushort8 storage_bits8_t;
 typedef ushort16 storage_bits16_t;
 typedef ushort8 __attribute__((aligned(2))) mpcl_storage_bits8_t_u; /* GLOAD_U's */
-inline float4 storage_value4(ushort4 r) { return mpcl_bf16_value4(r); }
-inline float8 storage_value8(ushort8 r) { return mpcl_bf16_value8(r); }
-inline float16 storage_value16(ushort16 r) { return mpcl_bf16_value16(r); }
-inline ushort8 storage_bits8(float8 v) { return mpcl_bf16_bits8(v); }
+static inline float4 storage_value4(ushort4 r) { return mpcl_bf16_value4(r); }
+static inline float8 storage_value8(ushort8 r) { return mpcl_bf16_value8(r); }
+static inline float16 storage_value16(ushort16 r) { return mpcl_bf16_value16(r); }
+static inline ushort8 storage_bits8(float8 v) { return mpcl_bf16_bits8(v); }
 #else
 typedef ushort storage_bits_t;
 typedef ushort8 storage_bits8_t;
 typedef ushort16 storage_bits16_t;
 typedef ushort8 __attribute__((aligned(2))) mpcl_storage_bits8_t_u; /* GLOAD_U's */
-inline float4 storage_value4(ushort4 r) { return vload_half4(0, (const half *)&r); }
-inline float8 storage_value8(ushort8 r) { return vload_half8(0, (const half *)&r); }
-inline float16 storage_value16(ushort16 r) { return vload_half16(0, (const half *)&r); }
-inline ushort8 storage_bits8(float8 v) {
+static inline float4 storage_value4(ushort4 r) { return vload_half4(0, (const half *)&r); }
+static inline float8 storage_value8(ushort8 r) { return vload_half8(0, (const half *)&r); }
+static inline float16 storage_value16(ushort16 r) { return vload_half16(0, (const half *)&r); }
+static inline ushort8 storage_bits8(float8 v) {
     ushort8 r;
     vstore_half8_rte(v, 0, (half *)&r);
     return r;

@@ -13,7 +13,7 @@
 // The windows along one axis that cover padded position xp (the image
 // position plus the padding before it): o with o*s <= xp < o*s + k and
 // o < out, as [first, end).
-inline uint2 window_range(uint xp, uint k, uint s, uint out) {
+static inline uint2 window_range(uint xp, uint k, uint s, uint out) {
     uint first = xp + 1 > k ? (xp + 1 - k + s - 1) / s : 0u;
     return (uint2)(first, min(xp / s + 1u, out));
 }
@@ -23,7 +23,7 @@ inline uint2 window_range(uint xp, uint k, uint s, uint out) {
 // of the same operands into a pair with a `freeze`, which Oclgrind's
 // uninitialized-value check cannot run (it stops the kernel, writing
 // nothing).
-inline uint4 split_nhwc(uint i, uint C, uint cols, uint rows) {
+static inline uint4 split_nhwc(uint i, uint C, uint cols, uint rows) {
     uint pixel = i / C, line = pixel / cols, b = line / rows;
     return (uint4)(i - pixel * C, pixel - line * cols, line - b * rows, b);
 }
@@ -35,21 +35,21 @@ inline uint4 split_nhwc(uint i, uint C, uint cols, uint rows) {
 // n = C - c < 8 channels: its lanes from n on repeat the last channel
 // (LOAD8_PART) and are never stored. Lane-wise, each element sees the same
 // operations in the same order as one item per element would.
-inline float8 load8_upto(__global const storage_t *p, size_t i, uint n) {
+static inline float8 load8_upto(__global const storage_t *p, size_t i, uint n) {
     return n == 8u ? LOAD8(p, i) : LOAD8_PART(p, i, n);
 }
-inline void store8_upto(__global storage_t *p, size_t i, uint n, float8 v) {
+static inline void store8_upto(__global storage_t *p, size_t i, uint n, float8 v) {
     if (n == 8u)
         STORE8(p, i, v);
     else
         STORE8_PART(p, i, n, v);
 }
-inline int8 load_int8_upto(__global const int *p, uint n) {
+static inline int8 load_int8_upto(__global const int *p, uint n) {
     if (n == 8u) return vload8(0, p);
     return (int8)(p[0], p[min(1u, n - 1u)], p[min(2u, n - 1u)], p[min(3u, n - 1u)],
                   p[min(4u, n - 1u)], p[min(5u, n - 1u)], p[min(6u, n - 1u)], p[n - 1u]);
 }
-inline void store_int8_upto(__global int *p, uint n, int8 v) {
+static inline void store_int8_upto(__global int *p, uint n, int8 v) {
     if (n == 8u) {
         vstore8(v, 0, p);
         return;
@@ -70,13 +70,13 @@ typedef mpcl_float8_u storage_bits8_u;
 #else
 typedef mpcl_ushort8_u storage_bits8_u;
 #endif
-inline void copy_bits(__global storage_bits_t *dst, __global const storage_bits_t *src, uint n) {
+static inline void copy_bits(__global storage_bits_t *dst, __global const storage_bits_t *src, uint n) {
     uint j = 0;
     for (; j + 8u <= n; j += 8u)
         *(__global storage_bits8_u *)(dst + j) = *(__global const storage_bits8_u *)(src + j);
     for (; j < n; j++) dst[j] = src[j];
 }
-inline void zero_bits(__global storage_bits_t *dst, uint n) {
+static inline void zero_bits(__global storage_bits_t *dst, uint n) {
     for (uint j = 0; j < n; j++) dst[j] = (storage_bits_t)0;
 }
 

@@ -6,7 +6,7 @@
 // splitmix64's output function: a bijection of 64-bit words in which every
 // output bit depends on every input bit. The host's copy is mpcl__mix64 in
 // src/runtime/rng.c.
-inline ulong mpcl_mix64(ulong z) {
+static inline ulong mpcl_mix64(ulong z) {
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9UL;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebUL;
     return z ^ (z >> 31);
@@ -14,7 +14,7 @@ inline ulong mpcl_mix64(ulong z) {
 
 // Draw `index` of the stream whose key is mix64(seed ^ mix64(counter)),
 // computed on the host: mpcl__counter_draw's bits. Also used by tokens.cl.
-inline ulong mpcl_counter_draw(ulong key, ulong index) {
+static inline ulong mpcl_counter_draw(ulong key, ulong index) {
     return mpcl_mix64(key + 0x9e3779b97f4a7c15UL * (index + 1UL));
 }
 

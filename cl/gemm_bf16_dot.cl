@@ -42,7 +42,7 @@ typedef uint __attribute__((aligned(2))) dot_pair_u;
 #define DOT_PAIRS(lo, hi) (convert_uint16(lo) | (convert_uint16(hi) << 16))
 
 // The nj <= 16 pairs (kp, j0 ..) into row[0 ..].
-inline void dot_pair_row(__global const ushort *x, uint K, uint N, uint x_t, uint kp, uint j0,
+static inline void dot_pair_row(__global const ushort *x, uint K, uint N, uint x_t, uint kp, uint j0,
                          uint nj, uint *row) {
     const uint k0 = 2 * kp, k1 = k0 + 1;
     if (!x_t && nj == 16) {

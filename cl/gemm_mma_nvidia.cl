@@ -54,12 +54,12 @@
 // It checks everything of this file but the instruction and the layout on
 // hardware, which the probe checks there.
 #if defined(MPCL_STORAGE_F16)
-inline float mma_value(uint reg, uint high) {
+static inline float mma_value(uint reg, uint high) {
     ushort h = (ushort)(high ? reg >> 16 : reg);
     return vload_half(0, (const half *)&h);
 }
 #else
-inline float mma_value(uint reg, uint high) {
+static inline float mma_value(uint reg, uint high) {
     return as_float((high ? reg >> 16 : reg & 0xffffu) << 16);
 }
 #endif

@@ -92,7 +92,7 @@ __kernel __attribute__((reqd_work_group_size(BN_WG, 1, 1))) void mpcl_layernorm_
 // mean and biased variance of a row, two passes; the first sums the
 // values less the row's first (shifted data), so that a large common offset
 // (a mean of 1e4 over 768 channels) costs no precision in one long sum.
-inline float2 ln_row_mean_var(__global const storage_t *x, size_t row, uint cols) {
+static inline float2 ln_row_mean_var(__global const storage_t *x, size_t row, uint cols) {
     uint body = cols & ~7u;
     float shift = LOAD(x, row);
     float8 s8 = (float8)(0.0f);

@@ -52,7 +52,7 @@
 // The partial sums of a loss kernel's work-group, in local arrays of
 // MPCL_ABI_LOSS_WG entries (OpenCL 1.2 declares them in the kernel): summed
 // (the firsts: the least) into entry 0 by a tree in a fixed order.
-inline void loss_group_reduce(uint lid, __local float *l_loss, __local float *l_metric,
+static inline void loss_group_reduce(uint lid, __local float *l_loss, __local float *l_metric,
                               __local uint *l_correct, __local uint *l_valid, __local uint *l_bad,
                               __local uint *l_first) {
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -71,7 +71,7 @@ inline void loss_group_reduce(uint lid, __local float *l_loss, __local float *l_
 
 // Kahan summation of x into the f32 sum at word `at` with its compensation
 // at `comp`: an epoch's sum stays accurate in f32.
-inline void loss_kahan_add(__global uint *stats, uint at, uint comp, float x) {
+static inline void loss_kahan_add(__global uint *stats, uint at, uint comp, float x) {
     float sum = as_float(stats[at]);
     float y = x - as_float(stats[comp]);
     float t = sum + y;
@@ -86,7 +86,7 @@ inline void loss_kahan_add(__global uint *stats, uint at, uint comp, float x) {
 // MPCL_ABI_LOSS_* code. A call is usually one launch; a loss computed in
 // chunks of rows (a language-model head's) is several, and only the last
 // counts the call (ends_call).
-inline void loss_stats_add(__global uint *stats, uint kind, float loss, float metric, uint correct,
+static inline void loss_stats_add(__global uint *stats, uint kind, float loss, float metric, uint correct,
                            uint valid, uint terms, uint bad, uint first_bad, uint bad_col,
                            uint bad_target, uint ends_call) {
     loss_kahan_add(stats, MPCL_ABI_LOSS_STAT_LOSS, MPCL_ABI_LOSS_STAT_LOSS_COMP, loss);
@@ -108,7 +108,7 @@ inline void loss_stats_add(__global uint *stats, uint kind, float loss, float me
 // A group's reduced sums, by its item 0: into the stats when the batch is one
 // group, else into the group's partials for mpcl_loss_finish. row0: the
 // launch's first row within its call (a chunk's), added to the bad row.
-inline void loss_group_out(__global uint *stats, __global uint *partials, uint row0,
+static inline void loss_group_out(__global uint *stats, __global uint *partials, uint row0,
                            uint ends_call, uint kind, float loss, float metric, uint correct,
                            uint valid, uint terms, uint bad, uint first_bad, uint bad_col,
                            uint bad_target) {

@@ -31,10 +31,10 @@
 // neither overflows nor loses the small terms at large |z|; its derivative
 // sigmoid(z) - t, sigmoid from exp(-|z|) <= 1 as well. Binary accuracy
 // (threshold 0.5: sigmoid(z) > 0.5 is z > 0) against t > 0.5.
-inline int8 binary_xent_target_ok(float8 t) {
+static inline int8 binary_xent_target_ok(float8 t) {
     return (t >= 0.0f) & (t <= 1.0f); // 0 for NaN
 }
-inline void binary_xent_element(float8 z, float8 t, float8 *loss, float8 *metric, float8 *hit,
+static inline void binary_xent_element(float8 z, float8 t, float8 *loss, float8 *metric, float8 *hit,
                                 float8 *unit) {
     const float8 e = exp(-fabs(z));
     *loss = fmax(z, 0.0f) - z * t + log1p(e);
@@ -44,10 +44,10 @@ inline void binary_xent_element(float8 z, float8 t, float8 *loss, float8 *metric
 }
 
 // Mean squared error: (y - t)^2, derivative 2 (y - t); MAE sums |y - t|.
-inline int8 mse_target_ok(float8 t) {
+static inline int8 mse_target_ok(float8 t) {
     return isfinite(t);
 }
-inline void mse_element(float8 y, float8 t, float8 *loss, float8 *metric, float8 *hit,
+static inline void mse_element(float8 y, float8 t, float8 *loss, float8 *metric, float8 *hit,
                         float8 *unit) {
     const float8 d = y - t;
     *loss = d * d;
@@ -66,7 +66,7 @@ inline void mse_element(float8 y, float8 t, float8 *loss, float8 *metric, float8
 // tail one by one from a private array (STORE8_PART and cl/loss.cl's
 // LOSS_STORE8_PART of a tail here crashed Oclgrind 21.10's --uninitialized
 // check).
-inline void dense_store8(__global storage_t *p, uint i, uint n, float8 v) {
+static inline void dense_store8(__global storage_t *p, uint i, uint n, float8 v) {
     if (n == 8u) {
         STORE8(p, i, v);
         return;

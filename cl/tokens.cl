@@ -5,7 +5,7 @@
 
 // Token i of a stream held as little-endian uint16 byte pairs (the same
 // tokens whatever the device's byte order).
-inline int mpcl_token_at(__global const uchar *stream, ulong i) {
+static inline int mpcl_token_at(__global const uchar *stream, ulong i) {
     return (int)stream[2 * i] | (int)stream[2 * i + 1] << 8;
 }
 
