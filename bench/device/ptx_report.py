@@ -63,16 +63,17 @@ ENTRY = re.compile(r"entry function '(\w+)'.*?(\d+) bytes stack frame, (\d+) byt
 
 
 def report(name, ptx, pattern, ptxas):
-    """Prints the kernels of one program; returns how many spill."""
+    """Prints the kernels of one program that match pattern or spill;
+    returns how many spill, or None when ptxas does not assemble it."""
     target = re.search(r"^\.target\s+(sm_\d+)", ptx, re.M)
     if not target:
         print(f"{name}: no .target line", file=sys.stderr)
-        return 0
+        return None
     p = subprocess.run([ptxas, f"-arch={target.group(1)}", "-v", "-o", os.devnull, "-"],
                        input=ptx, capture_output=True, text=True)
     if p.returncode != 0:
         print(f"{name}: ptxas failed:\n{p.stderr}", file=sys.stderr)
-        return 0
+        return None
     spilling = 0
     print(f"{name} ({target.group(1)}):")
     for kernel, stack, spill_st, spill_ld, regs, smem in ENTRY.findall(p.stderr):
@@ -88,17 +89,19 @@ def main(path, pattern="mpcl_gemm_mma", ptxas=None):
     ptxas = ptxas or shutil.which("ptxas") or "/usr/local/cuda/bin/ptxas"
     if not os.access(ptxas, os.X_OK):
         sys.exit(f"ptx_report.py: no ptxas (CUDA's toolkit) at {ptxas}")
-    programs = spilling = 0
+    programs = spilling = failed = 0
     for name, data in entries(path):
         ptx = ptx_of(data)
         if ptx is None:
             continue
         programs += 1
-        spilling += report(os.path.basename(name), ptx, pattern, ptxas)
+        spills = report(os.path.basename(name), ptx, pattern, ptxas)
+        failed += spills is None
+        spilling += spills or 0
     if not programs:
         sys.exit(f"ptx_report.py: no PTX in {path} (a cache from NVIDIA's driver holds it)")
-    print(f"{programs} program(s), {spilling} kernel(s) spilling")
-    return 1 if spilling else 0
+    print(f"{programs} program(s), {spilling} kernel(s) spilling, {failed} not assembled")
+    return 1 if spilling or failed else 0
 
 
 if __name__ == "__main__":

@@ -21,6 +21,13 @@ if ldd "$build/src/libmpcl.so.0" | grep -q libmpi; then
     exit 1
 fi
 
+# Every kernel must assemble for sm_90 before a GPU's time is spent on it
+# (about 2 minutes; skipped where clang with libclc or ptxas is missing).
+python3 bench/device/nvptx_check.py cl || {
+    echo "stage.sh: the library program does not assemble for sm_90 (above)" >&2
+    exit 1
+}
+
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$tmp/bin" "$tmp/lib"
