@@ -22,6 +22,10 @@ import re
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench",
+                                "device"))
+import ptx_report  # noqa: E402  (bench/device/ptx_report.py)
+
 MMA = (r"mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.{t}\.{t}\.f32 "
        r"\{{%f\d+, %f\d+, %f\d+, %f\d+\}}, \{{%r\d+, %r\d+, %r\d+, %r\d+\}}, \{{%r\d+, %r\d+\}}, "
        r"\{{%f\d+, %f\d+, %f\d+, %f\d+\}};")
@@ -100,38 +104,18 @@ BUILTINS = """
 #define convert_uint(x) ((uint)(x))
 #define convert_ushort(x) ((ushort)(x))
 """
-# (architecture, the PTX ISA version that first has it): the PTX clang wrote
-# for sm_80 is assembled for each.
-PTXAS_TARGETS = [("sm_80", "7.0"), ("sm_90", "7.8")]
+# The PTX clang wrote for sm_80 is assembled for each (ptxas takes PTX of
+# an older target), by bench/device/ptx_report.py's report.
+PTXAS_ARCHES = ["sm_80", "sm_90"]
 
 
 def assemble(ptxas, what, ptx):
-    """ptxas -v on the PTX for each target: the count of failures, with the
-    registers and shared memory of each kernel printed."""
+    """The count of failures: an architecture ptxas does not assemble the
+    PTX for, and each kernel that spills; every kernel's registers printed."""
     failures = 0
-    for arch, isa in PTXAS_TARGETS:
-        text = re.sub(r"^\.version .*$", f".version {isa}", ptx, count=1, flags=re.M)
-        text = re.sub(r"^\.target sm_\d+", f".target {arch}", text, count=1, flags=re.M)
-        p = subprocess.run([ptxas, f"-arch={arch}", "-v", "-o", os.devnull, "-"], input=text,
-                           capture_output=True, text=True)
-        if p.returncode != 0:
-            print(f"{what}: ptxas -arch={arch} failed:\n{p.stderr}", file=sys.stderr)
-            failures += 1
-            continue
-        # -v reports each entry as "Compiling entry function 'NAME'", then its
-        # stack frame and spills, then "Used N registers, ...".
-        entries = re.findall(r"entry function '(\w+)'.*?(\d+) bytes stack frame, (\d+) bytes "
-                             r"spill stores, (\d+) bytes spill loads.*?Used (\d+) registers"
-                             r"(?:, used \d+ barriers)?(?:, (\d+) bytes smem)?", p.stderr, re.S)
-        if not entries:
-            print(f"{what}: ptxas -arch={arch} reported no kernels:\n{p.stderr}", file=sys.stderr)
-            failures += 1
-        for name, stack, spill_st, spill_ld, regs, smem in entries:
-            print(f"{what}, {arch}: {name}: {regs} registers, {smem or 0} bytes static smem")
-            if int(stack) or int(spill_st) or int(spill_ld):
-                print(f"{what}, {arch}: {name} spills ({stack} bytes stack, {spill_st}/"
-                      f"{spill_ld} bytes spill stores/loads)", file=sys.stderr)
-                failures += 1
+    for arch in PTXAS_ARCHES:
+        spilling = ptx_report.report(what, ptx, r".", ptxas, arch)
+        failures += 1 if spilling is None else spilling
     return failures
 
 

@@ -764,6 +764,28 @@ static uint16_t f16_bits_of(const mpcl_tensor *t, size_t i) {
     return v;
 }
 
+/* The casts take eight elements per work-item and the last n % 8 one by
+ * one. The f32 edges, after `shift` ones, through f32 -> dt -> f32 on the
+ * device: over shift 0 .. 7 every edge value goes through several lanes of
+ * the eight-element path and of the tail. x gets the shift + count inputs,
+ * bits dt's patterns; returns the values cast back (the caller frees). */
+static float *cast_round_trip_shifted(mpcl_context *ctx, mpcl_dtype dt, const float *edges,
+                                      size_t count, size_t shift, float *x, uint16_t *bits) {
+    const size_t n = shift + count;
+    for (size_t i = 0; i < n; i++) x[i] = i < shift ? 1.0f : edges[i - shift];
+    mpcl_tensor *src = tu_tensor_from(ctx, MPCL_DTYPE_F32, 1, n, x);
+    mpcl_tensor *h = tu_tensor_poisoned(ctx, dt, 1, n);
+    mpcl_tensor *back = tu_tensor_poisoned(ctx, MPCL_DTYPE_F32, 1, n);
+    TU_ASSERT_OK(mpcl_cast(ctx, h, src));
+    TU_ASSERT_OK(mpcl_cast(ctx, back, h));
+    TU_ASSERT_OK(mpcl_tensor_download_raw(h, bits, n * sizeof *bits));
+    float *f = tu_download(back);
+    mpcl_tensor_destroy(src);
+    mpcl_tensor_destroy(h);
+    mpcl_tensor_destroy(back);
+    return f;
+}
+
 /* f32 -> f16 must round exactly like binary16 RNE; mpcl_f64_to_f16 is the
  * host's independent correctly rounded conversion. */
 static void test_cast_edges(void **state) {
@@ -778,21 +800,11 @@ static void test_cast_edges(void **state) {
         1 + 0x1.8p-10f,                                        /* tie: to even (1 + 2^-9) */
         INFINITY,       -INFINITY, NAN,          3.14159265f,  -2.5e-6f};
     const size_t count = sizeof edges / sizeof edges[0];
-    /* The casts take eight elements per work-item and the last n % 8 one by
-     * one: shifted by 0 .. 7 places, every edge value goes through several
-     * lanes of the float8 path and of the tail. */
     for (size_t shift = 0; shift < 8; shift++) {
         const size_t n = shift + count;
         float x[8 + sizeof edges / sizeof edges[0]];
-        for (size_t i = 0; i < n; i++) x[i] = i < shift ? 1.0f : edges[i - shift];
-        mpcl_tensor *src = tu_tensor_from(ctx, MPCL_DTYPE_F32, 1, n, x);
-        mpcl_tensor *h = tu_tensor_poisoned(ctx, MPCL_DTYPE_F16, 1, n);
-        mpcl_tensor *back = tu_tensor_poisoned(ctx, MPCL_DTYPE_F32, 1, n);
-        TU_ASSERT_OK(mpcl_cast(ctx, h, src));
-        TU_ASSERT_OK(mpcl_cast(ctx, back, h));
-        uint16_t *bits = malloc(n * sizeof *bits);
-        TU_ASSERT_OK(mpcl_tensor_download_raw(h, bits, n * sizeof *bits));
-        float *f = tu_download(back);
+        uint16_t bits[8 + sizeof edges / sizeof edges[0]];
+        float *f = cast_round_trip_shifted(ctx, MPCL_DTYPE_F16, edges, count, shift, x, bits);
         for (size_t i = 0; i < n; i++) {
             if (isnan(x[i])) {
                 assert_true((bits[i] & 0x7c00) == 0x7c00 && (bits[i] & 0x3ff) != 0);
@@ -807,11 +819,7 @@ static void test_cast_edges(void **state) {
             if (memcmp(&f[i], &wf, sizeof wf) != 0)
                 fail_msg("cast back of 0x%04x = %a, want %a", want, (double)f[i], (double)wf);
         }
-        free(bits);
         free(f);
-        mpcl_tensor_destroy(src);
-        mpcl_tensor_destroy(h);
-        mpcl_tensor_destroy(back);
     }
     (void)f16_bits_of;
     mpcl_context_destroy(ctx);
@@ -962,20 +970,11 @@ static void test_cast_bf16(void **state) {
                            -3.14159265f,
                            0.1f};
     const size_t count = sizeof edges / sizeof edges[0];
-    /* Shifted by 0 .. 7 places (as test_cast_edges): every edge value goes
-     * through several lanes of the eight-element path and of the tail. */
     for (size_t shift = 0; shift < 8; shift++) {
         const size_t n = shift + count;
         float x[8 + sizeof edges / sizeof edges[0]];
-        for (size_t i = 0; i < n; i++) x[i] = i < shift ? 1.0f : edges[i - shift];
-        mpcl_tensor *src = tu_tensor_from(ctx, MPCL_DTYPE_F32, 1, n, x);
-        mpcl_tensor *b = tu_tensor_poisoned(ctx, MPCL_DTYPE_BF16, 1, n);
-        mpcl_tensor *back = tu_tensor_poisoned(ctx, MPCL_DTYPE_F32, 1, n);
-        TU_ASSERT_OK(mpcl_cast(ctx, b, src));
-        TU_ASSERT_OK(mpcl_cast(ctx, back, b));
         uint16_t bits[8 + sizeof edges / sizeof edges[0]];
-        TU_ASSERT_OK(mpcl_tensor_download_raw(b, bits, n * sizeof bits[0]));
-        float *f = tu_download(back);
+        float *f = cast_round_trip_shifted(ctx, MPCL_DTYPE_BF16, edges, count, shift, x, bits);
         for (size_t i = 0; i < n; i++) {
             uint16_t want = ref_f64_to_bf16(x[i]);
             if (bits[i] != want)
@@ -986,9 +985,6 @@ static void test_cast_bf16(void **state) {
                 fail_msg("cast back of 0x%04x = %a, want %a", want, (double)f[i], wf);
         }
         free(f);
-        mpcl_tensor_destroy(src);
-        mpcl_tensor_destroy(b);
-        mpcl_tensor_destroy(back);
     }
     mpcl_tensor *b;
 
