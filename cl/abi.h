@@ -114,6 +114,14 @@
  * count), and the vector width its packed operands are padded to. */
 #define MPCL_ABI_ATTN_ROWS 8
 #define MPCL_ABI_ATTN_CHUNK 16
+/* The attention's tile layout (cl/attention_tile.cl): its products compute
+ * TILE x TILE tiles of a head's result, one per work-group of TILE_ITEMS x
+ * TILE_ITEMS items (their reqd_work_group_size); src/nn/
+ * causal_self_attention.c launches ceil(N / TILE) x ceil(T / TILE) x heads
+ * such groups. Its row kernels (the softmax and its backward) take a
+ * work-group of MPCL_ABI_BATCHNORM_WG items per row. */
+#define MPCL_ABI_ATTN_TILE 64
+#define MPCL_ABI_ATTN_TILE_ITEMS 16
 /* The layer norm's CPU backward (cl/layernorm.cl's
  * mpcl_layernorm_backward_rows): the rows an item takes; src/nn/
  * layer_normalization.c launches ceil(rows / this) items and sizes the
@@ -271,6 +279,8 @@
     X(MPCL_ABI_BATCHNORM_WG)          \
     X(MPCL_ABI_ATTN_ROWS)             \
     X(MPCL_ABI_ATTN_CHUNK)            \
+    X(MPCL_ABI_ATTN_TILE)             \
+    X(MPCL_ABI_ATTN_TILE_ITEMS)       \
     X(MPCL_ABI_LN_BLOCK_ROWS)
 
 #endif

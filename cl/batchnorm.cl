@@ -8,19 +8,24 @@
 
 #define BN_WG MPCL_ABI_BATCHNORM_WG
 
-// The sum of every item's v, in a fixed order; every item gets it.
-static inline float bn_group_sum(__local float *acc, float v) {
-    uint lid = get_local_id(0);
-    acc[lid] = v;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (uint half_size = BN_WG / 2; half_size > 0; half_size /= 2) {
-        if (lid < half_size) acc[lid] += acc[lid + half_size];
-        barrier(CLK_LOCAL_MEM_FENCE);
+// The sum (bn_group_sum) or the maximum (bn_group_max) of every item's v,
+// in a fixed order; every item gets it.
+#define BN_GROUP_REDUCE(NAME, OP)                                                \
+    static inline float NAME(__local float *acc, float v) {                      \
+        uint lid = get_local_id(0);                                              \
+        acc[lid] = v;                                                            \
+        barrier(CLK_LOCAL_MEM_FENCE);                                            \
+        for (uint half_size = BN_WG / 2; half_size > 0; half_size /= 2) {        \
+            if (lid < half_size) acc[lid] = OP(acc[lid], acc[lid + half_size]);  \
+            barrier(CLK_LOCAL_MEM_FENCE);                                        \
+        }                                                                        \
+        float s = acc[0];                                                        \
+        barrier(CLK_LOCAL_MEM_FENCE); /* all have read acc[0] before reuse */    \
+        return s;                                                                \
     }
-    float s = acc[0];
-    barrier(CLK_LOCAL_MEM_FENCE); // all have read acc[0] before it is reused
-    return s;
-}
+#define BN_ADD(a, b) ((a) + (b))
+BN_GROUP_REDUCE(bn_group_sum, BN_ADD)
+BN_GROUP_REDUCE(bn_group_max, fmax)
 
 // The mean and biased variance of the count values x[first + i stride] in
 // two passes (the second sums squares of x - mean, which stays accurate

@@ -40,6 +40,15 @@ static bool variant_usable(mpcl_context *ctx, const variant *v) {
            mpcl_plan_hgemm_usable(mpcl_context_device(ctx), mpcl_context_overrides(ctx)->fp16);
 }
 
+/* Whether this run is the tile layout on a slow device (Oclgrind, run for
+ * its memory and race checks): its kernels, a work-group of 256 items per
+ * 64 x 64 tile however small the head, interpret there ~20 times the row
+ * kernels' work on these shapes (the whole test took 12 minutes), so the
+ * tests below take fewer cases, saying so. */
+static bool slow_tiles(const mpcl_context *ctx) {
+    return tu_slow_device(ctx) && tu_env_is("MPCL_ATTENTION", "tile");
+}
+
 /* The parameters, in the order the layer declares them. */
 enum { ATTN_KERNEL, ATTN_BIAS, PROJ_KERNEL, PROJ_BIAS, PARAMS };
 static const char *const param_names[PARAMS] = {"c_attn.kernel", "c_attn.bias", "c_proj.kernel",
@@ -407,21 +416,32 @@ static double run_case(harness *h, tu_rng *rng, const variant *v, float x_range,
  * channels per head: the block kernels' 8-row blocks (the last one partial)
  * and 16-wide chunks of keys and channels, with a tail; 16 and 32 channels
  * per head, which f32 reads in place (the block layout's direct rows), T = 21
- * and 18 not whole chunks of positions. mpcl's GEMM paths take
+ * and 18 not whole chunks of positions; T = 67 and 70 channels per head:
+ * the tile layout's 64 x 64 tiles, the last partial, its 16-wide slices of
+ * the sums (the last partial too), and a tile above the diagonal that it
+ * skips. mpcl's GEMM paths take
  * every shape; CLBlast's (whose GEMMs test_gemm covers) the two marked
  * `clblast`: on PoCL each new shape compiled CLBlast kernels, and the whole
- * test ran past its 10 minutes in the ASan build with a cold cache. */
+ * test ran past its 10 minutes in the ASan build with a cold cache. On slow
+ * devices the tile layout takes the shapes marked `slow` in f32 and f16
+ * only (all of them took 5 minutes under Oclgrind), and the other layouts
+ * leave out T = 67, which is the tiles'. */
 static void matches_the_reference(void **state) {
     (void)state;
     static const struct {
         size_t B, T, C, H;
-        bool bias, clblast;
-    } shapes[] = {{1, 1, 4, 2, true, false},   {2, 7, 6, 2, true, true},
-                  {3, 5, 15, 5, true, false},  {2, 7, 5, 1, true, false},
-                  {1, 9, 8, 4, false, false},  {2, 6, 16, 2, true, false},
-                  {2, 5, 22, 2, true, true},   {2, 21, 34, 2, true, false},
-                  {2, 21, 32, 2, true, false}, {1, 18, 64, 2, false, false}};
+        bool bias, clblast, slow;
+    } shapes[] = {{1, 1, 4, 2, true, false, true},    {2, 7, 6, 2, true, true, true},
+                  {3, 5, 15, 5, true, false, false},  {2, 7, 5, 1, true, false, false},
+                  {1, 9, 8, 4, false, false, false},  {2, 6, 16, 2, true, false, false},
+                  {2, 5, 22, 2, true, true, false},   {2, 21, 34, 2, true, false, true},
+                  {2, 21, 32, 2, true, false, false}, {1, 18, 64, 2, false, false, false},
+                  {1, 67, 140, 2, true, false, true}};
     mpcl_context *ctx = tu_context();
+    bool slow = tu_slow_device(ctx), tiles = slow_tiles(ctx);
+    if (slow)
+        printf("a slow device: %s\n",
+               tiles ? "the tile layout in f32 and f16 on four shapes" : "T = 67 left out");
     tu_rng rng = tu_rng_make(tu_seed("matches_the_reference"));
     for (size_t vi = 0; vi < VARIANTS; vi++) {
         const variant *v = &variants[vi];
@@ -430,8 +450,10 @@ static void matches_the_reference(void **state) {
             continue;
         }
         bool own = v->gemm == MPCL_GEMM_MPCL_F32 || v->gemm == MPCL_GEMM_MPCL_MIXED;
+        if (tiles && (!own || v->dt == MPCL_DTYPE_BF16)) continue;
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
             if (!own && !shapes[s].clblast) continue;
+            if (slow && (tiles ? !shapes[s].slow : shapes[s].T > 64)) continue;
             harness *h = harness_make(ctx, &rng, v, shapes[s].B, shapes[s].T, shapes[s].C,
                                       shapes[s].H, shapes[s].bias, 1);
             run_case(h, &rng, v, 1, tolerance(v, 2e-6));
@@ -473,13 +495,15 @@ static bool same_positions(const float *a, const float *b, size_t B, size_t T, s
 
 /* For each t0: inputs changed at every t' > t0 leave the outputs at t <=
  * t0 bit for bit (and change the others), and output gradients changed at
- * every t < t0 leave the input gradients at t' >= t0 bit for bit. */
+ * every t < t0 leave the input gradients at t' >= t0 bit for bit. The tile
+ * layout on a slow device: f32 only. */
 static void the_mask_is_causal(void **state) {
     (void)state;
     enum { B = 2, T = 7, C = 6, H = 2, N = B * T * C };
     mpcl_context *ctx = tu_context();
     tu_rng rng = tu_rng_make(tu_seed("the_mask_is_causal"));
-    for (size_t vi = 0; vi < VARIANTS; vi++) {
+    if (slow_tiles(ctx)) printf("the tile layout on a slow device: f32 only\n");
+    for (size_t vi = 0; vi < (slow_tiles(ctx) ? 1 : VARIANTS); vi++) {
         const variant *v = &variants[vi];
         if (!variant_usable(ctx, v)) continue;
         harness *h = harness_make(ctx, &rng, v, B, T, C, H, true, 1);
@@ -554,12 +578,18 @@ static double weighted_sum(harness *h, const mpcl_tensor *x, const double *w) {
 /* The gradient of f = sum(out * w) against (f(+e) - f(-e)) / 2e, for every
  * input and parameter element, in float32. f is ~1 with a few f32
  * roundings (~1e-7 each) over 2e = 2e-2: ~1e-5 of noise; the truncation
- * error is O(e^2) ~ 1e-4 of the smooth function's third derivatives. */
+ * error is O(e^2) ~ 1e-4 of the smooth function's third derivatives.
+ * Skipped for the tile layout on a slow device (456 forwards: 36 s under
+ * Oclgrind), whose gradients matches_the_reference checks there. */
 static void gradients_match_finite_differences(void **state) {
     (void)state;
     enum { B = 2, T = 5, C = 6, H = 2, N = B * T * C };
     const float e = 1e-2f;
     mpcl_context *ctx = tu_context();
+    if (slow_tiles(ctx)) {
+        mpcl_context_destroy(ctx);
+        skip();
+    }
     tu_rng rng = tu_rng_make(tu_seed("gradients_match_finite_differences"));
     const variant *v = &variants[0];
     harness *h = harness_make(ctx, &rng, v, B, T, C, H, true, 3);
@@ -730,6 +760,6 @@ int main(void) {
         cmocka_unit_test(bad_heads_and_inputs_are_refused),
         cmocka_unit_test(trains_in_a_model),
     };
-    /* Both layouts of the kernels (causal_self_attention.c). */
-    return TU_RUN_WITH_EACH(tests, "MPCL_ATTENTION", "row", "block");
+    /* Every layout of the kernels (causal_self_attention.c). */
+    return TU_RUN_WITH_EACH(tests, "MPCL_ATTENTION", "row", "block", "tile");
 }

@@ -364,10 +364,9 @@ bool tu_env_is(const char *var, const char *value) {
 
 int tu_run_with_each(const char *name, const struct CMUnitTest *tests, size_t count,
                      CMFixtureFunction setup, CMFixtureFunction teardown, const char *var,
-                     const char *value0, const char *value1) {
+                     const char *const *values) {
     int failed = 0;
-    const char *values[] = {value0, value1};
-    for (size_t i = 0; i < 2; i++) {
+    for (size_t i = 0; values[i]; i++) {
         setenv(var, values[i], 1);
         fprintf(stderr, "# %s=%s\n", var, values[i]);
         failed += _cmocka_run_group_tests(name, tests, count, setup, teardown);

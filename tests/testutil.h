@@ -159,19 +159,20 @@ unsigned char *tu_slurp(const char *path, size_t *n);
 int tu_run_memory_limited(size_t extra, int (*fn)(void *), void *arg, bool *limited);
 
 /* Runs cmocka's group `tests` once with the environment variable `var` set
- * to each of the two `values` in turn (a kernel layout, whatever the device
- * would take by default), and returns the failures of both runs; `var` is
- * unset after them. */
-#define TU_RUN_WITH_EACH(tests, var, value0, value1)                                         \
+ * to each of the values after it in turn (kernel layouts, whatever the
+ * device would take by default), and returns the failures of all the runs;
+ * `var` is unset after them. */
+#define TU_RUN_WITH_EACH(tests, var, ...)                                                    \
     tu_run_with_each(#tests, (tests), sizeof(tests) / sizeof((tests)[0]), NULL, NULL, (var), \
-                     (value0), (value1))
+                     (const char *const[]){__VA_ARGS__, NULL})
 /* The same with a group setup and teardown around each run. */
-#define TU_RUN_GROUP_WITH_EACH(tests, setup, teardown, var, value0, value1)                    \
+#define TU_RUN_GROUP_WITH_EACH(tests, setup, teardown, var, ...)                               \
     tu_run_with_each(#tests, (tests), sizeof(tests) / sizeof((tests)[0]), (setup), (teardown), \
-                     (var), (value0), (value1))
+                     (var), (const char *const[]){__VA_ARGS__, NULL})
+/* values: NULL-terminated. */
 int tu_run_with_each(const char *name, const struct CMUnitTest *tests, size_t count,
                      CMFixtureFunction setup, CMFixtureFunction teardown, const char *var,
-                     const char *value0, const char *value1);
+                     const char *const *values);
 
 /* Fails the test unless `got` is `want` and the error detail contains
  * `needle`, printing both statuses and the detail. */

@@ -86,8 +86,11 @@ run_test() { MPCL_AUTO=capability step "$(basename "$1")" 120 "$1"; }
 step probe 60 "$bin/mpcl-probe"
 step probe-json 60 "$bin/mpcl-probe" --json
 if [ "$mode" = mma ]; then
-    # The engine's verification, single GEMMs, the MLP and the GPT on it.
-    for t in test_matrix_engine test_gemm test_train test_gpt_model; do run_test "$bin/$t"; done
+    # The engine's verification, single GEMMs, the MLP and the GPT on it,
+    # and the attention in each layout (the GPU takes `tile` by default).
+    for t in test_matrix_engine test_gemm test_train test_gpt_model test_attention; do
+        run_test "$bin/$t"
+    done
     step bench-gemm-square 180 "$bin/mpcl-bench" gemm-square
     for p in float32 mixed_float16 mixed_bfloat16; do train_wide train-wide "$p"; done
     for p in mixed_float16 mixed_bfloat16; do train_wide_staged "$p"; done
@@ -116,6 +119,12 @@ done
 MPCL_PROFILE=1 step gpt2-124m-mixed_bfloat16 300 "$bin/mpcl-train" --model gpt --layers 12 \
     --heads 12 --embd 768 --context 1024 --vocab 50257 --batch 8 --steps 30 --eval-every 30 \
     --precision mixed_bfloat16 --json --quiet
+# The same with the attention a work-item per row, against the tile layout
+# (the default on GPUs, src/nn/causal_self_attention.c): fewer steps, as
+# the row kernels are expected to be the slower.
+MPCL_ATTENTION=row MPCL_PROFILE=1 step gpt2-124m-attention-row 300 "$bin/mpcl-train" \
+    --model gpt --layers 12 --heads 12 --embd 768 --context 1024 --vocab 50257 --batch 8 \
+    --steps 10 --eval-every 10 --precision mixed_bfloat16 --json --quiet
 step probe-bench 120 "$bin/mpcl-probe" --device "$MPCL_DEVICE" --bench
 step bench-gemm 120 "$bin/mpcl-bench" gemm
 # mpcl-mma (where the probe verified the matrix engine) against CLBlast

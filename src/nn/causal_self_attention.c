@@ -8,13 +8,15 @@
  * model's GEMM path; the attention (cl/attention.cl, launched here: the
  * layer is its one caller) computes in f32 and keeps the probabilities in
  * f32, B H T T of them, for the backward, as llm.c does; qkv, y and their
- * gradients are in the storage dtype. Two layouts of the attention's
- * kernels (MPCL_ATTENTION: row or block; unset, block on CPU devices and
- * row elsewhere): a work-item per row (cl/attention.cl), or per block of
- * rows of one head over operands packed per head in f32
- * (cl/attention_block.cl), which a CPU runs several times faster. In f32
- * with head sizes of whole 16-wide chunks the block layout reads q, k, v
- * and dy in place ("direct") and packs only the transposes of k and v. */
+ * gradients are in the storage dtype. Three layouts of the attention's
+ * kernels (MPCL_ATTENTION: row, block or tile; unset, block on CPU devices
+ * and tile elsewhere): a work-item per row (cl/attention.cl); a work-item
+ * per block of rows of one head over operands packed per head in f32
+ * (cl/attention_block.cl), which a CPU runs several times faster; or each
+ * product as tiles of a work-group each with the softmax a work-group per
+ * row (cl/attention_tile.cl), a GPU's shape. In f32 with head sizes of
+ * whole 16-wide chunks the block layout reads q, k, v and dy in place
+ * ("direct") and packs only the transposes of k and v. */
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -44,9 +46,13 @@ typedef struct projection {
  * transposes [max_batch H hsp, Tp]; direct, the transposes alone. */
 enum { PACK_Q, PACK_K, PACK_V, PACK_DY, PACK_KT, PACK_VT, PACKS };
 
+/* The kernels' layouts, in MPCL_ATTENTION's order of names. */
+typedef enum { LAYOUT_ROW, LAYOUT_BLOCK, LAYOUT_TILE } layout;
+
 typedef struct attn {
     size_t T, C, H;
-    bool block;  /* the block layout (else a work-item per row) */
+    layout layout;
+    bool block;  /* layout == LAYOUT_BLOCK */
     bool direct; /* block layout reading the rows in place: f32, hs % 16 == 0 */
     size_t Tp;   /* positions padded to the block layout's 16-wide chunks */
     size_t hsp;  /* head size padded likewise */
@@ -68,13 +74,17 @@ static size_t round_up_chunk(size_t n) {
     return (n + MPCL_ABI_ATTN_CHUNK - 1) / MPCL_ABI_ATTN_CHUNK * MPCL_ABI_ATTN_CHUNK;
 }
 
-/* Whether ctx's layer runs the block layout; without a context (a model
- * declared offline, to print or plan), whether it may: the memory estimate
- * counts its packs unless the row layout is certain. */
-static bool block_layout(mpcl_context *ctx) {
-    const char *v = mpcl__env_value(MPCL_ENV_ATTENTION);
-    if (v) return strcmp(v, "block") == 0;
-    return !ctx || mpcl_context_device(ctx)->type == MPCL_DEVICE_TYPE_CPU;
+/* The layout ctx's layer runs; without a context (a model declared
+ * offline, to print or plan), the block layout unless MPCL_ATTENTION names
+ * another: the memory estimate counts its packs. */
+static layout layout_of(mpcl_context *ctx) {
+    static const char *const names[] = {
+        [LAYOUT_ROW] = "row", [LAYOUT_BLOCK] = "block", [LAYOUT_TILE] = "tile"};
+    const char *v = mpcl__env_value(MPCL_ENV_ATTENTION); /* one of the names, or NULL */
+    for (layout l = LAYOUT_ROW; v && l <= LAYOUT_TILE; l++)
+        if (strcmp(v, names[l]) == 0) return l;
+    return !ctx || mpcl_context_device(ctx)->type == MPCL_DEVICE_TYPE_CPU ? LAYOUT_BLOCK
+                                                                          : LAYOUT_TILE;
 }
 
 /* Whether the block layout may read q, k, v and dy in place: f32 rows whose
@@ -129,7 +139,7 @@ static double attn_activation_bytes(const mpcl__layer *L, const mpcl__layer_env 
     const attn *a = L->state;
     double positions = (double)env->max_batch * (double)a->T;
     double storage = 8.0 * positions * (double)a->C * (double)mpcl_dtype_size(env->storage);
-    bool block = block_layout(env->ctx);
+    bool block = layout_of(env->ctx) == LAYOUT_BLOCK;
     double ld = (double)(block ? a->Tp : a->T);
     double probabilities = 2.0 * positions * (double)a->H * ld * sizeof(float);
     double packs = !block ? 0 : direct_rows(a, env->storage) ? 2 : PACKS;
@@ -152,7 +162,8 @@ static mpcl_status attn_create(mpcl__layer *L, const mpcl__tables *t, const mpcl
     const mpcl__layer_env *env = L->env;
     mpcl_context *ctx = env->ctx;
     size_t positions = env->max_batch * a->T, C = a->C, rows = positions * a->H;
-    a->block = block_layout(ctx);
+    a->layout = layout_of(ctx);
+    a->block = a->layout == LAYOUT_BLOCK;
     a->direct = a->block && direct_rows(a, env->storage);
     TRY(create_projection(&a->proj[C_ATTN], env, t, ar, C, 3 * C, positions));
     TRY(create_projection(&a->proj[C_PROJ], env, t, ar, C, C, positions));
@@ -263,9 +274,112 @@ static mpcl_status pack(attn *a, mpcl_context *ctx, mpcl_dtype storage, bool dy,
     return launch_packing(a, ctx, k, name, 6, heads * a->Tp / MPCL_ABI_ATTN_CHUNK, true);
 }
 
+/* ---- the tile layout ---- */
+
+/* A storage operand of the tile kernels: its buffer, its row stride and
+ * head 0's first column (qkv's q, k and v parts: 0, C and 2C of 3C). */
+typedef struct operand {
+    cl_mem mem;
+    cl_uint ld, off;
+} operand;
+
+/* Part 0 (q), 1 (k) or 2 (v) of qkv or dqkv. */
+static operand part_of(const attn *a, const mpcl_tensor *t, int part) {
+    return (operand){t->mem, (cl_uint)(3 * a->C), (cl_uint)(part * a->C)};
+}
+
+/* y or dy, [positions, C]. */
+static operand heads_of(const attn *a, const mpcl_tensor *t) {
+    return (operand){t->mem, (cl_uint)a->C, 0};
+}
+
+/* Launches a product over ceil(cols / TILE) x ceil(T / TILE) tiles of each
+ * of a batch's B H heads, a work-group each. */
+static mpcl_status launch_tiles(const attn *a, mpcl_context *ctx, cl_kernel k, const char *name,
+                                size_t cols, size_t B) {
+    enum { TILE = MPCL_ABI_ATTN_TILE, ITEMS = MPCL_ABI_ATTN_TILE_ITEMS };
+    const size_t local[2] = {ITEMS, ITEMS};
+    size_t tiles_t = (a->T + TILE - 1) / TILE, tiles_c = (cols + TILE - 1) / TILE;
+    return mpcl__launch_2d(ctx, k, name, tiles_c * ITEMS, tiles_t * ITEMS * B * a->H, local);
+}
+
+/* s = alpha x y^T per head, for t' <= t: att or dscore. */
+static mpcl_status tile_scores(const attn *a, mpcl_context *ctx, mpcl_dtype storage, mpcl_tensor *s,
+                               operand x, operand y, float alpha, size_t B) {
+    static const char name[] = "mpcl_attention_scores_tile";
+    cl_kernel k;
+    TRY(mpcl__kernel(ctx, storage, name, &k));
+    cl_uint T = (cl_uint)a->T, C = (cl_uint)a->C, H = (cl_uint)a->H, ld = (cl_uint)att_ld(a);
+    TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(s->mem), MPCL_ARG(x.mem), MPCL_ARG(x.ld),
+                       MPCL_ARG(x.off), MPCL_ARG(y.mem), MPCL_ARG(y.ld), MPCL_ARG(y.off),
+                       MPCL_ARG(T), MPCL_ARG(C), MPCL_ARG(H), MPCL_ARG(ld), MPCL_ARG(alpha),
+                       MPCL_ARGS_END));
+    return launch_tiles(a, ctx, k, name, a->T, B);
+}
+
+/* out = alpha p x per head (transposed: alpha p^T x), p att or dscore. */
+static mpcl_status tile_mix(const attn *a, mpcl_context *ctx, mpcl_dtype storage, operand out,
+                            const mpcl_tensor *p, operand x, float alpha, bool transposed,
+                            size_t B) {
+    static const char name[] = "mpcl_attention_mix_tile";
+    cl_kernel k;
+    TRY(mpcl__kernel(ctx, storage, name, &k));
+    cl_uint T = (cl_uint)a->T, C = (cl_uint)a->C, H = (cl_uint)a->H, ld = (cl_uint)att_ld(a);
+    cl_uint flag = transposed;
+    TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(out.mem), MPCL_ARG(out.ld), MPCL_ARG(out.off),
+                       MPCL_ARG(p->mem), MPCL_ARG(x.mem), MPCL_ARG(x.ld), MPCL_ARG(x.off),
+                       MPCL_ARG(T), MPCL_ARG(C), MPCL_ARG(H), MPCL_ARG(ld), MPCL_ARG(alpha),
+                       MPCL_ARG(flag), MPCL_ARGS_END));
+    return launch_tiles(a, ctx, k, name, a->C / a->H, B);
+}
+
+/* The softmax of att's rows (dscore NULL), or its backward (dscore's rows
+ * from att's), in place: a work-group per row (b, h, t) of a batch of B. */
+static mpcl_status tile_softmax(const attn *a, mpcl_context *ctx, mpcl_dtype storage,
+                                mpcl_tensor *dscore, size_t B) {
+    const char *name =
+        dscore ? "mpcl_attention_softmax_backward_tile" : "mpcl_attention_softmax_tile";
+    cl_kernel k;
+    TRY(mpcl__kernel(ctx, storage, name, &k));
+    cl_uint T = (cl_uint)a->T, ld = (cl_uint)att_ld(a);
+    if (dscore)
+        TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(dscore->mem), MPCL_ARG(a->att->mem), MPCL_ARG(T),
+                           MPCL_ARG(ld), MPCL_ARGS_END));
+    else
+        TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(a->att->mem), MPCL_ARG(T), MPCL_ARG(ld),
+                           MPCL_ARGS_END));
+    size_t rows = B * a->H * a->T;
+    return mpcl__launch_1d(ctx, k, name, rows * MPCL_ABI_BATCHNORM_WG, MPCL_ABI_BATCHNORM_WG);
+}
+
+/* att and y from qkv: the scores, their softmax, y = att v. */
+static mpcl_status attend_tiles(attn *a, mpcl_context *ctx, mpcl_dtype storage, size_t B) {
+    TRY(tile_scores(a, ctx, storage, a->att, part_of(a, a->qkv, 0), part_of(a, a->qkv, 1),
+                    score_scale(a), B));
+    TRY(tile_softmax(a, ctx, storage, NULL, B));
+    return tile_mix(a, ctx, storage, heads_of(a, a->y), a->att, part_of(a, a->qkv, 2), 1.0f, false,
+                    B);
+}
+
+/* dqkv from dy: dscore = dy v^T, the softmax's backward, then dq =
+ * scale dscore k, dk = scale dscore^T q and dv = att^T dy. */
+static mpcl_status attend_tiles_backward(attn *a, mpcl_context *ctx, mpcl_dtype storage, size_t B) {
+    operand q = part_of(a, a->qkv, 0), k = part_of(a, a->qkv, 1), v = part_of(a, a->qkv, 2);
+    operand dy = heads_of(a, a->dy);
+    float scale = score_scale(a);
+    TRY(tile_scores(a, ctx, storage, a->dscore, dy, v, 1.0f, B));
+    TRY(tile_softmax(a, ctx, storage, a->dscore, B));
+    TRY(tile_mix(a, ctx, storage, part_of(a, a->dqkv, 0), a->dscore, k, scale, false, B));
+    TRY(tile_mix(a, ctx, storage, part_of(a, a->dqkv, 1), a->dscore, q, scale, true, B));
+    return tile_mix(a, ctx, storage, part_of(a, a->dqkv, 2), a->att, dy, 1.0f, true, B);
+}
+
+/* ---- the layer ---- */
+
 /* att and y from qkv, for a batch of B. */
 static mpcl_status attend(attn *a, mpcl_context *ctx, mpcl_dtype storage, size_t B) {
     cl_kernel k;
+    if (a->layout == LAYOUT_TILE) return attend_tiles(a, ctx, storage, B);
     if (!a->block) {
         static const char name[] = "mpcl_attention_forward";
         TRY(mpcl__kernel(ctx, storage, name, &k));
@@ -290,6 +404,7 @@ static mpcl_status attend(attn *a, mpcl_context *ctx, mpcl_dtype storage, size_t
  * q, k and v: the layer's forward of the same batch ran last. */
 static mpcl_status attend_backward(attn *a, mpcl_context *ctx, mpcl_dtype storage, size_t B) {
     cl_kernel k;
+    if (a->layout == LAYOUT_TILE) return attend_tiles_backward(a, ctx, storage, B);
     if (!a->block) {
         static const char query[] = "mpcl_attention_backward_query";
         static const char key[] = "mpcl_attention_backward_key";
