@@ -14,6 +14,7 @@
  * logits, the loss and its gradient, d_wte and d_h, and only a chunk's
  * logits exist at once. It does so where that takes less memory than the
  * whole logits (MPCL_LM_HEAD forces either way). */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,8 +24,16 @@
 
 static const char TIED_SUFFIX[] = ".token_embeddings";
 
-/* A chunk's logits in f32 stay within this (GPT-2's vocabulary: 83 rows). */
+/* A chunk's logits in f32 stay within this on CPUs (GPT-2's vocabulary:
+ * 83 rows). */
 #define HEAD_CHUNK_BYTES ((size_t)16 << 20)
+/* Elsewhere within this fraction of the device's memory (GPT-2's: some
+ * 11,000 rows on a 141 GB GPU, more than a batch of 8 x 1024 tokens, which
+ * then keeps its whole logits). Each chunk reads and writes the sum of
+ * d_wte ([V, C] f32: 154 MB for GPT-2) for its 6 n V C flops: at 83 rows
+ * that traffic would take a GPU as long as the chunk's GEMMs at 300
+ * TFLOP/s, and 83 rows fill a matrix engine's tiles poorly. */
+#define HEAD_CHUNK_MEMORY_FRACTION 64
 
 typedef struct head {
     size_t row, writer; /* the shared row, and the head's place among its writers */
@@ -111,13 +120,25 @@ static double fused_bytes(const head *h, const mpcl__layer_env *env, size_t chun
            (keeps_wte_t(h, env, chunk) ? vc * e : 0.0);
 }
 
+/* The most bytes of f32 logits a chunk takes on ctx's device (without a
+ * context, a model declared offline: a CPU's), within one allocation (the
+ * whole logits, where they fit in a chunk, are one tensor). */
+static size_t chunk_bytes(mpcl_context *ctx) {
+    if (!ctx) return HEAD_CHUNK_BYTES;
+    const mpcl_device_info *d = mpcl_context_device(ctx);
+    if (d->type == MPCL_DEVICE_TYPE_CPU) return HEAD_CHUNK_BYTES;
+    uint64_t share = d->global_mem_bytes / HEAD_CHUNK_MEMORY_FRACTION;
+    if (share > d->max_alloc_bytes) share = d->max_alloc_bytes;
+    return share > HEAD_CHUNK_BYTES && share < SIZE_MAX ? (size_t)share : HEAD_CHUNK_BYTES;
+}
+
 /* The rows of a chunk of the fused loss; 0 where the head keeps the whole
  * logits: the default where chunks would not take less memory, or a batch
  * of one chunk. MPCL_LM_HEAD=chunked takes at most a third of the rows. */
 static size_t chunk_rows(const mpcl__layer *L, const head *h) {
     const char *mode = mpcl__env_value(MPCL_ENV_LM_HEAD);
     size_t rows = L->env->max_batch * L->in_shape[0];
-    size_t chunk = HEAD_CHUNK_BYTES / (h->V * sizeof(float));
+    size_t chunk = chunk_bytes(L->env->ctx) / (h->V * sizeof(float));
     if (chunk == 0) chunk = 1;
     if (mode && strcmp(mode, "whole") == 0) return 0;
     if (mode && chunk > (rows + 2) / 3) chunk = (rows + 2) / 3;
