@@ -66,6 +66,10 @@
  * first bad row is the first group's that has one. */
 #define MPCL_ABI_LOSS_WG 64
 #define MPCL_ABI_LOSS_GROUP_ROWS 512
+/* The rows a group of the softmax's shared-rows kernel (wide rows on GPUs,
+ * its items sharing each row) takes in turn: its launch has ceil(rows /
+ * this) groups. */
+#define MPCL_ABI_LOSS_SHARED_ROWS 16
 #define MPCL_ABI_LOSS_PART_LOSS 0
 #define MPCL_ABI_LOSS_PART_METRIC 1
 #define MPCL_ABI_LOSS_PART_CORRECT 2
@@ -234,6 +238,7 @@
     X(MPCL_ABI_LOSS_COUNT)            \
     X(MPCL_ABI_LOSS_WG)               \
     X(MPCL_ABI_LOSS_GROUP_ROWS)       \
+    X(MPCL_ABI_LOSS_SHARED_ROWS)      \
     X(MPCL_ABI_LOSS_PART_LOSS)        \
     X(MPCL_ABI_LOSS_PART_METRIC)      \
     X(MPCL_ABI_LOSS_PART_CORRECT)     \

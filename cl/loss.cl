@@ -162,7 +162,8 @@ __kernel void mpcl_loss_finish(__global uint *stats, __global const uint *partia
         __global const int *labels, uint rows, uint grad_rows, uint classes,                    \
         __global const float *scale_buf, float scale_value, int use_scale_buf, int write_grad, \
         __global uint *partials, uint row0, uint ends_call
-#define XENT_GROUP_BEGIN                                                                        \
+#define XENT_GROUP_BEGIN XENT_GROUP_BEGIN_ROWS(MPCL_ABI_LOSS_GROUP_ROWS)
+#define XENT_GROUP_BEGIN_ROWS(GROUP_ROWS)                                                       \
     __local float l_loss[MPCL_ABI_LOSS_WG], l_metric[MPCL_ABI_LOSS_WG];                         \
     __local uint l_correct[MPCL_ABI_LOSS_WG], l_valid[MPCL_ABI_LOSS_WG];                        \
     __local uint l_bad[MPCL_ABI_LOSS_WG], l_first[MPCL_ABI_LOSS_WG];                            \
@@ -172,8 +173,8 @@ __kernel void mpcl_loss_finish(__global uint *stats, __global const uint *partia
     float loss = 0.0f;                                                                          \
     uint correct = 0, valid = 0, bad = 0, first_bad = UINT_MAX;                                 \
     /* The group's rows: first .. end - 1. */                                                   \
-    const uint first = get_group_id(0) * MPCL_ABI_LOSS_GROUP_ROWS;                              \
-    const uint end = min(rows, first + MPCL_ABI_LOSS_GROUP_ROWS);
+    const uint first = get_group_id(0) * (GROUP_ROWS);                                          \
+    const uint end = min(rows, first + (GROUP_ROWS));
 #define XENT_GROUP_OUT                                                                          \
     l_loss[lid] = loss;                                                                         \
     l_metric[lid] = 0.0f;                                                                       \
@@ -257,11 +258,12 @@ __kernel __attribute__((reqd_work_group_size(MPCL_ABI_LOSS_WG, 1, 1))) void mpcl
 #else
 #define XENT_KEEPS_EXP 0
 #endif
-// BODY for each chunk of eight classes of the row at base: its first column
-// c, its n live lanes, their columns col, and v, the chunk of src with
-// -INFINITY past the row's end.
-#define XENT_WIDE_PASS(src, BODY)                                                     \
-    for (uint c = 0; c < classes; c += 8u) {                                          \
+// BODY for each chunk of eight classes of the row at base (from column c0,
+// every `step` columns): its first column c, its n live lanes, their columns
+// col, and v, the chunk of src with -INFINITY past the row's end.
+#define XENT_WIDE_PASS(src, BODY) XENT_PASS_FROM(src, 0u, 8u, BODY)
+#define XENT_PASS_FROM(src, c0, step, BODY)                                           \
+    for (uint c = (c0); c < classes; c += (step)) {                                   \
         const uint n = min(8u, classes - c);                                          \
         const int8 col = (int8)((int)c) + (int8)(0, 1, 2, 3, 4, 5, 6, 7);             \
         const float8 v = select((float8)(-INFINITY),                                   \
@@ -275,6 +277,39 @@ __kernel __attribute__((reqd_work_group_size(MPCL_ABI_LOSS_WG, 1, 1))) void mpcl
         STORE8(p, base + c, out);                          \
     else                                                   \
         STORE8_PART(p, base + c, n, out);
+// A wide row's sums, from its maximum m (first at column arg) and the sum s
+// of its exp(z - m): its loss (m - z[label]) + log(s), counted with its hit,
+// or its label counted as bad.
+#define XENT_ROW_COUNT                                                   \
+    if (ok) {                                                            \
+        loss += (m - LOAD(logits, base + (uint)label)) + log(s);         \
+        valid++;                                                         \
+        correct += arg == label;                                         \
+    } else {                                                             \
+        bad++;                                                           \
+        first_bad = min(first_bad, r);                                   \
+    }
+// A chunk's gradient from its probabilities p: (p - (col == label)) g,
+// zeros for a row whose label is bad.
+#define XENT_ROW_GRAD(p) \
+    (ok ? ((p) - select((float8)0.0f, (float8)1.0f, col == (int8)label)) * g : (float8)(0.0f))
+
+// The greatest of the lanes' maxima m8 and, into *arg, the least of the
+// columns arg8 where a lane holds it: the prediction, the first maximum.
+static inline float xent_lanes_argmax(float8 m8, int8 arg8, int *arg) {
+    float lane_max[8];
+    int lane_arg[8];
+    vstore8(m8, 0, lane_max);
+    vstore8(arg8, 0, lane_arg);
+    float m = lane_max[0];
+    *arg = lane_arg[0];
+    for (uint k = 1; k < 8u; k++) {
+        if (lane_max[k] > m || (lane_max[k] == m && lane_arg[k] < *arg)) *arg = lane_arg[k];
+        m = fmax(m, lane_max[k]);
+    }
+    return m;
+}
+
 __kernel __attribute__((reqd_work_group_size(MPCL_ABI_LOSS_WG, 1, 1))) void mpcl_softmax_xent_wide(
     XENT_ARGS) {
     XENT_GROUP_BEGIN
@@ -287,42 +322,85 @@ __kernel __attribute__((reqd_work_group_size(MPCL_ABI_LOSS_WG, 1, 1))) void mpcl
         int8 arg8 = (int8)(0);
         XENT_WIDE_PASS(logits, const int8 above = v > m8; m8 = select(m8, v, above);
                        arg8 = select(arg8, col, above);)
-        float lane_max[8];
-        int lane_arg[8];
-        vstore8(m8, 0, lane_max);
-        vstore8(arg8, 0, lane_arg);
-        float m = lane_max[0];
-        int arg = lane_arg[0];
-        for (uint k = 1; k < 8u; k++) {
-            if (lane_max[k] > m || (lane_max[k] == m && lane_arg[k] < arg)) arg = lane_arg[k];
-            m = fmax(m, lane_max[k]);
-        }
+        int arg;
+        const float m = xent_lanes_argmax(m8, arg8, &arg);
         float8 s8 = (float8)(0.0f);
         XENT_WIDE_PASS(logits, const float8 e = exp(v - m); s8 += e;
                        if (keep) { XENT_WIDE_STORE(d_logits, e) })
         const float s = lanes_sum8(s8);
-        if (ok) {
-            loss += (m - LOAD(logits, base + (uint)label)) + log(s);
-            valid++;
-            correct += arg == label;
-        } else {
-            bad++;
-            first_bad = min(first_bad, r);
-        }
+        XENT_ROW_COUNT
         if (!write_grad) continue;
-        // d = (p - (col == label)) g, zeros for a row whose label is bad.
         const float inv = 1.0f / s;
         if (keep) {
-            XENT_WIDE_PASS(d_logits,
-                           const float8 d = (v * inv - select((float8)0.0f, (float8)1.0f,
-                                                              col == (int8)label)) * g;
-                           XENT_WIDE_STORE(d_logits, ok ? d : (float8)(0.0f)))
+            XENT_WIDE_PASS(d_logits, XENT_WIDE_STORE(d_logits, XENT_ROW_GRAD(v * inv)))
         } else {
-            XENT_WIDE_PASS(logits,
-                           const float8 d = (exp(v - m) * inv - select((float8)0.0f, (float8)1.0f,
-                                                                       col == (int8)label)) * g;
-                           XENT_WIDE_STORE(d_logits, ok ? d : (float8)(0.0f)))
+            XENT_WIDE_PASS(logits, XENT_WIDE_STORE(d_logits, XENT_ROW_GRAD(exp(v - m) * inv)))
         }
+    }
+    XENT_GROUP_OUT
+}
+
+// Wide rows on GPUs (losses.c's choice off CPUs; MPCL_XENT): the group's
+// items share each row, eight classes an item, consecutive items
+// consecutive classes, and the group takes MPCL_ABI_LOSS_SHARED_ROWS rows
+// in turn. A row an item (above) gives a GPU few groups for a language
+// model's batch (8192 rows of GPT-2's 50,257 classes: 16 groups of 64
+// items, each item reading eight rows, three passes each). The row's
+// maximum and its first column, then the sum of its exponentials, are
+// reduced in local memory in a fixed order: deterministic.
+#if MPCL_ABI_LOSS_WG != BN_WG
+#error "loss.cl: the shared rows' kernel sums with bn_group_sum, whose group is BN_WG"
+#endif
+
+// The group's greatest of its items' maxima m and, into *arg, the least of
+// their columns holding it; every item gets both.
+static inline float xent_group_argmax(__local float *l_m, __local int *l_arg, float m, int *arg) {
+    const uint lid = get_local_id(0);
+    l_m[lid] = m;
+    l_arg[lid] = *arg;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint half_n = MPCL_ABI_LOSS_WG / 2; half_n > 0; half_n /= 2) {
+        if (lid < half_n) {
+            const float o = l_m[lid + half_n];
+            const int oa = l_arg[lid + half_n];
+            if (o > l_m[lid] || (o == l_m[lid] && oa < l_arg[lid])) l_arg[lid] = oa;
+            l_m[lid] = fmax(l_m[lid], o);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    m = l_m[0];
+    *arg = l_arg[0];
+    barrier(CLK_LOCAL_MEM_FENCE); // all have read entry 0 before the next row's
+    return m;
+}
+
+__kernel __attribute__((reqd_work_group_size(MPCL_ABI_LOSS_WG, 1, 1))) void
+mpcl_softmax_xent_shared(XENT_ARGS) {
+    XENT_GROUP_BEGIN_ROWS(MPCL_ABI_LOSS_SHARED_ROWS)
+    __local float l_m[MPCL_ABI_LOSS_WG], l_sum[MPCL_ABI_LOSS_WG];
+    __local int l_arg[MPCL_ABI_LOSS_WG];
+    const uint c0 = 8u * lid, step = 8u * MPCL_ABI_LOSS_WG;
+    for (uint r = first; r < end; r++) {
+        const size_t base = (size_t)r * classes;
+        const int label = labels[r];
+        const bool ok = label >= 0 && label < (int)classes;
+        float8 m8 = (float8)(-INFINITY);
+        int8 arg8 = (int8)(0);
+        XENT_PASS_FROM(logits, c0, step, const int8 above = v > m8; m8 = select(m8, v, above);
+                       arg8 = select(arg8, col, above);)
+        int arg;
+        float m = xent_lanes_argmax(m8, arg8, &arg);
+        m = xent_group_argmax(l_m, l_arg, m, &arg);
+        float8 s8 = (float8)(0.0f);
+        XENT_PASS_FROM(logits, c0, step, s8 += exp(v - m);)
+        const float s = bn_group_sum(l_sum, lanes_sum8(s8));
+        if (lid == 0u) {
+            XENT_ROW_COUNT
+        }
+        if (!write_grad) continue;
+        const float inv = 1.0f / s;
+        XENT_PASS_FROM(logits, c0, step,
+                       XENT_WIDE_STORE(d_logits, XENT_ROW_GRAD(exp(v - m) * inv)))
     }
     XENT_GROUP_OUT
 }

@@ -639,14 +639,15 @@ static void test_xent_overflow(void **state) {
 }
 
 /* The softmax has two kernels (src/compute/losses.c): eight rows an item
- * below 32 classes, a row an item from there on. The label tests run both. */
+ * below 32 classes, from there on a row an item or (MPCL_XENT=group) a row
+ * per work-group. The label tests run them all. */
 static const size_t xent_widths[] = {3, 37};
 
 /* The first bad row is found wherever it lies: the kernels take 512 rows
- * per work-group (the narrow one eight rows per lane group), so a batch of
- * 1201 rows with bad labels at 530 (the second group, an inner lane), 600
- * (a lane group of one live lane) and 1100 (the third group) must name
- * 530, whichever group finishes first. */
+ * per work-group (the narrow one eight rows per lane group; the shared-rows
+ * one 16 rows), so a batch of 1201 rows with bad labels at 530 (the second
+ * group, an inner lane), 600 (a lane group of one live lane) and 1100 (the
+ * third group) must name 530, whichever group finishes first. */
 static void test_xent_bad_label_late_row(void **state) {
     (void)state;
     mpcl_context *ctx = tu_context();
@@ -1179,10 +1180,6 @@ int main(void) {
         cmocka_unit_test(test_reference_fd),
         cmocka_unit_test(test_bias_act),
         cmocka_unit_test(test_act_extremes),
-        cmocka_unit_test(test_softmax_xent),
-        cmocka_unit_test(test_xent_overflow),
-        cmocka_unit_test(test_xent_bad_label),
-        cmocka_unit_test(test_xent_bad_label_late_row),
         cmocka_unit_test(test_cast_edges),
         cmocka_unit_test(test_cast_all),
         cmocka_unit_test(test_cast_bf16),
@@ -1191,5 +1188,14 @@ int main(void) {
         cmocka_unit_test(test_bias_grad_edges),
         cmocka_unit_test(test_f16_paths),
     };
-    return cmocka_run_group_tests_name("ops", tests, NULL, NULL);
+    /* The softmax's wide rows in both kernels (src/compute/losses.c): a
+     * row an item, and a row per work-group. */
+    const struct CMUnitTest xent_tests[] = {
+        cmocka_unit_test(test_softmax_xent),
+        cmocka_unit_test(test_xent_overflow),
+        cmocka_unit_test(test_xent_bad_label),
+        cmocka_unit_test(test_xent_bad_label_late_row),
+    };
+    return cmocka_run_group_tests_name("ops", tests, NULL, NULL) +
+           TU_RUN_WITH_EACH(xent_tests, "MPCL_XENT", "row", "group");
 }

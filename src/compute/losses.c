@@ -21,6 +21,7 @@ typedef struct loss_row {
     const char *metric;     /* the metric's Keras name */
     const char *kernel;     /* every loss kernel takes the same arguments (loss_launch) */
     const char *wide;       /* the kernel for rows of XENT_WIDE_COLS or more, if another */
+    const char *shared;     /* the same with a row per work-group (shared_rows), if any */
     bool sparse;            /* targets: labels [B, 1] i32, else [B, C] f32 */
     const char *target;     /* what a good target is, for the bad-target error */
     mpcl_activation output; /* the activation the kernel applies to its input */
@@ -29,17 +30,28 @@ typedef struct loss_row {
 static const loss_row loss_table[MPCL_LOSS_COUNT] = {
     [MPCL_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY] = {"sparse_categorical_crossentropy", "accuracy",
                                                    "mpcl_softmax_xent", "mpcl_softmax_xent_wide",
-                                                   true, "a label in [0, classes)",
-                                                   MPCL_ACT_SOFTMAX},
+                                                   "mpcl_softmax_xent_shared", true,
+                                                   "a label in [0, classes)", MPCL_ACT_SOFTMAX},
     [MPCL_LOSS_BINARY_CROSSENTROPY] = {"binary_crossentropy", "binary_accuracy", "mpcl_binary_xent",
-                                       NULL, false, "a number in [0, 1]", MPCL_ACT_SIGMOID},
-    [MPCL_LOSS_MSE] = {"mse", "mae", "mpcl_mse", NULL, false, "a finite number", MPCL_ACT_IDENTITY},
+                                       NULL, NULL, false, "a number in [0, 1]", MPCL_ACT_SIGMOID},
+    [MPCL_LOSS_MSE] = {"mse", "mae", "mpcl_mse", NULL, NULL, false, "a finite number",
+                       MPCL_ACT_IDENTITY},
 };
 
 /* From this many classes on, the softmax takes a row per work-item, its
  * classes as vectors (cl/loss.cl's mpcl_softmax_xent_wide); below, eight
  * rows as the lanes of one vector. */
 #define XENT_WIDE_COLS 32
+
+/* Whether wide rows take the shared-rows kernel, a work-group's items
+ * sharing each row (MPCL_XENT=group; unset, off CPUs): a row an item gives
+ * a GPU a few groups for a language model's batch, a CPU's cores already
+ * one row each. */
+static bool shared_rows(mpcl_context *ctx) {
+    const char *v = mpcl__env_value(MPCL_ENV_XENT);
+    if (v) return strcmp(v, "group") == 0;
+    return mpcl_context_device(ctx)->type != MPCL_DEVICE_TYPE_CPU;
+}
 
 static bool loss_known(mpcl_loss loss) {
     return (int)loss >= 0 && loss < MPCL_LOSS_COUNT;
@@ -208,7 +220,13 @@ static mpcl_status loss_launch(mpcl_context *ctx, const char *op, mpcl_loss loss
         return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG, "%s: a chunk at row %zu: past 2^32 rows", op,
                           part.row0);
     const loss_row *row = &loss_table[loss];
-    const char *name = row->wide && pred->cols >= XENT_WIDE_COLS ? row->wide : row->kernel;
+    const char *name = row->kernel;
+    size_t group_rows = MPCL_ABI_LOSS_GROUP_ROWS;
+    if (row->wide && pred->cols >= XENT_WIDE_COLS) {
+        name = row->wide;
+        if (row->shared && shared_rows(ctx))
+            name = row->shared, group_rows = MPCL_ABI_LOSS_SHARED_ROWS;
+    }
     cl_kernel k;
     TRY(mpcl__kernel(ctx, pred->dtype, name, &k));
     cl_uint rows = (cl_uint)pred->rows, cols = (cl_uint)pred->cols;
@@ -216,9 +234,9 @@ static mpcl_status loss_launch(mpcl_context *ctx, const char *op, mpcl_loss loss
     cl_float scale_value = 1.0f;
     cl_int use_scale_buf = scale != NULL, write_grad = d_pred != NULL;
     cl_uint row0 = (cl_uint)part.row0, ends_call = part.ends_call;
-    /* A group per MPCL_ABI_LOSS_GROUP_ROWS rows (cl/loss.cl); with more
-     * than one, their partials, then mpcl_loss_finish. */
-    size_t groups = (pred->rows + MPCL_ABI_LOSS_GROUP_ROWS - 1) / MPCL_ABI_LOSS_GROUP_ROWS;
+    /* A group per group_rows rows (cl/loss.cl); with more than one, their
+     * partials, then mpcl_loss_finish. */
+    size_t groups = (pred->rows + group_rows - 1) / group_rows;
     cl_mem partials = stats->mem; /* a stand-in for one group, which writes none */
     if (groups > 1)
         TRY(mpcl__workspace(ctx, MPCL__WORKSPACE_LOSS_PARTIALS,

@@ -24,6 +24,7 @@ static const struct {
     [MPCL_ENV_BF16_DOT] = {"MPCL_BF16_DOT", (const char *const[]){"off", NULL}},
     [MPCL_ENV_NORM] = {"MPCL_NORM", (const char *const[]){"group", "row", NULL}},
     [MPCL_ENV_ATTENTION] = {"MPCL_ATTENTION", (const char *const[]){"row", "block", "tile", NULL}},
+    [MPCL_ENV_XENT] = {"MPCL_XENT", (const char *const[]){"row", "group", NULL}},
     [MPCL_ENV_LM_HEAD] = {"MPCL_LM_HEAD", (const char *const[]){"whole", "chunked", NULL}},
     [MPCL_ENV_MMA_TILE] = {"MPCL_MMA_TILE", mpcl__mma_tile_names},
 };

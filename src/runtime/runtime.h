@@ -210,6 +210,7 @@ typedef enum mpcl__env_var {
     MPCL_ENV_NORM,      /* group, row: the layer norm's kernels (layer_normalization.c) */
     MPCL_ENV_ATTENTION, /* row, block, tile: the attention's kernels (causal_self_attention.c) */
     MPCL_ENV_LM_HEAD,   /* whole, chunked: the LM head's logits (tied_lm_head.c) */
+    MPCL_ENV_XENT,      /* row, group: the softmax loss's kernel for wide rows (losses.c) */
     MPCL_ENV_MMA_TILE,  /* a tile row's name or simple: mpcl-mma's kernels (gemm_mma.c) */
     MPCL_ENV_COUNT
 } mpcl__env_var;
