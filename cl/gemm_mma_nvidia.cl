@@ -136,8 +136,7 @@ static inline __attribute__((always_inline)) void mma_tile(
             bs[kk * MMA_B_STRIDE + j] = v;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
-#pragma unroll
-        for (uint kk = 0; kk < MMA_BK; kk += 16u) {
+        MMA_UNROLL for (uint kk = 0; kk < MMA_BK; kk += 16u) {
             uint afrag[2][4], bfrag[4][2];
 #pragma unroll
             for (uint mi = 0; mi < 2u; mi++) {
@@ -157,10 +156,8 @@ static inline __attribute__((always_inline)) void mma_tile(
                 bfrag[ni][0] = MMA_LOCAL_PAIR(bs, c0, c0 + MMA_B_STRIDE);
                 bfrag[ni][1] = MMA_LOCAL_PAIR(bs, c0 + 8u * MMA_B_STRIDE, c0 + 9u * MMA_B_STRIDE);
             }
-#pragma unroll
-            for (uint mi = 0; mi < 2u; mi++)
-#pragma unroll
-                for (uint ni = 0; ni < 4u; ni++)
+            MMA_UNROLL for (uint mi = 0; mi < 2u; mi++)
+                MMA_UNROLL for (uint ni = 0; ni < 4u; ni++)
                     MMA_16816(acc + (mi * 4u + ni) * 4u, afrag[mi][0], afrag[mi][1], afrag[mi][2],
                               afrag[mi][3], bfrag[ni][0], bfrag[ni][1]);
         }
