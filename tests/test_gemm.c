@@ -434,7 +434,7 @@ static void test_mpcl_mma_emulated(void **state) {
          * 32-deep K blocks (2), rows not whole pieces, in f16 alone (each
          * dtype is a library program Oclgrind compiles): TN takes a
          * pipelined kernel's element loads, TT mpcl_gemm_mma. */
-        static const gemm_case few[] = {{67, 130, 33, false, false}};
+        static const gemm_case few[] = {{67, 70, 33, false, false}};
         /* And the smallest pipelined tile (64x64, four warps) on a shape of
          * whole 16-byte rows across its edges (2 x 2 tiles, 2 K blocks): NT
          * (plain ldmatrix for A and B) and TN (.trans for both). */
