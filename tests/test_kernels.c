@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "runtime/runtime.h"
@@ -120,6 +121,59 @@ static void a_build_failure_carries_the_build_log(void **state) {
     struct dirent *e;
     while ((e = readdir(d)) != NULL) assert_true(e->d_name[0] == '.' || e->d_type == DT_DIR);
     closedir(d);
+    mpcl_context_destroy(ctx);
+}
+
+/* What a cold build of `source` prints on stderr, with MPCL_VERBOSE=1 or
+ * without. */
+static char *stderr_of_build(mpcl_context *ctx, const char *source, bool verbose) {
+    if (verbose)
+        setenv("MPCL_VERBOSE", "1", 1);
+    else
+        unsetenv("MPCL_VERBOSE");
+    FILE *captured = tmpfile();
+    assert_non_null(captured);
+    fflush(stderr);
+    int saved = dup(2);
+    assert_true(saved >= 0 && dup2(fileno(captured), 2) == 2);
+    build(ctx, source);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    unsetenv("MPCL_VERBOSE");
+    long n = ftell(captured);
+    char *text = calloc((size_t)(n > 0 ? n : 0) + 1, 1);
+    assert_non_null(text);
+    rewind(captured);
+    assert_int_equal(fread(text, 1, (size_t)(n > 0 ? n : 0), captured), (size_t)(n > 0 ? n : 0));
+    fclose(captured);
+    return text;
+}
+
+/* A build's warnings reach stderr only with MPCL_VERBOSE=1 (-w drops them
+ * otherwise), so that the tools' --quiet runs stay silent on cold builds
+ * (test_quiet). PoCL's clang is the driver that prints them there; Intel's
+ * and Rusticl's keep them in the build log. */
+static void build_warnings_reach_stderr_only_when_verbose(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    bool prints = strstr(mpcl_context_device(ctx)->platform, "Portable Computing Language");
+    for (int verbose = 0; verbose < 2; verbose++) {
+        /* A source no driver's own cache has seen, so that it really builds. */
+        char source[256];
+        struct timespec now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        snprintf(source, sizeof source,
+                 "#warning mpcl test_kernels %ld %ld %d\n"
+                 "__kernel void w(__global float *x) { x[0] = 1.0f; }\n",
+                 (long)getpid(), (long)now.tv_nsec, verbose);
+        char *text = stderr_of_build(ctx, source, verbose);
+        bool warned = strstr(text, "warning") != NULL;
+        if (!verbose && warned) fail_msg("a quiet build printed: %s", text);
+        if (verbose && prints && !warned) fail_msg("MPCL_VERBOSE=1 printed no warning: '%s'", text);
+        if (verbose && !prints) printf("MPCL_VERBOSE=1 on this driver printed: '%s'\n", text);
+        free(text);
+    }
     mpcl_context_destroy(ctx);
 }
 
@@ -420,6 +474,8 @@ int main(void) {
          * cache gets them, and what it builds the tests below copy. */
         cmocka_unit_test(programs_build_for_every_float_storage),
         cmocka_unit_test_setup_teardown(a_build_failure_carries_the_build_log, setup, teardown),
+        cmocka_unit_test_setup_teardown(build_warnings_reach_stderr_only_when_verbose, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(cache_miss_then_hit_across_contexts, setup, teardown),
         cmocka_unit_test_setup_teardown(corrupt_truncated_and_foreign_entries_are_rebuilt, setup,
                                         teardown),
