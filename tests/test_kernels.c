@@ -157,6 +157,13 @@ static char *stderr_of_build(mpcl_context *ctx, const char *source, bool verbose
 static void build_warnings_reach_stderr_only_when_verbose(void **state) {
     (void)state;
     mpcl_context *ctx = tu_context();
+    /* Oclgrind's compiler prints "1 warning generated." despite -w, and its
+     * own reports, which oclgrind_check.py reads, share that stderr. */
+    if (strstr(mpcl_context_device(ctx)->name, "Oclgrind")) {
+        printf("build warnings on stderr: not checked under Oclgrind\n");
+        mpcl_context_destroy(ctx);
+        return;
+    }
     bool prints = strstr(mpcl_context_device(ctx)->platform, "Portable Computing Language");
     for (int verbose = 0; verbose < 2; verbose++) {
         /* A source no driver's own cache has seen, so that it really builds. */
