@@ -61,11 +61,12 @@ status=0
 # trains through the same library on every device; one run checks the
 # package), and so does test_nvidia_sources (suite nvptx: clang and ptxas, no
 # OpenCL device).
+intel_icd=.venv-intel/vendors/intel.icd
 lane2() {
     local failed=0
     run rusticl --no-suite install --no-suite model --no-suite jit-heavy --no-suite python \
         --no-suite nvptx || failed=1
-    if [ -f .venv-intel/vendors/intel.icd ]; then
+    if [ -f "$intel_icd" ]; then
         run intel --suite kernels --suite model --suite tools || failed=1
     else
         echo "== Intel OpenCL runtime not installed: its run is skipped"
@@ -78,7 +79,7 @@ lane2 >"$lane2_log" 2>&1 &
 lane2_pid=$!
 trap 'kill "$lane2_pid" 2>/dev/null || true' EXIT # when lane 1 stops early
 setups+=("$build:rusticl" "$build:oclgrind")
-[ -f .venv-intel/vendors/intel.icd ] && setups+=("$build:intel")
+[ -f "$intel_icd" ] && setups+=("$build:intel")
 
 # Lane 1.
 setups+=("$build:pocl")

@@ -180,8 +180,7 @@ static void fp16_verification_on_the_suite_device(void **state) {
                             "bf16: 128/128 exact; mpcl-mma f16: 5600/5600 exact; bf16: "
                             "5600/5600 exact");
     }
-    bool known_without_fp16 = strstr(d->platform, "Portable Computing Language") ||
-                              strstr(d->platform, "rusticl") || strstr(d->name, "Oclgrind");
+    bool known_without_fp16 = tu_on_pocl(ctx) || tu_slow_device(ctx);
     if (known_without_fp16) assert_int_equal(d->fp16_math, MPCL_FP16_MATH_NONE);
     if (d->has_fp16_extension) assert_int_equal(d->fp16_math, MPCL_FP16_MATH_VERIFIED);
     /* The selector in the environment chose this device. */

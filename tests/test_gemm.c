@@ -420,7 +420,7 @@ static void test_mpcl_mma_emulated(void **state) {
      * ASan's too) and Oclgrind (its memory checks), not on Intel's runtime,
      * where its two programs cost a minute of the CI's compiling. */
     const mpcl_device_info *d = mpcl_context_device(ctx);
-    if (!strstr(d->platform, "Portable Computing Language") && !tu_slow_device(ctx)) {
+    if (!tu_on_pocl(ctx) && !tu_slow_device(ctx)) {
         printf("mpcl-mma emulated: skipped on %s (run on PoCL and Oclgrind)\n", d->platform);
         mpcl_context_destroy(ctx);
         return;

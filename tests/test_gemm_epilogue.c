@@ -166,7 +166,7 @@ static void test_epilogue_mpcl_mma(void **state) {
     mpcl_context *ctx = tu_context();
     const mpcl_device_info *d = mpcl_context_device(ctx);
     if (!mpcl_plan_mma_usable(d)) {
-        if (!strstr(d->platform, "Portable Computing Language")) {
+        if (!tu_on_pocl(ctx)) {
             printf("mpcl-mma epilogue: no verified matrix engine on %s; emulated on PoCL only\n",
                    d->platform);
             mpcl_context_destroy(ctx);

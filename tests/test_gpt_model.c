@@ -309,7 +309,7 @@ static void mixed_matches_pytorch_on_mpcl_mma(void **state) {
         printf("mpcl-mma: verified here, so the mixed tests above ran on it\n");
         return;
     }
-    if (!strstr(d->platform, "Portable Computing Language")) {
+    if (!tu_on_pocl(s->ctx)) {
         printf("mpcl-mma: not verified on %s; emulated on PoCL only\n", d->platform);
         skip();
     }

@@ -541,7 +541,7 @@ static void test_mixed_on_the_matrix_engine(void **state) {
     mpcl_context *ctx = tu_context();
     const mpcl_device_info *d = mpcl_context_device(ctx);
     bool emulate = !mpcl_plan_mma_usable(d);
-    bool pocl = strstr(d->platform, "Portable Computing Language") != NULL;
+    bool pocl = tu_on_pocl(ctx);
     if (emulate && !pocl)
         printf("mixed on mpcl-mma: skipped on %s (no verified matrix engine; emulated on PoCL)\n",
                d->platform);

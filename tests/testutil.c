@@ -32,6 +32,10 @@ bool tu_slow_device(const mpcl_context *ctx) {
     return strstr(d->name, "Oclgrind") != NULL || strstr(d->platform, "rusticl") != NULL;
 }
 
+bool tu_on_pocl(const mpcl_context *ctx) {
+    return strstr(mpcl_context_device(ctx)->platform, "Portable Computing Language") != NULL;
+}
+
 tu_rng tu_rng_make(uint64_t seed) {
     tu_rng r = {seed ? seed : 0x9e3779b97f4a7c15ull};
     return r;

@@ -20,6 +20,8 @@ mpcl_context *tu_context(void);
 
 /* True on slow implementations (Oclgrind, Rusticl): tests may pick smaller cases. */
 bool tu_slow_device(const mpcl_context *ctx);
+/* Whether ctx runs on PoCL (the suite's reference CPU driver). */
+bool tu_on_pocl(const mpcl_context *ctx);
 /* Whether the environment variable `var` is `value` (a TU_RUN_WITH_EACH run). */
 bool tu_env_is(const char *var, const char *value);
 

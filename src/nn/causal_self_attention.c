@@ -63,10 +63,14 @@ typedef struct attn {
     mpcl_tensor *pack[PACKS]; /* block layout only */
 } attn;
 
+static bool is_block(const attn *a) {
+    return a->layout == LAYOUT_BLOCK;
+}
+
 /* The row stride of att and dscore: the block layout pads rows to whole
  * 16-wide chunks. */
 static size_t att_ld(const attn *a) {
-    return (a->layout == LAYOUT_BLOCK) ? a->Tp : a->T;
+    return is_block(a) ? a->Tp : a->T;
 }
 
 static size_t round_up_chunk(size_t n) {
@@ -94,7 +98,7 @@ static bool direct_rows(const attn *a, mpcl_dtype storage) {
 
 /* Whether pack i is used: the transposes always, the rows unless direct. */
 static bool pack_used(const attn *a, int i) {
-    return (a->layout == LAYOUT_BLOCK) && (!a->direct || i == PACK_KT || i == PACK_VT);
+    return is_block(a) && (!a->direct || i == PACK_KT || i == PACK_VT);
 }
 
 static mpcl_status add_projection(mpcl__layer *L, mpcl__tables *t, const char *what, size_t in,
@@ -162,7 +166,7 @@ static mpcl_status attn_create(mpcl__layer *L, const mpcl__tables *t, const mpcl
     mpcl_context *ctx = env->ctx;
     size_t positions = env->max_batch * a->T, C = a->C, rows = positions * a->H;
     a->layout = layout_of(ctx);
-    a->direct = (a->layout == LAYOUT_BLOCK) && direct_rows(a, env->storage);
+    a->direct = is_block(a) && direct_rows(a, env->storage);
     TRY(create_projection(&a->proj[C_ATTN], env, t, ar, C, 3 * C, positions));
     TRY(create_projection(&a->proj[C_PROJ], env, t, ar, C, C, positions));
     TRY(mpcl_tensor_create(ctx, env->storage, positions, 3 * C, &a->qkv));
@@ -211,24 +215,23 @@ static mpcl_status launch(const attn *a, mpcl_context *ctx, cl_kernel k, const c
                           cl_uint first, size_t B) {
     cl_uint T = (cl_uint)a->T, Tp = (cl_uint)a->Tp, C = (cl_uint)a->C, H = (cl_uint)a->H;
     cl_uint hsp = (cl_uint)a->hsp, ld = (cl_uint)att_ld(a);
-    size_t per_head =
-        (a->layout == LAYOUT_BLOCK) ? (a->T + MPCL_ABI_ATTN_ROWS - 1) / MPCL_ABI_ATTN_ROWS : a->T;
+    size_t per_head = is_block(a) ? (a->T + MPCL_ABI_ATTN_ROWS - 1) / MPCL_ABI_ATTN_ROWS : a->T;
     cl_uint items = (cl_uint)(B * a->H * per_head);
     float scale = score_scale(a);
     cl_uint i = first;
     TRY(mpcl__set_arg(ctx, k, name, i++, sizeof T, &T));
-    if (a->layout == LAYOUT_BLOCK) TRY(mpcl__set_arg(ctx, k, name, i++, sizeof Tp, &Tp));
+    if (is_block(a)) TRY(mpcl__set_arg(ctx, k, name, i++, sizeof Tp, &Tp));
     TRY(mpcl__set_arg(ctx, k, name, i++, sizeof C, &C));
     TRY(mpcl__set_arg(ctx, k, name, i++, sizeof H, &H));
-    if (a->layout == LAYOUT_BLOCK) TRY(mpcl__set_arg(ctx, k, name, i++, sizeof hsp, &hsp));
+    if (is_block(a)) TRY(mpcl__set_arg(ctx, k, name, i++, sizeof hsp, &hsp));
     TRY(mpcl__set_arg(ctx, k, name, i++, sizeof ld, &ld));
     TRY(mpcl__set_arg(ctx, k, name, i++, sizeof scale, &scale));
     TRY(mpcl__set_arg(ctx, k, name, i++, sizeof items, &items));
     cl_uint direct = a->direct;
-    if (a->layout == LAYOUT_BLOCK) TRY(mpcl__set_arg(ctx, k, name, i, sizeof direct, &direct));
+    if (is_block(a)) TRY(mpcl__set_arg(ctx, k, name, i, sizeof direct, &direct));
     /* Block items are the unit of work, as the GEMM's tiles are: one per
      * work-group, which PoCL spreads over the cores. */
-    return mpcl__launch_1d(ctx, k, name, items, (a->layout == LAYOUT_BLOCK) ? 1 : 0);
+    return mpcl__launch_1d(ctx, k, name, items, is_block(a) ? 1 : 0);
 }
 
 /* Sets k's last arguments from index `first`: T, Tp, C, H, hsp, the count
@@ -379,7 +382,7 @@ static mpcl_status attend_tiles_backward(attn *a, mpcl_context *ctx, mpcl_dtype 
 static mpcl_status attend(attn *a, mpcl_context *ctx, mpcl_dtype storage, size_t B) {
     cl_kernel k;
     if (a->layout == LAYOUT_TILE) return attend_tiles(a, ctx, storage, B);
-    if (a->layout != LAYOUT_BLOCK) {
+    if (!is_block(a)) {
         static const char name[] = "mpcl_attention_forward";
         TRY(mpcl__kernel(ctx, storage, name, &k));
         TRY(mpcl__set_args(ctx, k, name, MPCL_ARG(a->att->mem), MPCL_ARG(a->y->mem),
@@ -404,7 +407,7 @@ static mpcl_status attend(attn *a, mpcl_context *ctx, mpcl_dtype storage, size_t
 static mpcl_status attend_backward(attn *a, mpcl_context *ctx, mpcl_dtype storage, size_t B) {
     cl_kernel k;
     if (a->layout == LAYOUT_TILE) return attend_tiles_backward(a, ctx, storage, B);
-    if (a->layout != LAYOUT_BLOCK) {
+    if (!is_block(a)) {
         static const char query[] = "mpcl_attention_backward_query";
         static const char key[] = "mpcl_attention_backward_key";
         TRY(mpcl__kernel(ctx, storage, query, &k));
