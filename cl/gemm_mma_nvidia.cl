@@ -1,10 +1,10 @@
 // mpcl-mma on NVIDIA's tensor cores (sm_80 and newer): C = alpha op(A) op(B)
 // + beta C with f16 or bf16 A and B (the program's storage dtype), f32
 // accumulation through inline PTX mma.sync m16n8k16, and C in the storage
-// dtype (rounded once) or f32 (the _cf32 kernels). Built only into the 16-bit
-// programs of a device whose nvidia-mma-sm80 engine verified
-// (src/runtime/kernels.c passes -DMPCL_MMA_NVIDIA=1; no other compiler sees
-// the PTX). The fragment layout is the probe's (cl/mma_nvidia_probe.cl).
+// dtype (rounded once) or f32 (the _cf32 kernels). A program of its own
+// (after abi.h, activations.h and common.cl), built only on a device whose
+// nvidia-mma-sm80 engine verified (src/runtime/matrix_engine.c passes
+// -DMPCL_MMA_NVIDIA=1; no other compiler sees the PTX). The fragment layout is the probe's (cl/mma_nvidia_probe.cl).
 //
 // Two kinds of kernel:
 //  - mpcl_gemm_mma: any shape and transpose. A work-group of

@@ -484,7 +484,7 @@ static void test_mpcl_mma_emulated(void **state) {
         mpcl__gemm_mma_force_tile(ctx, -1);
         ctx->info.local_mem_bytes = had;
     }
-    /* After a 16-bit program exists, the emulation is refused. */
+    /* After mpcl-mma's programs exist, the emulation is refused. */
     assert_int_equal(mpcl__matrix_engine_emulate(ctx), MPCL_ERR_INVALID_ARG);
     mpcl_context_destroy(ctx);
 }

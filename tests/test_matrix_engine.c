@@ -223,12 +223,43 @@ static void missing_kernels_are_broken(void **state) {
     mpcl_context_destroy(ctx);
 }
 
+/* mpcl-mma's kernels are a program of their own (mpcl__engine_program): a
+ * device without a verified engine is refused with the engine's detail
+ * (with one, the kernel is there); the emulation may come after the
+ * library's 16-bit programs, and the library's programs never hold the
+ * engine's kernels, emulated or not. */
+static void the_engine_kernels_are_a_program_apart(void **state) {
+    (void)state;
+    mpcl_context *ctx = tu_context();
+    const mpcl_device_info *d = mpcl_context_device(ctx);
+    cl_program p;
+    cl_kernel k;
+    cl_int err;
+    if (d->matrix_engine == MPCL_MATRIX_ENGINE_VERIFIED) {
+        TU_ASSERT_OK(mpcl__engine_kernel(ctx, MPCL_DTYPE_BF16, "mpcl_gemm_mma", &k));
+    } else {
+        tu_expect_error(mpcl__engine_kernel(ctx, MPCL_DTYPE_BF16, "mpcl_gemm_mma", &k),
+                        MPCL_ERR_UNSUPPORTED, "has no verified matrix engine");
+        if (d->matrix_engine_detail[0])
+            assert_non_null(strstr(mpcl_errmsg(), d->matrix_engine_detail));
+    }
+    tu_expect_error(mpcl__engine_program(ctx, MPCL_DTYPE_F32, &p), MPCL_ERR_DTYPE,
+                    "f16 or bf16 storage, not f32");
+    TU_ASSERT_OK(mpcl__program(ctx, MPCL_DTYPE_F16, &p));
+    TU_ASSERT_OK(mpcl__matrix_engine_emulate(ctx));
+    TU_ASSERT_OK(mpcl__program(ctx, MPCL_DTYPE_BF16, &p));
+    assert_null(clCreateKernel(p, "mpcl_gemm_mma", &err));
+    assert_int_equal(err, CL_INVALID_KERNEL_NAME);
+    mpcl_context_destroy(ctx);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(right_kernels_are_verified),
         cmocka_unit_test(a_wrong_tile_is_broken),
         cmocka_unit_test(a_gemm_without_beta_is_broken),
         cmocka_unit_test(missing_kernels_are_broken),
+        cmocka_unit_test(the_engine_kernels_are_a_program_apart),
         cmocka_unit_test(the_nvidia_kernels_in_emulation_are_verified),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -1,8 +1,9 @@
 /* mpcl-mma: GEMMs of f16 or bf16 tensors on the device's matrix engine (the
  * verified row of src/runtime/matrix_engine.c; its kernels, e.g.
- * cl/gemm_mma_nvidia.cl, are built only into such a device's 16-bit
- * programs), f32 accumulation, C rounded once into its 16-bit dtype or kept
- * in f32. mpcl__gemm_check has refused it on any other device.
+ * cl/gemm_mma_nvidia.cl, are a program of their own, built only on such a
+ * device: mpcl__engine_program), f32 accumulation, C rounded once into its
+ * 16-bit dtype or kept in f32. mpcl__gemm_check has refused it on any other
+ * device.
  *
  * Two kinds of kernel: the pipelined ones (cp.async where the stored rows
  * are whole 16-byte pieces, element loads where not; ldmatrix), one per row
@@ -90,7 +91,7 @@ mpcl_status mpcl__gemm_run_mma(mpcl_context *ctx, bool ta, bool tb, size_t m, si
                           name, local_bytes, ctx->info.name,
                           (unsigned long long)ctx->info.local_mem_bytes);
     cl_kernel kern;
-    mpcl_status st = mpcl__kernel(ctx, a->dtype, name, &kern);
+    mpcl_status st = mpcl__engine_kernel(ctx, a->dtype, name, &kern);
     if (st != MPCL_OK) return st;
     cl_uint m32 = (cl_uint)m, n32 = (cl_uint)n, k32 = (cl_uint)k, ta32 = ta, tb32 = tb;
     mpcl__gemm_epilogue_args epi = mpcl__gemm_epilogue_args_of(e, c);

@@ -84,8 +84,10 @@ void mpcl_context_destroy(mpcl_context *ctx) {
     for (int i = 0; i < ctx->kernel_count; i++) clReleaseKernel(ctx->kernels[i].kernel);
     for (int i = 0; i < MPCL__WORKSPACE_SLOTS; i++)
         if (ctx->workspace[i]) clReleaseMemObject(ctx->workspace[i]);
-    for (int i = 0; i < MPCL_DTYPE_COUNT; i++)
+    for (int i = 0; i < MPCL_DTYPE_COUNT; i++) {
         if (ctx->programs[i]) clReleaseProgram(ctx->programs[i]);
+        if (ctx->engine_programs[i]) clReleaseProgram(ctx->engine_programs[i]);
+    }
     if (ctx->queue) clReleaseCommandQueue(ctx->queue);
     if (ctx->cl) clReleaseContext(ctx->cl);
     free(ctx->errmsg);

@@ -83,48 +83,66 @@ char *mpcl__cl_source_load(const char *name, size_t *size) {
     return text;
 }
 
-/* The library program: every embedded file except the probes, in the order
- * meson lists them: cl/abi.h first (the constants shared with the C side,
- * which the C sources include too), then common.cl. Each file, abi.h
- * included, comes from MPCL_CL_DIR when that is set, so an edited ABI header
- * reaches the device side without a rebuild (and tests/test_abi.c notices). */
-static mpcl_status library_source(char **out) {
+mpcl_status mpcl__cl_sources_join(const char *const names[], size_t count, char **out) {
     *out = NULL;
-    size_t total = 1, used = 0;
-    for (size_t i = 0; i < mpcl__cl_source_count; i++) total += mpcl__cl_sources[i].size + 1;
-    char *all = malloc(total);
-    if (!all) return MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "assembling kernel sources");
-    for (size_t i = 0; i < mpcl__cl_source_count; i++) {
-        const char *name = mpcl__cl_sources[i].name;
-        size_t len = strlen(name);
-        if (len >= sizeof "_probe.cl" - 1 &&
-            strcmp(name + len - (sizeof "_probe.cl" - 1), "_probe.cl") == 0)
-            continue;
+    char *all = NULL;
+    size_t used = 0;
+    for (size_t i = 0; i < count; i++) {
         size_t n = 0;
         char *text = NULL;
-        mpcl_status st = mpcl__cl_source_read(name, &text, &n);
-        if (st != MPCL_OK) {
+        mpcl_status st = mpcl__cl_source_read(names[i], &text, &n);
+        char *grown = st == MPCL_OK ? realloc(all, used + n + 2) : NULL;
+        if (!grown) {
+            free(text);
             free(all);
-            return st;
+            return st != MPCL_OK
+                       ? st
+                       : MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "joining kernel sources");
         }
-        if (used + n + 2 > total) { /* a file from MPCL_CL_DIR grew */
-            total = used + n + 2;
-            char *grown = realloc(all, total);
-            if (!grown) {
-                free(text);
-                free(all);
-                return MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "assembling kernel sources");
-            }
-            all = grown;
-        }
+        all = grown;
         memcpy(all + used, text, n);
         used += n;
         all[used++] = '\n';
+        all[used] = '\0';
         free(text);
     }
-    all[used] = '\0';
+    if (!all && !(all = calloc(1, 1)))
+        return MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "joining kernel sources");
     *out = all;
     return MPCL_OK;
+}
+
+static bool ends_with(const char *s, const char *tail) {
+    size_t n = strlen(s), t = strlen(tail);
+    return n >= t && strcmp(s + n - t, tail) == 0;
+}
+
+/* Whether an embedded file is the mpcl-mma kernels of a matrix engine's row:
+ * those have their own program (mpcl__engine_program). */
+static bool is_engine_gemm_source(const char *name) {
+    for (size_t i = 1; mpcl__matrix_engine_source(i); i += 2)
+        if (strcmp(mpcl__matrix_engine_source(i), name) == 0) return true;
+    return false;
+}
+
+/* The library program: every embedded file except the probes and the
+ * matrix engines' kernels, in the order meson lists them: cl/abi.h first
+ * (the constants shared with the C side, which the C sources include too),
+ * then common.cl. Each file, abi.h included, comes from MPCL_CL_DIR when that
+ * is set, so an edited ABI header reaches the device side without a rebuild
+ * (and tests/test_abi.c notices). */
+static mpcl_status library_source(char **out) {
+    *out = NULL;
+    const char **names = malloc(mpcl__cl_source_count * sizeof *names);
+    if (!names) return MPCL_ERROR(NULL, MPCL_ERR_OUT_OF_MEMORY, "assembling kernel sources");
+    size_t count = 0;
+    for (size_t i = 0; i < mpcl__cl_source_count; i++) {
+        const char *name = mpcl__cl_sources[i].name;
+        if (!ends_with(name, "_probe.cl") && !is_engine_gemm_source(name)) names[count++] = name;
+    }
+    mpcl_status st = mpcl__cl_sources_join(names, count, out);
+    free(names);
+    return st;
 }
 
 static mpcl_status build_log_error(mpcl_context *ctx, cl_program p, cl_int err) {
@@ -175,8 +193,8 @@ static void store_binary(cl_program p, const char *dir, mpcl__cache_key key) {
  * the build log, on every cold build. -w drops the warnings at the source
  * (errors still reach the build log, which a failure's message carries),
  * unless MPCL_VERBOSE=1 asks to see them. Not part of the cache key: the
- * binary is the same. NULL when out of memory. */
-static char *compiler_options(const char *options) {
+ * binary is the same. */
+char *mpcl__compiler_options(const char *options) {
     const char *verbose = getenv("MPCL_VERBOSE");
     const char *extra = verbose && strcmp(verbose, "1") == 0 ? "" : " -w";
     size_t n = strlen(options ? options : "") + strlen(extra) + 1;
@@ -216,7 +234,7 @@ mpcl_status mpcl__program_build(mpcl_context *ctx, const char *source, const cha
     cl_program p = clCreateProgramWithSource(ctx->cl, 1, &source, &len, &err);
     if (err != CL_SUCCESS)
         return mpcl__cl_error(ctx, err, "clCreateProgramWithSource", __FILE__, __LINE__);
-    char *all_options = compiler_options(options);
+    char *all_options = mpcl__compiler_options(options);
     err = all_options ? clBuildProgram(p, 1, &ctx->device, all_options, NULL, NULL)
                       : CL_OUT_OF_HOST_MEMORY;
     free(all_options);
@@ -263,15 +281,12 @@ mpcl_status mpcl__program(mpcl_context *ctx, mpcl_dtype storage, cl_program *out
             return st;
         }
         /* The bf16 program takes the AVX512-BF16 GEMM (cl/gemm_bf16_dot.cl)
-         * where the verification ran its instruction and got the right bits;
-         * the 16-bit programs take mpcl-mma's kernels where the device's
-         * matrix engine verified. */
+         * where the verification ran its instruction and got the right bits. */
         char options[256];
-        snprintf(options, sizeof options, "%s%s%s%s", storage_options[storage],
+        snprintf(options, sizeof options, "%s%s%s", storage_options[storage],
                  storage == MPCL_DTYPE_BF16 && ctx->info.bf16_dot == MPCL_BF16_DOT_VERIFIED
                      ? " -DMPCL_BF16_DOT_X86=1"
                      : "",
-                 storage != MPCL_DTYPE_F32 ? mpcl__matrix_engine_program_option(&ctx->info) : "",
                  prefetch_option(&ctx->info));
         st = mpcl__program_build(ctx, source, options, &ctx->programs[storage]);
         free(source);
@@ -281,7 +296,36 @@ mpcl_status mpcl__program(mpcl_context *ctx, mpcl_dtype storage, cl_program *out
     return MPCL_OK;
 }
 
-mpcl_status mpcl__kernel(mpcl_context *ctx, mpcl_dtype storage, const char *name, cl_kernel *out) {
+mpcl_status mpcl__engine_program(mpcl_context *ctx, mpcl_dtype storage, cl_program *out) {
+    if (storage != MPCL_DTYPE_F16 && storage != MPCL_DTYPE_BF16)
+        return MPCL_ERROR(ctx, MPCL_ERR_DTYPE, "mpcl-mma takes f16 or bf16 storage, not %s",
+                          mpcl_dtype_name(storage));
+    if (!ctx->engine_programs[storage]) {
+        const char *names[MPCL__ENGINE_PROGRAM_FILES];
+        char options[160];
+        if (!mpcl__matrix_engine_gemm_program(&ctx->info, storage, names, options, sizeof options))
+            return MPCL_ERROR(ctx, MPCL_ERR_UNSUPPORTED, "%s has no verified matrix engine (%s)",
+                              ctx->info.name, ctx->info.matrix_engine_detail);
+        char *source = NULL;
+        mpcl_status st = mpcl__cl_sources_join(names, MPCL__ENGINE_PROGRAM_FILES, &source);
+        if (st != MPCL_OK) {
+            mpcl__error_append(ctx, ", assembling mpcl-mma's program");
+            return st;
+        }
+        st = mpcl__program_build(ctx, source, options, &ctx->engine_programs[storage]);
+        free(source);
+        if (st != MPCL_OK) return st;
+    }
+    *out = ctx->engine_programs[storage];
+    return MPCL_OK;
+}
+
+typedef mpcl_status (*program_getter)(mpcl_context *ctx, mpcl_dtype storage, cl_program *out);
+
+/* `name` from `program`'s program for `storage`, created once: the two
+ * programs' kernel names are distinct, so (storage, name) finds it again. */
+static mpcl_status kernel_from(mpcl_context *ctx, program_getter program, mpcl_dtype storage,
+                               const char *name, cl_kernel *out) {
     for (int i = 0; i < ctx->kernel_count; i++) {
         if (ctx->kernels[i].storage == storage && strcmp(ctx->kernels[i].name, name) == 0) {
             *out = ctx->kernels[i].kernel;
@@ -292,7 +336,7 @@ mpcl_status mpcl__kernel(mpcl_context *ctx, mpcl_dtype storage, const char *name
         return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG,
                           "more than %d kernels; raise MPCL__MAX_KERNELS", MPCL__MAX_KERNELS);
     cl_program p;
-    mpcl_status st = mpcl__program(ctx, storage, &p);
+    mpcl_status st = program(ctx, storage, &p);
     if (st != MPCL_OK) return st;
     cl_int err;
     cl_kernel k = clCreateKernel(p, name, &err);
@@ -306,4 +350,13 @@ mpcl_status mpcl__kernel(mpcl_context *ctx, mpcl_dtype storage, const char *name
     ctx->kernel_count++;
     *out = k;
     return MPCL_OK;
+}
+
+mpcl_status mpcl__kernel(mpcl_context *ctx, mpcl_dtype storage, const char *name, cl_kernel *out) {
+    return kernel_from(ctx, mpcl__program, storage, name, out);
+}
+
+mpcl_status mpcl__engine_kernel(mpcl_context *ctx, mpcl_dtype storage, const char *name,
+                                cl_kernel *out) {
+    return kernel_from(ctx, mpcl__engine_program, storage, name, out);
 }

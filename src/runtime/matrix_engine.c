@@ -254,6 +254,20 @@ done:
     return wrong;
 }
 
+/* A row's mpcl-mma program for dt, as the verification builds it and
+ * mpcl__engine_program later does: the shared headers and common.cl, then
+ * the row's kernels, with the row's option. */
+static void gemm_program(const char *gemm_source, const char *option, mpcl_dtype dt,
+                         const char *names[MPCL__ENGINE_PROGRAM_FILES], char *options,
+                         size_t size) {
+    names[0] = "abi.h";
+    names[1] = "activations.h";
+    names[2] = "common.cl";
+    names[3] = gemm_source;
+    snprintf(options, size, "-cl-std=CL1.2 %s%s",
+             dt == MPCL_DTYPE_BF16 ? "-DMPCL_STORAGE_BF16=1" : "-DMPCL_STORAGE_F16=1", option);
+}
+
 /* Wrong elements over every launch, whose elements (the checks) go to
  * *total; *total + 1 when a kernel did not build or run. In dt's program with
  * the row's option: mpcl_gemm_mma with A^T B^T into a 16-bit C, then A B
@@ -264,11 +278,9 @@ done:
  * runs, and every tile row and pair on both paths of its loads. */
 static int check_gemm(cl_context cl, cl_device_id dev, cl_command_queue q, const engine *e,
                       mpcl_dtype dt, mpcl__probe_log *log, int *total) {
-    const char *const names[] = {"abi.h", "activations.h", "common.cl", e->gemm_source};
+    const char *names[MPCL__ENGINE_PROGRAM_FILES];
     char options[160];
-    snprintf(options, sizeof options, "-cl-std=CL1.2 %s%s",
-             dt == MPCL_DTYPE_BF16 ? "-DMPCL_STORAGE_BF16=1" : "-DMPCL_STORAGE_F16=1",
-             e->program_option);
+    gemm_program(e->gemm_source, e->program_option, dt, names, options, sizeof options);
     gemm_launch launches[2 + 3 * 2 * MPCL__MMA_PIPE_TILES] = {
         {"mpcl_gemm_mma", simple_shape, MPCL_ABI_MMA_ITEMS, MPCL_ABI_MMA_TILE, MPCL_ABI_MMA_TILE,
          true, true, true, 0},
@@ -298,7 +310,15 @@ static int check_gemm(cl_context cl, cl_device_id dev, cl_command_queue q, const
     }
     *total = 0;
     for (size_t i = 0; i < count; i++) *total += launches[i].shape.m * launches[i].shape.n;
-    cl_program p = mpcl__probe_build_sources(cl, dev, names, 4, options, log);
+    /* With the options of the run's own build (mpcl__engine_program), so
+     * that the program verified is the program run, and a driver's cache of
+     * it serves both. */
+    char *build_options = mpcl__compiler_options(options);
+    cl_program p = build_options
+                       ? mpcl__probe_build_sources(cl, dev, names, MPCL__ENGINE_PROGRAM_FILES,
+                                                   build_options, log)
+                       : NULL;
+    free(build_options);
     if (!p) return *total + 1;
     int wrong = 0;
     for (size_t i = 0; i < count && wrong <= *total; i++) {
@@ -366,9 +386,9 @@ void mpcl__matrix_engine_verify(cl_context cl, cl_device_id dev, cl_command_queu
 }
 
 mpcl_status mpcl__matrix_engine_emulate(mpcl_context *ctx) {
-    if (ctx->programs[MPCL_DTYPE_F16] || ctx->programs[MPCL_DTYPE_BF16])
+    if (ctx->engine_programs[MPCL_DTYPE_F16] || ctx->engine_programs[MPCL_DTYPE_BF16])
         return MPCL_ERROR(ctx, MPCL_ERR_INVALID_ARG,
-                          "the matrix engine's emulation must come before any 16-bit program");
+                          "the matrix engine's emulation must come before mpcl-mma's programs");
     ctx->info.matrix_engine = MPCL_MATRIX_ENGINE_VERIFIED;
     snprintf(ctx->info.matrix_engine_kind, sizeof ctx->info.matrix_engine_kind, "%s",
              EMULATED_KIND);
@@ -381,13 +401,35 @@ bool mpcl__matrix_engine_emulated(const mpcl_device_info *info) {
     return option_emulates(mpcl__matrix_engine_program_option(info));
 }
 
-const char *mpcl__matrix_engine_program_option(const mpcl_device_info *info) {
-    if (info->matrix_engine != MPCL_MATRIX_ENGINE_VERIFIED) return "";
-    if (strcmp(info->matrix_engine_kind, EMULATED_KIND) == 0) return EMULATED_OPTION;
+/* The verified row of info, NULL where none verified; the emulation is the
+ * NVIDIA row's kernels. */
+static const engine *verified_row(const mpcl_device_info *info, const char **option) {
+    if (info->matrix_engine != MPCL_MATRIX_ENGINE_VERIFIED) return NULL;
+    if (strcmp(info->matrix_engine_kind, EMULATED_KIND) == 0) {
+        *option = EMULATED_OPTION;
+        return &engines[0];
+    }
     for (size_t i = 0; i < NENGINES; i++)
-        if (strcmp(engines[i].kind, info->matrix_engine_kind) == 0)
-            return engines[i].program_option;
-    return "";
+        if (strcmp(engines[i].kind, info->matrix_engine_kind) == 0) {
+            *option = engines[i].program_option;
+            return &engines[i];
+        }
+    return NULL;
+}
+
+const char *mpcl__matrix_engine_program_option(const mpcl_device_info *info) {
+    const char *option = "";
+    verified_row(info, &option);
+    return option;
+}
+
+bool mpcl__matrix_engine_gemm_program(const mpcl_device_info *info, mpcl_dtype dt,
+                                      const char *names[MPCL__ENGINE_PROGRAM_FILES], char *options,
+                                      size_t size) {
+    const char *option = "";
+    const engine *e = verified_row(info, &option);
+    if (e) gemm_program(e->gemm_source, option, dt, names, options, size);
+    return e != NULL;
 }
 
 const char *mpcl__matrix_engine_source(size_t i) {

@@ -119,23 +119,9 @@ cleanup:
 cl_program mpcl__probe_build_sources(cl_context cl, cl_device_id dev, const char *const names[],
                                      size_t count, const char *options, mpcl__probe_log *log) {
     char *src = NULL;
-    size_t used = 0;
-    bool ok = true;
-    for (size_t i = 0; ok && i < count; i++) {
-        size_t n = 0;
-        char *text = mpcl__cl_source_load(names[i], &n);
-        char *grown = text ? realloc(src, used + n + 2) : NULL;
-        ok = grown != NULL;
-        if (ok) {
-            src = grown;
-            memcpy(src + used, text, n);
-            used += n;
-            src[used++] = '\n';
-            src[used] = '\0';
-        }
-        free(text);
-    }
-    cl_program p = ok && src ? mpcl__probe_build(cl, dev, src, options, log) : NULL;
+    cl_program p = mpcl__cl_sources_join(names, count, &src) == MPCL_OK
+                       ? mpcl__probe_build(cl, dev, src, options, log)
+                       : NULL;
     free(src);
     return p;
 }

@@ -91,7 +91,7 @@ typedef struct mpcl__matrix_engine_row {
     const char *source;         /* its probe (cl/): probe_mma_f16 and probe_mma_bf16 */
     const char *instruction;    /* for the detail */
     size_t work_items;          /* of the work-group that multiplies a probe's tile */
-    const char *program_option; /* builds its mpcl-mma kernels into the 16-bit programs */
+    const char *program_option; /* builds its mpcl-mma kernels (mpcl__engine_program) */
     const char *gemm_source;    /* those kernels (cl/), checked as part of the verification */
 } mpcl__matrix_engine_row;
 /* Verifies `row` on the device whatever its `unavailable` says (the table
@@ -101,13 +101,20 @@ void mpcl__matrix_engine_verify_row(cl_context cl, cl_device_id device, cl_comma
                                     const mpcl__matrix_engine_row *row, mpcl_device_info *info);
 /* For tests: ctx's device gets a verified engine whose mpcl-mma kernels are
  * the NVIDIA row's with mma.sync computed by the lanes themselves, so that
- * they run on any device. Before any 16-bit program is built. */
+ * they run on any device. Before mpcl-mma's programs are built. */
 mpcl_status mpcl__matrix_engine_emulate(mpcl_context *ctx);
 /* Whether the verified engine is mpcl__matrix_engine_emulate's. */
 bool mpcl__matrix_engine_emulated(const mpcl_device_info *info);
-/* The build option that puts the verified engine's mpcl-mma kernels into a
- * 16-bit program; "" where no engine verified. */
+/* The build option of the verified engine's mpcl-mma kernels; "" where no
+ * engine verified. */
 const char *mpcl__matrix_engine_program_option(const mpcl_device_info *info);
+/* The program of the verified engine's mpcl-mma kernels for dt (f16 or
+ * bf16), the same as its verification built: the cl/ files to join, in
+ * order, and the build options. False where no engine verified. */
+#define MPCL__ENGINE_PROGRAM_FILES 4
+bool mpcl__matrix_engine_gemm_program(const mpcl_device_info *info, mpcl_dtype dt,
+                                      const char *names[MPCL__ENGINE_PROGRAM_FILES], char *options,
+                                      size_t size);
 /* The cl/ sources of the rows' verification, NULL past the last: each row's
  * probe, then its mpcl-mma kernels (whose program starts with abi.h,
  * activations.h and common.cl). The verification's cache key covers them. */
@@ -144,12 +151,27 @@ extern const size_t mpcl__cl_source_count;
 mpcl_status mpcl__cl_source_read(const char *name, char **text, size_t *size);
 /* The same, NULL on any failure (the reason recorded, mpcl_errmsg). */
 char *mpcl__cl_source_load(const char *name, size_t *size);
+/* The files `names`, read as mpcl__cl_source_read does, joined in order,
+ * each followed by a newline; *out is malloc'ed. */
+mpcl_status mpcl__cl_sources_join(const char *const names[], size_t count, char **out);
 
 /* The library's program for one storage dtype, built on first use. */
 mpcl_status mpcl__program(mpcl_context *ctx, mpcl_dtype storage, cl_program *out);
 /* A kernel from that program, created once and kept by the context. */
 mpcl_status mpcl__kernel(mpcl_context *ctx, mpcl_dtype storage, const char *name, cl_kernel *out);
+/* mpcl-mma's program for f16 or bf16 storage, on a device whose matrix
+ * engine verified (MPCL_ERR_UNSUPPORTED with the engine's detail where not),
+ * built on first use: apart from the library's, so that the library never
+ * depends on the engine and the engine's kernels compile only where used. */
+mpcl_status mpcl__engine_program(mpcl_context *ctx, mpcl_dtype storage, cl_program *out);
+/* A kernel from that program, as mpcl__kernel. */
+mpcl_status mpcl__engine_kernel(mpcl_context *ctx, mpcl_dtype storage, const char *name,
+                                cl_kernel *out);
 
+/* `options` as every build of mpcl's own programs passes them: with -w
+ * unless MPCL_VERBOSE=1 (kernels.c says why); malloc'ed, NULL when out of
+ * memory. */
+char *mpcl__compiler_options(const char *options);
 /* Builds `source` with `options` through the binary cache. The build log of a
  * failure is in the error message. Exposed for tests. */
 mpcl_status mpcl__program_build(mpcl_context *ctx, const char *source, const char *options,
@@ -303,7 +325,8 @@ struct mpcl_context {
     cl_command_queue queue;
     mpcl_device_info info;
     mpcl_plan_overrides overrides;
-    cl_program programs[MPCL_DTYPE_COUNT];
+    cl_program programs[MPCL_DTYPE_COUNT];        /* the library's, per storage dtype */
+    cl_program engine_programs[MPCL_DTYPE_COUNT]; /* mpcl-mma's (f16, bf16) */
     struct {
         mpcl_dtype storage;
         const char *name; /* points into static strings of the callers */
