@@ -432,7 +432,7 @@ static void test_mpcl_mma_emulated(void **state) {
          * barriers; here for its race and bounds checks of the local-memory
          * staging): one shape across the edges of the tiles and of the
          * 32-deep K blocks (2), rows not whole pieces, in f16 alone (each
-         * dtype is a library program Oclgrind compiles): TN takes a
+         * dtype is an mpcl-mma program Oclgrind compiles): TN takes a
          * pipelined kernel's element loads, TT mpcl_gemm_mma. */
         static const gemm_case few[] = {{67, 70, 33, false, false}};
         /* And the smallest pipelined tile (64x64, four warps) on a shape of

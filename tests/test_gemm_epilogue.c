@@ -153,8 +153,8 @@ static void test_epilogue(void **state) {
 
 /* mpcl-mma's stores take the epilogue too. Where the device's engine is
  * verified, its kernels; on PoCL, their code with the instructions
- * emulated (a context of its own: the emulation comes before any 16-bit
- * program); elsewhere skipped, as test_gemm's emulated test is. Each tile
+ * emulated (a context of its own: the emulation comes before mpcl-mma's
+ * programs); elsewhere skipped, as test_gemm's emulated test is. Each tile
  * row in turn (the pipelined kernels take all but TT), on the shapes above
  * (mostly rows that are not whole 16-byte pieces: element loads) and on
  * whole ones across the rows' tiles and K blocks (cp.async), and the

@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""Before a GPU session: does every kernel of the library program assemble
-for NVIDIA's sm_90?
+"""Before a GPU session: does every kernel of mpcl's programs assemble for
+NVIDIA's sm_90?
 
 NVIDIA's driver builds the library program (cl/meson.build's files, probes
-excepted) once per storage dtype, the 16-bit ones with mpcl-mma's kernels,
-and one kernel its assembler rejects fails the whole program: the session's
-first call would find no GEMM at all. Here, clang compiles each program for
+and the matrix engine's kernels excepted) once per storage dtype, and
+mpcl-mma's program (the library's head and cl/gemm_mma_nvidia.cl,
+src/runtime/kernels.c's mpcl__engine_program) once per 16-bit dtype; one
+kernel its assembler rejects fails its whole program: the session's first
+call would find no GEMM at all. Here, clang compiles each program for
 nvptx64 with libclc's builtins linked (as a driver's compiler provides
 them) and CUDA's ptxas assembles it for sm_90. Registers and spills are
 clang's, not the driver's (ptx_report.py reads the driver's own PTX after
@@ -28,19 +30,28 @@ LIBCLC = "/usr/lib/clc/nvptx64--nvidiacl.bc"
 CLANG = ["-x", "cl", "-cl-std=CL1.2", "-target", "nvptx64-nvidia-nvcl", "-march=sm_80", "-O2",
          "-S", "-Xclang", "-finclude-default-header", "-Xclang", "-cl-ext=+cl_khr_fp16",
          "-Xclang", "-mlink-builtin-bitcode", "-Xclang", LIBCLC, "-Wno-linker-warnings"]
-# (storage dtype, options): the 16-bit programs hold mpcl-mma's kernels on a
-# device whose matrix engine verified.
-PROGRAMS = [("f32", ["-DMPCL_STORAGE_F32=1"]),
-            ("f16", ["-DMPCL_STORAGE_F16=1", "-DMPCL_MMA_NVIDIA=1"]),
-            ("bf16", ["-DMPCL_STORAGE_BF16=1", "-DMPCL_MMA_NVIDIA=1"])]
+# The NVIDIA row's mpcl-mma kernels (src/runtime/matrix_engine.c's table),
+# after the library program's head.
+ENGINE_FILE = "gemm_mma_nvidia.cl"
+ENGINE_HEAD = ["abi.h", "../include/mpcl/activations.h", "common.cl"]
+# (name, library or engine, options)
+PROGRAMS = [("f32 library", "library", ["-DMPCL_STORAGE_F32=1"]),
+            ("f16 library", "library", ["-DMPCL_STORAGE_F16=1"]),
+            ("bf16 library", "library", ["-DMPCL_STORAGE_BF16=1"]),
+            ("f16 mpcl-mma", "engine", ["-DMPCL_STORAGE_F16=1", "-DMPCL_MMA_NVIDIA=1"]),
+            ("bf16 mpcl-mma", "engine", ["-DMPCL_STORAGE_BF16=1", "-DMPCL_MMA_NVIDIA=1"])]
 
 
-def library_files(cl_dir):
-    """The library program's files in order, from cl/meson.build."""
+def program_files(cl_dir, kind):
+    """A program's files in order: the library's from cl/meson.build, or
+    mpcl-mma's."""
+    if kind == "engine":
+        return [os.path.join(cl_dir, n) for n in [*ENGINE_HEAD, ENGINE_FILE]]
     meson = open(os.path.join(cl_dir, "meson.build"), encoding="utf-8").read()
     listed = re.search(r"cl_sources = files\((.*?)\)", meson, re.S)
     names = re.findall(r"'([^']+)'", listed.group(1)) if listed else []
-    return [os.path.join(cl_dir, n) for n in names if not n.endswith("_probe.cl")]
+    return [os.path.join(cl_dir, n) for n in names
+            if not n.endswith("_probe.cl") and n != ENGINE_FILE]
 
 
 def clang_with_libclc():
@@ -68,17 +79,17 @@ def main(cl_dir):
     if not clang:
         print(f"nvptx_check: skipped: no clang that reads {LIBCLC}")
         return 0
-    source = "\n".join(open(f, encoding="utf-8").read() for f in library_files(cl_dir))
     failures = 0
-    for dtype, options in PROGRAMS:
+    for name, kind, options in PROGRAMS:
+        source = "\n".join(open(f, encoding="utf-8").read() for f in program_files(cl_dir, kind))
         p = subprocess.run([clang, *CLANG, *options, "-o", "-", "-"], input=source,
                            capture_output=True, text=True)
         if p.returncode != 0:
-            print(f"{dtype} program: clang failed:\n{p.stderr}", file=sys.stderr)
+            print(f"{name} program: clang failed:\n{p.stderr}", file=sys.stderr)
             failures += 1
             continue
         # Only the spilling kernels are listed (a pattern no kernel matches).
-        if ptx_report.report(f"{dtype} program", p.stdout, r"^$", ptxas, "sm_90") is None:
+        if ptx_report.report(f"{name} program", p.stdout, r"^$", ptxas, "sm_90") is None:
             failures += 1
     print("nvptx_check: " + ("every program assembles for sm_90" if not failures
                              else f"{failures} program(s) failed"))
