@@ -158,8 +158,10 @@ int bench_cmd_gemm(mpcl_context *ctx, const bench_opts *opts) {
         paths[np++] = MPCL_GEMM_CLBLAST_HGEMM;
     if (mpcl_plan_mma_usable(mpcl_context_device(ctx))) paths[np++] = MPCL_GEMM_MPCL_MMA;
 
-    const size_t nshape = sizeof gemm_shapes / sizeof gemm_shapes[0];
-    gemm_row rows[64];
+    enum { NSHAPE = sizeof gemm_shapes / sizeof gemm_shapes[0] };
+    const size_t nshape = NSHAPE;
+    /* A row per path and shape, the MLP batch's included. */
+    gemm_row rows[MPCL_GEMM_PATH_COUNT * (NSHAPE + 1)];
     size_t nrow = 0;
     FILE *note = opts->json ? stderr : stdout;
     fprintf(note, "device: %s\n", mpcl_context_device(ctx)->name);
@@ -168,7 +170,7 @@ int bench_cmd_gemm(mpcl_context *ctx, const bench_opts *opts) {
             getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "unset");
 
     /* OpenBLAS once per shape (f32: it has no f16 GEMM). */
-    double blas_s[sizeof gemm_shapes / sizeof gemm_shapes[0] + 1];
+    double blas_s[NSHAPE + 1];
     for (size_t si = 0; si < nshape; si++) {
         gemm_operands o;
         mpcl_status st = operands_make(ctx, MPCL_DTYPE_F32, &gemm_shapes[si], &o);
