@@ -31,9 +31,8 @@ CLANG = ["-x", "cl", "-cl-std=CL1.2", "-target", "nvptx64-nvidia-nvcl", "-march=
          "-S", "-Xclang", "-finclude-default-header", "-Xclang", "-cl-ext=+cl_khr_fp16",
          "-Xclang", "-mlink-builtin-bitcode", "-Xclang", LIBCLC, "-Wno-linker-warnings"]
 # The NVIDIA row's mpcl-mma kernels (src/runtime/matrix_engine.c's table),
-# after the library program's head.
+# after the library program's head (its files up to common.cl).
 ENGINE_FILE = "gemm_mma_nvidia.cl"
-ENGINE_HEAD = ["abi.h", "../include/mpcl/activations.h", "common.cl"]
 # (name, library or engine, options)
 PROGRAMS = [("f32 library", "library", ["-DMPCL_STORAGE_F32=1"]),
             ("f16 library", "library", ["-DMPCL_STORAGE_F16=1"]),
@@ -43,15 +42,16 @@ PROGRAMS = [("f32 library", "library", ["-DMPCL_STORAGE_F32=1"]),
 
 
 def program_files(cl_dir, kind):
-    """A program's files in order: the library's from cl/meson.build, or
-    mpcl-mma's."""
-    if kind == "engine":
-        return [os.path.join(cl_dir, n) for n in [*ENGINE_HEAD, ENGINE_FILE]]
+    """A program's files in order, from cl/meson.build's list: the library's,
+    or mpcl-mma's."""
     meson = open(os.path.join(cl_dir, "meson.build"), encoding="utf-8").read()
     listed = re.search(r"cl_sources = files\((.*?)\)", meson, re.S)
     names = re.findall(r"'([^']+)'", listed.group(1)) if listed else []
-    return [os.path.join(cl_dir, n) for n in names
-            if not n.endswith("_probe.cl") and n != ENGINE_FILE]
+    if kind == "engine":
+        names = names[:names.index("common.cl") + 1] + [ENGINE_FILE]
+    else:
+        names = [n for n in names if not n.endswith("_probe.cl") and n != ENGINE_FILE]
+    return [os.path.join(cl_dir, n) for n in names]
 
 
 def clang_with_libclc():

@@ -184,11 +184,6 @@ static mpcl_status append_file(mpcl_tokens *t, const char *path) {
     return st;
 }
 
-static int has_suffix(const char *name, const char *suffix) {
-    size_t n = strlen(name), k = strlen(suffix);
-    return n >= k && strcmp(name + n - k, suffix) == 0;
-}
-
 static int compare_names(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
@@ -210,7 +205,7 @@ static mpcl_status list_text_files(const char *dir, char ***out, size_t *count) 
     char **paths = NULL;
     size_t n = 0;
     for (struct dirent *e; (e = readdir(d));) {
-        if (has_suffix(e->d_name, ".dat")) continue;
+        if (mpcl__has_suffix(e->d_name, ".dat")) continue;
         char *path = join(dir, e->d_name);
         char **grown = path ? realloc(paths, (n + 1) * sizeof *paths) : NULL;
         if (!grown) {

@@ -16,6 +16,11 @@
 #include "runtime/fileio.h"
 #include "runtime/runtime.h"
 
+bool mpcl__has_suffix(const char *name, const char *suffix) {
+    size_t n = strlen(name), k = strlen(suffix);
+    return n >= k && strcmp(name + n - k, suffix) == 0;
+}
+
 const char *mpcl__file_kind(unsigned mode) {
     switch (mode & S_IFMT) {
     case S_IFREG: return "a regular file";

@@ -5,6 +5,7 @@
 #ifndef MPCL_RUNTIME_FILEIO_H
 #define MPCL_RUNTIME_FILEIO_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 
@@ -29,6 +30,8 @@ mpcl_status mpcl__read_regular(const char *path, size_t max_bytes, char **text, 
 
 /* "a FIFO", "a folder", "a character device"... for messages. */
 const char *mpcl__file_kind(unsigned mode);
+/* Whether a file name ends with `suffix` (".dat", "_probe.cl"). */
+bool mpcl__has_suffix(const char *name, const char *suffix);
 
 /* An atomic replacement of `path`: the data go to an unnamed file in the same
  * folder (O_TMPFILE; where the file system lacks it, a file named

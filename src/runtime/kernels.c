@@ -112,11 +112,6 @@ mpcl_status mpcl__cl_sources_join(const char *const names[], size_t count, char 
     return MPCL_OK;
 }
 
-static bool ends_with(const char *s, const char *tail) {
-    size_t n = strlen(s), t = strlen(tail);
-    return n >= t && strcmp(s + n - t, tail) == 0;
-}
-
 /* Whether an embedded file is the mpcl-mma kernels of a matrix engine's row:
  * those have their own program (mpcl__engine_program). */
 static bool is_engine_gemm_source(const char *name) {
@@ -138,7 +133,8 @@ static mpcl_status library_source(char **out) {
     size_t count = 0;
     for (size_t i = 0; i < mpcl__cl_source_count; i++) {
         const char *name = mpcl__cl_sources[i].name;
-        if (!ends_with(name, "_probe.cl") && !is_engine_gemm_source(name)) names[count++] = name;
+        if (!mpcl__has_suffix(name, "_probe.cl") && !is_engine_gemm_source(name))
+            names[count++] = name;
     }
     mpcl_status st = mpcl__cl_sources_join(names, count, out);
     free(names);
